@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every fuzz target of the module for the given time (default 5s) on top
+# of its seed corpus (f.Add calls and testdata/fuzz). Fails on the first
+# crash; the crashing input is saved under testdata/fuzz by go test.
+set -euo pipefail
+fuzztime=${1:-5s}
+cd "$(dirname "$0")/../.."
+count=0
+for pkg in $(go list ./...); do
+  for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+    echo "fuzz: $pkg $target ($fuzztime)"
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
+    count=$((count + 1))
+  done
+done
+echo "fuzz: $count targets ran without a crash"

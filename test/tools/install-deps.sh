@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what the tests and the demo need on a fresh Debian machine, and
+# nothing that is already there: Open vSwitch and the network tools from
+# Debian's packages, then the Kubernetes binaries (build-binaries.sh).
+# Needs root (apt-get, and later OVS and network namespaces).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+if [ "$(id -u)" != 0 ]; then
+  echo "install-deps: run as root: OVS, network namespaces and apt-get need it" >&2
+  exit 1
+fi
+
+missing=()
+command -v ovs-vswitchd >/dev/null || missing+=(openvswitch-switch)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v tcpdump >/dev/null || missing+=(tcpdump)
+command -v conntrack >/dev/null || missing+=(conntrack)
+command -v make >/dev/null || missing+=(make)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # Debian's maintainer scripts try to start the system OVS service; the tests
+  # start their own isolated instances, so a refusal to start here is fine.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+bash "$here/build-binaries.sh" "$@" >/dev/null

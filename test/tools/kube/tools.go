@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools only records which Kubernetes commands this module builds, so
+// that `go mod tidy` keeps their dependencies.
+package tools
+
+import (
+	_ "k8s.io/kubectl/pkg/cmd"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
