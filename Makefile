@@ -31,7 +31,7 @@ TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 5s
 
 .PHONY: all build generate manifests lint test test-deps fuzz-smoke fuzz \
-	bench-openflow demo clean
+	bench-openflow bench-controller clean
 
 all: build
 
@@ -91,6 +91,10 @@ fuzz:
 ## bench-openflow: our OpenFlow client against ovs-ofctl on the same switch.
 bench-openflow: test-deps
 	bash test/bench/openflow.sh
+
+## bench-controller: host assignment at 1,000 nodes x 5,000 services against a real API server.
+bench-controller: test-deps
+	bash test/bench/controller.sh
 
 clean:
 	go clean -testcache

@@ -106,15 +106,10 @@ func Start(t testing.TB, opts ...Option) *Switch {
 		Dir:        dir,
 		Bridge:     BridgeName,
 		MgmtSocket: filepath.Join(dir, BridgeName+".mgmt"),
-		Netns:      "ovst-" + randomSuffix(),
+		// Registered first, so deleted after the daemons are stopped.
+		Netns: NewNetns(t, "ovs"),
 	}
 	t.Cleanup(func() { s.teardown(t) })
-
-	if out, err := exec.Command("ip", "netns", "add", s.Netns).CombinedOutput(); err != nil {
-		s.Netns = "" // nothing to delete
-		t.Fatalf("ovstest: ip netns add: %v: %s", err, out)
-	}
-	s.mustRun(t, "ip", "netns", "exec", s.Netns, "ip", "link", "set", "lo", "up")
 	s.mustRun(t, "ovsdb-tool", "create", filepath.Join(dir, "conf.db"), vswitchSchema)
 
 	s.ovsdb = s.launch(t, "ovsdb-server", filepath.Join(dir, "conf.db"),
@@ -285,7 +280,8 @@ func (s *Switch) logs() string {
 	return b.String()
 }
 
-// teardown stops the daemons by pid, deletes the namespace and the directory.
+// teardown stops the daemons by pid and removes the directory (NewNetns's
+// cleanup deletes the namespace afterwards).
 // On a failed test it first prints the daemons' logs.
 func (s *Switch) teardown(t testing.TB) {
 	if t.Failed() {
@@ -297,11 +293,6 @@ func (s *Switch) teardown(t testing.TB) {
 	s.mu.Unlock()
 	for _, d := range daemons {
 		stop(d)
-	}
-	if s.Netns != "" {
-		if out, err := exec.Command("ip", "netns", "delete", s.Netns).CombinedOutput(); err != nil {
-			t.Errorf("ovstest: ip netns delete %s: %v: %s", s.Netns, err, out)
-		}
 	}
 	if err := os.RemoveAll(s.Dir); err != nil {
 		t.Errorf("ovstest: %v", err)
@@ -322,8 +313,30 @@ func stop(d *daemon) {
 	}
 }
 
-func randomSuffix() string {
+// NewNetns creates a network namespace named prefix-<random> with loopback
+// up, and deletes it when the test ends. Deleting a namespace also deletes
+// the veth ends inside it.
+func NewNetns(t testing.TB, prefix string) string {
+	t.Helper()
+	name := UniqueName(prefix + "-")
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ovstest: ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
+			t.Errorf("ovstest: ip netns delete %s: %v: %s", name, err, out)
+		}
+	})
+	if out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("ovstest: loopback up in %s: %v: %s", name, err, out)
+	}
+	return name
+}
+
+// UniqueName appends 8 random hex digits to prefix: short enough for an
+// interface name (15 bytes) with a prefix of up to 7.
+func UniqueName(prefix string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return prefix + hex.EncodeToString(b)
 }

@@ -16,6 +16,8 @@ command -v ovs-vswitchd >/dev/null || missing+=(openvswitch-switch)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v tcpdump >/dev/null || missing+=(tcpdump)
 command -v conntrack >/dev/null || missing+=(conntrack)
+command -v ping >/dev/null || missing+=(iputils-ping)
+command -v ethtool >/dev/null || missing+=(ethtool)
 command -v make >/dev/null || missing+=(make)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2

@@ -1,0 +1,193 @@
+package topology
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// dialTimeout bounds one client exchange: on these veths a reply takes well
+// under a millisecond; a second covers ARP and a loaded machine, and keeps a
+// test that expects a drop from waiting long.
+const dialTimeout = time.Second
+
+// SourceServer is a TCP and UDP server in a host's namespace that answers
+// each client with the source address it saw, and remembers every source.
+type SourceServer struct {
+	Addr netip.AddrPort // the same port for TCP and UDP
+
+	mu      sync.Mutex
+	sources []netip.Addr
+}
+
+// Sources returns the source addresses seen so far, in arrival order.
+func (s *SourceServer) Sources() []netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]netip.Addr(nil), s.sources...)
+}
+
+func (s *SourceServer) record(addr netip.AddrPort) string {
+	s.mu.Lock()
+	s.sources = append(s.sources, addr.Addr().Unmap())
+	s.mu.Unlock()
+	return addr.Addr().Unmap().String()
+}
+
+// Serve starts a SourceServer on the host's address and a free port, stopped
+// when the test ends.
+func (h *Host) Serve(t testing.TB) *SourceServer {
+	t.Helper()
+	var tcp net.Listener
+	var udp net.PacketConn
+	err := InNetns(h.Netns, func() error {
+		var err error
+		if tcp, err = net.Listen("tcp4", net.JoinHostPort(h.IP.String(), "0")); err != nil {
+			return err
+		}
+		port := tcp.Addr().(*net.TCPAddr).Port
+		udp, err = net.ListenPacket("udp4", net.JoinHostPort(h.IP.String(), fmt.Sprint(port)))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("topology: serve on %s: %v", h.Name, err)
+	}
+	s := &SourceServer{Addr: tcp.Addr().(*net.TCPAddr).AddrPort()}
+	t.Cleanup(func() { tcp.Close(); udp.Close() })
+	go func() {
+		for {
+			conn, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+				source := s.record(conn.RemoteAddr().(*net.TCPAddr).AddrPort())
+				// Answer every line, so one connection can be probed repeatedly.
+				lines := bufio.NewScanner(conn)
+				for lines.Scan() {
+					if _, err := fmt.Fprintln(conn, source); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			source := s.record(from.(*net.UDPAddr).AddrPort())
+			_, _ = udp.WriteTo([]byte(source+"\n"), from)
+		}
+	}()
+	return s
+}
+
+// Dial sends one line to a SourceServer from inside the pod's namespace over
+// "tcp" or "udp" and returns the source address the server saw. An error
+// means no answer arrived within dialTimeout.
+func (p *Pod) Dial(network string, server netip.AddrPort) (netip.Addr, error) {
+	conn, err := p.Connect(network, server)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer conn.Close()
+	return conn.Probe()
+}
+
+// Conn is an open connection from a pod to a SourceServer.
+type Conn struct {
+	net.Conn
+	reader *bufio.Reader
+}
+
+// Connect opens a connection from the pod to the server, to be probed
+// repeatedly (e.g. to check that an established TCP connection survives).
+func (p *Pod) Connect(network string, server netip.AddrPort) (*Conn, error) {
+	var conn net.Conn
+	err := InNetns(p.Netns, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+		defer cancel()
+		var d net.Dialer
+		var err error
+		conn, err = d.DialContext(ctx, network+"4", server.String())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s dial from pod %s to %s: %w", network, p.Name, server, err)
+	}
+	return &Conn{Conn: conn, reader: bufio.NewReader(conn)}, nil
+}
+
+// Probe sends a line and returns the source address the server reports.
+func (c *Conn) Probe() (netip.Addr, error) {
+	_ = c.SetDeadline(time.Now().Add(dialTimeout))
+	if _, err := fmt.Fprintln(c, "who am i"); err != nil {
+		return netip.Addr{}, err
+	}
+	line, err := c.reader.ReadString('\n')
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("no answer from %s: %w", c.RemoteAddr(), err)
+	}
+	return netip.ParseAddr(strings.TrimSpace(line))
+}
+
+// Ping sends count ICMP echo requests from the pod and reports whether any
+// reply came back.
+func (p *Pod) Ping(dst netip.Addr, count int) error {
+	return InNetnsCommand(p.Netns, "ping", "-n", "-q", "-c", fmt.Sprint(count), "-W", "1", dst.String())
+}
+
+// InNetns runs f on an OS thread switched into the named network namespace;
+// sockets f creates stay in that namespace after f returns. If the thread
+// cannot be switched back, it is retired rather than reused.
+func InNetns(name string, f func() error) error {
+	target, err := os.Open("/var/run/netns/" + name)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	runtime.LockOSThread()
+	original, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer original.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns %s: %w", name, err)
+	}
+	ferr := f()
+	if err := unix.Setns(int(original.Fd()), unix.CLONE_NEWNET); err != nil {
+		// Leave the thread locked: it exits with this goroutine.
+		return fmt.Errorf("restore network namespace: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+// InNetnsCommand runs a command in the named namespace and returns an error
+// with its output if it fails.
+func InNetnsCommand(name string, command string, args ...string) error {
+	out, err := execCommand("ip", append([]string{"netns", "exec", name, command}, args...)...)
+	if err != nil {
+		return fmt.Errorf("%s %s in %s: %v: %s", command, strings.Join(args, " "), name, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+// Package topology builds, out of network namespaces, the network of a small
+// cluster whose nodes run Open vSwitch, for tests that need real packets:
+//
+//	 pod ns ──veth── br-ex (OVS, node ns) ──eth0══ underlay bridge ══ external host
+//	 10.244.N.x      LOCAL: node IP 172.18.0.(10+N)      (underlay ns)      172.18.0.100
+//	                        pod gateway 10.244.N.1
+//
+// Each node is an ovstest.Switch (its own ovsdb-server, ovs-vswitchd and
+// network namespace) whose br-ex has the uplink port eth0 on the underlay
+// segment and carries the node IP and the pods' gateway on its LOCAL port.
+// Pods are namespaces attached to their node's br-ex with addresses from the
+// node's pod CIDR. The pod network is routed, as host-gw CNIs do it: every
+// node and the external host route each pod CIDR via its node's IP. Until a
+// test installs flows of its own, br-ex forwards with OVS's default NORMAL
+// flow.
+//
+// The external host runs in-process servers (Serve) that tell each client the
+// source address they saw; pods dial them (Dial) from inside their namespace.
+// All addresses live only inside namespaces the topology made, and everything
+// is removed by t.Cleanup, also when the test fails.
+package topology
+
+import (
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/egressflow/egressflow/test/ovstest"
+)
+
+// Addressing. These ranges exist only inside the test's namespaces.
+var (
+	// UnderlayPrefix is the segment joining node uplinks and the external host.
+	UnderlayPrefix = netip.MustParsePrefix("172.18.0.0/24")
+	// ExternalIP is the external host's address on the underlay.
+	ExternalIP = netip.MustParseAddr("172.18.0.100")
+	// ClusterPodPrefix holds every node's pod CIDR: node N has 10.244.N.0/24.
+	ClusterPodPrefix = netip.MustParsePrefix("10.244.0.0/16")
+)
+
+// UplinkPort is the name of each node's uplink, as an interface and OVS port.
+const UplinkPort = "eth0"
+
+// Topology is the whole test network.
+type Topology struct {
+	t        testing.TB
+	Underlay string // namespace holding the underlay Linux bridge
+	Nodes    []*Node
+	External *Host
+}
+
+// Node is one cluster node: an OVS instance and its namespace.
+type Node struct {
+	Name string
+	*ovstest.Switch
+	Index   int
+	IP      netip.Addr   // node IP, on br-ex's LOCAL port
+	PodCIDR netip.Prefix // 10.244.Index.0/24
+	Gateway netip.Addr   // the pods' default gateway, on br-ex's LOCAL port
+	pods    int
+}
+
+// Pod is a network namespace attached to its node's br-ex.
+type Pod struct {
+	Name  string
+	Netns string
+	IP    netip.Addr
+	Node  *Node
+	Port  string // its OVS port (and interface in the node namespace)
+}
+
+// Host is a namespace outside the cluster.
+type Host struct {
+	Name  string
+	Netns string
+	IP    netip.Addr
+}
+
+// New builds the underlay, the external host and n nodes (numbered from 1).
+func New(t testing.TB, nodes int) *Topology {
+	t.Helper()
+	ovstest.RequireRoot(t)
+	topo := &Topology{t: t, Underlay: ovstest.NewNetns(t, "ul")}
+	run(t, "ip", "netns", "exec", topo.Underlay, "ip", "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "netns", "exec", topo.Underlay, "ip", "link", "set", "br0", "up")
+
+	topo.External = &Host{Name: "external", Netns: ovstest.NewNetns(t, "ext"), IP: ExternalIP}
+	topo.connectToUnderlay(topo.External.Netns, "eth0")
+	topo.External.exec(t, "ip", "addr", "add", prefixed(ExternalIP, UnderlayPrefix), "dev", "eth0")
+
+	for i := 1; i <= nodes; i++ {
+		topo.addNode(i)
+	}
+	// Routed pod network: everyone reaches each pod CIDR via its node.
+	for _, n := range topo.Nodes {
+		topo.External.exec(t, "ip", "route", "add", n.PodCIDR.String(), "via", n.IP.String())
+		for _, other := range topo.Nodes {
+			if other != n {
+				n.Exec(t, "ip", "route", "add", other.PodCIDR.String(), "via", other.IP.String())
+			}
+		}
+	}
+	return topo
+}
+
+func (topo *Topology) addNode(index int) {
+	t := topo.t
+	sw := ovstest.Start(t)
+	n := &Node{
+		Name:    fmt.Sprintf("node-%d", index),
+		Switch:  sw,
+		Index:   index,
+		IP:      nthAddr(UnderlayPrefix, 10+index),
+		PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(index), 0}), 24),
+	}
+	n.Gateway = nthAddr(n.PodCIDR, 1)
+	topo.connectToUnderlay(sw.Netns, UplinkPort)
+	sw.Vsctl(t, "add-port", sw.Bridge, UplinkPort)
+	for _, cmd := range [][]string{
+		{"ip", "addr", "add", prefixed(n.IP, UnderlayPrefix), "dev", sw.Bridge},
+		{"ip", "addr", "add", prefixed(n.Gateway, n.PodCIDR), "dev", sw.Bridge},
+		{"ip", "link", "set", sw.Bridge, "up"},
+		{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"},
+		{"sysctl", "-qw", "net.ipv4.conf.default.rp_filter=0"},
+	} {
+		sw.Exec(t, cmd[0], cmd[1:]...)
+	}
+	topo.Nodes = append(topo.Nodes, n)
+}
+
+// AddPod creates a pod namespace on the node with the next free address of
+// its pod CIDR and a default route via the node.
+func (n *Node) AddPod(t testing.TB, name string) *Pod {
+	t.Helper()
+	n.pods++
+	p := &Pod{
+		Name:  name,
+		Netns: ovstest.NewNetns(t, "pod"),
+		IP:    nthAddr(n.PodCIDR, 1+n.pods),
+		Node:  n,
+		Port:  fmt.Sprintf("pod%d", n.pods),
+	}
+	link(t, p.Netns, "eth0", n.Netns, p.Port)
+	n.Vsctl(t, "add-port", n.Bridge, p.Port)
+	run(t, "ip", "netns", "exec", p.Netns, "ip", "addr", "add", prefixed(p.IP, n.PodCIDR), "dev", "eth0")
+	run(t, "ip", "netns", "exec", p.Netns, "ip", "route", "add", "default", "via", n.Gateway.String())
+	return p
+}
+
+// OFPort is the pod's OpenFlow port number on its node's br-ex.
+func (p *Pod) OFPort(t testing.TB) int {
+	t.Helper()
+	var port int
+	out := strings.TrimSpace(p.Node.Vsctl(t, "get", "interface", p.Port, "ofport"))
+	if _, err := fmt.Sscan(out, &port); err != nil || port <= 0 {
+		t.Fatalf("topology: ofport of %s is %q", p.Port, out)
+	}
+	return port
+}
+
+// Exec runs a command in the pod's namespace and returns its output.
+func (p *Pod) Exec(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	return run(t, "ip", append([]string{"netns", "exec", p.Netns, name}, args...)...)
+}
+
+// Exec runs a command in the host's namespace and returns its output.
+func (h *Host) Exec(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	return h.exec(t, name, args...)
+}
+
+func (h *Host) exec(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	return run(t, "ip", append([]string{"netns", "exec", h.Netns, name}, args...)...)
+}
+
+// connectToUnderlay links namespace ns (interface ifname) to the underlay bridge.
+func (topo *Topology) connectToUnderlay(ns, ifname string) {
+	t := topo.t
+	peer := ovstest.UniqueName("u")
+	link(t, ns, ifname, topo.Underlay, peer)
+	run(t, "ip", "netns", "exec", topo.Underlay, "ip", "link", "set", peer, "master", "br0")
+}
+
+// link creates a veth pair with end a (named aName) in namespace nsA and end b
+// (named bName) in nsB, both up, with transmit checksum offload off: the
+// userspace datapath forwards the veth's partial checksums unfinished, and
+// the receiver would drop TCP and UDP segments.
+func link(t testing.TB, nsA, aName, nsB, bName string) {
+	t.Helper()
+	tmpA, tmpB := ovstest.UniqueName("va"), ovstest.UniqueName("vb")
+	run(t, "ip", "link", "add", tmpA, "type", "veth", "peer", "name", tmpB)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", tmpA).Run() }) // only if still in the root namespace
+	for _, end := range []struct{ tmp, ns, name string }{{tmpA, nsA, aName}, {tmpB, nsB, bName}} {
+		run(t, "ip", "link", "set", end.tmp, "netns", end.ns)
+		run(t, "ip", "netns", "exec", end.ns, "ip", "link", "set", end.tmp, "name", end.name)
+		run(t, "ip", "netns", "exec", end.ns, "ethtool", "-K", end.name, "tx", "off")
+		run(t, "ip", "netns", "exec", end.ns, "ip", "link", "set", end.name, "up")
+	}
+}
+
+func run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := execCommand(name, args...)
+	if err != nil {
+		t.Fatalf("topology: %s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func execCommand(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
+
+// nthAddr is the n-th address of an IPv4 prefix.
+func nthAddr(p netip.Prefix, n int) netip.Addr {
+	a := p.Masked().Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += uint32(n)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// prefixed writes addr with the length of prefix, as `ip addr add` wants it.
+func prefixed(addr netip.Addr, prefix netip.Prefix) string {
+	return netip.PrefixFrom(addr, prefix.Bits()).String()
+}
