@@ -1,9 +1,9 @@
 // Package topology builds, out of network namespaces, the network of a small
 // cluster whose nodes run Open vSwitch, for tests that need real packets:
 //
-//	 pod ns ──veth── br-ex (OVS, node ns) ──eth0══ underlay bridge ══ external host
-//	 10.244.N.x      LOCAL: node IP 172.18.0.(10+N)      (underlay ns)      172.18.0.100
-//	                        pod gateway 10.244.N.1
+//	pod ns ──veth── br-ex (OVS, node ns) ──eth0══ underlay bridge ══ external host
+//	10.244.N.x      LOCAL: node IP 172.18.0.(10+N)      (underlay ns)      172.18.0.100
+//	                       pod gateway 10.244.N.1
 //
 // Each node is an ovstest.Switch (its own ovsdb-server, ovs-vswitchd and
 // network namespace) whose br-ex has the uplink port eth0 on the underlay
