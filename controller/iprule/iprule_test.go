@@ -1,0 +1,166 @@
+package iprule
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/egressflow/egressflow/test/ovstest"
+)
+
+func rule(src string, table int) Rule { return Rule{Source: netip.MustParseAddr(src), Table: table} }
+
+func TestDiff(t *testing.T) {
+	installed := []Rule{rule("10.0.0.1", 100), rule("10.0.0.2", 100), rule("fd00::1", 7)}
+	desired := []Rule{rule("10.0.0.2", 100), rule("10.0.0.3", 100), rule("10.0.0.3", 100), rule("fd00::1", 8)}
+	add, remove := Diff(installed, desired)
+	if want := []Rule{rule("10.0.0.3", 100), rule("fd00::1", 8)}; !slices.Equal(add, want) {
+		t.Errorf("add = %v, want %v", add, want)
+	}
+	if want := []Rule{rule("10.0.0.1", 100), rule("fd00::1", 7)}; !slices.Equal(remove, want) {
+		t.Errorf("remove = %v, want %v", remove, want)
+	}
+	if add, remove := Diff(desired, desired); len(add)+len(remove) != 0 {
+		t.Errorf("no change expected, got add %v remove %v", add, remove)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "usr-rt_tables")
+	admin := filepath.Join(dir, "etc-rt_tables")
+	write := func(path, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(base, "255\tlocal\n254\tmain\n253 default\n0 unspec\n# comment\n100 blue # trailing comment\nnot-a-number red\n")
+	write(admin, "0x65 green\n")
+	write(admin+".d/extra.conf", "102 purple\n100 azure\n")
+	links := func(name string) (netlink.Link, error) {
+		switch name {
+		case "vrf-red":
+			return &netlink.Vrf{LinkAttrs: netlink.LinkAttrs{Name: name}, Table: 1007}, nil
+		case "eth0":
+			return &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}, nil
+		}
+		return nil, fmt.Errorf("Link not found")
+	}
+	r := TableResolver{Files: []string{base, admin}, LinkByName: links}
+
+	for network, want := range map[string]int{
+		"100": 100, "4294967295": 4294967295, "main": 254, "blue": 100, "azure": 100,
+		"green": 0x65, "purple": 102, "vrf-red": 1007,
+	} {
+		got, err := r.Resolve(network)
+		if err != nil || got != want {
+			t.Errorf("Resolve(%q) = %d, %v; want %d", network, got, err, want)
+		}
+	}
+	for network, wantText := range map[string]string{
+		"":           "network is empty",
+		"nope":       `"nope" is not a table number, a table name in`,
+		"red":        `"red" is not a table number`,
+		"eth0":       `"eth0" is a dummy device, not a VRF`,
+		"local":      "table 255",
+		"0":          "table 0",
+		"unspec":     "table 0",
+		"-3":         `"-3" is not a table number`,
+		"5000000000": `"5000000000" is not a table number`,
+	} {
+		_, err := r.Resolve(network)
+		if !errors.Is(err, ErrUnknownNetwork) || !strings.Contains(err.Error(), wantText) {
+			t.Errorf("Resolve(%q) error %v; want ErrUnknownNetwork saying %q", network, err, wantText)
+		}
+	}
+}
+
+// TestSyncInNamespace installs rules into a real network namespace and reads
+// them back with iproute2, the oracle no one here wrote.
+func TestSyncInNamespace(t *testing.T) {
+	ovstest.RequireRoot(t)
+	ns := ovstest.NewNetns(t, "rule")
+	nsHandle, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsHandle.Close()
+	handle, err := netlink.NewHandleAt(nsHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer handle.Close()
+	ip := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	// Rules egressflow does not own: same priority but a fwmark, and a
+	// source rule at another priority. Plus a stale rule of ours from a
+	// previous run.
+	ip("rule", "add", "priority", "5000", "fwmark", "0x10", "lookup", "300")
+	ip("rule", "add", "priority", "4000", "from", "10.0.0.1", "lookup", "300")
+	ip("rule", "add", "priority", "5000", "from", "10.9.9.9", "lookup", "100")
+
+	m := NewManager(handle)
+	desired := []Rule{rule("10.0.0.1", 100), rule("10.0.0.2", 200), rule("fd00::5", 100)}
+	added, removed, err := m.Sync(desired)
+	if err != nil || added != 3 || removed != 1 {
+		t.Fatalf("first Sync: added %d removed %d err %v; want 3, 1, nil", added, removed, err)
+	}
+	v4, v6 := ip("rule", "show"), ip("-6", "rule", "show")
+	for _, want := range []string{
+		"5000:\tfrom 10.0.0.1 lookup 100", "5000:\tfrom 10.0.0.2 lookup 200",
+		"5000:\tfrom all fwmark 0x10 lookup 300", "4000:\tfrom 10.0.0.1 lookup 300",
+	} {
+		if !strings.Contains(v4, want) {
+			t.Errorf("ip rule show lacks %q:\n%s", want, v4)
+		}
+	}
+	if strings.Contains(v4, "10.9.9.9") {
+		t.Errorf("stale rule survived:\n%s", v4)
+	}
+	if !strings.Contains(v6, "5000:\tfrom fd00::5 lookup 100") {
+		t.Errorf("ip -6 rule show lacks the IPv6 rule:\n%s", v6)
+	}
+
+	// Nothing changed: nothing written.
+	if added, removed, err := m.Sync(desired); err != nil || added+removed != 0 {
+		t.Fatalf("second Sync: added %d removed %d err %v; want no change", added, removed, err)
+	}
+	// An endpoint moves to another table; one goes away.
+	if added, removed, err := m.Sync([]Rule{rule("10.0.0.1", 150), rule("fd00::5", 100)}); err != nil || added != 1 || removed != 2 {
+		t.Fatalf("third Sync: added %d removed %d err %v; want 1, 2", added, removed, err)
+	}
+	installed, err := m.Installed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(installed, Rule.Compare)
+	if want := []Rule{rule("10.0.0.1", 150), rule("fd00::5", 100)}; !slices.Equal(installed, want) {
+		t.Fatalf("installed %v, want %v", installed, want)
+	}
+	// Emptying removes only ours.
+	if _, _, err := m.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+	if v4 := ip("rule", "show"); strings.Contains(v4, "lookup 150") || !strings.Contains(v4, "fwmark 0x10") {
+		t.Fatalf("after emptying:\n%s", v4)
+	}
+}
