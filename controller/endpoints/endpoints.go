@@ -1,0 +1,76 @@
+// Package endpoints reads a Service's endpoint addresses out of its
+// EndpointSlices, as both the cluster component (is the Service eligible,
+// which nodes run an endpoint) and the node agent (which pod IPs to SNAT,
+// steer or route) need them. Pure functions of the slices.
+package endpoints
+
+import (
+	"net/netip"
+	"slices"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Endpoint is one address of a Service endpoint and the node it runs on
+// ("" when the slice does not say).
+type Endpoint struct {
+	IP   netip.Addr
+	Node string
+}
+
+// Compare orders endpoints by IP, then node.
+func (e Endpoint) Compare(o Endpoint) int {
+	if c := e.IP.Compare(o.IP); c != 0 {
+		return c
+	}
+	switch {
+	case e.Node < o.Node:
+		return -1
+	case e.Node > o.Node:
+		return 1
+	}
+	return 0
+}
+
+// OnClusterNetwork returns the addresses of every endpoint in the slices that
+// lie in one of podCIDRs (every address when podCIDRs is empty): pod IPs on
+// the cluster network, not host-networked endpoints. Readiness is ignored,
+// like the reference: ready, not-ready and terminating endpoints all count.
+// FQDN slices and unparseable addresses are skipped. The result is sorted
+// and free of duplicates (an address listed in two slices counts once).
+func OnClusterNetwork(endpointSlices []*discoveryv1.EndpointSlice, podCIDRs []netip.Prefix) []Endpoint {
+	var out []Endpoint
+	for _, s := range endpointSlices {
+		if s == nil || s.AddressType == discoveryv1.AddressTypeFQDN {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			node := ""
+			if ep.NodeName != nil {
+				node = *ep.NodeName
+			}
+			for _, a := range ep.Addresses {
+				addr, err := netip.ParseAddr(a)
+				if err != nil {
+					continue
+				}
+				addr = addr.Unmap()
+				if len(podCIDRs) == 0 || Contains(podCIDRs, addr) {
+					out = append(out, Endpoint{IP: addr, Node: node})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, Endpoint.Compare)
+	return slices.CompactFunc(out, func(a, b Endpoint) bool { return a.IP == b.IP })
+}
+
+// Contains reports whether addr lies in one of prefixes.
+func Contains(prefixes []netip.Prefix, addr netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
