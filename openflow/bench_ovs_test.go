@@ -1,0 +1,196 @@
+package openflow
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressflow/egressflow/test/ovstest"
+)
+
+// Benchmarks against a real Open vSwitch (the harness switch, userspace
+// datapath). They need root and OVS, like the integration tests; run them
+// with test/bench/openflow.sh (make bench-openflow).
+
+const (
+	benchFlows  = 100000
+	benchCookie = 0x5eed
+)
+
+func benchMessages(n int) []Message {
+	msgs := make([]Message, n)
+	for i := range msgs {
+		msgs[i] = snatFlow(i, benchCookie)
+	}
+	return msgs
+}
+
+// flowCount asks ovs-ofctl how many flows carry cookie.
+func flowCount(b *testing.B, sw *ovstest.Switch, cookie uint64) int {
+	out := sw.Ofctl(b, "dump-aggregate", sw.Bridge, fmt.Sprintf("cookie=%#x/-1", cookie))
+	i := strings.Index(out, "flow_count=")
+	if i < 0 {
+		b.Fatalf("dump-aggregate: %s", out)
+	}
+	var n int
+	fmt.Sscanf(out[i+len("flow_count="):], "%d", &n)
+	return n
+}
+
+func deleteByCookie(b *testing.B, c *Client, cookie uint64) {
+	ctx := testCtx(b, time.Minute)
+	del := &FlowMod{Command: FlowDelete, Table: TableAll, Cookie: cookie, CookieMask: ^uint64(0)}
+	if err := c.SendFlowMods(ctx, del); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkBundleInstall100k installs 100k SNAT-shaped flows in one bundle
+// through the Client, and the same flows with
+// `ovs-ofctl --bundle add-flows` into the same switch, in the same run,
+// and reports both rates and their ratio.
+func BenchmarkBundleInstall100k(b *testing.B) {
+	sw := ovstest.Start(b)
+	c := dialSwitch(b, sw)
+	msgs := benchMessages(benchFlows)
+	file := filepath.Join(b.TempDir(), "flows.txt")
+	f, err := os.Create(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	for _, m := range msgs {
+		fmt.Fprintln(w, m.(*FlowMod).String())
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+
+	var ours, theirs time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		deleteByCookie(b, c, benchCookie)
+		cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "--bundle", "add-flows", sw.Bridge, file)
+		cmd.Env = sw.Env()
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("ovs-ofctl --bundle add-flows: %v\n%s", err, out)
+		}
+		theirs += time.Since(start)
+		if n := flowCount(b, sw, benchCookie); n != benchFlows {
+			b.Fatalf("ovs-ofctl installed %d flows", n)
+		}
+		deleteByCookie(b, c, benchCookie)
+		b.StartTimer()
+
+		start = time.Now()
+		if err := c.Bundle(testCtx(b, 5*time.Minute), msgs...); err != nil {
+			b.Fatal(err)
+		}
+		ours += time.Since(start)
+
+		b.StopTimer()
+		if n := flowCount(b, sw, benchCookie); n != benchFlows {
+			b.Fatalf("the client installed %d flows", n)
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N * benchFlows)
+	b.ReportMetric(n/ours.Seconds(), "flows/s")
+	b.ReportMetric(n/theirs.Seconds(), "ofctl_flows/s")
+	b.ReportMetric(theirs.Seconds()/ours.Seconds(), "ratio_vs_ofctl")
+}
+
+// BenchmarkTransactionLatency measures one-flow bundle transactions (open,
+// add, close, commit) on an idle switch and reports p50 and p99.
+func BenchmarkTransactionLatency(b *testing.B) {
+	sw := ovstest.Start(b)
+	c := dialSwitch(b, sw)
+	ctx := testCtx(b, 10*time.Minute)
+	const warmup = 50
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N+warmup; i++ {
+		fm := snatFlow(i%60000, benchCookie)
+		start := time.Now()
+		if err := c.Bundle(ctx, fm); err != nil {
+			b.Fatal(err)
+		}
+		if i >= warmup {
+			lat = append(lat, time.Since(start))
+		}
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50_ms")
+	b.ReportMetric(pct(0.99), "p99_ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// installBench puts 100k flows on the switch, untimed.
+func installBench(b *testing.B, c *Client, msgs []Message) {
+	b.StopTimer()
+	defer b.StartTimer()
+	if err := c.Bundle(testCtx(b, 5*time.Minute), msgs...); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkDeleteByCookie100k deletes 100k flows with one cookie-masked
+// delete (and the barrier that confirms it).
+func BenchmarkDeleteByCookie100k(b *testing.B) {
+	sw := ovstest.Start(b)
+	c := dialSwitch(b, sw)
+	msgs := benchMessages(benchFlows)
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		installBench(b, c, msgs)
+		start := time.Now()
+		deleteByCookie(b, c, benchCookie)
+		total += time.Since(start)
+		b.StopTimer()
+		if n := flowCount(b, sw, benchCookie); n != 0 {
+			b.Fatalf("%d flows left", n)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.N*benchFlows)/total.Seconds(), "flows/s")
+	b.ReportMetric(total.Seconds()*1000/float64(b.N), "ms/delete")
+}
+
+// BenchmarkDump100k dumps 100k flows through the client (every multipart
+// part, decoded).
+func BenchmarkDump100k(b *testing.B) {
+	sw := ovstest.Start(b)
+	c := dialSwitch(b, sw)
+	installBench(b, c, benchMessages(benchFlows))
+	ctx := testCtx(b, 10*time.Minute)
+	req := &FlowDescRequest{Table: TableAll, Cookie: benchCookie, CookieMask: ^uint64(0)}
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		flows, err := c.DumpFlows(ctx, req)
+		total += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(flows) != benchFlows {
+			b.Fatalf("dumped %d flows", len(flows))
+		}
+	}
+	b.ReportMetric(float64(b.N*benchFlows)/total.Seconds(), "flows/s")
+	b.ReportMetric(total.Seconds()*1000/float64(b.N), "ms/dump")
+}

@@ -1,0 +1,333 @@
+package openflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Request sends msg, which must be a message the switch answers (echo,
+// barrier, features, get-config, bundle control, multipart), and returns
+// the reply with the same xid. A multipart request returns its first part
+// only; use DumpFlows or Ports for complete dumps. An OFPT_ERROR reply is
+// returned as an *Error.
+func (c *Client) Request(ctx context.Context, msg Message) (Message, error) {
+	s, err := c.session()
+	if err != nil {
+		return nil, err
+	}
+	xid := c.nextXid()
+	w := s.register(xid, false)
+	if err := s.encodeAndWrite(ctx, []uint32{xid}, []Message{msg}); err != nil {
+		s.unregister(xid)
+		return nil, err
+	}
+	if err := s.wait(ctx, xid, w); err != nil {
+		return nil, err
+	}
+	_, reply, err := UnmarshalMessage(w.msgs[0])
+	return reply, err
+}
+
+// Send writes messages without waiting for anything. Errors the switch
+// reports for them go to the WithUnsolicited handler; follow with Barrier
+// to know they were processed.
+func (c *Client) Send(ctx context.Context, msgs ...Message) error {
+	s, err := c.session()
+	if err != nil {
+		return err
+	}
+	xids := make([]uint32, len(msgs))
+	first := c.reserveXids(len(msgs))
+	for i := range xids {
+		xids[i] = first + uint32(i)
+	}
+	return s.encodeAndWrite(ctx, xids, msgs)
+}
+
+// Barrier returns once the switch has finished every message sent before it.
+func (c *Client) Barrier(ctx context.Context) error {
+	reply, err := c.Request(ctx, &BarrierRequest{})
+	if err != nil {
+		return err
+	}
+	if _, ok := reply.(*BarrierReply); !ok {
+		return fmt.Errorf("openflow: barrier answered with %v", reply.MsgType())
+	}
+	return nil
+}
+
+// Echo sends an echo request and returns the round-trip time.
+func (c *Client) Echo(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	if _, err := c.Request(ctx, &EchoRequest{Data: []byte("egressflow")}); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// MessageError says which of several pipelined messages the switch refused.
+type MessageError struct {
+	Index   int     // position in the caller's list
+	Message Message // the message
+	Err     *Error  // the switch's error
+}
+
+func (e *MessageError) Error() string {
+	return fmt.Sprintf("message %d (%s): %v", e.Index, describe(e.Message), e.Err)
+}
+
+func (e *MessageError) Unwrap() error { return e.Err }
+
+// describe names a message for error texts, flows by their ovs-ofctl text.
+func describe(m Message) string {
+	if fm, ok := m.(*FlowMod); ok {
+		return fm.String()
+	}
+	if m == nil {
+		return "<nil>"
+	}
+	return m.MsgType().String()
+}
+
+// FlowModsError reports the flow mods of SendFlowMods that failed.
+type FlowModsError struct {
+	Failed []*MessageError // in the order sent
+}
+
+func (e *FlowModsError) Error() string {
+	s := "openflow: switch refused " + e.Failed[0].Error()
+	if len(e.Failed) > 1 {
+		s += fmt.Sprintf(" (and %d more)", len(e.Failed)-1)
+	}
+	return s
+}
+
+func (e *FlowModsError) Unwrap() error { return e.Failed[0] }
+
+// sendThenBarrier pipelines msgs and a barrier, waits for the barrier
+// reply, and returns the errors the switch reported for msgs (which it
+// sends before the barrier reply).
+func (c *Client) sendThenBarrier(ctx context.Context, msgs []Message) ([]*MessageError, error) {
+	s, err := c.session()
+	if err != nil {
+		return nil, err
+	}
+	n := len(msgs)
+	first := c.reserveXids(n + 1)
+	r := &xidRange{first: first, n: uint32(n)}
+	s.addRange(r)
+	defer s.removeRange(r)
+	bxid := first + uint32(n)
+	w := s.register(bxid, false)
+	if _, err := s.writeBatched(ctx, first, n+1, encodeList(msgs, &BarrierRequest{})); err != nil {
+		s.unregister(bxid)
+		return nil, err
+	}
+	if err := s.wait(ctx, bxid, w); err != nil {
+		return nil, err
+	}
+	return rangeErrors(r, msgs), nil
+}
+
+func rangeErrors(r *xidRange, msgs []Message) []*MessageError {
+	errs := r.errors()
+	if len(errs) == 0 {
+		return nil
+	}
+	var out []*MessageError
+	for xid, e := range errs {
+		i := int(xid - r.first)
+		if i >= 0 && i < len(msgs) {
+			out = append(out, &MessageError{Index: i, Message: msgs[i], Err: e})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
+}
+
+// writeBatched encodes count messages, message i by encode(b, xid, i)
+// with xid first+i, and writes them in chunks, releasing the write lock
+// between chunks so that keepalives and other calls get through a long
+// batch.
+// It returns the number of messages fully written.
+func (s *session) writeBatched(ctx context.Context, first uint32, count int,
+	encode func(b []byte, xid uint32, i int) ([]byte, error)) (int, error) {
+	const chunk = 256 << 10
+	written := 0
+	for i := 0; i < count; {
+		if err := s.lockWrite(ctx); err != nil {
+			return written, err
+		}
+		b := s.wbuf[:0]
+		var err error
+		for ; i < count && len(b) < chunk; i++ {
+			if b, err = encode(b, first+uint32(i), i); err != nil {
+				s.unlockWrite()
+				return written, err
+			}
+		}
+		s.wbuf = b[:0]
+		if cap(s.wbuf) > 4*chunk {
+			s.wbuf = nil // do not keep a huge buffer around
+		}
+		err = s.writeLocked(ctx, b)
+		s.unlockWrite()
+		if err != nil {
+			return written, err
+		}
+		written = i
+	}
+	return written, nil
+}
+
+func encodeList(msgs []Message, tail Message) func([]byte, uint32, int) ([]byte, error) {
+	return func(b []byte, xid uint32, i int) ([]byte, error) {
+		m := tail
+		if i < len(msgs) {
+			m = msgs[i]
+		}
+		out, err := AppendMessage(b, xid, m)
+		if err != nil {
+			return b, fmt.Errorf("openflow: cannot encode message %d (%s): %w", i, describe(m), err)
+		}
+		return out, nil
+	}
+}
+
+// SendFlowMods sends flow mods pipelined, followed by a barrier, and waits
+// for the barrier: when it returns, the switch has processed every one of
+// them. Flow mods the switch refused are reported in a *FlowModsError;
+// the others took effect. Use Bundle for all-or-nothing changes.
+func (c *Client) SendFlowMods(ctx context.Context, fms ...*FlowMod) error {
+	msgs := make([]Message, len(fms))
+	for i, fm := range fms {
+		msgs[i] = fm
+	}
+	failed, err := c.sendThenBarrier(ctx, msgs)
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return &FlowModsError{Failed: failed}
+	}
+	return nil
+}
+
+// multipart sends a multipart request and returns every part of the reply.
+func (c *Client) multipart(ctx context.Context, req Message) ([][]byte, error) {
+	s, err := c.session()
+	if err != nil {
+		return nil, err
+	}
+	xid := c.nextXid()
+	w := s.register(xid, true)
+	if err := s.encodeAndWrite(ctx, []uint32{xid}, []Message{req}); err != nil {
+		s.unregister(xid)
+		return nil, err
+	}
+	if err := s.wait(ctx, xid, w); err != nil {
+		return nil, err
+	}
+	return w.msgs, nil
+}
+
+// DumpFlows returns the flows matching req (nil: every flow in every
+// table), collecting every part of the multipart reply.
+//
+// To dump one owner's flows, filter by cookie: Cookie and CookieMask. To
+// dump one table, set Table (TableAll for all).
+func (c *Client) DumpFlows(ctx context.Context, req *FlowDescRequest) ([]Flow, error) {
+	if req == nil {
+		req = &FlowDescRequest{Table: TableAll}
+	}
+	parts, err := c.multipart(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var flows []Flow
+	for _, p := range parts {
+		_, m, err := UnmarshalMessage(p)
+		if err != nil {
+			return nil, err
+		}
+		r, ok := m.(*FlowDescReply)
+		if !ok {
+			return nil, fmt.Errorf("openflow: flow dump answered with %T", m)
+		}
+		if flows == nil {
+			flows = make([]Flow, 0, len(r.Flows)*len(parts))
+		}
+		flows = append(flows, r.Flows...)
+	}
+	return flows, nil
+}
+
+// Ports returns the switch's port descriptions.
+func (c *Client) Ports(ctx context.Context) ([]Port, error) {
+	parts, err := c.multipart(ctx, &PortDescRequest{})
+	if err != nil {
+		return nil, err
+	}
+	var ports []Port
+	for _, p := range parts {
+		_, m, err := UnmarshalMessage(p)
+		if err != nil {
+			return nil, err
+		}
+		r, ok := m.(*PortDescReply)
+		if !ok {
+			return nil, fmt.Errorf("openflow: port dump answered with %T", m)
+		}
+		ports = append(ports, r.Ports...)
+	}
+	return ports, nil
+}
+
+// ErrNoSuchPort is returned by PortByName for a name the switch lacks.
+var ErrNoSuchPort = errors.New("openflow: no such port")
+
+// PortByName returns the OpenFlow port number of the named port (the name
+// ovs-vsctl add-port used; the bridge's own port is LOCAL).
+func (c *Client) PortByName(ctx context.Context, name string) (uint32, error) {
+	ports, err := c.Ports(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var names []string
+	for _, p := range ports {
+		if p.Name == name {
+			return p.PortNo, nil
+		}
+		names = append(names, p.Name)
+	}
+	return 0, fmt.Errorf("%w %q on the switch (it has %s)", ErrNoSuchPort, name, strings.Join(names, ", "))
+}
+
+// FlushConntrackZone deletes every conntrack entry in zone. The switch
+// acknowledges nothing, so a barrier follows; an error for the flush is
+// returned.
+func (c *Client) FlushConntrackZone(ctx context.Context, zone uint16) error {
+	return c.flush(ctx, &CTFlushZone{Zone: zone})
+}
+
+// FlushConntrack deletes the conntrack entries matching f (Open vSwitch
+// 3.1+), followed by a barrier. See CTFlush for how zones and partial
+// tuples behave.
+func (c *Client) FlushConntrack(ctx context.Context, f *CTFlush) error {
+	return c.flush(ctx, f)
+}
+
+func (c *Client) flush(ctx context.Context, m Message) error {
+	failed, err := c.sendThenBarrier(ctx, []Message{m})
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("openflow: conntrack flush refused: %w", failed[0].Err)
+	}
+	return nil
+}
