@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the module for the given time (default 5s) on top
-# of its seed corpus (f.Add calls and testdata/fuzz). Fails on the first
-# crash; the crashing input is saved under testdata/fuzz by go test.
+# Runs every fuzz target of the module for the given -fuzztime (a count such
+# as 50000x, or a duration such as 10m; default 50000x) on top of its seed
+# corpus (f.Add calls and testdata/fuzz). Fails on the first crash; the
+# crashing input is saved under testdata/fuzz by go test.
 set -euo pipefail
-fuzztime=${1:-5s}
+fuzztime=${1:-50000x}
 cd "$(dirname "$0")/../.."
 count=0
 for pkg in $(go list ./...); do
