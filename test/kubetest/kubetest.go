@@ -22,6 +22,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -38,9 +39,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 )
 
 // SystemNamespace is where egressflow runs in deploy/ and where its service
@@ -464,6 +467,49 @@ func poll(ctx context.Context, f func() error) error {
 		case <-ctx.Done():
 			return err
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Apply server-side applies every object of a multi-document YAML file.
+func Apply(t testing.TB, cfg *rest.Config, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := restmapper.GetAPIGroupResources(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDiscoveryRESTMapper(groups)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			return
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", path, gvk, err)
+		}
+		var r dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if ns := obj.GetNamespace(); ns != "" {
+			r = dyn.Resource(m.Resource).Namespace(ns)
+		}
+		if _, err := r.Apply(context.Background(), obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "kubetest", Force: true}); err != nil {
+			t.Fatalf("%s: apply %s %s: %v", path, gvk.Kind, obj.GetName(), err)
 		}
 	}
 }

@@ -1,0 +1,99 @@
+// Command egressflow-controller is the cluster component of egressflow: a
+// leader-elected controller that assigns each EgressService a host node,
+// writes status.host, labels the host for the load-balancer announcer and
+// follows node agents' heartbeat Leases. The logic is in controller/cluster;
+// this file only reads flags, wires clients, serves metrics and health, and
+// stops on SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/egressflow/egressflow/cmd/internal/cli"
+	"github.com/egressflow/egressflow/controller/cluster"
+)
+
+const (
+	// defaultQPS and defaultBurst throttle the controller's API client. At
+	// start-up with thousands of services every assignment costs about two
+	// writes, so the rate bounds how fast a large cluster converges; lower
+	// values protect a small API server from that burst.
+	defaultQPS   = 200
+	defaultBurst = 400
+)
+
+func main() {
+	if err := run(); err != nil {
+		klog.ErrorS(err, "egressflow-controller failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run() error {
+	var (
+		opts        cluster.Options
+		kubeconfig  string
+		podCIDRs    string
+		metricsAddr string
+		qps         float64
+		burst       int
+	)
+	fs := flag.CommandLine
+	klog.InitFlags(fs)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&opts.Namespace, "namespace", cli.EnvOr("POD_NAMESPACE", cluster.DefaultNamespace), "namespace of the agent heartbeat Leases and of the leader Lease")
+	fs.StringVar(&opts.Identity, "identity", cli.EnvOr("POD_NAME", cli.Hostname()), "this replica's name in the leader Lease")
+	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among replicas; only the leader writes")
+	fs.StringVar(&opts.LeaderLeaseName, "leader-elect-lease-name", cluster.DefaultLeaderLeaseName, "name of the leader-election Lease")
+	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", cluster.DefaultLeaseDuration, "how long a leader Lease lasts unrenewed: the longest gap after a leader crashes")
+	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", cluster.DefaultRenewDeadline, "how long the leader retries renewing before it stops leading (< lease duration)")
+	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", cluster.DefaultRetryPeriod, "how often replicas try to acquire or renew the leader Lease")
+	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs; endpoints outside them are host-networked and ignored (empty: every endpoint counts)")
+	fs.IntVar(&opts.ServiceWorkers, "service-workers", cluster.DefaultServiceWorkers, "EgressServices synced in parallel")
+	fs.IntVar(&opts.NodeWorkers, "node-workers", cluster.DefaultNodeWorkers, "node label patches in parallel")
+	fs.DurationVar(&opts.ResyncPeriod, "resync-period", cluster.DefaultResyncPeriod, "how often everything is re-checked (no API write when right); negative disables")
+	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
+	fs.DurationVar(&opts.RetryMaxDelay, "retry-max-delay", cluster.DefaultRetryMaxDelay, "cap of the retry delay")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address serving /metrics, /healthz and /readyz; empty disables")
+	fs.Float64Var(&qps, "kube-api-qps", defaultQPS, "API client requests per second")
+	fs.IntVar(&burst, "kube-api-burst", defaultBurst, "API client burst")
+	flag.Parse()
+
+	var err error
+	if opts.PodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {
+		return err
+	}
+	if len(opts.PodCIDRs) == 0 {
+		klog.InfoS("No --pod-cidrs: every endpoint address counts as a pod on the cluster network, host-networked ones too")
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opts.Registerer = reg
+	c, err := cluster.New(cfg, opts)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cli.Serve(ctx, metricsAddr, cli.Handler(reg, c.Healthz, c.Ready), stop)
+	return c.Run(ctx)
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/test/kubetest"
+)
+
+// TestBinary builds the command and runs it as in a pod: the controller's
+// service account (kubeconfig), leader election, metrics and health on a
+// loopback port. It assigns a host, serves /readyz, /healthz and /metrics,
+// and on SIGTERM exits 0 after releasing its leader Lease.
+func TestBinary(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "egressflow-controller")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	env := clustertest.Start(t)
+	env.Node(t, "node-a", nil)
+	ns := env.Namespace(t)
+	env.CreateService(t, clustertest.Service{Namespace: ns, Name: "web", IngressIPs: []string{"192.0.2.10"},
+		Endpoints: []clustertest.Endpoint{{IP: "10.128.0.10", Node: "node-a"}}})
+	env.CreateEgressService(t, ns, "web", esv1.EgressServiceSpec{})
+
+	cfg := env.Cluster.Config(kubetest.Controller)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %s, certificate-authority-data: %s}}]
+users: [{name: u, user: {token: %s}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, cfg.Host, base64.StdEncoding.EncodeToString(cfg.CAData), cfg.BearerToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--identity=cmd-test", "--pod-cidrs="+clustertest.PodCIDR,
+		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=100ms",
+		"--metrics-bind-address="+addr)
+	logs, err := os.Create(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if t.Failed() {
+			data, _ := os.ReadFile(logs.Name())
+			t.Logf("controller log:\n%s", data)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+	})
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	clustertest.Eventually(t, 30*time.Second, func() error {
+		if code, body := get("/readyz"); code != http.StatusOK {
+			return fmt.Errorf("/readyz: %d %s", code, body)
+		}
+		return nil
+	})
+	clustertest.Eventually(t, 30*time.Second, func() error {
+		if h := env.GetEgressService(t, ns, "web").Status.Host; h != "node-a" {
+			return fmt.Errorf("host %q", h)
+		}
+		if got := env.NodeServiceLabels(t, "node-a"); len(got) != 1 {
+			return fmt.Errorf("labels %v", got)
+		}
+		return nil
+	})
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		_, body := get("/metrics")
+		for _, want := range []string{"egressflow_controller_assignments_total 1", "egressflow_controller_leader 1",
+			"egressflow_controller_services_without_host 0", "egressflow_controller_event_to_status_seconds_count", "go_goroutines"} {
+			if !strings.Contains(body, want) {
+				return fmt.Errorf("/metrics lacks %q", want)
+			}
+		}
+		return nil
+	})
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit within 20s of SIGTERM")
+	}
+	lease, err := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(context.Background(), "egressflow-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
+		t.Errorf("leader Lease still held by %q after a graceful stop", *h)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

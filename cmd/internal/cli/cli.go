@@ -1,0 +1,96 @@
+// Package cli holds what egressflow's commands share: flag and environment
+// helpers, and the HTTP server for /metrics, /healthz and /readyz. No logic
+// of the components lives here.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+)
+
+// ShutdownGrace bounds how long the metrics server drains on exit.
+const ShutdownGrace = 5 * time.Second
+
+// EnvOr returns the environment variable name, or def when it is unset or
+// empty (Kubernetes fills such variables from the downward API).
+func EnvOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Hostname is the machine's host name, or "" if it cannot be read.
+func Hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// ParsePrefixes parses a comma-separated list of CIDRs given to flag name.
+func ParsePrefixes(name, value string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range strings.Split(value, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", name, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// Check is a health check: nil means healthy.
+type Check func(*http.Request) error
+
+// Handler serves /metrics from reg and the two health endpoints.
+func Handler(reg *prometheus.Registry, healthz, readyz Check) http.Handler {
+	m := http.NewServeMux()
+	m.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	check := func(f Check) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if err := f(r); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		}
+	}
+	m.Handle("/healthz", check(healthz))
+	m.Handle("/readyz", check(readyz))
+	return m
+}
+
+// Serve runs handler on addr until ctx ends, then drains it for at most
+// ShutdownGrace. If the server fails it calls failed (e.g. to stop the
+// command). An empty addr serves nothing.
+func Serve(ctx context.Context, addr string, handler http.Handler, failed func()) {
+	if addr == "" {
+		return
+	}
+	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Metrics server failed", "address", addr)
+			failed()
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+}

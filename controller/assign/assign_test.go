@@ -1,0 +1,356 @@
+package assign
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+)
+
+func egressService(mode esv1.SourceIPMode, sel metav1.LabelSelector) *esv1.EgressService {
+	return &esv1.EgressService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec:       esv1.EgressServiceSpec{SourceIPBy: mode, NodeSelector: sel},
+	}
+}
+
+func lbService(etp corev1.ServiceExternalTrafficPolicy, ips ...string) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: etp},
+	}
+	for _, ip := range ips {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return svc
+}
+
+// slice holds endpoints given as "address@node" ("address" for no node).
+func slice(addrType discoveryv1.AddressType, endpoints ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{AddressType: addrType}
+	for _, e := range endpoints {
+		addr, node, _ := strings.Cut(e, "@")
+		ep := discoveryv1.Endpoint{Addresses: []string{addr}}
+		if node != "" {
+			ep.NodeName = &node
+		}
+		s.Endpoints = append(s.Endpoints, ep)
+	}
+	return s
+}
+
+var podCIDRs = []netip.Prefix{netip.MustParsePrefix("10.128.0.0/14"), netip.MustParsePrefix("fd00:10::/48")}
+
+func TestEvaluate(t *testing.T) {
+	ipv4 := discoveryv1.AddressTypeIPv4
+	cases := []struct {
+		name       string
+		es         *esv1.EgressService
+		svc        *corev1.Service
+		slices     []*discoveryv1.EndpointSlice
+		cidrs      []netip.Prefix
+		reason     Reason
+		localNodes []string // nil: not ETP=Local
+	}{
+		{name: "eligible", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, cidrs: podCIDRs},
+		{name: "explicit LoadBalancerIP", es: egressService(esv1.SourceIPByLoadBalancerIP, metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, cidrs: podCIDRs},
+		{name: "service missing", es: egressService("", metav1.LabelSelector{}), reason: ReasonServiceNotFound},
+		{name: "ClusterIP service", es: egressService("", metav1.LabelSelector{}),
+			svc: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}, reason: ReasonNotLoadBalancer},
+		{name: "no ingress", es: egressService("", metav1.LabelSelector{}), svc: lbService(""),
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, reason: ReasonNoIngressIP},
+		{name: "hostname-only ingress", es: egressService("", metav1.LabelSelector{}),
+			svc: func() *corev1.Service {
+				s := lbService("")
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "lb.example.com"}}
+				return s
+			}(),
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, reason: ReasonNoIngressIP},
+		{name: "no slices", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"), reason: ReasonNoEndpoints},
+		{name: "empty slice", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4)}, reason: ReasonNoEndpoints},
+		{name: "only host-network endpoints", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "172.18.0.2@n1", "172.18.0.3@n2")}, cidrs: podCIDRs, reason: ReasonNoEndpoints},
+		{name: "FQDN slices ignored", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
+			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeFQDN, "10.128.0.5@n1")}, cidrs: podCIDRs, reason: ReasonNoEndpoints},
+		{name: "no pod CIDRs configured: every address counts", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "172.18.0.2@n1")}},
+		{name: "IPv6 endpoint in IPv6 pod CIDR", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "2001:db8::10"),
+			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv6, "fd00:10::5@n1")}, cidrs: podCIDRs},
+		{name: "invalid selector wins over everything", es: egressService("", metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "zone", Operator: "Near", Values: []string{"a"}}}}),
+			reason: ReasonInvalidSelector},
+		{name: "invalid label value in selector", es: egressService("", metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a b"}}),
+			svc: lbService("", "192.0.2.10"), reason: ReasonInvalidSelector},
+		{name: "Network mode needs neither ingress nor endpoints", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{}),
+			svc: lbService(""), reason: ReasonAllNodes},
+		{name: "Network mode ignores an invalid selector", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a b"}}),
+			svc: lbService(""), reason: ReasonAllNodes},
+		{name: "Network mode needs the Service", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{}), reason: ReasonServiceNotFound},
+		{name: "Network mode needs a LoadBalancer", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{}),
+			svc: &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort}}, reason: ReasonNotLoadBalancer},
+		{name: "ETP Local lists the nodes of every endpoint, host-network ones too", es: egressService("", metav1.LabelSelector{}),
+			svc:    lbService(corev1.ServiceExternalTrafficPolicyLocal, "192.0.2.10"),
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1", "172.18.0.9@n3", "10.128.0.6"), slice(ipv4, "10.129.0.5@n2")}, cidrs: podCIDRs,
+			localNodes: []string{"n1", "n2", "n3"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			el := Evaluate(Input{EgressService: tc.es, Service: tc.svc, EndpointSlices: tc.slices, PodCIDRs: tc.cidrs})
+			if el.Reason != tc.reason {
+				t.Fatalf("reason %q (%s), want %q", el.Reason, el.Message, tc.reason)
+			}
+			if el.Reason != "" && el.Message == "" {
+				t.Error("no message")
+			}
+			if el.Reason == "" && el.Selector == nil {
+				t.Error("eligible without a selector")
+			}
+			if (el.LocalNodes == nil) != (tc.localNodes == nil) || len(el.LocalNodes) != len(tc.localNodes) {
+				t.Fatalf("local nodes %v, want %v", el.LocalNodes, tc.localNodes)
+			}
+			for _, n := range tc.localNodes {
+				if !el.LocalNodes[n] {
+					t.Errorf("local nodes %v lack %s", el.LocalNodes, n)
+				}
+			}
+		})
+	}
+}
+
+func TestCheck(t *testing.T) {
+	sel, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: map[string]string{"egress": "yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := map[string]string{"egress": "yes"}
+	cases := []struct {
+		name  string
+		el    Eligibility
+		node  Node
+		wants NodeProblem
+	}{
+		{"candidate", Eligibility{Selector: sel}, Node{Name: "a", Labels: good, Ready: true, AgentAlive: true}, NodeOK},
+		{"not ready first", Eligibility{Selector: sel}, Node{Name: "a", Ready: false, AgentAlive: false}, NodeNotReady},
+		{"lease expired", Eligibility{Selector: sel}, Node{Name: "a", Labels: good, Ready: true}, NodeAgentLeaseExpired},
+		{"not selected", Eligibility{Selector: sel}, Node{Name: "a", Labels: map[string]string{"egress": "no"}, Ready: true, AgentAlive: true}, NodeNotSelected},
+		{"no local endpoint", Eligibility{Selector: sel, LocalNodes: map[string]bool{"b": true}}, Node{Name: "a", Labels: good, Ready: true, AgentAlive: true}, NodeNoLocalEndpoint},
+		{"local endpoint", Eligibility{Selector: sel, LocalNodes: map[string]bool{"a": true}}, Node{Name: "a", Labels: good, Ready: true, AgentAlive: true}, NodeOK},
+	}
+	for _, tc := range cases {
+		if got := tc.el.Check(&tc.node); got != tc.wants {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.wants)
+		}
+	}
+}
+
+// nodes builds candidate nodes; a name with a suffix says what is wrong with
+// it: "!ready", "!lease", "!selected".
+func nodes(specs ...string) map[string]*Node {
+	m := map[string]*Node{}
+	for _, s := range specs {
+		name, problem, _ := strings.Cut(s, "!")
+		n := &Node{Name: name, Labels: map[string]string{"egress": "yes"}, Ready: true, AgentAlive: true}
+		switch problem {
+		case "ready":
+			n.Ready = false
+		case "lease":
+			n.AgentAlive = false
+		case "selected":
+			n.Labels = nil
+		}
+		m[name] = n
+	}
+	return m
+}
+
+func loads(m map[string]int) func(string) int { return func(n string) int { return m[n] } }
+
+func TestDecide(t *testing.T) {
+	sel, _ := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: map[string]string{"egress": "yes"}})
+	eligible := Eligibility{Selector: sel}
+	cases := []struct {
+		name    string
+		el      Eligibility
+		current string
+		nodes   map[string]*Node
+		load    map[string]int
+		host    string
+		reason  Reason
+		lost    NodeProblem
+		message string // a substring
+	}{
+		{name: "least loaded wins", el: eligible, nodes: nodes("a", "b", "c"), load: map[string]int{"a": 2, "b": 1, "c": 2},
+			host: "b", reason: ReasonAssigned, message: "label egress-service.k8s.ovn.org/ns-web"},
+		{name: "valid current kept although unbalanced", el: eligible, current: "a", nodes: nodes("a", "b"), load: map[string]int{"a": 9, "b": 0},
+			host: "a", reason: ReasonAssigned},
+		{name: "current deleted", el: eligible, current: "gone", nodes: nodes("a"), host: "a", reason: ReasonAssigned, lost: NodeDeleted},
+		{name: "current not ready", el: eligible, current: "a", nodes: nodes("a!ready", "b"), host: "b", reason: ReasonAssigned, lost: NodeNotReady},
+		{name: "current lease expired", el: eligible, current: "a", nodes: nodes("a!lease", "b"), host: "b", reason: ReasonAssigned, lost: NodeAgentLeaseExpired},
+		{name: "current no longer selected", el: eligible, current: "a", nodes: nodes("a!selected", "b"), host: "b", reason: ReasonAssigned, lost: NodeNotSelected},
+		{name: "current lost, no replacement", el: eligible, current: "a", nodes: nodes("a!lease", "b!ready", "c!selected"),
+			reason: ReasonNoMatchingNode, lost: NodeAgentLeaseExpired,
+			message: "the nodes are not Ready, or have no fresh agent Lease, or do not match nodeSelector"},
+		{name: "no nodes at all", el: eligible, reason: ReasonNoMatchingNode, message: "there are no nodes"},
+		{name: "ETP Local restricts to endpoint nodes", el: Eligibility{Selector: sel, LocalNodes: map[string]bool{"c": true}}, nodes: nodes("a", "b", "c"),
+			load: map[string]int{"c": 5}, host: "c", reason: ReasonAssigned},
+		{name: "ineligible service drops its host without a node cause", el: Eligibility{Reason: ReasonNoEndpoints, Message: "none"}, current: "a", nodes: nodes("a"),
+			reason: ReasonNoEndpoints, message: "none"},
+		{name: "ineligible service with a deleted host", el: Eligibility{Reason: ReasonServiceNotFound, Message: "gone"}, current: "x", nodes: nodes("a"),
+			reason: ReasonServiceNotFound},
+		{name: "network mode is ALL", el: Eligibility{Reason: ReasonAllNodes, Message: "net"}, current: "a", nodes: nodes("a"),
+			host: esv1.HostAll, reason: ReasonAllNodes},
+		{name: "back from network mode picks a node", el: eligible, current: esv1.HostAll, nodes: nodes("a"), host: "a", reason: ReasonAssigned},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide("ns/web", tc.el, tc.current, tc.nodes, loads(tc.load))
+			if d.Host != tc.host || d.Reason != tc.reason || d.Lost != tc.lost {
+				t.Fatalf("got host %q reason %q lost %q (%s); want %q %q %q", d.Host, d.Reason, d.Lost, d.Message, tc.host, tc.reason, tc.lost)
+			}
+			if !strings.Contains(d.Message, tc.message) {
+				t.Errorf("message %q lacks %q", d.Message, tc.message)
+			}
+		})
+	}
+}
+
+// TestDecideTieBreak: equal loads are broken by the rendezvous hash, so the
+// answer does not depend on map order and differs between services.
+func TestDecideTieBreak(t *testing.T) {
+	ns := nodes("a", "b", "c", "d")
+	el := Eligibility{Selector: nil}
+	seen := map[string]bool{}
+	for i := range 40 {
+		key := fmt.Sprintf("ns/svc-%d", i)
+		first := Decide(key, el, "", ns, loads(nil)).Host
+		for range 20 { // map iteration order varies between calls
+			if got := Decide(key, el, "", ns, loads(nil)).Host; got != first {
+				t.Fatalf("%s: %s then %s", key, first, got)
+			}
+		}
+		seen[first] = true
+	}
+	if len(seen) < 3 {
+		t.Errorf("40 services with equal loads went to %v only", seen)
+	}
+}
+
+// TestDecideSpread: assigning services one after another keeps max-min <= 1.
+func TestDecideSpread(t *testing.T) {
+	ns := map[string]*Node{}
+	for i := range 7 {
+		name := fmt.Sprintf("node-%d", i)
+		ns[name] = &Node{Name: name, Ready: true, AgentAlive: true}
+	}
+	load := map[string]int{}
+	for i := range 100 {
+		d := Decide(fmt.Sprintf("ns/svc-%d", i), Eligibility{}, "", ns, loads(load))
+		load[d.Host]++
+	}
+	lo, hi := 1<<30, 0
+	for n := range ns {
+		lo, hi = min(lo, load[n]), max(hi, load[n])
+	}
+	if hi-lo > 1 {
+		t.Errorf("spread %d (loads %v)", hi-lo, load)
+	}
+}
+
+func TestLabelKey(t *testing.T) {
+	long63 := strings.Repeat("n", 63)
+	cases := []struct {
+		ns, name, want string
+	}{
+		{"default", "web", "egress-service.k8s.ovn.org/default-web"},
+		// exactly 63: kept as is
+		{strings.Repeat("a", 31), strings.Repeat("b", 31), "egress-service.k8s.ovn.org/" + strings.Repeat("a", 31) + "-" + strings.Repeat("b", 31)},
+		// 64: shortened
+		{strings.Repeat("a", 32), strings.Repeat("b", 31), ""},
+		// longest possible, and a cut that would end in '-'
+		{long63, long63, ""},
+		{strings.Repeat("a", 51) + "-x", long63, ""},
+	}
+	valid := regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	seen := map[string]string{}
+	for _, tc := range cases {
+		got := LabelKey(tc.ns, tc.name)
+		if tc.want != "" && got != tc.want {
+			t.Errorf("LabelKey(%s, %s) = %s, want %s", tc.ns, tc.name, got, tc.want)
+		}
+		if errs := validation.IsQualifiedName(got); len(errs) > 0 {
+			t.Errorf("LabelKey(%s, %s) = %s is not a valid label key: %v", tc.ns, tc.name, got, errs)
+		}
+		name := strings.TrimPrefix(got, LabelPrefix)
+		if len(name) > 63 || !valid.MatchString(name) || !IsLabelKey(got) {
+			t.Errorf("bad label name %q", name)
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("%s/%s and %s share %s", tc.ns, tc.name, other, got)
+		}
+		seen[got] = tc.ns + "/" + tc.name
+		if LabelKey(tc.ns, tc.name) != got {
+			t.Error("not stable")
+		}
+	}
+	// Two long names that differ only after the cut get different keys.
+	a, b := LabelKey(long63, strings.Repeat("x", 62)+"1"), LabelKey(long63, strings.Repeat("x", 62)+"2")
+	if a == b {
+		t.Errorf("long names differing at the end share %s", a)
+	}
+	if !strings.HasPrefix(strings.TrimPrefix(a, LabelPrefix), long63[:52]) {
+		t.Errorf("shortened name %s does not start with the readable name", a)
+	}
+}
+
+func TestLoadBalancerIPs(t *testing.T) {
+	cases := []struct {
+		ingress  []string
+		v4, v6   string
+		describe string
+	}{
+		{[]string{"192.0.2.1"}, "192.0.2.1", "", "one IPv4"},
+		{[]string{"192.0.2.1", "192.0.2.2", "2001:db8::1", "2001:db8::2"}, "192.0.2.1", "2001:db8::1", "first of each family"},
+		{[]string{"2001:db8::1", "192.0.2.9"}, "192.0.2.9", "2001:db8::1", "order across families does not matter"},
+		{[]string{"", "bogus", "::ffff:192.0.2.7"}, "192.0.2.7", "", "hostname-only and bad entries skipped, mapped v4 unmapped"},
+		{nil, "", "", "none"},
+	}
+	for _, tc := range cases {
+		v4, v6 := LoadBalancerIPs(lbService("", tc.ingress...))
+		if addrString(v4) != tc.v4 || addrString(v6) != tc.v6 {
+			t.Errorf("%s: got %v %v, want %s %s", tc.describe, v4, v6, tc.v4, tc.v6)
+		}
+	}
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+func TestNodeReady(t *testing.T) {
+	for _, tc := range []struct {
+		conds []corev1.NodeCondition
+		want  bool
+	}{
+		{nil, false},
+		{[]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}, true},
+		{[]corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue}, {Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}, false},
+	} {
+		if got := NodeReady(&corev1.Node{Status: corev1.NodeStatus{Conditions: tc.conds}}); got != tc.want {
+			t.Errorf("NodeReady(%v) = %v", tc.conds, got)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package assign
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+)
+
+// Node is what candidacy depends on about one node.
+type Node struct {
+	Name   string
+	Labels map[string]string
+	// Ready is the Node's Ready condition being True.
+	Ready bool
+	// AgentAlive is the node agent's heartbeat Lease being fresh.
+	AgentAlive bool
+}
+
+// NodeReady says whether a Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Check says why n is not a candidate for a service with eligibility el, or
+// NodeOK. The checks run in this order: Ready, agent Lease, nodeSelector,
+// local endpoint.
+func (el Eligibility) Check(n *Node) NodeProblem {
+	switch {
+	case !n.Ready:
+		return NodeNotReady
+	case !n.AgentAlive:
+		return NodeAgentLeaseExpired
+	case el.Selector != nil && !el.Selector.Matches(labels.Set(n.Labels)):
+		return NodeNotSelected
+	case el.LocalNodes != nil && !el.LocalNodes[n.Name]:
+		return NodeNoLocalEndpoint
+	}
+	return NodeOK
+}
+
+// Decision is the outcome for one service.
+type Decision struct {
+	// Host is the node name, esv1.HostAll, or "" for none.
+	Host string
+	// Reason is ReasonAssigned, ReasonAllNodes, or why there is no host.
+	Reason Reason
+	// Message explains Reason to a person.
+	Message string
+	// Lost is why the current host was given up, when it was a node and is
+	// not kept (NodeOK otherwise).
+	Lost NodeProblem
+}
+
+// Decide picks the host of service key ("namespace/name") with eligibility
+// el. current is its current host ("" for none); nodes are all known nodes
+// by name; load(node) is how many services are assigned to a node.
+//
+// A current host that is still a candidate is kept. Otherwise the candidate
+// with the lowest load wins, then the lowest rendezvous hash of (key, node),
+// then the lowest name.
+func Decide(key string, el Eligibility, current string, nodes map[string]*Node, load func(node string) int) Decision {
+	d := Decision{}
+	if el.Reason == "" && current != "" && current != esv1.HostAll {
+		if n, ok := nodes[current]; !ok {
+			d.Lost = NodeDeleted
+		} else if d.Lost = el.Check(n); d.Lost == NodeOK {
+			return assigned(key, current)
+		}
+	}
+	switch el.Reason {
+	case "":
+	case ReasonAllNodes:
+		return Decision{Host: esv1.HostAll, Reason: ReasonAllNodes, Message: el.Message}
+	default:
+		d.Reason, d.Message = el.Reason, el.Message
+		return d
+	}
+
+	best, bestLoad, bestScore := "", 0, uint64(0)
+	problems := map[NodeProblem]bool{}
+	for name, n := range nodes {
+		if p := el.Check(n); p != NodeOK {
+			problems[p] = true
+			continue
+		}
+		l, score := load(name), rendezvous(key, name)
+		if best == "" || l < bestLoad || (l == bestLoad && (score < bestScore || (score == bestScore && name < best))) {
+			best, bestLoad, bestScore = name, l, score
+		}
+	}
+	if best == "" {
+		d.Reason, d.Message = ReasonNoMatchingNode, noCandidateMessage(len(nodes), problems)
+		return d
+	}
+	a := assigned(key, best)
+	a.Lost = d.Lost
+	return a
+}
+
+func assigned(key, host string) Decision {
+	ns, name, _ := strings.Cut(key, "/")
+	return Decision{Host: host, Reason: ReasonAssigned,
+		Message: fmt.Sprintf("node %s handles the egress traffic; it carries the label %s", host, LabelKey(ns, name))}
+}
+
+// noCandidateMessage names the problems that excluded nodes, in a fixed order
+// and without counts, so that it changes (and costs a status write) only when
+// the kind of problem changes.
+func noCandidateMessage(nodes int, problems map[NodeProblem]bool) string {
+	if nodes == 0 {
+		return "no candidate node: there are no nodes"
+	}
+	var why []string
+	for _, p := range nodeProblemText {
+		if problems[p.problem] {
+			why = append(why, p.text)
+		}
+	}
+	return "no candidate node: the nodes " + strings.Join(why, ", or ")
+}
+
+// rendezvous is the tie-break score of node for service key (FNV-1a, 64 bits).
+func rendezvous(key, node string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write([]byte(node))
+	return h.Sum64()
+}

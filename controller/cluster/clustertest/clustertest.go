@@ -1,0 +1,617 @@
+// Package clustertest is the test kit of the cluster component: a real API
+// server with the deploy/ RBAC applied, fake nodes with heartbeating agents
+// (through the heartbeat package's agent side), Services, EndpointSlices and
+// EgressServices, controller replicas running as the controller's service
+// account, a watcher that proves no two nodes ever carry one service label,
+// and a transport that counts the controller's API writes. Tests and the
+// benchmark use it; production code must not.
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/cluster"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+)
+
+// Short heartbeat timings for tests: a stopped agent's node stops being a
+// candidate 600 ms after its last renewal.
+const (
+	AgentRenew  = 200 * time.Millisecond
+	AgentExpire = 600 * time.Millisecond
+)
+
+// PodCIDR is the cluster network of the test clusters.
+const PodCIDR = "10.128.0.0/14"
+
+// Manifests are the deploy/ files every test cluster gets.
+// (The Deployment is applied for its validation by the API server; nothing
+// runs it.)
+var Manifests = []string{"deploy/controller/namespace.yaml", "deploy/controller/rbac.yaml", "deploy/controller/deployment.yaml", "deploy/agent/rbac.yaml"}
+
+// Env is a test API server with the deploy/ RBAC applied and admin clients.
+type Env struct {
+	Cluster *kubetest.Cluster
+	Kube    kubernetes.Interface
+	ES      versioned.Interface
+}
+
+// Start launches an API server for the test and applies Manifests.
+func Start(t testing.TB) *Env {
+	t.Helper()
+	return NewEnv(t, kubetest.Start(t))
+}
+
+// NewEnv applies Manifests to c and returns admin clients.
+func NewEnv(t testing.TB, c *kubetest.Cluster) *Env {
+	t.Helper()
+	cfg := c.Config(kubetest.Admin)
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range Manifests {
+		kubetest.Apply(t, cfg, filepath.Join(root, m))
+	}
+	return &Env{Cluster: c, Kube: kubernetes.NewForConfigOrDie(cfg), ES: versioned.NewForConfigOrDie(cfg)}
+}
+
+// Namespace creates a namespace for one test's services.
+func (e *Env) Namespace(t testing.TB) string {
+	t.Helper()
+	ns, err := e.Kube.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "es-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// CreateNode creates a Node with the given labels and Ready condition.
+func (e *Env) CreateNode(t testing.TB, name string, labels map[string]string, ready bool) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.SetNodeReady(t, name, ready)
+}
+
+// SetNodeReady sets a Node's Ready condition.
+func (e *Env) SetNodeReady(t testing.TB, name string, ready bool) {
+	t.Helper()
+	ctx := context.Background()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	n, err := e.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if _, err := e.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PatchNodeLabels merge-patches a Node's labels (nil value: remove).
+func (e *Env) PatchNodeLabels(t testing.TB, name string, labels map[string]*string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(`{"metadata":{"labels":{`)
+	i := 0
+	for k, v := range labels {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		i++
+		if v == nil {
+			fmt.Fprintf(&b, "%q:null", k)
+		} else {
+			fmt.Fprintf(&b, "%q:%q", k, *v)
+		}
+	}
+	b.WriteString("}}}")
+	if _, err := e.Kube.CoreV1().Nodes().Patch(context.Background(), name, "application/merge-patch+json", []byte(b.String()), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// NodeServiceLabels returns the service labels of a node.
+func (e *Env) NodeServiceLabels(t testing.TB, name string) []string {
+	t.Helper()
+	n, err := e.Kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for k := range n.Labels {
+		if assign.IsLabelKey(k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NodesWithLabel lists the nodes that carry a label key.
+func (e *Env) NodesWithLabel(t testing.TB, key string) []string {
+	t.Helper()
+	list, err := e.Kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range list.Items {
+		out = append(out, n.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Endpoint is one endpoint of an EndpointSlice.
+type Endpoint struct {
+	IP   string
+	Node string
+}
+
+// Service describes a LoadBalancer Service with its endpoints.
+type Service struct {
+	Namespace, Name string
+	// Type defaults to LoadBalancer.
+	Type        corev1.ServiceType
+	IngressIPs  []string
+	TrafficPol  corev1.ServiceExternalTrafficPolicy
+	Endpoints   []Endpoint
+	NoEndpoints bool // create no EndpointSlice at all
+}
+
+// CreateService creates the Service, sets its ingress IPs, and creates one
+// EndpointSlice with its endpoints.
+func (e *Env) CreateService(t testing.TB, s Service) {
+	t.Helper()
+	ctx := context.Background()
+	typ := s.Type
+	if typ == "" {
+		typ = corev1.ServiceTypeLoadBalancer
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
+		Spec: corev1.ServiceSpec{
+			Type:  typ,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if typ == corev1.ServiceTypeLoadBalancer || typ == corev1.ServiceTypeNodePort {
+		svc.Spec.ExternalTrafficPolicy = s.TrafficPol
+		if svc.Spec.ExternalTrafficPolicy == "" {
+			svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+		}
+	}
+	created, err := e.Kube.CoreV1().Services(s.Namespace).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.IngressIPs) > 0 {
+		e.setIngress(t, created, s.IngressIPs)
+	}
+	if !s.NoEndpoints {
+		e.SetEndpoints(t, s.Namespace, s.Name, s.Endpoints)
+	}
+}
+
+// SetIngress replaces a Service's load-balancer ingress IPs.
+func (e *Env) SetIngress(t testing.TB, ns, name string, ips ...string) {
+	t.Helper()
+	svc, err := e.Kube.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.setIngress(t, svc, ips)
+}
+
+func (e *Env) setIngress(t testing.TB, svc *corev1.Service, ips []string) {
+	t.Helper()
+	svc.Status.LoadBalancer.Ingress = nil
+	for _, ip := range ips {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	if _, err := e.Kube.CoreV1().Services(svc.Namespace).UpdateStatus(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SetEndpoints creates or replaces the Service's EndpointSlice (named after
+// the Service) with the given endpoints.
+func (e *Env) SetEndpoints(t testing.TB, ns, name string, eps []Endpoint) {
+	t.Helper()
+	ctx := context.Background()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
+	}
+	for _, ep := range eps {
+		endpoint := discoveryv1.Endpoint{Addresses: []string{ep.IP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}
+		if ep.Node != "" {
+			endpoint.NodeName = ptr(ep.Node)
+		}
+		slice.Endpoints = append(slice.Endpoints, endpoint)
+	}
+	client := e.Kube.DiscoveryV1().EndpointSlices(ns)
+	cur, err := client.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = client.Create(ctx, slice, metav1.CreateOptions{})
+	case err == nil:
+		slice.ResourceVersion = cur.ResourceVersion
+		_, err = client.Update(ctx, slice, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CreateEgressService creates an EgressService.
+func (e *Env) CreateEgressService(t testing.TB, ns, name string, spec esv1.EgressServiceSpec) {
+	t.Helper()
+	es := &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+	if _, err := e.ES.K8sV1().EgressServices(ns).Create(context.Background(), es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// GetEgressService reads an EgressService.
+func (e *Env) GetEgressService(t testing.TB, ns, name string) *esv1.EgressService {
+	t.Helper()
+	es, err := e.ES.K8sV1().EgressServices(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// UpdateEgressService reads, modifies and writes back an EgressService.
+func (e *Env) UpdateEgressService(t testing.TB, ns, name string, modify func(*esv1.EgressService)) {
+	t.Helper()
+	es := e.GetEgressService(t, ns, name)
+	modify(es)
+	if _, err := e.ES.K8sV1().EgressServices(ns).Update(context.Background(), es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Events lists the Events about an object, oldest first.
+func (e *Env) Events(t testing.TB, ns, name string) []corev1.Event {
+	t.Helper()
+	list, err := e.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Event) int { return a.FirstTimestamp.Compare(b.FirstTimestamp.Time) })
+	return list.Items
+}
+
+// Eventually polls check every 20 ms until it returns nil, failing the test
+// with its last error after timeout.
+func Eventually(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Agent is a node agent's heartbeat, written as the agent's service account
+// through heartbeat.Renewer.
+type Agent struct {
+	Node   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// StartAgent starts heartbeating for node with AgentRenew and AgentExpire;
+// the test's end stops it.
+func (e *Env) StartAgent(t testing.TB, node string) *Agent {
+	t.Helper()
+	client := kubernetes.NewForConfigOrDie(e.Cluster.Config(kubetest.Agent))
+	r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
+		Namespace: kubetest.SystemNamespace, NodeName: node, RenewInterval: AgentRenew, LeaseDuration: AgentExpire,
+		Facts: func() heartbeat.Facts { return heartbeat.Facts{SyncState: heartbeat.SyncStateSynced} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first renewal is synchronous, so the Lease exists on return.
+	if err := r.RenewOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Agent{Node: node, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		_ = r.Run(ctx)
+	}()
+	t.Cleanup(a.Stop)
+	return a
+}
+
+// Stop stops renewing; the Lease then expires. Safe to call twice.
+func (a *Agent) Stop() {
+	a.cancel()
+	<-a.done
+}
+
+// Node creates a Ready node with labels and a heartbeating agent.
+func (e *Env) Node(t testing.TB, name string, labels map[string]string) *Agent {
+	t.Helper()
+	e.CreateNode(t, name, labels, true)
+	return e.StartAgent(t, name)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Replica is one running controller.
+type Replica struct {
+	*cluster.Controller
+	Writes *WriteLog
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// RunController starts a controller as the controller's service account,
+// with the test pod CIDR; opts' zero fields take the defaults. The test's
+// end stops it.
+func (e *Env) RunController(t testing.TB, opts cluster.Options) *Replica {
+	t.Helper()
+	cfg := e.Cluster.Config(kubetest.Controller)
+	log := &WriteLog{}
+	cfg.Wrap(log.wrap)
+	if opts.PodCIDRs == nil {
+		opts.PodCIDRs = mustPrefixes(PodCIDR)
+	}
+	c, err := cluster.New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Replica{Controller: c, Writes: log, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			t.Errorf("controller %s: %v", opts.Identity, err)
+		}
+	})
+	return r
+}
+
+// Stop cancels the controller and waits for Run to return its error.
+func (r *Replica) Stop() error {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case r.err = <-r.done:
+		case <-time.After(30 * time.Second):
+			r.err = errors.New("did not stop within 30s")
+		}
+	})
+	return r.err
+}
+
+// WaitLeading waits until the replica leads and its first sync pass is done.
+func (r *Replica) WaitLeading(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, func() error {
+		if !r.Idle() {
+			return errors.New("not leading, or still busy")
+		}
+		return nil
+	})
+}
+
+func mustPrefixes(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range s {
+		out = append(out, netip.MustParsePrefix(p))
+	}
+	return out
+}
+
+// Request is one API request the controller sent.
+type Request struct {
+	At     time.Time
+	Method string
+	Path   string
+	Body   string
+}
+
+// WriteLog records the controller's API writes (every method but GET).
+type WriteLog struct {
+	mu   sync.Mutex
+	reqs []Request
+}
+
+func (l *WriteLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet {
+			var body []byte
+			if req.GetBody != nil {
+				if rc, err := req.GetBody(); err == nil {
+					body, _ = io.ReadAll(rc)
+					rc.Close()
+				}
+			}
+			l.mu.Lock()
+			l.reqs = append(l.reqs, Request{At: time.Now(), Method: req.Method, Path: req.URL.Path, Body: string(body)})
+			l.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// All returns the writes so far.
+func (l *WriteLog) All() []Request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs)
+}
+
+// Since returns the writes from index i on, and the next index.
+func (l *WriteLog) Since(i int) ([]Request, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs[min(i, len(l.reqs)):]), len(l.reqs)
+}
+
+// Len is the number of writes so far.
+func (l *WriteLog) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.reqs)
+}
+
+// NotEvents drops writes of Events and of the leader Lease, leaving those
+// that change assignments (status, node labels).
+func NotEvents(reqs []Request) []Request {
+	return slices.DeleteFunc(NotLeases(reqs), func(r Request) bool { return strings.Contains(r.Path, "/events") })
+}
+
+// NotLeases drops writes of the leader Lease (periodic renewals).
+func NotLeases(reqs []Request) []Request {
+	return slices.DeleteFunc(slices.Clone(reqs), func(r Request) bool { return strings.Contains(r.Path, "/leases") })
+}
+
+// LabelWatcher follows every Node through a watch and records any moment
+// (any etcd revision) at which one service label is on more than one node.
+type LabelWatcher struct {
+	mu         sync.Mutex
+	labels     map[string]map[string]bool // node -> service labels
+	violations []string
+	cancel     context.CancelFunc
+}
+
+// WatchLabels starts a LabelWatcher; the test's end stops it and fails the
+// test if it saw a violation.
+func (e *Env) WatchLabels(t testing.TB) *LabelWatcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &LabelWatcher{labels: map[string]map[string]bool{}, cancel: cancel}
+	lw := cache.NewListWatchFromClient(e.Kube.CoreV1().RESTClient(), "nodes", "", fields.Everything())
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.observe(o.(*corev1.Node), false) },
+		UpdateFunc: func(_, o any) { w.observe(o.(*corev1.Node), false) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if n, ok := o.(*corev1.Node); ok {
+				w.observe(n, true)
+			}
+		},
+	})
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("label watcher did not sync")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if v := w.Violations(); len(v) > 0 {
+			t.Errorf("a service label was on two nodes at once: %v", v)
+		}
+	})
+	return w
+}
+
+func (w *LabelWatcher) observe(n *corev1.Node, deleted bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	set := map[string]bool{}
+	if !deleted {
+		for k := range n.Labels {
+			if assign.IsLabelKey(k) {
+				set[k] = true
+			}
+		}
+	}
+	w.labels[n.Name] = set
+	for k := range set {
+		var carriers []string
+		for node, l := range w.labels {
+			if l[k] {
+				carriers = append(carriers, node)
+			}
+		}
+		if len(carriers) > 1 {
+			slices.Sort(carriers)
+			w.violations = append(w.violations, fmt.Sprintf("%s on %v at rv %s", k, carriers, n.ResourceVersion))
+		}
+	}
+}
+
+// Violations are the moments one label was on several nodes.
+func (w *LabelWatcher) Violations() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.violations)
+}
+
+// Reset forgets the violations seen so far (for tests that seed a broken
+// state on purpose).
+func (w *LabelWatcher) Reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.violations = nil
+}
+
+// Carriers returns, per service label, the nodes that carry it now.
+func (w *LabelWatcher) Carriers() map[string][]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string][]string{}
+	for node, set := range w.labels {
+		for k := range set {
+			out[k] = append(out[k], node)
+		}
+	}
+	return out
+}

@@ -1,0 +1,263 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	esscheme "github.com/egressflow/egressflow/controller/generated/clientset/versioned/scheme"
+	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
+	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+)
+
+// endpointSliceServiceIndex indexes EndpointSlices by "namespace/service".
+const endpointSliceServiceIndex = "service"
+
+// eventComponent is the source of the Events the controller emits.
+const eventComponent = "egressflow-controller"
+
+// Controller assigns EgressService hosts. Build it with New, run it with Run.
+type Controller struct {
+	opts    Options
+	kube    kubernetes.Interface
+	es      versioned.Interface
+	metrics *metrics
+
+	kubeInformers  informers.SharedInformerFactory
+	leaseInformers informers.SharedInformerFactory
+	esInformers    esinformers.SharedInformerFactory
+
+	esLister      eslisters.EgressServiceLister
+	serviceLister corelisters.ServiceLister
+	nodeLister    corelisters.NodeLister
+	leaseLister   coordinationlisters.LeaseLister
+	slices        cache.Indexer
+	synced        []cache.InformerSynced
+
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+	healthz     *leaderelection.HealthzAdaptor
+
+	// term is the current leadership term, nil while not leading. Event
+	// handlers feed it; they do nothing without one.
+	term   atomic.Pointer[term]
+	ready  atomic.Bool
+	active atomic.Int64 // syncs in progress, for Idle
+}
+
+// term is one period of leadership: its queues and state live and die with it.
+type term struct {
+	state    *state
+	services workqueue.TypedRateLimitingInterface[string]
+	nodes    workqueue.TypedRateLimitingInterface[string]
+	liveness workqueue.TypedDelayingInterface[string]
+	// labelLocks serialize label additions per label key (see syncNode).
+	labelLocks stripedLocks
+}
+
+// New builds a controller that talks to the API server of cfg.
+func New(cfg *rest.Config, opts Options) (*Controller, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = eventComponent
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	es, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		opts:    opts,
+		kube:    kube,
+		es:      es,
+		metrics: newMetrics(opts.Registerer),
+		healthz: leaderelection.NewLeaderHealthzAdaptor(opts.RenewDeadline),
+	}
+	// Informers have no resync of their own: Resync enqueues everything.
+	c.kubeInformers = informers.NewSharedInformerFactory(kube, 0)
+	c.leaseInformers = informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithNamespace(opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.SelectorFromSet(labels.Set{heartbeat.LeaseLabel: heartbeat.LeaseLabelValue}).String()
+		}))
+	c.esInformers = esinformers.NewSharedInformerFactory(es, 0)
+
+	esInf := c.esInformers.K8s().V1().EgressServices()
+	svcInf := c.kubeInformers.Core().V1().Services()
+	nodeInf := c.kubeInformers.Core().V1().Nodes()
+	sliceInf := c.kubeInformers.Discovery().V1().EndpointSlices()
+	leaseInf := c.leaseInformers.Coordination().V1().Leases()
+	if err := sliceInf.Informer().AddIndexers(cache.Indexers{endpointSliceServiceIndex: sliceServiceKeys}); err != nil {
+		return nil, err
+	}
+	c.esLister, c.serviceLister, c.nodeLister, c.leaseLister = esInf.Lister(), svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
+	c.slices = sliceInf.Informer().GetIndexer()
+
+	for _, h := range []struct {
+		inf     cache.SharedIndexInformer
+		handler cache.ResourceEventHandler
+	}{
+		{esInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressService, UpdateFunc: c.onEgressServiceUpdate, DeleteFunc: c.onEgressService}},
+		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onService, UpdateFunc: func(_, n any) { c.onService(n) }, DeleteFunc: c.onService}},
+		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onSlice, UpdateFunc: c.onSliceUpdate, DeleteFunc: c.onSlice}},
+		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onNodeAdd, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onNodeDelete}},
+		{leaseInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onLease, UpdateFunc: func(_, n any) { c.onLease(n) }, DeleteFunc: c.onLease}},
+	} {
+		reg, err := h.inf.AddEventHandler(h.handler)
+		if err != nil {
+			return nil, err
+		}
+		c.synced = append(c.synced, reg.HasSynced)
+	}
+
+	c.broadcaster = record.NewBroadcaster()
+	c.recorder = c.broadcaster.NewRecorder(esscheme.Scheme, corev1.EventSource{Component: eventComponent})
+	return c, nil
+}
+
+// sliceServiceKeys indexes an EndpointSlice by its Service's key.
+func sliceServiceKeys(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{s.Namespace + "/" + name}, nil
+}
+
+// Run starts the informers, waits for their caches, and then leads (or, with
+// leader election, campaigns to lead) until ctx ends. With leader election it
+// returns an error if leadership is lost while ctx is still alive: the caller
+// should exit, and a restarted replica campaigns again from a clean state.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx)
+	sink := &typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")}
+	c.broadcaster.StartRecordingToSink(sink)
+	defer c.broadcaster.Shutdown()
+
+	c.kubeInformers.Start(ctx.Done())
+	c.leaseInformers.Start(ctx.Done())
+	c.esInformers.Start(ctx.Done())
+	defer c.kubeInformers.Shutdown()
+	defer c.leaseInformers.Shutdown()
+	defer c.esInformers.Shutdown()
+	if !cache.WaitForNamedCacheSync(eventComponent, ctx.Done(), c.synced...) {
+		return ctx.Err()
+	}
+	c.ready.Store(true)
+	logger.Info("Caches synced")
+
+	if !c.opts.LeaderElection {
+		c.lead(ctx)
+		return nil
+	}
+	return c.campaign(ctx)
+}
+
+// campaign runs leader election and leads while elected. On ctx's end it
+// stops the workers first and only then releases the Lease, so that no write
+// of this replica can land after another one took over.
+func (c *Controller) campaign(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.opts.Namespace, Name: c.opts.LeaderLeaseName},
+		Client:     c.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.opts.Identity},
+	}
+	electorCtx, cancelElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelElector()
+	var (
+		mu       sync.Mutex
+		stopping bool
+		leading  sync.WaitGroup
+	)
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-finished:
+			return
+		}
+		mu.Lock()
+		stopping = true
+		mu.Unlock()
+		leading.Wait()
+		cancelElector()
+	}()
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   c.opts.LeaseDuration,
+		RenewDeadline:   c.opts.RenewDeadline,
+		RetryPeriod:     c.opts.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            c.opts.LeaderLeaseName,
+		WatchDog:        c.healthz,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leaderCtx context.Context) {
+				mu.Lock()
+				if stopping {
+					mu.Unlock()
+					return
+				}
+				leading.Add(1)
+				mu.Unlock()
+				defer leading.Done()
+				// Workers stop when leadership is lost or ctx ends, whichever
+				// is first; the Lease is released only after that.
+				workCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
+				c.lead(workCtx)
+			},
+			OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", c.opts.Identity) },
+			OnNewLeader: func(identity string) {
+				logger.Info("Leader observed", "leader", identity, "self", identity == c.opts.Identity)
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	c.healthz.SetLeaderElection(elector)
+	elector.Run(electorCtx)
+	mu.Lock()
+	stopping = true
+	mu.Unlock()
+	leading.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.New("leader election lost")
+}

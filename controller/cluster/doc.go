@@ -1,0 +1,61 @@
+// Package cluster is the cluster component's control loop: it gives every
+// EgressService a host (status.host), labels that node
+// egress-service.k8s.ovn.org/<namespace>-<name> for the load-balancer
+// announcer, and follows node agents' liveness through their heartbeat
+// Leases (controller/heartbeat). Decisions come from controller/assign; this
+// package owns the informers, queues, in-memory bookkeeping and API writes.
+//
+// # Shape
+//
+// Informers watch EgressServices, Services, EndpointSlices, Nodes, and the
+// agent Leases of the component's namespace. Event handlers only record and
+// enqueue. Two rate-limited work queues do the writes:
+//
+//   - the service queue (namespace/name) decides a host, writes status.host
+//     and the Ready condition when they differ (UpdateStatus, retried on
+//     conflict with a fresh read), emits Events and metrics;
+//   - the node queue (node name) patches a node's service labels to match
+//     the services whose status names it, all changes of one node in one
+//     merge patch.
+//
+// A third, delaying queue re-checks each agent Lease at the instant it
+// expires, so a dead agent is noticed then and not at the next resync.
+//
+// Writes are level-triggered and idempotent: each sync compares the desired
+// state with the cache (or with this replica's own newer write, until the
+// cache catches up) and writes only a difference. A resync therefore costs
+// no API call.
+//
+// # Order of writes, and the one-label rule
+//
+// For a service moving from node A to node B: status.host becomes B first;
+// then A's label is removed, and B's label is added only once no other node
+// carries it (the addition waits for A's patch; label additions of one key
+// are serialized). So one service's label is never on two nodes, and the
+// unlabelled gap is one label patch long. The status names the new host
+// before the announcer is told, so the new host's agent starts preparing
+// SNAT before ingress traffic arrives.
+//
+// # Leadership
+//
+// With leader election only the leader runs queues and writes. Each term
+// starts from the caches, runs a startup repair (see repair) before any
+// worker, and ends by stopping the workers before the Lease is released, so
+// two replicas never write at once on a graceful handover. Valid
+// assignments found in status.host are adopted, so a new leader moves
+// nothing that is right.
+//
+// # Reasons, Events, metrics
+//
+// Every decision carries an assign.Reason, the Ready condition's reason.
+// Events are emitted when a write changes the host or the reason, never on a
+// resync: Assigned, AllNodes, HostLost (with the node's problem), and the
+// reason of a missing host (NoEndpoints, NoMatchingNode, ...). Metrics are
+// in metrics.go.
+//
+// # What it must not touch
+//
+// It writes only EgressService status, the service labels of Nodes, its own
+// leader Lease and Events. It never writes agent Leases, Services or
+// EndpointSlices.
+package cluster

@@ -1,0 +1,235 @@
+package cluster
+
+import (
+	"maps"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+)
+
+// Event handlers only record what changed in the term's state and enqueue
+// keys; every decision is made by a sync. Without a term (not leading) they
+// do nothing: a new term starts from the caches.
+
+func (c *Controller) enqueueService(t *term, key string) {
+	t.state.mu.Lock()
+	t.state.noteEvent(key, c.opts.Clock.Now())
+	t.state.mu.Unlock()
+	t.services.Add(key)
+}
+
+func (c *Controller) onEgressService(obj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.enqueueService(t, key)
+	}
+}
+
+func (c *Controller) onEgressServiceUpdate(oldObj, newObj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	o, n := oldObj.(*esv1.EgressService), newObj.(*esv1.EgressService)
+	key := n.Namespace + "/" + n.Name
+	t.state.mu.Lock()
+	t.state.freshest(key, n) // drops our write once the cache has it
+	t.state.mu.Unlock()
+	if o.Generation == n.Generation && statusEqual(o.Status, n.Status) {
+		return // metadata only (labels, annotations, managedFields)
+	}
+	c.enqueueService(t, key)
+}
+
+// onService enqueues the EgressService of the same name, if there is one.
+func (c *Controller) onService(obj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	ns, name := splitKey(key)
+	if _, err := c.esLister.EgressServices(ns).Get(name); err == nil {
+		c.enqueueService(t, key)
+	}
+}
+
+func (c *Controller) onSlice(obj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	keys, _ := sliceServiceKeys(s)
+	for _, key := range keys {
+		ns, name := splitKey(key)
+		if _, err := c.esLister.EgressServices(ns).Get(name); err == nil {
+			c.enqueueService(t, key)
+		}
+	}
+}
+
+func (c *Controller) onSliceUpdate(oldObj, newObj any) {
+	c.onSlice(oldObj) // the service-name label may have changed
+	if o, n := oldObj.(*discoveryv1.EndpointSlice), newObj.(*discoveryv1.EndpointSlice); o.Labels[discoveryv1.LabelServiceName] != n.Labels[discoveryv1.LabelServiceName] {
+		c.onSlice(newObj)
+	}
+}
+
+func (c *Controller) onNodeAdd(obj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	n := obj.(*corev1.Node)
+	c.nodeChanged(t, n.Name)
+	c.nodeLabelsObserved(t, n)
+}
+
+func (c *Controller) onNodeUpdate(oldObj, newObj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	o, n := oldObj.(*corev1.Node), newObj.(*corev1.Node)
+	if assign.NodeReady(o) != assign.NodeReady(n) || !maps.Equal(plainLabels(o.Labels), plainLabels(n.Labels)) {
+		c.nodeChanged(t, n.Name)
+	}
+	c.nodeLabelsObserved(t, n)
+}
+
+func (c *Controller) onNodeDelete(obj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	t.state.mu.Lock()
+	removed := t.state.forgetNode(n.Name)
+	t.state.mu.Unlock()
+	c.nodeChanged(t, n.Name)
+	c.unblockHolders(t, removed)
+}
+
+// nodeLabelsObserved records a node's service labels and queues the node
+// when they changed (to revert manual edits), and the holders of labels it
+// lost (which may have waited for it).
+func (c *Controller) nodeLabelsObserved(t *term, n *corev1.Node) {
+	t.state.mu.Lock()
+	before := t.state.actualLabels(n.Name)
+	removed := t.state.observeNode(n)
+	changed := !before.Equal(t.state.actualLabels(n.Name))
+	t.state.mu.Unlock()
+	if changed {
+		t.nodes.Add(n.Name)
+	}
+	c.unblockHolders(t, removed)
+}
+
+// unblockHolders queues the nodes that should carry the given labels.
+func (c *Controller) unblockHolders(t *term, labelKeys []string) {
+	if len(labelKeys) == 0 {
+		return
+	}
+	t.state.mu.Lock()
+	holders := sets.New[string]()
+	for _, k := range labelKeys {
+		if h := t.state.holder(k); h != "" {
+			holders.Insert(h)
+		}
+	}
+	t.state.mu.Unlock()
+	for h := range holders {
+		t.nodes.Add(h)
+	}
+}
+
+// nodeChanged marks node's candidacy as possibly changed: the services it
+// hosts and those waiting for a candidate are synced again.
+func (c *Controller) nodeChanged(t *term, node string) {
+	t.state.mu.Lock()
+	t.state.viewDirty = true
+	keys := t.state.byHost[node].Union(t.state.waiting)
+	now := c.opts.Clock.Now()
+	for k := range keys {
+		t.state.noteEvent(k, now)
+	}
+	t.state.mu.Unlock()
+	for k := range keys {
+		t.services.Add(k)
+	}
+}
+
+// plainLabels are a node's labels without this project's service labels,
+// whose changes do not affect candidacy.
+func plainLabels(l map[string]string) map[string]string {
+	out := make(map[string]string, len(l))
+	for k, v := range l {
+		if !assign.IsLabelKey(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (c *Controller) onLease(obj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		c.checkLiveness(t, l.Name)
+	}
+}
+
+// checkLiveness evaluates the agent Lease of node now. While it is fresh, a
+// check is scheduled at its expiry, so that an agent that stops renewing is
+// noticed when its Lease runs out, not at the next resync.
+func (c *Controller) checkLiveness(t *term, node string) {
+	now := c.opts.Clock.Now()
+	alive := false
+	if l, err := c.leaseLister.Leases(c.opts.Namespace).Get(node); err == nil && heartbeat.Fresh(l, now) {
+		alive = true
+		exp, _ := heartbeat.Expiry(l)
+		t.liveness.AddAfter(node, exp.Sub(now))
+	}
+	t.state.mu.Lock()
+	changed := t.state.alive[node] != alive
+	if alive {
+		t.state.alive[node] = true
+	} else {
+		delete(t.state.alive, node)
+	}
+	t.state.mu.Unlock()
+	if changed {
+		c.nodeChanged(t, node)
+	}
+}

@@ -1,0 +1,291 @@
+package cluster_test
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+)
+
+// Each lifecycle row of the contract: the service gets a host and its
+// label, then one thing happens, and the host, label, Ready condition and
+// Events follow.
+
+// assigned creates service web with endpoints on every given node and waits
+// for its host; it returns the host.
+func (f *fixture) assigned(spec esv1.EgressServiceSpec, nodes ...string) string {
+	f.t.Helper()
+	f.service("web", spec, nodes...)
+	clustertest.Eventually(f.t, settle, func() error {
+		if h := f.GetEgressService(f.t, f.ns, "web").Status.Host; h == "" {
+			return errNoHost
+		}
+		return nil
+	})
+	host := f.GetEgressService(f.t, f.ns, "web").Status.Host
+	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitLabelOn("web", host)
+	f.waitEvent("web", normal, assign.ReasonAssigned, "node "+host)
+	return host
+}
+
+func TestAssigned(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	es := f.waitStatus("web", host, assign.ReasonAssigned)
+	if msg := es.Status.Conditions[0].Message; msg == "" || !contains(msg, f.label("web")) {
+		t.Errorf("Ready message %q does not name the label %s", msg, f.label("web"))
+	}
+	if got := f.NodeServiceLabels(t, otherThan(host, "node-a", "node-b")); len(got) != 0 {
+		t.Errorf("the other node carries %v", got)
+	}
+}
+
+func TestServiceDeleted(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	f.run("replica-a")
+	f.assigned(esv1.EgressServiceSpec{}, "node-a")
+	if err := f.Kube.CoreV1().Services(f.ns).Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus("web", "", assign.ReasonServiceNotFound)
+	f.waitLabelOn("web")
+	f.waitEvent("web", warning, assign.ReasonServiceNotFound, "no Service")
+}
+
+func TestEgressServiceDeleted(t *testing.T) {
+	f := newFixture(t, "node-a")
+	f.run("replica-a")
+	f.assigned(esv1.EgressServiceSpec{}, "node-a")
+	if err := f.ES.K8sV1().EgressServices(f.ns).Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLabelOn("web")
+}
+
+func TestServiceLosesIngress(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a")
+	f.SetIngress(t, f.ns, "web")
+	f.waitStatus("web", "", assign.ReasonNoIngressIP)
+	f.waitLabelOn("web")
+	f.waitEvent("web", warning, assign.ReasonNoIngressIP, "no IP in status.loadBalancer.ingress")
+
+	// Back with an IP: assigned again, to the same node (nothing else has
+	// services, and the tie-break is deterministic).
+	f.SetIngress(t, f.ns, "web", "192.0.2.20", "192.0.2.21", "2001:db8::20")
+	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitLabelOn("web", host)
+}
+
+func TestServiceStopsBeingLoadBalancer(t *testing.T) {
+	f := newFixture(t, "node-a")
+	f.run("replica-a")
+	f.assigned(esv1.EgressServiceSpec{}, "node-a")
+	svc, err := f.Kube.CoreV1().Services(f.ns).Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Type = corev1.ServiceTypeClusterIP
+	svc.Spec.ExternalTrafficPolicy = ""
+	if _, err := f.Kube.CoreV1().Services(f.ns).Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus("web", "", assign.ReasonNotLoadBalancer)
+	f.waitLabelOn("web")
+	f.waitEvent("web", warning, assign.ReasonNotLoadBalancer, "ClusterIP")
+}
+
+func TestEndpointsGone(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	f.SetEndpoints(t, f.ns, "web", nil)
+	f.waitStatus("web", "", assign.ReasonNoEndpoints)
+	f.waitLabelOn("web")
+	f.waitEvent("web", warning, assign.ReasonNoEndpoints, "no endpoint on the cluster network")
+
+	// A host-networked endpoint (outside the pod CIDR) does not count.
+	f.SetEndpoints(t, f.ns, "web", []clustertest.Endpoint{{IP: "172.18.0.5", Node: "node-a"}})
+	f.waitStatus("web", "", assign.ReasonNoEndpoints)
+	f.SetEndpoints(t, f.ns, "web", []clustertest.Endpoint{{IP: "10.128.3.3", Node: "node-b"}})
+	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitLabelOn("web", host)
+}
+
+func TestSelectorChanged(t *testing.T) {
+	f := newFixture(t, "node-a=zone:east", "node-b=zone:west")
+	f.run("replica-a")
+	f.assigned(esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"zone": "east"}}}, "node-a", "node-b")
+	f.waitStatus("web", "node-a", assign.ReasonAssigned)
+
+	f.UpdateEgressService(t, f.ns, "web", func(es *esv1.EgressService) {
+		es.Spec.NodeSelector = metav1.LabelSelector{MatchLabels: map[string]string{"zone": "west"}}
+	})
+	f.waitStatus("web", "node-b", assign.ReasonAssigned)
+	f.waitLabelOn("web", "node-b")
+	f.waitEvent("web", warning, assign.ReasonHostLost, "host node-a lost (NotSelected); new host: node-b")
+
+	// A selector that matches nothing.
+	f.UpdateEgressService(t, f.ns, "web", func(es *esv1.EgressService) {
+		es.Spec.NodeSelector = metav1.LabelSelector{MatchLabels: map[string]string{"zone": "north"}}
+	})
+	f.waitStatus("web", "", assign.ReasonNoMatchingNode)
+	f.waitLabelOn("web")
+	f.waitEvent("web", warning, assign.ReasonNoMatchingNode, "do not match nodeSelector")
+
+	// The node's labels change instead: it becomes a candidate.
+	north := "north"
+	f.PatchNodeLabels(t, "node-a", map[string]*string{"zone": &north})
+	f.waitStatus("web", "node-a", assign.ReasonAssigned)
+	f.waitLabelOn("web", "node-a")
+}
+
+func TestInvalidSelector(t *testing.T) {
+	f := newFixture(t, "node-a")
+	r := f.run("replica-a")
+	// The CRD's CEL rules reject bad operators; a label value with a space
+	// passes the schema and fails to parse.
+	f.service("web", esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"zone": "not valid"}}}, "node-a")
+	f.waitStatus("web", "", assign.ReasonInvalidSelector)
+	f.waitEvent("web", warning, assign.ReasonInvalidSelector, "spec.nodeSelector is invalid")
+	f.waitLabelOn("web")
+
+	// Nothing is written again: no hot loop, no retry storm.
+	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	before, events := r.Writes.Len(), eventsEmitted(t, f.reg)
+	r.Resync()
+	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	if got, _ := r.Writes.Since(before); len(clustertest.NotEvents(got)) != 0 {
+		t.Errorf("writes after a resync of an invalid service: %+v", got)
+	}
+	if got := eventsEmitted(t, f.reg); got != events {
+		t.Errorf("a resync emitted %v Events", got-events)
+	}
+}
+
+func TestNodeNotReady(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	other := otherThan(host, "node-a", "node-b")
+	f.SetNodeReady(t, host, false)
+	f.waitStatus("web", other, assign.ReasonAssigned)
+	f.waitLabelOn("web", other)
+	f.waitEvent("web", warning, assign.ReasonHostLost, "host "+host+" lost (NodeNotReady); new host: "+other)
+
+	// No candidate left.
+	f.SetNodeReady(t, other, false)
+	f.waitStatus("web", "", assign.ReasonNoMatchingNode)
+	f.waitLabelOn("web")
+	f.waitEvent("web", warning, assign.ReasonHostLost, "host "+other+" lost (NodeNotReady); new host: none (NoMatchingNode)")
+	es := f.waitStatus("web", "", assign.ReasonNoMatchingNode)
+	if msg := es.Status.Conditions[0].Message; !contains(msg, "are not Ready") {
+		t.Errorf("Ready message %q does not say why", msg)
+	}
+}
+
+func TestNodeDeleted(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	other := otherThan(host, "node-a", "node-b")
+	if err := f.Kube.CoreV1().Nodes().Delete(context.Background(), host, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus("web", other, assign.ReasonAssigned)
+	f.waitLabelOn("web", other)
+	f.waitEvent("web", warning, assign.ReasonHostLost, "host "+host+" lost (NodeDeleted)")
+}
+
+func TestLocalTrafficPolicyWithoutLocalEndpoint(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b", "node-c")
+	f.run("replica-a")
+	f.CreateService(t, clustertest.Service{Namespace: f.ns, Name: "web", IngressIPs: []string{"192.0.2.10"},
+		TrafficPol: corev1.ServiceExternalTrafficPolicyLocal,
+		Endpoints:  []clustertest.Endpoint{{IP: "10.128.0.10", Node: "node-c"}}})
+	f.CreateEgressService(t, f.ns, "web", esv1.EgressServiceSpec{})
+	f.waitStatus("web", "node-c", assign.ReasonAssigned)
+	f.waitLabelOn("web", "node-c")
+
+	// The endpoint moves to node-b: node-c no longer runs one.
+	f.SetEndpoints(t, f.ns, "web", []clustertest.Endpoint{{IP: "10.128.0.11", Node: "node-b"}})
+	f.waitStatus("web", "node-b", assign.ReasonAssigned)
+	f.waitLabelOn("web", "node-b")
+	f.waitEvent("web", warning, assign.ReasonHostLost, "host node-c lost (NoLocalEndpoint); new host: node-b")
+
+	// Its only local node is not Ready: no candidate, though others are.
+	f.SetNodeReady(t, "node-b", false)
+	es := f.waitStatus("web", "", assign.ReasonNoMatchingNode)
+	if msg := es.Status.Conditions[0].Message; !contains(msg, "externalTrafficPolicy Local") {
+		t.Errorf("Ready message %q does not mention the local endpoint rule", msg)
+	}
+	f.waitLabelOn("web")
+}
+
+func TestSourceIPByNetworkAndBack(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+
+	f.UpdateEgressService(t, f.ns, "web", func(es *esv1.EgressService) {
+		es.Spec.SourceIPBy = esv1.SourceIPByNetwork
+		es.Spec.Network = "100"
+	})
+	f.waitStatus("web", esv1.HostAll, assign.ReasonAllNodes)
+	f.waitLabelOn("web")
+	f.waitEvent("web", normal, assign.ReasonAllNodes, "sourceIPBy is Network")
+
+	f.UpdateEgressService(t, f.ns, "web", func(es *esv1.EgressService) {
+		es.Spec.SourceIPBy = esv1.SourceIPByLoadBalancerIP
+	})
+	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitLabelOn("web", host)
+}
+
+func TestAgentLeaseExpired(t *testing.T) {
+	env := clustertest.Start(t)
+	f := &fixture{Env: env, t: t, ns: env.Namespace(t)}
+	agents := map[string]*clustertest.Agent{}
+	for _, n := range []string{"node-a", "node-b"} {
+		agents[n] = env.Node(t, n, nil)
+	}
+	f.labels = env.WatchLabels(t)
+	r := f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	other := otherThan(host, "node-a", "node-b")
+
+	agents[host].Stop()
+	lease, err := f.Kube.CoordinationV1().Leases("egressflow-system").Get(context.Background(), host, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := lease.Spec.RenewTime.Add(clustertest.AgentExpire)
+	f.waitStatus("web", other, assign.ReasonAssigned)
+	f.waitLabelOn("web", other)
+	took := statusWriteAt(t, r, "web", other).Sub(expiry)
+	t.Logf("reassigned %v after the Lease expired", took)
+	if took > settle/3 {
+		t.Errorf("failover took %v after Lease expiry", took)
+	}
+	f.waitEvent("web", warning, assign.ReasonHostLost, "host "+host+" lost (AgentLeaseExpired); new host: "+other)
+
+	// The agent comes back: nothing moves back (the valid host is kept),
+	// not even on a resync.
+	f.StartAgent(t, host)
+	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	before := r.Writes.Len()
+	r.Resync()
+	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	if got, _ := r.Writes.Since(before); len(clustertest.NotLeases(got)) != 0 {
+		t.Errorf("writes after the agent came back: %+v", clustertest.NotLeases(got))
+	}
+	f.waitStatus("web", other, assign.ReasonAssigned)
+}

@@ -1,0 +1,212 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+)
+
+// syncService converges one EgressService: it decides its host from the
+// caches (keeping a valid one), writes status.host and the Ready condition
+// if they differ, then lets the node queue move the label. It writes
+// nothing when the status is already right.
+func (c *Controller) syncService(ctx context.Context, t *term, key string) error {
+	ns, name := splitKey(key)
+	s := t.state
+	es, err := c.esLister.EgressServices(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		s.mu.Lock()
+		nodes, others := s.release(key)
+		c.metrics.withoutHost.Set(float64(s.withoutHost.Len()))
+		s.mu.Unlock()
+		c.enqueue(t, nodes, others)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	in, err := c.input(es)
+	if err != nil {
+		return err
+	}
+	el := assign.Evaluate(in)
+
+	s.mu.Lock()
+	eventAt, hasEvent := s.takeEvent(key)
+	es = s.freshest(key, es)
+	rec := s.record(key)
+	previous := rec.host
+	d := assign.Decide(key, el, previous, c.nodesView(t), s.load)
+	if d.Host == esv1.HostAll {
+		s.reserve(key, "")
+	} else {
+		s.reserve(key, d.Host)
+	}
+	if d.Reason == assign.ReasonNoMatchingNode {
+		s.waiting.Insert(key)
+	} else {
+		s.waiting.Delete(key)
+	}
+	message := d.Message
+	if d.Reason == assign.ReasonAssigned {
+		message += s.labelConflict(key, rec.label)
+	}
+	s.mu.Unlock()
+
+	cond := readyCondition(es, d, message)
+	written, err := c.writeStatus(ctx, es, d.Host, cond)
+	if err != nil {
+		if hasEvent {
+			s.mu.Lock()
+			s.noteEvent(key, eventAt)
+			s.mu.Unlock()
+		}
+		return err
+	}
+
+	s.mu.Lock()
+	if written != nil {
+		s.written[key] = written
+	}
+	confirmed := d.Host
+	if confirmed == esv1.HostAll {
+		confirmed = ""
+	}
+	nodes, others := s.confirm(key, confirmed)
+	if d.Host == "" {
+		s.withoutHost.Insert(key)
+	} else {
+		s.withoutHost.Delete(key)
+	}
+	c.metrics.withoutHost.Set(float64(s.withoutHost.Len()))
+	s.mu.Unlock()
+	c.enqueue(t, nodes, others)
+
+	if written != nil {
+		c.report(ctx, es, previous, d, message)
+		if hasEvent {
+			c.metrics.eventToStatus.Observe(c.opts.Clock.Since(eventAt).Seconds())
+		}
+	}
+	return nil
+}
+
+// input gathers what the eligibility of es depends on from the caches.
+func (c *Controller) input(es *esv1.EgressService) (assign.Input, error) {
+	in := assign.Input{EgressService: es, PodCIDRs: c.opts.PodCIDRs}
+	svc, err := c.serviceLister.Services(es.Namespace).Get(es.Name)
+	switch {
+	case err == nil:
+		in.Service = svc
+	case !apierrors.IsNotFound(err):
+		return in, err
+	}
+	objs, err := c.slices.ByIndex(endpointSliceServiceIndex, es.Namespace+"/"+es.Name)
+	if err != nil {
+		return in, err
+	}
+	for _, o := range objs {
+		in.EndpointSlices = append(in.EndpointSlices, o.(*discoveryv1.EndpointSlice))
+	}
+	return in, nil
+}
+
+// nodesView is the candidacy input of every node, rebuilt from the node
+// cache and agent liveness when either changed. Call with t.state.mu held.
+func (c *Controller) nodesView(t *term) map[string]*assign.Node {
+	s := t.state
+	if !s.viewDirty {
+		return s.view
+	}
+	nodes, _ := c.nodeLister.List(labels.Everything())
+	view := make(map[string]*assign.Node, len(nodes))
+	for _, n := range nodes {
+		view[n.Name] = &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeReady(n), AgentAlive: s.alive[n.Name]}
+	}
+	s.view, s.viewDirty = view, false
+	return view
+}
+
+// labelConflict is a note for the Ready message when another service owns
+// key's label key (their names map to the same key). Call with mu held.
+func (s *state) labelConflict(key, label string) string {
+	var other string
+	for o := range s.claims[label] {
+		if o != key && o < key && (other == "" || o < other) {
+			other = o
+		}
+	}
+	if other == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (but %s maps to the same label and holds it; the announcer cannot tell the two apart)", other)
+}
+
+// report emits the Events and metrics of a status change from es's status
+// (before the write) to decision d; previous is the host reserved before d.
+func (c *Controller) report(ctx context.Context, es *esv1.EgressService, previous string, d assign.Decision, message string) {
+	prevHost := es.Status.Host
+	prevReason := ""
+	if cond := meta.FindStatusCondition(es.Status.Conditions, ConditionReady); cond != nil {
+		prevReason = cond.Reason
+	}
+	logger := klog.FromContext(ctx).WithValues("egressService", klog.KObj(es))
+	if d.Lost != assign.NodeOK && previous != d.Host {
+		c.metrics.failovers.WithLabelValues(string(d.Lost)).Inc()
+		next := d.Host
+		if next == "" {
+			next = "none (" + string(d.Reason) + ")"
+		}
+		c.event(es, corev1.EventTypeWarning, assign.ReasonHostLost, fmt.Sprintf("host %s lost (%s); new host: %s", previous, d.Lost, next))
+		logger.Info("Host lost", "host", previous, "cause", d.Lost, "newHost", d.Host)
+	}
+	switch {
+	case d.Host == prevHost && string(d.Reason) == prevReason:
+		// only the message or the observed generation changed
+	case d.Host != prevHost && d.Reason == assign.ReasonAssigned:
+		c.metrics.assignments.Inc()
+		c.event(es, corev1.EventTypeNormal, d.Reason, message)
+		logger.Info("Host assigned", "host", d.Host, "previous", prevHost)
+	case d.Reason == assign.ReasonAllNodes:
+		c.event(es, corev1.EventTypeNormal, d.Reason, message)
+		logger.Info("Host set to ALL", "previous", prevHost)
+	default:
+		eventType := corev1.EventTypeWarning
+		if d.Host != "" {
+			eventType = corev1.EventTypeNormal
+		}
+		c.event(es, eventType, d.Reason, message)
+		logger.Info("No host", "reason", d.Reason, "message", message, "previous", prevHost)
+	}
+}
+
+// event emits an Event on es and counts it.
+func (c *Controller) event(es *esv1.EgressService, eventType string, reason assign.Reason, message string) {
+	c.metrics.events.WithLabelValues(eventType, string(reason)).Inc()
+	c.recorder.Event(es, eventType, string(reason), message)
+}
+
+// enqueue queues nodes and services (from state changes).
+func (c *Controller) enqueue(t *term, nodes, services []string) {
+	for _, n := range nodes {
+		t.nodes.Add(n)
+	}
+	for _, k := range services {
+		t.services.Add(k)
+	}
+}
+
+func splitKey(key string) (namespace, name string) {
+	namespace, name, _ = strings.Cut(key, "/")
+	return namespace, name
+}

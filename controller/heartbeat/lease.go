@@ -1,0 +1,134 @@
+package heartbeat
+
+import (
+	"math"
+	"net/netip"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+const (
+	// DefaultRenewInterval is how often an agent renews its Lease. Shorter
+	// notices a dead agent sooner but costs one API write per node per
+	// interval (see the package doc for the 5,000-node figures).
+	DefaultRenewInterval = 1 * time.Second
+	// DefaultLeaseDuration is how long a renewal is valid. It bounds failover
+	// time after an agent dies; three renewal intervals tolerate two lost or
+	// late renewals (API server hiccups, GC pauses) before a live node is
+	// declared dead.
+	DefaultLeaseDuration = 3 * time.Second
+)
+
+const (
+	// LeaseLabel marks agent Leases, so that readers watch only them (the
+	// namespace also holds the controller's leader-election Lease).
+	LeaseLabel = "egressflow.io/heartbeat"
+	// LeaseLabelValue is LeaseLabel's value on agent Leases.
+	LeaseLabelValue = "node-agent"
+
+	// AnnotationDuration is the Lease's exact validity as a Go duration
+	// ("600ms", "3s"); Spec.LeaseDurationSeconds only has whole seconds.
+	AnnotationDuration = "egressflow.io/lease-duration"
+	// AnnotationBridgeMAC is the MAC address of the node's br-ex.
+	AnnotationBridgeMAC = "egressflow.io/bridge-mac"
+	// AnnotationSteerAddresses are the addresses, comma-separated, at most one
+	// per IP family, to which other nodes steer the traffic of a service
+	// hosted on this node.
+	AnnotationSteerAddresses = "egressflow.io/steer-addresses"
+	// AnnotationSyncState is the agent's dataplane sync state (see SyncState).
+	AnnotationSyncState = "egressflow.io/sync-state"
+)
+
+// SyncState says whether an agent's dataplane matches its desired state.
+type SyncState string
+
+const (
+	// SyncStateSynced: every flow and rule the agent wants is installed.
+	SyncStateSynced SyncState = "Synced"
+	// SyncStateSyncing: the agent is still converging (start-up, OVS restart).
+	SyncStateSyncing SyncState = "Syncing"
+	// SyncStateFailed: the last sync failed and is being retried.
+	SyncStateFailed SyncState = "Failed"
+)
+
+// Facts is what other components need to know about a node's dataplane. The
+// agent publishes it with every renewal; zero fields are not written.
+type Facts struct {
+	// BridgeMAC is the MAC address of the node's br-ex, e.g. "02:00:00:00:00:01".
+	BridgeMAC string
+	// SteerAddresses are the addresses other nodes steer to.
+	SteerAddresses []netip.Addr
+	// SyncState is the agent's dataplane sync state.
+	SyncState SyncState
+}
+
+// annotations returns the annotations that carry f and d.
+func (f Facts) annotations(d time.Duration) map[string]string {
+	a := map[string]string{AnnotationDuration: d.String()}
+	if f.BridgeMAC != "" {
+		a[AnnotationBridgeMAC] = f.BridgeMAC
+	}
+	if len(f.SteerAddresses) > 0 {
+		s := make([]string, len(f.SteerAddresses))
+		for i, addr := range f.SteerAddresses {
+			s[i] = addr.String()
+		}
+		a[AnnotationSteerAddresses] = strings.Join(s, ",")
+	}
+	if f.SyncState != "" {
+		a[AnnotationSyncState] = string(f.SyncState)
+	}
+	return a
+}
+
+// ReadFacts returns the facts a Lease carries. Addresses that do not parse
+// are left out.
+func ReadFacts(l *coordinationv1.Lease) Facts {
+	a := l.Annotations
+	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState])}
+	for _, s := range strings.Split(a[AnnotationSteerAddresses], ",") {
+		if addr, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+			f.SteerAddresses = append(f.SteerAddresses, addr)
+		}
+	}
+	return f
+}
+
+// Duration returns how long a renewal of l is valid: the AnnotationDuration
+// annotation if it parses to a positive duration, else
+// Spec.LeaseDurationSeconds. ok is false if neither is set.
+func Duration(l *coordinationv1.Lease) (d time.Duration, ok bool) {
+	if d, err := time.ParseDuration(l.Annotations[AnnotationDuration]); err == nil && d > 0 {
+		return d, true
+	}
+	if s := l.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		return time.Duration(*s) * time.Second, true
+	}
+	return 0, false
+}
+
+// Expiry returns the instant l stops being fresh: renewTime + duration. ok is
+// false for a Lease that was never renewed or has no duration, which is
+// never fresh.
+func Expiry(l *coordinationv1.Lease) (t time.Time, ok bool) {
+	d, ok := Duration(l)
+	if !ok || l.Spec.RenewTime == nil {
+		return time.Time{}, false
+	}
+	return l.Spec.RenewTime.Add(d), true
+}
+
+// Fresh says whether l is valid at now: renewTime + duration > now. See the
+// package doc about clock skew between the agent and the reader.
+func Fresh(l *coordinationv1.Lease, now time.Time) bool {
+	exp, ok := Expiry(l)
+	return ok && exp.After(now)
+}
+
+// durationSeconds is d in whole seconds, rounded up, for
+// Spec.LeaseDurationSeconds.
+func durationSeconds(d time.Duration) int32 {
+	return int32(math.Ceil(d.Seconds()))
+}

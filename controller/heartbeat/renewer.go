@@ -1,0 +1,164 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// RenewerConfig configures the agent side of the protocol.
+type RenewerConfig struct {
+	// Namespace holds the Lease (the component's namespace).
+	Namespace string
+	// NodeName is the agent's node; the Lease is named after it.
+	NodeName string
+	// RenewInterval defaults to DefaultRenewInterval.
+	RenewInterval time.Duration
+	// LeaseDuration defaults to DefaultLeaseDuration. It must be longer than
+	// RenewInterval.
+	LeaseDuration time.Duration
+	// Healthy is asked before every renewal; a non-nil error skips the
+	// renewal, so the Lease runs out unless the agent recovers in time. Nil
+	// means always healthy.
+	Healthy func(context.Context) error
+	// Facts is asked before every renewal for the facts to publish. Nil
+	// publishes none.
+	Facts func() Facts
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+}
+
+// Renewer keeps one agent's Lease fresh. It costs one API write per renewal:
+// it updates from the Lease it last wrote, and reads the Lease back only
+// when that write conflicts or the Lease is missing.
+type Renewer struct {
+	cfg    RenewerConfig
+	leases coordinationclient.LeasesGetter
+	// last is the Lease as this renewer last wrote or read it.
+	last *coordinationv1.Lease
+}
+
+// NewRenewer returns a Renewer that writes through client.
+func NewRenewer(client coordinationclient.LeasesGetter, cfg RenewerConfig) (*Renewer, error) {
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = DefaultRenewInterval
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	switch {
+	case cfg.Namespace == "" || cfg.NodeName == "":
+		return nil, errors.New("heartbeat: namespace and node name are required")
+	case cfg.LeaseDuration <= cfg.RenewInterval:
+		return nil, fmt.Errorf("heartbeat: lease duration %v must be longer than the renew interval %v", cfg.LeaseDuration, cfg.RenewInterval)
+	}
+	return &Renewer{cfg: cfg, leases: client}, nil
+}
+
+// Run renews the Lease at once and then every RenewInterval until ctx ends.
+// Failed renewals are logged and retried at the next tick; Run returns only
+// ctx's error. The Lease is left to expire on return: a restarting agent
+// keeps its services if it is back within LeaseDuration.
+func (r *Renewer) Run(ctx context.Context) error {
+	ticker := r.cfg.Clock.NewTicker(r.cfg.RenewInterval)
+	defer ticker.Stop()
+	for {
+		if err := r.RenewOnce(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Heartbeat not renewed", "node", r.cfg.NodeName)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C():
+		}
+	}
+}
+
+// RenewOnce renews the Lease now if the health function allows it.
+func (r *Renewer) RenewOnce(ctx context.Context) error {
+	if r.cfg.Healthy != nil {
+		if err := r.cfg.Healthy(ctx); err != nil {
+			return fmt.Errorf("agent unhealthy, renewal skipped: %w", err)
+		}
+	}
+	var facts Facts
+	if r.cfg.Facts != nil {
+		facts = r.cfg.Facts()
+	}
+	// A renewal that takes longer than the Lease is valid is useless.
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration)
+	defer cancel()
+	err := r.write(ctx, facts)
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		r.last = nil // someone else wrote or deleted it: read it back once
+		err = r.write(ctx, facts)
+	}
+	return err
+}
+
+// write updates the Lease from r.last, reading or creating it first when
+// r.last is unknown.
+func (r *Renewer) write(ctx context.Context, facts Facts) error {
+	leases := r.leases.Leases(r.cfg.Namespace)
+	if r.last == nil {
+		got, err := leases.Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			created, err := leases.Create(ctx, r.desired(&coordinationv1.Lease{}, facts), metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create Lease %s/%s: %w", r.cfg.Namespace, r.cfg.NodeName, err)
+			}
+			r.last = created
+			return nil
+		case err != nil:
+			return fmt.Errorf("get Lease %s/%s: %w", r.cfg.Namespace, r.cfg.NodeName, err)
+		}
+		r.last = got
+	}
+	updated, err := leases.Update(ctx, r.desired(r.last, facts), metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("renew Lease %s/%s: %w", r.cfg.Namespace, r.cfg.NodeName, err)
+	}
+	r.last = updated
+	return nil
+}
+
+// desired is base renewed now, holding facts; base is not modified.
+func (r *Renewer) desired(base *coordinationv1.Lease, facts Facts) *coordinationv1.Lease {
+	l := base.DeepCopy()
+	now := metav1.NewMicroTime(r.cfg.Clock.Now())
+	l.Name, l.Namespace = r.cfg.NodeName, r.cfg.Namespace
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[LeaseLabel] = LeaseLabelValue
+	// Facts this agent no longer has are removed; others' annotations stay.
+	for _, k := range []string{AnnotationBridgeMAC, AnnotationSteerAddresses, AnnotationSyncState} {
+		delete(l.Annotations, k)
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	maps.Copy(l.Annotations, facts.annotations(r.cfg.LeaseDuration))
+	holder := r.cfg.NodeName
+	seconds := durationSeconds(r.cfg.LeaseDuration)
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != holder || l.Spec.AcquireTime == nil {
+		l.Spec.HolderIdentity = &holder
+		l.Spec.AcquireTime = &now
+	}
+	l.Spec.LeaseDurationSeconds = &seconds
+	l.Spec.RenewTime = &now
+	return l
+}

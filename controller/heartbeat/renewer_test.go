@@ -1,0 +1,146 @@
+package heartbeat_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+)
+
+// TestRenewerAgainstAPIServer runs the agent side as the agent's service
+// account with deploy/agent/rbac.yaml applied: it creates and renews its
+// Lease with the facts, stops renewing while unhealthy (the Lease expires),
+// recovers, and survives someone else's write to its Lease. The cluster
+// side's Fresh and ReadFacts read what it wrote.
+func TestRenewerAgainstAPIServer(t *testing.T) {
+	env := clustertest.Start(t)
+	ctx := context.Background()
+	agent := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	var unhealthy atomic.Bool
+	facts := heartbeat.Facts{BridgeMAC: "02:00:00:00:00:0a", SteerAddresses: []netip.Addr{netip.MustParseAddr("172.18.0.10")}, SyncState: heartbeat.SyncStateSynced}
+	r, err := heartbeat.NewRenewer(agent.CoordinationV1(), heartbeat.RenewerConfig{
+		Namespace: kubetest.SystemNamespace, NodeName: "node-a",
+		RenewInterval: 100 * time.Millisecond, LeaseDuration: 400 * time.Millisecond,
+		Healthy: func(context.Context) error {
+			if unhealthy.Load() {
+				return errors.New("OVS unreachable")
+			}
+			return nil
+		},
+		Facts: func() heartbeat.Facts { return facts },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v", err)
+		}
+	}()
+
+	leases := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace)
+	get := func() *coordinationv1.Lease {
+		l, err := leases.Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return l
+	}
+	var first *coordinationv1.Lease
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		if first = get(); first == nil || !heartbeat.Fresh(first, time.Now()) {
+			return errors.New("no fresh Lease yet")
+		}
+		return nil
+	})
+	if got := heartbeat.ReadFacts(first); got.BridgeMAC != facts.BridgeMAC || got.SyncState != facts.SyncState || len(got.SteerAddresses) != 1 {
+		t.Errorf("facts %+v, want %+v", got, facts)
+	}
+	if first.Labels[heartbeat.LeaseLabel] != heartbeat.LeaseLabelValue || *first.Spec.HolderIdentity != "node-a" || *first.Spec.LeaseDurationSeconds != 1 {
+		t.Errorf("lease metadata %v %+v", first.Labels, first.Spec)
+	}
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		if l := get(); l == nil || !l.Spec.RenewTime.After(first.Spec.RenewTime.Time) {
+			return errors.New("not renewed")
+		}
+		return nil
+	})
+
+	// Unhealthy: renewals stop and the Lease expires.
+	unhealthy.Store(true)
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		if l := get(); l == nil || heartbeat.Fresh(l, time.Now()) {
+			return errors.New("still fresh")
+		}
+		return nil
+	})
+	unhealthy.Store(false)
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		if l := get(); l == nil || !heartbeat.Fresh(l, time.Now()) {
+			return errors.New("not fresh again")
+		}
+		return nil
+	})
+
+	// Someone else writes the Lease: the renewer's next update conflicts,
+	// it reads the Lease back and goes on, keeping the other annotation.
+	l := get()
+	l.Annotations["example.com/note"] = "kept"
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		cur := get()
+		if cur == nil || !cur.Spec.RenewTime.After(l.Spec.RenewTime.Time) || cur.Annotations["example.com/note"] != "kept" {
+			return errors.New("not renewed after a foreign write")
+		}
+		return nil
+	})
+}
+
+// TestAgentRBAC: the agent's RBAC lets it keep Leases in the component's
+// namespace and read its peers', and nothing else.
+func TestAgentRBAC(t *testing.T) {
+	env := clustertest.Start(t)
+	ctx := context.Background()
+	agent := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	env.StartAgent(t, "node-a") // creates and renews as the agent
+	if _, err := agent.CoordinationV1().Leases(kubetest.SystemNamespace).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("agent cannot list Leases: %v", err)
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	for what, err := range map[string]error{
+		"create a Lease in another namespace": func() error {
+			_, err := agent.CoordinationV1().Leases("default").Create(ctx, lease, metav1.CreateOptions{})
+			return err
+		}(),
+		"delete its Lease": agent.CoordinationV1().Leases(kubetest.SystemNamespace).Delete(ctx, "node-a", metav1.DeleteOptions{}),
+		"list nodes": func() error {
+			_, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"list Secrets": func() error {
+			_, err := agent.CoreV1().Secrets(kubetest.SystemNamespace).List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("agent could %s: %v", what, err)
+		}
+	}
+}

@@ -1,0 +1,547 @@
+// Package controller benchmarks the cluster component against a real API
+// server (test/kubetest): by default 1,000 Ready nodes with heartbeating
+// agents and 5,000 LoadBalancer Services with ingress IPs, EndpointSlices and
+// EgressServices. It measures, in one run:
+//
+//   - time from controller start (and from leading) until every service has a
+//     host, and until every host carries its label;
+//   - API writes per assignment (status, node patches, and Events apart),
+//     counted by a transport wrapped around the controller's client;
+//   - spread: max minus min services per node;
+//   - writes during a no-op resync;
+//   - failover: one node holding 5 services loses its agent; time from its
+//     Lease's expiry until all 5 have a new host (seen by a watch);
+//   - throughput against a plain loop doing the same status updates and node
+//     patches with the same concurrency, on the same API server, in the same
+//     run.
+//
+// Run it with test/bench/controller.sh (make bench-controller).
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/cluster"
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+)
+
+var (
+	nodeCount    = flag.Int("nodes", 1000, "Node objects, each with a heartbeating agent")
+	serviceCount = flag.Int("services", 5000, "LoadBalancer Services, each with an EndpointSlice and an EgressService")
+	// The agents' renewals load the API server for the whole run: 1,000
+	// nodes at the production default (1 s) are 1,000 writes/s. The bench
+	// renews less often so that two cores measure the controller, and prints
+	// what it used; failover is measured from the Lease's expiry, so it does
+	// not depend on these.
+	agentRenew  = flag.Duration("agent-renew", 5*time.Second, "agent Lease renew interval")
+	agentExpire = flag.Duration("agent-expire", 15*time.Second, "agent Lease duration")
+	// setupWorkers create the objects in parallel.
+	setupWorkers = flag.Int("setup-workers", 32, "parallel object creation")
+	// servicesPerNamespace spreads the services over namespaces.
+	servicesPerNamespace = 500
+	// waitLimit bounds each wait of the bench.
+	waitLimit = 5 * time.Minute
+)
+
+func BenchmarkController(b *testing.B) {
+	ctx := context.Background()
+	start := time.Now()
+	env := clustertest.Start(b)
+	admin := env.Kube
+	out := func(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args...) }
+	out("controller bench: %d nodes, %d services; agents renew every %v, expire after %v", *nodeCount, *serviceCount, *agentRenew, *agentExpire)
+
+	// Nodes, Ready, and their agents.
+	nodes := make([]string, *nodeCount)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("bench-node-%04d", i)
+	}
+	parallel(b, len(nodes), *setupWorkers, func(i int) error {
+		n, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		_, err = admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	agents := startAgents(b, env, nodes)
+	out("setup: %d nodes with agents in %v", len(nodes), time.Since(start).Round(time.Millisecond))
+
+	// Services with ingress IPs and endpoints, and their EgressServices.
+	t0 := time.Now()
+	keys := make([]string, *serviceCount)
+	for ns := 0; ns*servicesPerNamespace < len(keys); ns++ {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%02d", ns)}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	parallel(b, len(keys), *setupWorkers, func(i int) error {
+		ns, name := fmt.Sprintf("bench-%02d", i/servicesPerNamespace), fmt.Sprintf("svc-%04d", i)
+		keys[i] = ns + "/" + name
+		return createService(ctx, env, ns, name, i, nodes)
+	})
+	out("setup: %d services, slices and EgressServices in %v", len(keys), time.Since(t0).Round(time.Millisecond))
+
+	w := watchHosts(b, env)
+	labels := env.WatchLabels(b)
+
+	// The controller, as in production (leader election, default workers),
+	// through a transport that logs its writes.
+	opts := cluster.Options{Identity: "bench", LeaderElection: true, RetryPeriod: 500 * time.Millisecond, RenewDeadline: 5 * time.Second, LeaseDuration: 10 * time.Second}
+	startAt := time.Now()
+	r := env.RunController(b, opts)
+	waitFor(b, "leading", func() bool { return r.Leading() })
+	leadAt := time.Now()
+	hostsAt := w.waitAll(b, len(keys))
+	waitFor(b, "every label on its host", func() bool { return labelsDone(w, labels, len(keys)) })
+	labelsAt := time.Now()
+	waitIdle(b, r)
+	out("assignment: all %d services have a host %v after controller start (%v after it led); all labelled %v after it led",
+		len(keys), hostsAt.Sub(startAt).Round(time.Millisecond), hostsAt.Sub(leadAt).Round(time.Millisecond), labelsAt.Sub(leadAt).Round(time.Millisecond))
+
+	initial := classify(r.Writes.All())
+	perAssignment := float64(initial.status+initial.nodePatches) / float64(len(keys))
+	out("writes: %d status, %d node patches, %d Events, %d leader Lease: %.2f writes per assignment (%.2f with Events)",
+		initial.status, initial.nodePatches, initial.events, initial.leases, perAssignment,
+		float64(initial.status+initial.nodePatches+initial.events)/float64(len(keys)))
+
+	load := w.load(nodes)
+	lo, hi := slices.Min(load), slices.Max(load)
+	out("spread: %d..%d services per node (max-min %d)", lo, hi, hi-lo)
+
+	// No-op resync.
+	before := r.Writes.Len()
+	t0 = time.Now()
+	r.Resync()
+	waitIdle(b, r)
+	resync, _ := r.Writes.Since(before)
+	noop := classify(resync)
+	out("no-op resync: %d writes (%d status, %d node patches, %d Events) in %v",
+		noop.status+noop.nodePatches+noop.events, noop.status, noop.nodePatches, noop.events, time.Since(t0).Round(time.Millisecond))
+
+	// Failover of one node holding 5 services (with spread 0 every node
+	// does; otherwise the first node with the most services up to 5).
+	victim, moved := w.nodeWith(5)
+	agents.stop(victim)
+	lease, err := admin.CoordinationV1().Leases(kubetest.SystemNamespace).Get(ctx, victim, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	expiry, _ := heartbeat.Expiry(lease)
+	waitFor(b, "failover", func() bool { return w.movedAway(moved, victim) })
+	seen := w.lastChange(moved)
+	writtenAt := lastStatusWrite(r.Writes.All(), moved, expiry)
+	waitFor(b, "labels moved", func() bool { return labelsDone(w, labels, len(keys)) })
+	labelsMoved := time.Now()
+	out("failover: %d services of %s: status written %v after Lease expiry (last of them), seen by a watch %v after; labels moved within %v",
+		len(moved), victim, writtenAt.Sub(expiry).Round(time.Millisecond), seen.Sub(expiry).Round(time.Millisecond), labelsMoved.Sub(expiry).Round(time.Millisecond))
+	if v := labels.Violations(); len(v) > 0 {
+		out("VIOLATION: a label was on two nodes: %v", v[:min(len(v), 5)])
+	} else {
+		out("invariant: no service label was ever on two nodes (watched %d nodes)", len(nodes))
+	}
+	waitIdle(b, r)
+	if err := r.Stop(); err != nil {
+		b.Fatal(err)
+	}
+
+	// The API server's own rate for the same writes: the same number of
+	// status updates and node patches, same concurrency, same client limits,
+	// as the controller's identity.
+	plain := plainLoop(b, env, nodes, initial.nodePatches)
+	controllerTime := labelsAt.Sub(leadAt)
+	out("throughput: controller %v for %d assignments (%.0f/s) vs plain loop %v for the same %d status updates and %d node patches: %.2fx",
+		controllerTime.Round(time.Millisecond), len(keys), float64(len(keys))/controllerTime.Seconds(),
+		plain.Round(time.Millisecond), len(keys), initial.nodePatches, plain.Seconds()/controllerTime.Seconds())
+	out("total bench time %v", time.Since(start).Round(time.Second))
+
+	b.ReportMetric(hostsAt.Sub(leadAt).Seconds(), "s-to-all-hosts")
+	b.ReportMetric(perAssignment, "writes/assignment")
+	b.ReportMetric(float64(hi-lo), "spread")
+	b.ReportMetric(float64(noop.status+noop.nodePatches+noop.events), "resync-writes")
+	b.ReportMetric(float64(writtenAt.Sub(expiry).Milliseconds()), "failover-ms")
+	b.ReportMetric(plain.Seconds()/controllerTime.Seconds(), "x-plain")
+}
+
+// parallel runs f(0..n-1) on workers goroutines and fails on the first error.
+func parallel(b *testing.B, n, workers int, f func(i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		b.Fatal(first)
+	}
+}
+
+func createService(ctx context.Context, env *clustertest.Env, ns, name string, i int, nodes []string) error {
+	kube := env.Kube
+	svc, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster,
+			// 5,000 LoadBalancers do not fit the 2,768 node ports.
+			AllocateLoadBalancerNodePorts: ptr(false),
+			Ports:                         []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("198.18.%d.%d", i/250, 1+i%250)}}
+	if _, err := kube.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for e := range 2 {
+		node := nodes[(i*2+e)%len(nodes)]
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses: []string{fmt.Sprintf("10.128.%d.%d", (i*2+e)/250, 1+(i*2+e)%250)}, NodeName: &node,
+		})
+	}
+	if _, err := kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	_, err = env.ES.K8sV1().EgressServices(ns).Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, metav1.CreateOptions{})
+	return err
+}
+
+// agentSet runs one heartbeat.Renewer per node, as the agent identity.
+type agentSet struct {
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func startAgents(b *testing.B, env *clustertest.Env, nodes []string) *agentSet {
+	client := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	a := &agentSet{cancels: map[string]context.CancelFunc{}}
+	renewers := make([]*heartbeat.Renewer, len(nodes))
+	parallel(b, len(nodes), *setupWorkers, func(i int) error {
+		r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
+			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: *agentRenew, LeaseDuration: *agentExpire,
+			Facts: func() heartbeat.Facts { return heartbeat.Facts{SyncState: heartbeat.SyncStateSynced} },
+		})
+		if err != nil {
+			return err
+		}
+		renewers[i] = r
+		return r.RenewOnce(context.Background())
+	})
+	for i, r := range renewers {
+		ctx, cancel := context.WithCancel(context.Background())
+		a.cancels[nodes[i]] = cancel
+		// Spread the renewals over the interval, as independent agents are.
+		delay := time.Duration(rand.Int64N(int64(*agentRenew)))
+		a.wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			_ = r.Run(ctx)
+		})
+	}
+	b.Cleanup(func() {
+		a.mu.Lock()
+		for _, c := range a.cancels {
+			c()
+		}
+		a.mu.Unlock()
+		a.wg.Wait()
+	})
+	return a
+}
+
+func (a *agentSet) stop(node string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cancels[node]()
+}
+
+// hostWatch follows every EgressService's status.host through a watch.
+type hostWatch struct {
+	mu      sync.Mutex
+	hosts   map[string]string
+	changed map[string]time.Time
+	stop    chan struct{}
+}
+
+func watchHosts(b *testing.B, env *clustertest.Env) *hostWatch {
+	w := &hostWatch{hosts: map[string]string{}, changed: map[string]time.Time{}, stop: make(chan struct{})}
+	f := esinformers.NewSharedInformerFactory(env.ES, 0)
+	inf := f.K8s().V1().EgressServices().Informer()
+	record := func(obj any) {
+		es, ok := obj.(*esv1.EgressService)
+		if !ok {
+			return
+		}
+		key := es.Namespace + "/" + es.Name
+		w.mu.Lock()
+		if w.hosts[key] != es.Status.Host {
+			w.changed[key] = time.Now()
+		}
+		w.hosts[key] = es.Status.Host
+		w.mu.Unlock()
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }})
+	f.Start(w.stop)
+	f.WaitForCacheSync(w.stop)
+	b.Cleanup(func() { close(w.stop); f.Shutdown() })
+	return w
+}
+
+// waitAll waits until n services have a host and returns when the last got it.
+func (w *hostWatch) waitAll(b *testing.B, n int) time.Time {
+	waitFor(b, "every service has a host", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		count := 0
+		for _, h := range w.hosts {
+			if h != "" {
+				count++
+			}
+		}
+		return count == n
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last time.Time
+	for _, t := range w.changed {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+func (w *hostWatch) load(nodes []string) []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	per := map[string]int{}
+	for _, h := range w.hosts {
+		per[h]++
+	}
+	out := make([]int, len(nodes))
+	for i, n := range nodes {
+		out[i] = per[n]
+	}
+	return out
+}
+
+// nodeWith returns the first node (by name) with want services, or else the
+// one with the most below want, and those services.
+func (w *hostWatch) nodeWith(want int) (string, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	by := map[string][]string{}
+	for k, h := range w.hosts {
+		by[h] = append(by[h], k)
+	}
+	best := ""
+	for n, ks := range by {
+		if n == "" || len(ks) > want {
+			continue
+		}
+		if best == "" || len(ks) > len(by[best]) || (len(ks) == len(by[best]) && n < best) {
+			best = n
+		}
+	}
+	return best, by[best]
+}
+
+func (w *hostWatch) movedAway(keys []string, from string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		if h := w.hosts[k]; h == from || h == "" {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *hostWatch) lastChange(keys []string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last time.Time
+	for _, k := range keys {
+		if t := w.changed[k]; t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+// labelsDone says whether every service's host carries its label and no
+// other node carries any service label (as the node watch sees them).
+func labelsDone(w *hostWatch, labels *clustertest.LabelWatcher, n int) bool {
+	w.mu.Lock()
+	want := map[string]string{}
+	for k, h := range w.hosts {
+		ns, name, _ := strings.Cut(k, "/")
+		want[assign.LabelKey(ns, name)] = h
+	}
+	w.mu.Unlock()
+	if len(want) != n {
+		return false
+	}
+	have := labels.Carriers()
+	if len(have) != len(want) {
+		return false
+	}
+	for k, h := range want {
+		if c := have[k]; len(c) != 1 || c[0] != h {
+			return false
+		}
+	}
+	return true
+}
+
+type writes struct{ status, nodePatches, events, leases, other int }
+
+func classify(reqs []clustertest.Request) writes {
+	var w writes
+	for _, r := range reqs {
+		switch {
+		case strings.Contains(r.Path, "/egressservices/") && strings.HasSuffix(r.Path, "/status"):
+			w.status++
+		case strings.Contains(r.Path, "/nodes/"):
+			w.nodePatches++
+		case strings.Contains(r.Path, "/events"):
+			w.events++
+		case strings.Contains(r.Path, "/leases"):
+			w.leases++
+		default:
+			w.other++
+		}
+	}
+	return w
+}
+
+// lastStatusWrite is when the controller last wrote one of keys' status
+// after t.
+func lastStatusWrite(reqs []clustertest.Request, keys []string, after time.Time) time.Time {
+	var last time.Time
+	for _, r := range reqs {
+		if r.At.Before(after) {
+			continue
+		}
+		for _, k := range keys {
+			ns, name, _ := strings.Cut(k, "/")
+			if strings.HasSuffix(r.Path, "/namespaces/"+ns+"/egressservices/"+name+"/status") && r.At.After(last) {
+				last = r.At
+			}
+		}
+	}
+	return last
+}
+
+func waitFor(b *testing.B, what string, cond func() bool) {
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: not within %v", what, waitLimit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitIdle waits until the controller has had nothing to do, and has
+// written nothing but its leader Lease (Events are sent asynchronously and
+// trail the syncs), for 500 ms.
+func waitIdle(b *testing.B, r *clustertest.Replica) {
+	quiet, seen := time.Time{}, -1
+	waitFor(b, "controller idle", func() bool {
+		n := len(clustertest.NotLeases(r.Writes.All()))
+		if !r.Idle() || n != seen {
+			quiet, seen = time.Time{}, n
+			return false
+		}
+		if quiet.IsZero() {
+			quiet = time.Now()
+		}
+		return time.Since(quiet) > 500*time.Millisecond
+	})
+}
+
+// plainLoop does, as the controller's identity and without any controller,
+// one status update per EgressService (a new host) and patches node labels
+// patches times, with the controller's default concurrency, and returns how
+// long that took.
+func plainLoop(b *testing.B, env *clustertest.Env, nodes []string, patches int) time.Duration {
+	ctx := context.Background()
+	cfg := env.Cluster.Config(kubetest.Controller)
+	es := versioned.NewForConfigOrDie(cfg)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	list, err := env.ES.K8sV1().EgressServices("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		parallel(b, len(list.Items), cluster.DefaultServiceWorkers, func(i int) error {
+			obj := list.Items[i].DeepCopy()
+			obj.Status.Host = nodes[(i+1)%len(nodes)]
+			_, err := es.K8sV1().EgressServices(obj.Namespace).UpdateStatus(ctx, obj, metav1.UpdateOptions{})
+			return err
+		})
+	})
+	wg.Go(func() {
+		parallel(b, patches, cluster.DefaultNodeWorkers, func(i int) error {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{fmt.Sprintf("plain.example/svc-%d", i): ""}}})
+			_, err := kube.CoreV1().Nodes().Patch(ctx, nodes[i%len(nodes)], types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		})
+	})
+	wg.Wait()
+	return time.Since(start)
+}
+
+func ptr[T any](v T) *T { return &v }
