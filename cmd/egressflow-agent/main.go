@@ -1,0 +1,180 @@
+// Command egressflow-agent is egressflow's node agent, run as a DaemonSet
+// beside Open vSwitch: it programs the node's br-ex over OpenFlow 1.5 (SNAT,
+// steering, fail-closed drops), the policy-routing rules of EgressService
+// networks and conntrack flushes, and renews the node's heartbeat Lease
+// while its dataplane is healthy. The logic is in controller/agent; this file
+// reads flags, wires clients, serves metrics and health, and stops on SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/egressflow/egressflow/cmd/internal/cli"
+	"github.com/egressflow/egressflow/controller/agent"
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/iprule"
+	"github.com/egressflow/egressflow/openflow"
+)
+
+// defaultNamespace is where deploy/ runs egressflow and keeps the Leases.
+const defaultNamespace = "egressflow-system"
+
+func main() {
+	if err := run(); err != nil {
+		klog.ErrorS(err, "egressflow-agent failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run() error {
+	var (
+		kubeconfig, namespace, nodeName, bridge, ovsRundir, uplink string
+		podCIDRs, serviceCIDRs, rtTables, metricsAddr              string
+		renewInterval, leaseDuration                               = heartbeat.DefaultRenewInterval, heartbeat.DefaultLeaseDuration
+	)
+	fs := flag.CommandLine
+	klog.InitFlags(fs)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&namespace, "namespace", cli.EnvOr("POD_NAMESPACE", defaultNamespace), "namespace of the heartbeat Leases")
+	fs.StringVar(&nodeName, "node-name", cli.EnvOr("NODE_NAME", cli.Hostname()), "this node's name, as in its Node object")
+	fs.StringVar(&bridge, "bridge", "br-ex", "the Open vSwitch bridge that carries the node's external traffic")
+	fs.StringVar(&ovsRundir, "ovs-rundir", "/var/run/openvswitch", "Open vSwitch run directory, holding <bridge>.mgmt")
+	fs.StringVar(&uplink, "uplink", "", "name of the bridge's uplink port (required)")
+	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs (required): endpoints outside them are host-networked and untouched; traffic to them is never rewritten")
+	fs.StringVar(&serviceCIDRs, "service-cidrs", "", "comma-separated ClusterIP CIDRs: traffic to them is never rewritten")
+	fs.StringVar(&rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
+	fs.DurationVar(&renewInterval, "heartbeat-renew-interval", renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
+	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time after this agent or its dataplane dies")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8081", "address serving /metrics, /healthz and /readyz; empty disables")
+	flag.Parse()
+
+	node := dataplane.NodeConfig{Name: nodeName}
+	var err error
+	if node.ClusterPodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {
+		return err
+	}
+	if node.ServiceCIDRs, err = cli.ParsePrefixes("service-cidrs", serviceCIDRs); err != nil {
+		return err
+	}
+	switch {
+	case nodeName == "":
+		return errors.New("--node-name (or NODE_NAME) is required")
+	case uplink == "":
+		return errors.New("--uplink is required: the bridge port that leads out of the node")
+	case len(node.ClusterPodCIDRs) == 0:
+		return errors.New("--pod-cidrs is required: without it every address would count as a pod")
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	egress, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	ofClient, err := openflow.Dial(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
+	if err != nil {
+		return fmt.Errorf("connect to bridge %s: %w", bridge, err)
+	}
+	defer ofClient.Close()
+	handle, err := netlink.NewHandle()
+	if err != nil {
+		return err
+	}
+	defer handle.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a := agent.New(agent.Config{
+		Node:       node,
+		UplinkPort: uplink,
+		Namespace:  namespace,
+		Kube:       kube,
+		Egress:     egress,
+		Switch:     agent.OpenFlowSwitch{Client: ofClient},
+		Rules:      iprule.NewManager(handle),
+		Tables: iprule.TableResolver{
+			Files:      strings.Split(rtTables, ","),
+			LinkByName: handle.LinkByName,
+		}.Resolve,
+		Recorder: recorder(kube, nodeName),
+		Metrics:  agent.NewMetrics(reg),
+	})
+
+	renewer, err := heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
+		Namespace: namespace, NodeName: nodeName,
+		RenewInterval: renewInterval, LeaseDuration: leaseDuration,
+		Healthy: a.Healthy,
+		Facts: func() heartbeat.Facts {
+			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState()}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := renewer.Run(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Heartbeat stopped")
+			stop()
+		}
+	}()
+
+	healthy := func(r *http.Request) error { return a.Healthy(r.Context()) }
+	cli.Serve(ctx, metricsAddr, cli.Handler(reg, func(*http.Request) error { return nil }, healthy), stop)
+	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)
+	return a.Run(ctx, ofClient.Reconnected())
+}
+
+// bridgeMAC reads the bridge's MAC address from its LOCAL interface.
+func bridgeMAC(handle *netlink.Handle, bridge string) string {
+	link, err := handle.LinkByName(bridge)
+	if err != nil {
+		return ""
+	}
+	return link.Attrs().HardwareAddr.String()
+}
+
+// recorder emits Events about EgressServices from this node's agent.
+func recorder(kube kubernetes.Interface, node string) record.EventRecorder {
+	scheme := runtime.NewScheme()
+	_ = kubescheme.AddToScheme(scheme)
+	_ = esv1.AddToScheme(scheme)
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "egressflow-agent", Host: node})
+}

@@ -1,0 +1,526 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/iprule"
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/topology"
+)
+
+// convergeTimeout bounds every wait for the agents to converge; they
+// normally take tens of milliseconds.
+const convergeTimeout = 20 * time.Second
+
+var serviceCIDR = netip.MustParsePrefix("10.96.0.0/16")
+
+// countingSwitch counts the flow mods an agent sends.
+type countingSwitch struct {
+	Switch
+	mods atomic.Int64
+}
+
+func (s *countingSwitch) Bundle(ctx context.Context, mods []*openflow.FlowMod) error {
+	s.mods.Add(int64(len(mods)))
+	return s.Switch.Bundle(ctx, mods)
+}
+
+// env is a cluster: an API server, nodes with OVS, pods, an external host.
+type env struct {
+	t      *testing.T
+	topo   *topology.Topology
+	kube   kubernetes.Interface
+	egress versioned.Interface
+	server *topology.SourceServer
+	// rtTables names routing table 100 "blue", as /etc/iproute2/rt_tables would.
+	rtTables string
+	// agentKube and agentEgress are the agents' clients: the agent's service
+	// account, with only the deploy/agent RBAC.
+	agentKube   kubernetes.Interface
+	agentEgress versioned.Interface
+}
+
+// agentManifests are applied to every test API server: the agent runs with
+// exactly these permissions (and the DaemonSet is validated by the server).
+var agentManifests = []string{"deploy/controller/namespace.yaml", "deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml", "deploy/agent/daemonset.yaml"}
+
+func newEnv(t *testing.T, nodes int) *env {
+	api := kubetest.Start(t)
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range agentManifests {
+		kubetest.Apply(t, api.Config(kubetest.Admin), filepath.Join(root, m))
+	}
+	e := &env{
+		t:           t,
+		topo:        topology.New(t, nodes),
+		kube:        kubernetes.NewForConfigOrDie(api.Config(kubetest.Admin)),
+		egress:      versioned.NewForConfigOrDie(api.Config(kubetest.Admin)),
+		agentKube:   kubernetes.NewForConfigOrDie(api.Config(kubetest.Agent)),
+		agentEgress: versioned.NewForConfigOrDie(api.Config(kubetest.Agent)),
+	}
+	e.server = e.topo.External.Serve(t)
+	e.rtTables = filepath.Join(t.TempDir(), "rt_tables")
+	if err := os.WriteFile(e.rtTables, []byte("100 blue\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, n := range e.topo.Nodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+		created, err := e.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}}
+		if _, err := e.kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The heartbeat, as the agent's main publishes it: the bridge MAC.
+		mac := strings.TrimSpace(n.Exec(t, "cat", "/sys/class/net/"+n.Bridge+"/address"))
+		renewer, err := heartbeat.NewRenewer(e.agentKube.CoordinationV1(), heartbeat.RenewerConfig{
+			Namespace: kubetest.SystemNamespace, NodeName: n.Name, LeaseDuration: time.Hour, RenewInterval: time.Minute,
+			Facts: func() heartbeat.Facts { return heartbeat.Facts{BridgeMAC: mac} },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := renewer.RenewOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// runningAgent is an agent started by startAgent.
+type runningAgent struct {
+	*Agent
+	sw     *countingSwitch
+	client *openflow.Client
+	stop   func()
+}
+
+// startAgent runs an agent for node as the agent's main does, and stops it
+// when the test ends (or earlier through stop).
+func (e *env) startAgent(n *topology.Node) *runningAgent {
+	t := e.t
+	ctx, cancel := context.WithCancel(context.Background())
+	client, err := openflow.Dial(ctx, "unix:"+n.MgmtSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsHandle, err := netns.GetFromName(n.Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle, err := netlink.NewHandleAt(nsHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &countingSwitch{Switch: OpenFlowSwitch{Client: client}}
+	a := New(Config{
+		Node: dataplane.NodeConfig{
+			Name:            n.Name,
+			ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix},
+			ServiceCIDRs:    []netip.Prefix{serviceCIDR},
+		},
+		UplinkPort: topology.UplinkPort,
+		Namespace:  kubetest.SystemNamespace,
+		Kube:       e.agentKube,
+		Egress:     e.agentEgress,
+		Switch:     sw,
+		Rules:      iprule.NewManager(handle),
+		Tables:     iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
+		Metrics:    NewMetrics(nil),
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx, client.Reconnected()); err != nil {
+			t.Errorf("agent %s: %v", n.Name, err)
+		}
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			client.Close()
+			handle.Close()
+			nsHandle.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &runningAgent{Agent: a, sw: sw, client: client, stop: stop}
+}
+
+// waitHealthy waits until the agent has synced successfully.
+func (r *runningAgent) waitHealthy(t *testing.T) {
+	t.Helper()
+	eventually(t, "agent healthy", func() error { return r.Healthy(context.Background()) })
+}
+
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, convergeTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// createService makes a LoadBalancer Service with an ingress IP, its
+// EndpointSlice with the pods, and its EgressService with status.host.
+func (e *env) createService(name string, lb netip.Addr, host string, pods ...*topology.Pod) {
+	e.createEgressService(name, []netip.Addr{lb}, esv1.EgressServiceSpec{}, host, pods...)
+}
+
+// createEgressService is createService with any LB IPs (none: an LB Service
+// without ingress IP) and spec.
+func (e *env) createEgressService(name string, lbs []netip.Addr, spec esv1.EgressServiceSpec, host string, pods ...*topology.Pod) {
+	t, ctx := e.t, context.Background()
+	svc, err := e.kube.CoreV1().Services("shop").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lb := range lbs {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: lb.String()})
+	}
+	if _, err := e.kube.CoreV1().Services("shop").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.setEndpoints(name, pods...)
+	es, err := e.egress.K8sV1().EgressServices("shop").Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es.Status.Host = host
+	if _, err := e.egress.K8sV1().EgressServices("shop").UpdateStatus(ctx, es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) setEndpoints(name string, pods ...*topology.Pod) {
+	t, ctx := e.t, context.Background()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, p := range pods {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IP.String()}, NodeName: &p.Node.Name})
+	}
+	slices := e.kube.DiscoveryV1().EndpointSlices("shop")
+	if existing, err := slices.Get(ctx, slice.Name, metav1.GetOptions{}); err == nil {
+		existing.Endpoints = slice.Endpoints
+		if _, err := slices.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) setHost(name, host string) {
+	t, ctx := e.t, context.Background()
+	es, err := e.egress.K8sV1().EgressServices("shop").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es.Status.Host = host
+	if _, err := e.egress.K8sV1().EgressServices("shop").UpdateStatus(ctx, es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// announce routes the LB IP to a node from the external host, as an LB
+// announcer would.
+func (e *env) announce(lb netip.Addr, n *topology.Node) {
+	e.topo.External.Exec(e.t, "ip", "route", "replace", lb.String(), "via", n.IP.String())
+}
+
+// expectSource waits until pod's packets reach the external host with want
+// as source, over network.
+func (e *env) expectSource(pod *topology.Pod, network string, want netip.Addr) {
+	e.t.Helper()
+	eventually(e.t, fmt.Sprintf("%s from %s seen as %s", network, pod.Name, want), func() error {
+		got, err := pod.Dial(network, e.server.Addr)
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("seen as %s", got)
+		}
+		return nil
+	})
+}
+
+// TestAgentsSNATAndSteer: two nodes, an endpoint on each, the service
+// hosted on node 1. Both endpoints leave with the LB IP (TCP, UDP, ICMP);
+// a pod that is not an endpoint, pod-to-pod and pod-to-node keep their
+// source. Then the host moves to node 2 while both endpoints send: the
+// external host never sees a pod IP, and traffic resumes through node 2.
+func TestAgentsSNATAndSteer(t *testing.T) {
+	e := newEnv(t, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	a, b := n1.AddPod(t, "a"), n2.AddPod(t, "b")
+	bystander := n2.AddPod(t, "c")
+	lb := netip.MustParseAddr("192.0.2.10")
+	for _, n := range e.topo.Nodes {
+		e.startAgent(n).waitHealthy(t)
+	}
+	e.announce(lb, n1)
+	e.createService("web", lb, n1.Name, a, b)
+
+	for _, network := range []string{"udp", "tcp"} {
+		e.expectSource(a, network, lb)
+		e.expectSource(b, network, lb)
+		e.expectSource(bystander, network, bystander.IP)
+	}
+	for _, p := range []*topology.Pod{a, b} {
+		if err := p.Ping(e.topo.External.IP, 1); err != nil {
+			t.Errorf("ICMP from %s: %v", p.Name, err)
+		}
+	}
+	if err := a.Ping(b.IP, 1); err != nil {
+		t.Errorf("pod to pod: %v", err)
+	}
+	if err := b.Ping(n1.IP, 1); err != nil {
+		t.Errorf("pod to node: %v", err)
+	}
+	// What an operator sees: every egressflow flow, by cookie, belongs to
+	// shop/web or to the shared set.
+	for _, n := range e.topo.Nodes {
+		dump := n.Ofctl(t, "dump-flows", n.Bridge, "cookie=0xef10000000000000/0xffff000000000000", "--no-stats")
+		t.Logf("ovs-ofctl -O OpenFlow15 dump-flows br-ex on %s (host %s):\n%s", n.Name, n1.Name, dump)
+		for _, line := range strings.Split(strings.TrimSpace(dump), "\n")[1:] {
+			text, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cookie="), ",")
+			cookie, err := strconv.ParseUint(text, 0, 64)
+			if err != nil {
+				t.Fatalf("unreadable flow line %q: %v", line, err)
+			}
+			if hash := uint32(cookie >> 8); hash != 0 && hash != dataplane.ServiceHash("shop/web") {
+				t.Errorf("flow of an unknown service on %s: %s", n.Name, line)
+			}
+		}
+	}
+
+	// From here on the service has a host: no pod IP may be seen again.
+	since := len(e.server.Sources())
+
+	// Move the host while both endpoints keep sending.
+	stopProbes := e.probe(a, b)
+	e.setHost("web", n2.Name)
+	e.announce(lb, n2)
+	e.expectSource(a, "udp", lb)
+	e.expectSource(b, "udp", lb)
+	sent := stopProbes()
+	if leaked := e.podSources(since, a, b); len(leaked) > 0 {
+		t.Fatalf("during the host change the external host saw pod IPs %v (of %d probes)", leaked, sent)
+	}
+	t.Logf("%d probes during the host change, none leaked", sent)
+}
+
+// probe sends a UDP datagram from each pod every few milliseconds, without
+// waiting for answers, until the returned function is called; that function
+// returns how many datagrams were sent.
+func (e *env) probe(pods ...*topology.Pod) func() int {
+	done := make(chan struct{})
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for _, p := range pods {
+		conn, err := p.Connect("udp", e.server.Addr)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.Close()
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+				if _, err := conn.Write([]byte("probe\n")); err == nil { // losses are fine; leaks are not
+					sent.Add(1)
+				}
+			}
+		}()
+	}
+	return func() int { close(done); wg.Wait(); return int(sent.Load()) }
+}
+
+// podSources returns the pods' own IPs among the sources the external host
+// saw, from the since-th on.
+func (e *env) podSources(since int, pods ...*topology.Pod) []netip.Addr {
+	var leaked []netip.Addr
+	for _, src := range e.server.Sources()[since:] {
+		for _, p := range pods {
+			if src == p.IP {
+				leaked = append(leaked, src)
+			}
+		}
+	}
+	return leaked
+}
+
+// TestAgentRestartAndRepair: an agent restarted with nothing changed sends
+// zero flow mods and an open TCP connection through the LB IP keeps working;
+// an endpoint removed loses its flows and its conntrack entries, other
+// services untouched; after ovs-vswitchd restarts empty, the agent replays
+// its flows and traffic flows again.
+func TestAgentRestartAndRepair(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	a, b, other := n.AddPod(t, "a"), n.AddPod(t, "b"), n.AddPod(t, "o")
+	lb, lbOther := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.20")
+	first := e.startAgent(n)
+	first.waitHealthy(t)
+	e.announce(lb, n)
+	e.announce(lbOther, n)
+	e.createService("web", lb, n.Name, a, b)
+	e.createService("other", lbOther, n.Name, other)
+	e.expectSource(a, "tcp", lb)
+	e.expectSource(b, "udp", lb)
+	e.expectSource(other, "udp", lbOther)
+
+	// Restart with nothing changed.
+	conn, err := a.Connect("tcp", e.server.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if src, err := conn.Probe(); err != nil || src != lb {
+		t.Fatalf("open connection before the restart: %v %v", src, err)
+	}
+	before := n.Ofctl(t, "dump-flows", n.Bridge, "cookie=0xef10000000000000/0xffff000000000000", "--no-stats")
+	first.stop()
+	second := e.startAgent(n)
+	second.waitHealthy(t)
+	if mods := second.sw.mods.Load(); mods != 0 {
+		t.Errorf("restart with nothing changed sent %d flow mods, want 0", mods)
+	}
+	if after := n.Ofctl(t, "dump-flows", n.Bridge, "cookie=0xef10000000000000/0xffff000000000000", "--no-stats"); after != before {
+		t.Errorf("flows changed across the restart:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	if src, err := conn.Probe(); err != nil || src != lb {
+		t.Fatalf("open connection after the restart: %v %v", src, err)
+	}
+
+	// Endpoint b removed: its flows and its conntrack entries go.
+	hasEntries := func(ip netip.Addr) bool {
+		return strings.Contains(n.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", dataplane.SNATZone)), "src="+ip.String()+",")
+	}
+	if !hasEntries(b.IP) || !hasEntries(other.IP) {
+		t.Fatal("expected conntrack entries for b and the other service's endpoint before the removal")
+	}
+	e.setEndpoints("web", a)
+	eventually(t, "b's flows and conntrack entries gone", func() error {
+		if flows := n.Ofctl(t, "dump-flows", n.Bridge); strings.Contains(flows, "nw_src="+b.IP.String()+" ") {
+			return fmt.Errorf("flows of b remain")
+		}
+		if hasEntries(b.IP) {
+			return fmt.Errorf("conntrack entries of b remain")
+		}
+		return nil
+	})
+	if !hasEntries(other.IP) {
+		t.Error("flushing b removed another service's conntrack entries")
+	}
+	e.expectSource(b, "udp", b.IP) // no longer an endpoint: its own source
+	e.expectSource(other, "udp", lbOther)
+
+	// ovs-vswitchd restarts with an empty flow table.
+	n.StopVswitchd(t)
+	restarted := time.Now()
+	n.StartVswitchd(t)
+	e.expectSource(a, "udp", lb)
+	e.expectSource(other, "udp", lbOther)
+	t.Logf("traffic SNATed again %v after ovs-vswitchd was started again", time.Since(restarted).Round(time.Millisecond))
+}
+
+// TestAgentNetworkMode: sourceIPBy Network routes the local endpoints'
+// traffic through the table spec.network names, by number and by name: a
+// blackhole route in that table cuts the endpoint off (and only it), and
+// removing it restores the traffic. The source stays the pod's own.
+func TestAgentNetworkMode(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	byNumber, byName, bystander := n.AddPod(t, "num"), n.AddPod(t, "name"), n.AddPod(t, "by")
+	e.startAgent(n).waitHealthy(t)
+	// Table 100 reaches the outside like main does.
+	n.Exec(t, "ip", "route", "add", topology.UnderlayPrefix.String(), "dev", n.Bridge, "table", "100")
+	e.createEgressService("num", nil, esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "100"}, esv1.HostAll, byNumber)
+	e.createEgressService("name", nil, esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "blue"}, esv1.HostAll, byName)
+	eventually(t, "ip rules for both endpoints", func() error {
+		rules := n.Exec(t, "ip", "rule", "show")
+		for _, p := range []*topology.Pod{byNumber, byName} {
+			if !strings.Contains(rules, fmt.Sprintf("from %s lookup 100", p.IP)) {
+				return fmt.Errorf("no rule for %s in:\n%s", p.IP, rules)
+			}
+		}
+		return nil
+	})
+	for _, p := range []*topology.Pod{byNumber, byName, bystander} {
+		e.expectSource(p, "udp", p.IP)
+	}
+
+	n.Exec(t, "ip", "route", "add", "blackhole", e.topo.External.IP.String(), "table", "100")
+	for _, p := range []*topology.Pod{byNumber, byName} {
+		if got, err := p.Dial("udp", e.server.Addr); err == nil {
+			t.Errorf("%s reached the outside (as %s) despite a blackhole in its table", p.Name, got)
+		}
+	}
+	e.expectSource(bystander, "udp", bystander.IP) // main table: unaffected
+	n.Exec(t, "ip", "route", "del", "blackhole", e.topo.External.IP.String(), "table", "100")
+	e.expectSource(byNumber, "tcp", byNumber.IP)
+	e.expectSource(byName, "tcp", byName.IP)
+
+	// Back to LoadBalancerIP: the rules go.
+	e.setHost("num", "")
+	e.setHost("name", "")
+	eventually(t, "rules removed", func() error {
+		if rules := n.Exec(t, "ip", "rule", "show"); strings.Contains(rules, "lookup 100") {
+			return fmt.Errorf("rules remain:\n%s", rules)
+		}
+		return nil
+	})
+}

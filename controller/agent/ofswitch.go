@@ -1,0 +1,49 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/egressflow/egressflow/openflow"
+)
+
+// OpenFlowSwitch is the Switch of a real bridge, through an openflow.Client
+// connected to its management socket.
+type OpenFlowSwitch struct {
+	Client *openflow.Client
+}
+
+// DumpFlows reads every flow of the bridge whose cookie matches.
+func (s OpenFlowSwitch) DumpFlows(ctx context.Context, cookie, mask uint64) ([]*openflow.Flow, error) {
+	flows, err := s.Client.DumpFlows(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: cookie, CookieMask: mask})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*openflow.Flow, len(flows))
+	for i := range flows {
+		out[i] = &flows[i]
+	}
+	return out, nil
+}
+
+// Bundle sends the flow mods as one atomic bundle.
+func (s OpenFlowSwitch) Bundle(ctx context.Context, mods []*openflow.FlowMod) error {
+	msgs := make([]openflow.Message, len(mods))
+	for i, m := range mods {
+		msgs[i] = m
+	}
+	return s.Client.Bundle(ctx, msgs...)
+}
+
+// PortNumber looks a port up by name.
+func (s OpenFlowSwitch) PortNumber(ctx context.Context, name string) (uint32, error) {
+	return s.Client.PortByName(ctx, name)
+}
+
+// FlushConntrack removes zone's connections whose original source is src.
+func (s OpenFlowSwitch) FlushConntrack(ctx context.Context, zone uint16, src netip.Addr) error {
+	return s.Client.FlushConntrack(ctx, &openflow.CTFlush{Zone: zone, HasZone: true, Orig: openflow.CTTuple{Src: src}})
+}
+
+// Connected reports whether the OpenFlow connection is up.
+func (s OpenFlowSwitch) Connected() bool { return s.Client.Connected() }

@@ -1,0 +1,288 @@
+// Package dataplane computes what one node's dataplane must hold for the
+// cluster's EgressServices: which endpoint IPs this node SNATs to which LB
+// IP, which it steers to the host node, which it routes through which table,
+// and what is never touched. Compute is a pure function of the API objects
+// and the node's configuration; rendering its result into OpenFlow flows and
+// ip rules, and applying them, happen elsewhere. docs/dataplane.md describes
+// the pipeline this feeds.
+package dataplane
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/endpoints"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/iprule"
+)
+
+// Role is what a node does for one EgressService.
+type Role string
+
+const (
+	// RoleHost: this node is status.host. It SNATs the egress traffic of
+	// every endpoint of the service, wherever it runs, to the LB IP of the
+	// endpoint's family, and un-SNATs the replies.
+	RoleHost Role = "Host"
+	// RoleSteer: another node is the host. This node sends the egress
+	// traffic of the service's endpoints to the host, or drops it while the
+	// host's bridge MAC is unknown (never lets it out with the pod IP).
+	RoleSteer Role = "Steer"
+	// RoleNetwork: sourceIPBy Network (host ALL). This node routes its local
+	// endpoints' traffic through the service's routing table.
+	RoleNetwork Role = "Network"
+)
+
+// NodeConfig is what Compute needs to know about the node it runs for.
+type NodeConfig struct {
+	// Name is the node's name, as in Node objects and endpoint nodeName.
+	Name string
+	// ClusterPodCIDRs hold every pod IP of the cluster network.
+	ClusterPodCIDRs []netip.Prefix
+	// ServiceCIDRs hold every ClusterIP.
+	ServiceCIDRs []netip.Prefix
+}
+
+// Cluster is the API state Compute reads. Maps are keyed by
+// "namespace/name" (Services, EndpointSlices by their Service) or by node
+// name (Leases: the agents' heartbeat Leases).
+type Cluster struct {
+	EgressServices []*esv1.EgressService
+	Services       map[string]*corev1.Service
+	EndpointSlices map[string][]*discoveryv1.EndpointSlice
+	Nodes          []*corev1.Node
+	Leases         map[string]*coordinationv1.Lease
+}
+
+// Service is one EgressService's part of this node's dataplane.
+type Service struct {
+	// Key is "namespace/name".
+	Key  string
+	Role Role
+	// LoadBalancerIPs has at most one address per family, IPv4 first
+	// (RoleHost and RoleSteer).
+	LoadBalancerIPs []netip.Addr
+	// Endpoints are the pod IPs this node acts on, sorted: every endpoint
+	// of a family with an LB IP for RoleHost and RoleSteer, this node's own
+	// for RoleNetwork.
+	Endpoints []netip.Addr
+	// HostMAC is the host's bridge MAC (RoleSteer); nil while unknown.
+	HostMAC net.HardwareAddr
+	// Table routes the endpoints' traffic; 0 means default routing.
+	Table int
+}
+
+func (s Service) hasLoadBalancerIP(ep endpoints.Endpoint) bool {
+	_, ok := s.LoadBalancerIP(ep.IP)
+	return ok
+}
+
+// LoadBalancerIP returns the LB IP of addr's family, if the service has one.
+func (s Service) LoadBalancerIP(addr netip.Addr) (netip.Addr, bool) {
+	for _, lb := range s.LoadBalancerIPs {
+		if lb.Is4() == addr.Is4() {
+			return lb, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// Problem says why part of an EgressService is not programmed as asked.
+type Problem struct {
+	Service string
+	Reason  string
+	Message string
+}
+
+// Reasons of Problems.
+const (
+	// ReasonEndpointClaimed: a pod is an endpoint of several EgressServices;
+	// the first by namespace/name gets it, on every node alike.
+	ReasonEndpointClaimed = "EndpointClaimed"
+	// ReasonUnknownNetwork: spec.network names no routing table here.
+	ReasonUnknownNetwork = "UnknownNetwork"
+	// ReasonHostUnknown: the host's agent has not published its bridge MAC,
+	// so local endpoints' egress is dropped until it does.
+	ReasonHostUnknown = "HostUnknown"
+	// ReasonHostMismatch: status.host does not fit sourceIPBy (ALL with
+	// LoadBalancerIP, a node with Network); nothing is programmed until the
+	// cluster component corrects it.
+	ReasonHostMismatch = "HostMismatch"
+)
+
+// State is the node's whole desired EgressService dataplane.
+type State struct {
+	// Exempt are destinations never rewritten or rerouted: the cluster pod
+	// CIDRs, the service CIDRs and every node address. Sorted.
+	Exempt []netip.Prefix
+	// Services, sorted by Key, only those this node acts on.
+	Services []Service
+	// Rules are the policy-routing rules for services with a table.
+	Rules []iprule.Rule
+	// Problems, sorted by service.
+	Problems []Problem
+}
+
+// TableResolver turns spec.network into a routing table id.
+type TableResolver func(network string) (int, error)
+
+// Compute returns the desired dataplane of node for the cluster state.
+func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
+	state := State{Exempt: exemptions(node, cluster.Nodes)}
+	claimed := map[netip.Addr]string{} // endpoint IP -> service that has it
+
+	egressServices := slices.Clone(cluster.EgressServices)
+	slices.SortFunc(egressServices, func(a, b *esv1.EgressService) int {
+		return strings.Compare(key(a.Namespace, a.Name), key(b.Namespace, b.Name))
+	})
+	for _, es := range egressServices {
+		k := key(es.Namespace, es.Name)
+		problem := func(reason, format string, args ...any) {
+			state.Problems = append(state.Problems, Problem{Service: k, Reason: reason, Message: fmt.Sprintf(format, args...)})
+		}
+		svc := cluster.Services[k]
+		if es.Status.Host == "" || svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue // no host: endpoints egress normally
+		}
+		network := es.Spec.SourceIPBy == esv1.SourceIPByNetwork
+		if network != (es.Status.Host == esv1.HostAll) {
+			problem(ReasonHostMismatch, "status.host %q does not fit sourceIPBy %q", es.Status.Host, sourceIPBy(es))
+			continue
+		}
+
+		all := endpoints.OnClusterNetwork(cluster.EndpointSlices[k], node.ClusterPodCIDRs)
+		// Claims are made on the full endpoint set, so every node agrees on
+		// which service owns a pod shared by several.
+		var mine []endpoints.Endpoint
+		for _, ep := range all {
+			if owner, taken := claimed[ep.IP]; taken {
+				problem(ReasonEndpointClaimed, "endpoint %s already egresses through EgressService %s", ep.IP, owner)
+				continue
+			}
+			claimed[ep.IP] = k
+			mine = append(mine, ep)
+		}
+
+		s := Service{Key: k}
+		switch {
+		case network:
+			s.Role = RoleNetwork
+			s.Endpoints = addresses(mine, func(ep endpoints.Endpoint) bool { return ep.Node == node.Name })
+		case es.Status.Host == node.Name:
+			s.Role = RoleHost
+			s.LoadBalancerIPs = lbIPs(svc)
+			s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
+		default:
+			s.Role = RoleSteer
+			s.LoadBalancerIPs = lbIPs(svc)
+			// Every endpoint, not only local ones: a former host still
+			// receives packets that slower nodes steer to it, and must pass
+			// them on to the new host rather than let them out unSNATed.
+			s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
+			s.HostMAC = hostMAC(cluster.Leases[es.Status.Host])
+			if s.HostMAC == nil && len(s.Endpoints) > 0 {
+				problem(ReasonHostUnknown, "host %s has not published its bridge MAC; dropping local endpoints' egress until it does", es.Status.Host)
+			}
+		}
+		// The host routes (steered packets cross its stack), so a steering
+		// node needs no table.
+		if es.Spec.Network != "" && s.Role != RoleSteer && len(s.Endpoints) > 0 {
+			table, err := tables(es.Spec.Network)
+			if err != nil {
+				problem(ReasonUnknownNetwork, "spec.network %q: %v; using default routing", es.Spec.Network, err)
+			} else {
+				s.Table = table
+			}
+		}
+		if len(s.Endpoints) == 0 {
+			continue
+		}
+		if s.Table != 0 {
+			for _, ep := range s.Endpoints {
+				state.Rules = append(state.Rules, iprule.Rule{Source: ep, Table: s.Table})
+			}
+		}
+		state.Services = append(state.Services, s)
+	}
+	slices.SortFunc(state.Rules, iprule.Rule.Compare)
+	return state
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+func sourceIPBy(es *esv1.EgressService) esv1.SourceIPMode {
+	if es.Spec.SourceIPBy == "" {
+		return esv1.SourceIPByLoadBalancerIP
+	}
+	return es.Spec.SourceIPBy
+}
+
+// lbIPs returns the Service's LB IPs, IPv4 first, one per family at most.
+func lbIPs(svc *corev1.Service) []netip.Addr {
+	var out []netip.Addr
+	v4, v6 := assign.LoadBalancerIPs(svc)
+	for _, a := range []netip.Addr{v4, v6} {
+		if a.IsValid() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func addresses(eps []endpoints.Endpoint, keep func(endpoints.Endpoint) bool) []netip.Addr {
+	var out []netip.Addr
+	for _, ep := range eps {
+		if keep(ep) {
+			out = append(out, ep.IP)
+		}
+	}
+	return out
+}
+
+func hostMAC(lease *coordinationv1.Lease) net.HardwareAddr {
+	if lease == nil {
+		return nil
+	}
+	mac, err := net.ParseMAC(heartbeat.ReadFacts(lease).BridgeMAC)
+	if err != nil {
+		return nil
+	}
+	return mac
+}
+
+// exemptions are the destinations egressflow never rewrites or reroutes.
+func exemptions(node NodeConfig, nodes []*corev1.Node) []netip.Prefix {
+	out := slices.Concat(node.ClusterPodCIDRs, node.ServiceCIDRs)
+	for _, n := range nodes {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if addr, err := netip.ParseAddr(a.Address); err == nil {
+				addr = addr.Unmap()
+				out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+			}
+		}
+	}
+	for i, p := range out {
+		out[i] = p.Masked()
+	}
+	slices.SortFunc(out, comparePrefixes)
+	return slices.Compact(out)
+}
+
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}

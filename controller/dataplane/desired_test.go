@@ -1,0 +1,243 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/iprule"
+)
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
+func egressService(ns, name string, mode esv1.SourceIPMode, network, host string) *esv1.EgressService {
+	return &esv1.EgressService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       esv1.EgressServiceSpec{SourceIPBy: mode, Network: network},
+		Status:     esv1.EgressServiceStatus{Host: host},
+	}
+}
+
+func lbService(ns, name string, ingress ...string) *corev1.Service {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+	for _, ip := range ingress {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return svc
+}
+
+// endpointSlice: pairs of node, address.
+func endpointSlice(pairs ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
+	for i := 0; i < len(pairs); i += 2 {
+		node := pairs[i]
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{pairs[i+1]}, NodeName: &node})
+	}
+	return s
+}
+
+func node(name, ip string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name},
+	}}}
+}
+
+func agentLease(mac string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{heartbeat.AnnotationBridgeMAC: mac}}}
+}
+
+var (
+	n1Config = NodeConfig{
+		Name:            "n1",
+		ClusterPodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")},
+		ServiceCIDRs:    []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
+	}
+	n2Config = NodeConfig{Name: "n2", ClusterPodCIDRs: n1Config.ClusterPodCIDRs, ServiceCIDRs: n1Config.ServiceCIDRs}
+)
+
+func tables(network string) (int, error) {
+	switch network {
+	case "blue":
+		return 100, nil
+	case "7":
+		return 7, nil
+	}
+	return 0, errors.New("no such table")
+}
+
+// cluster: web (dual-stack LB, host n1), endpoints on n1, n2 and a
+// host-networked one; plus whatever extra objects a case adds.
+func baseCluster() Cluster {
+	return Cluster{
+		EgressServices: []*esv1.EgressService{egressService("shop", "web", "", "", "n1")},
+		Services:       map[string]*corev1.Service{"shop/web": lbService("shop", "web", "192.0.2.10", "2001:db8::10")},
+		EndpointSlices: map[string][]*discoveryv1.EndpointSlice{"shop/web": {
+			endpointSlice("n1", "10.244.1.5", "n2", "10.244.2.5", "n2", "172.18.0.12"),
+			{AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00:10:244:2::5"}, NodeName: ptr("n2")}}},
+		}},
+		Nodes:  []*corev1.Node{node("n1", "172.18.0.11"), node("n2", "172.18.0.12")},
+		Leases: map[string]*coordinationv1.Lease{"n1": agentLease("02:00:00:00:00:01"), "n2": agentLease("02:00:00:00:00:02")},
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+func TestComputeHostAndSteer(t *testing.T) {
+	c := baseCluster()
+	host := Compute(n1Config, c, tables)
+	want := []Service{{
+		Key: "shop/web", Role: RoleHost,
+		LoadBalancerIPs: addrs("192.0.2.10", "2001:db8::10"),
+		// Every endpoint on the cluster network, wherever it runs; not the
+		// host-networked 172.18.0.12.
+		Endpoints: addrs("10.244.1.5", "10.244.2.5", "fd00:10:244:2::5"),
+	}}
+	if fmt.Sprint(host.Services) != fmt.Sprint(want) || len(host.Problems) != 0 || len(host.Rules) != 0 {
+		t.Fatalf("host n1:\n%+v\nwant\n%+v", host, want)
+	}
+	wantExempt := []string{"10.96.0.0/16", "10.244.0.0/16", "172.18.0.11/32", "172.18.0.12/32", "fd00:10:244::/48"}
+	if fmt.Sprint(host.Exempt) != fmt.Sprint(wantExempt) {
+		t.Errorf("exempt = %v, want %v", host.Exempt, wantExempt)
+	}
+
+	steer := Compute(n2Config, c, tables)
+	if len(steer.Services) != 1 {
+		t.Fatalf("n2: %+v", steer)
+	}
+	s := steer.Services[0]
+	// All endpoints, n1's too: packets steered here by a node that still
+	// thinks n2 is the host must be passed on, never let out.
+	if s.Role != RoleSteer || s.HostMAC.String() != "02:00:00:00:00:01" ||
+		!slices.Equal(s.Endpoints, addrs("10.244.1.5", "10.244.2.5", "fd00:10:244:2::5")) {
+		t.Fatalf("n2 steers %+v", s)
+	}
+}
+
+func TestComputeFamilies(t *testing.T) {
+	c := baseCluster()
+	c.Services["shop/web"] = lbService("shop", "web", "192.0.2.10", "192.0.2.99") // IPv4 only, two IPs
+	host := Compute(n1Config, c, tables)
+	s := host.Services[0]
+	// The first IPv4 ingress IP; the IPv6 endpoint gets nothing.
+	if !slices.Equal(s.LoadBalancerIPs, addrs("192.0.2.10")) || !slices.Equal(s.Endpoints, addrs("10.244.1.5", "10.244.2.5")) {
+		t.Fatalf("IPv4-only service: %+v", s)
+	}
+}
+
+func TestComputeNothingToDo(t *testing.T) {
+	for name, mutate := range map[string]func(*Cluster){
+		"no host":          func(c *Cluster) { c.EgressServices[0].Status.Host = "" },
+		"service deleted":  func(c *Cluster) { delete(c.Services, "shop/web") },
+		"not LoadBalancer": func(c *Cluster) { c.Services["shop/web"].Spec.Type = corev1.ServiceTypeClusterIP },
+		"no endpoints":     func(c *Cluster) { delete(c.EndpointSlices, "shop/web") },
+		"no ingress IP":    func(c *Cluster) { c.Services["shop/web"].Status.LoadBalancer.Ingress = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := baseCluster()
+			mutate(&c)
+			for _, cfg := range []NodeConfig{n1Config, n2Config} {
+				if got := Compute(cfg, c, tables); len(got.Services)+len(got.Rules)+len(got.Problems) != 0 {
+					t.Fatalf("%s: %+v", cfg.Name, got)
+				}
+			}
+		})
+	}
+}
+
+func TestComputeSteerWithoutHostMAC(t *testing.T) {
+	c := baseCluster()
+	delete(c.Leases, "n1")
+	got := Compute(n2Config, c, tables)
+	if len(got.Services) != 1 || got.Services[0].HostMAC != nil || len(got.Services[0].Endpoints) != 3 {
+		t.Fatalf("without the host's MAC the endpoints must still be caught (to drop): %+v", got.Services)
+	}
+	if len(got.Problems) != 1 || got.Problems[0].Reason != ReasonHostUnknown {
+		t.Fatalf("problems %+v", got.Problems)
+	}
+}
+
+func TestComputeNetworks(t *testing.T) {
+	c := baseCluster()
+	c.EgressServices = append(c.EgressServices,
+		egressService("shop", "db", esv1.SourceIPByNetwork, "blue", esv1.HostAll),
+		egressService("shop", "typo", esv1.SourceIPByNetwork, "bleu", esv1.HostAll))
+	c.EgressServices[0].Spec.Network = "7" // web: LB mode with a table
+	c.Services["shop/db"] = lbService("shop", "db")
+	c.Services["shop/typo"] = lbService("shop", "typo")
+	c.EndpointSlices["shop/db"] = []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1.20", "n2", "10.244.2.20")}
+	c.EndpointSlices["shop/typo"] = []*discoveryv1.EndpointSlice{endpointSlice("n2", "10.244.2.30")}
+
+	rule := func(src string, table int) iprule.Rule {
+		return iprule.Rule{Source: netip.MustParseAddr(src), Table: table}
+	}
+	n1 := Compute(n1Config, c, tables)
+	// web's host routes every SNATed endpoint through table 7; db routes
+	// n1's own endpoint through blue (100).
+	wantN1 := []iprule.Rule{rule("10.244.1.5", 7), rule("10.244.1.20", 100), rule("10.244.2.5", 7), rule("fd00:10:244:2::5", 7)}
+	if !slices.Equal(n1.Rules, wantN1) {
+		t.Errorf("n1 rules %v, want %v", n1.Rules, wantN1)
+	}
+	n2 := Compute(n2Config, c, tables)
+	// n2 steers web (no table there) and routes db's local endpoint; typo's
+	// table is unknown: a problem, default routing.
+	if want := []iprule.Rule{rule("10.244.2.20", 100)}; !slices.Equal(n2.Rules, want) {
+		t.Errorf("n2 rules %v, want %v", n2.Rules, want)
+	}
+	if len(n2.Problems) != 1 || n2.Problems[0].Service != "shop/typo" || n2.Problems[0].Reason != ReasonUnknownNetwork {
+		t.Errorf("n2 problems %+v", n2.Problems)
+	}
+	var roles []string
+	for _, s := range n2.Services {
+		roles = append(roles, s.Key+":"+string(s.Role))
+	}
+	if want := []string{"shop/db:Network", "shop/typo:Network", "shop/web:Steer"}; !slices.Equal(roles, want) {
+		t.Errorf("n2 roles %v, want %v", roles, want)
+	}
+}
+
+func TestComputeSharedEndpoint(t *testing.T) {
+	c := baseCluster()
+	// "a/first" sorts before "shop/web" and shares 10.244.2.5 with it.
+	c.EgressServices = append(c.EgressServices, egressService("a", "first", "", "", "n2"))
+	c.Services["a/first"] = lbService("a", "first", "192.0.2.50")
+	c.EndpointSlices["a/first"] = []*discoveryv1.EndpointSlice{endpointSlice("n2", "10.244.2.5")}
+	for _, cfg := range []NodeConfig{n1Config, n2Config} {
+		got := Compute(cfg, c, tables)
+		for _, s := range got.Services {
+			if s.Key == "shop/web" && slices.Contains(s.Endpoints, netip.MustParseAddr("10.244.2.5")) {
+				t.Errorf("%s: shop/web kept the endpoint a/first claimed: %+v", cfg.Name, s)
+			}
+		}
+		if len(got.Problems) != 1 || got.Problems[0].Reason != ReasonEndpointClaimed || got.Problems[0].Service != "shop/web" {
+			t.Errorf("%s: problems %+v", cfg.Name, got.Problems)
+		}
+	}
+	n2 := Compute(n2Config, c, tables)
+	if n2.Services[0].Key != "a/first" || n2.Services[0].Role != RoleHost {
+		t.Errorf("n2 should host a/first: %+v", n2.Services)
+	}
+}
+
+func TestComputeHostMismatch(t *testing.T) {
+	c := baseCluster()
+	c.EgressServices[0].Status.Host = esv1.HostAll // LoadBalancerIP with ALL
+	got := Compute(n1Config, c, tables)
+	if len(got.Services) != 0 || len(got.Problems) != 1 || got.Problems[0].Reason != ReasonHostMismatch {
+		t.Fatalf("%+v", got)
+	}
+}

@@ -1,0 +1,216 @@
+package dataplane
+
+import (
+	"hash/fnv"
+	"net/netip"
+
+	"github.com/egressflow/egressflow/openflow"
+)
+
+// Tables egressflow owns on br-ex (table 0 is shared: egressflow adds only
+// flows that carry its cookie, above OVS's own priority-0 NORMAL flow).
+const (
+	// TableClassify is OpenFlow's first table, where egressflow diverts the
+	// packets it handles.
+	TableClassify uint8 = 0
+	// TableEgress decides what happens to an endpoint's packet on its way
+	// from the host stack to the uplink: exempt, SNAT, steer or drop.
+	TableEgress uint8 = 41
+	// TableReply delivers un-SNATed replies to the host stack.
+	TableReply uint8 = 42
+)
+
+// Priorities, highest first within a table.
+const (
+	// priorityExempt keeps destinations inside the cluster untouched.
+	priorityExempt uint16 = 300
+	// priorityService is every per-service flow.
+	priorityService uint16 = 200
+	// priorityFallback is the fail-closed drop in TableEgress and the
+	// NORMAL of non-reply traffic in TableReply.
+	priorityFallback uint16 = 100
+)
+
+// SNATZone is the conntrack zone of every SNATed connection. One zone is
+// enough: the SNAT and un-SNAT flows all use it, and flushes select entries
+// by tuple. The number stays clear of the small zones other OVS users favour
+// (ovn-kubernetes uses 64000, the kernel default is 0).
+const SNATZone uint16 = 61189
+
+// Cookies mark egressflow's flows: bits 63..48 are CookiePrefix, 47..40 the
+// flow's kind, 39..8 a hash of the service's namespace/name (0 for flows
+// shared by all services), 7..0 CookieLayout. `ovs-ofctl dump-flows br-ex
+// cookie=0xef10000000000000/0xffff000000000000` lists them all.
+const (
+	CookiePrefix     uint64 = 0xef10 << 48
+	CookiePrefixMask uint64 = 0xffff << 48
+	// CookieLayout is bumped when the pipeline changes shape, so that an
+	// upgraded agent can find flows of an older layout by mask.
+	CookieLayout uint64 = 1
+)
+
+// FlowKind is the role of a flow in the pipeline, bits 47..40 of its cookie.
+type FlowKind uint8
+
+const (
+	KindRedirect FlowKind = 1 // TableClassify: an endpoint's packet from LOCAL to TableEgress
+	KindExempt   FlowKind = 2 // TableEgress: a destination inside the cluster
+	KindSNAT     FlowKind = 3 // TableEgress: SNAT to the LB IP and out the uplink
+	KindSteer    FlowKind = 4 // TableEgress: to the host node's bridge MAC
+	KindDrop     FlowKind = 5 // TableEgress: fail closed
+	KindReplyCT  FlowKind = 6 // TableClassify: traffic to an LB IP through conntrack
+	KindDeliver  FlowKind = 7 // TableReply: un-SNATed replies to LOCAL, the rest NORMAL
+)
+
+// Cookie is the cookie of a flow of kind for service key ("" for shared).
+func Cookie(kind FlowKind, service string) uint64 {
+	return CookiePrefix | uint64(kind)<<40 | uint64(ServiceHash(service))<<8 | CookieLayout
+}
+
+// ServiceCookieMask selects every flow of one service (prefix, hash, layout).
+const ServiceCookieMask uint64 = CookiePrefixMask | 0xffffffff<<8 | 0xff
+
+// ServiceHash is the 32-bit FNV-1a hash of a service's namespace/name that
+// its flows' cookies carry; 0 for "".
+func ServiceHash(service string) uint32 {
+	if service == "" {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(service))
+	return h.Sum32()
+}
+
+// Ports are the OpenFlow port numbers Flows needs.
+type Ports struct {
+	// Uplink is the port of the node's uplink interface on br-ex.
+	Uplink uint32
+}
+
+// Flows renders the desired state into flow additions, in a stable order.
+// Two flows never share a table, priority and match: the first service (by
+// key) keeps a match that another service would repeat (a shared LB IP).
+func Flows(state State, ports Ports) []*openflow.FlowMod {
+	r := renderer{ports: ports, seen: map[string]bool{}}
+	diverting, hosting := false, false
+	for _, s := range state.Services {
+		switch s.Role {
+		case RoleHost:
+			diverting, hosting = true, true
+			for _, ep := range s.Endpoints {
+				lb, _ := s.LoadBalancerIP(ep)
+				r.redirect(s.Key, ep)
+				r.add(Cookie(KindSNAT, s.Key), TableEgress, priorityService, ipMatch(ep, srcField(ep)),
+					openflow.CT{Flags: openflow.CTCommit, Zone: SNATZone, Actions: []openflow.Action{
+						openflow.NAT{Flags: openflow.NATSrc, MinAddr: lb},
+					}},
+					openflow.Output{Port: ports.Uplink})
+			}
+			for _, lb := range s.LoadBalancerIPs {
+				m := ipMatch(lb, dstField(lb))
+				m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
+				r.add(Cookie(KindReplyCT, s.Key), TableClassify, priorityService, m,
+					openflow.CT{Zone: SNATZone, Recirculate: true, Table: TableReply, Actions: []openflow.Action{openflow.NAT{}}})
+			}
+		case RoleSteer:
+			diverting = true
+			for _, ep := range s.Endpoints {
+				r.redirect(s.Key, ep)
+				if s.HostMAC != nil { // else the drop below catches it: fail closed
+					r.add(Cookie(KindSteer, s.Key), TableEgress, priorityService, ipMatch(ep, srcField(ep)),
+						openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(s.HostMAC)},
+						openflow.Output{Port: ports.Uplink})
+				}
+			}
+		}
+	}
+	if !diverting {
+		return r.flows
+	}
+	for _, p := range state.Exempt {
+		m := ipMatch(p.Addr(), dstField(p.Addr()))
+		m.SetPrefix(dstField(p.Addr()), p)
+		r.add(Cookie(KindExempt, ""), TableEgress, priorityExempt, m, openflow.Output{Port: openflow.PortNormal})
+	}
+	r.add(Cookie(KindDrop, ""), TableEgress, priorityFallback, openflow.Match{})
+	if !hosting {
+		return r.flows
+	}
+	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
+		m := ipMatch(family, openflow.FieldNone)
+		m.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk|openflow.CTStateNew))
+		r.add(Cookie(KindDeliver, ""), TableReply, priorityService, m, openflow.Output{Port: openflow.PortLocal})
+	}
+	r.add(Cookie(KindDeliver, ""), TableReply, priorityFallback, openflow.Match{}, openflow.Output{Port: openflow.PortNormal})
+	return r.flows
+}
+
+type renderer struct {
+	ports Ports
+	flows []*openflow.FlowMod
+	seen  map[string]bool // table/priority/match already rendered
+}
+
+// redirect diverts an endpoint's packets coming from the host stack.
+func (r *renderer) redirect(service string, ep netip.Addr) {
+	m := ipMatch(ep, srcField(ep))
+	m.SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
+	r.addInstructions(Cookie(KindRedirect, service), TableClassify, priorityService, m, openflow.GotoTable{Table: TableEgress})
+}
+
+func (r *renderer) add(cookie uint64, table uint8, priority uint16, m openflow.Match, actions ...openflow.Action) {
+	var insts []openflow.Instruction
+	if len(actions) > 0 { // none: drop
+		insts = []openflow.Instruction{openflow.Apply(actions...)}
+	}
+	r.addInstructions(cookie, table, priority, m, insts...)
+}
+
+func (r *renderer) addInstructions(cookie uint64, table uint8, priority uint16, m openflow.Match, insts ...openflow.Instruction) {
+	fm := &openflow.FlowMod{
+		Command: openflow.FlowAdd, Cookie: cookie, Table: table, Priority: priority,
+		Match: m, Instructions: insts,
+	}
+	id := FlowID(fm)
+	if r.seen[id] {
+		return
+	}
+	r.seen[id] = true
+	r.flows = append(r.flows, fm)
+}
+
+// FlowID identifies a flow on a switch: OpenFlow allows one flow per table,
+// priority and match.
+func FlowID(fm *openflow.FlowMod) string {
+	match, _ := fm.Match.MarshalBinary()
+	return string([]byte{fm.Table, byte(fm.Priority >> 8), byte(fm.Priority)}) + string(match)
+}
+
+// ipMatch matches the family of addr (eth_type) and, unless field is
+// FieldNone, addr itself in field.
+func ipMatch(addr netip.Addr, field openflow.Field) openflow.Match {
+	var m openflow.Match
+	ethType := uint64(0x0800)
+	if addr.Is6() {
+		ethType = 0x86dd
+	}
+	m.SetUint(openflow.FieldEthType, ethType)
+	if field != openflow.FieldNone {
+		m.SetAddr(field, addr)
+	}
+	return m
+}
+
+func srcField(a netip.Addr) openflow.Field {
+	if a.Is6() {
+		return openflow.FieldIPv6Src
+	}
+	return openflow.FieldIPv4Src
+}
+
+func dstField(a netip.Addr) openflow.Field {
+	if a.Is6() {
+		return openflow.FieldIPv6Dst
+	}
+	return openflow.FieldIPv4Dst
+}

@@ -1,0 +1,179 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/test/topology"
+)
+
+func TestCookieLayout(t *testing.T) {
+	c := Cookie(KindSNAT, "shop/web")
+	if c&CookiePrefixMask != CookiePrefix || FlowKind(c>>40&0xff) != KindSNAT ||
+		uint32(c>>8) != ServiceHash("shop/web") || c&0xff != CookieLayout {
+		t.Fatalf("cookie %#x does not carry prefix, kind, service hash and layout", c)
+	}
+	if Cookie(KindSteer, "shop/web")&ServiceCookieMask != c&ServiceCookieMask {
+		t.Error("flows of one service must agree under ServiceCookieMask")
+	}
+	if Cookie(KindSNAT, "shop/db")&ServiceCookieMask == c&ServiceCookieMask {
+		t.Error("flows of two services must differ under ServiceCookieMask")
+	}
+	if Cookie(KindDrop, "")>>8&0xffffffff != 0 {
+		t.Error("shared flows carry service hash 0")
+	}
+}
+
+// TestFlowsText pins the rendered flows of one small state to the text an
+// operator sees in `ovs-ofctl -O OpenFlow15 dump-flows br-ex` (which the
+// integration test below checks OVS accepts).
+func TestFlowsText(t *testing.T) {
+	c := baseCluster()
+	var host []string
+	for _, f := range Flows(Compute(n1Config, c, tables), Ports{Uplink: 1}) {
+		host = append(host, f.String())
+	}
+	want := []string{
+		"cookie=0xef1001eb78a54401, priority=200,ip,in_port=LOCAL,nw_src=10.244.1.5 actions=goto_table:41",
+		"cookie=0xef1003eb78a54401, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
+		"cookie=0xef1001eb78a54401, priority=200,ip,in_port=LOCAL,nw_src=10.244.2.5 actions=goto_table:41",
+		"cookie=0xef1003eb78a54401, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
+		"cookie=0xef1001eb78a54401, priority=200,ipv6,in_port=LOCAL,ipv6_src=fd00:10:244:2::5 actions=goto_table:41",
+		"cookie=0xef1003eb78a54401, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,zone=61189,nat(src=2001:db8::10)),output:1",
+		"cookie=0xef1006eb78a54401, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef1006eb78a54401, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef10020000000001, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000001, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000001, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000001, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000001, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10050000000001, table=41, priority=100 actions=drop",
+		"cookie=0xef10070000000001, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
+		"cookie=0xef10070000000001, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
+		"cookie=0xef10070000000001, table=42, priority=100 actions=NORMAL",
+	}
+	if strings.Join(host, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("host flows:\n%s\nwant:\n%s", strings.Join(host, "\n"), strings.Join(want, "\n"))
+	}
+	// A steering node has no reply table; a shared LB IP renders once.
+	c.EgressServices = append(c.EgressServices, egressService("shop", "web2", "", "", "n1"))
+	c.Services["shop/web2"] = lbService("shop", "web2", "192.0.2.10")
+	c.EndpointSlices["shop/web2"] = []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1.77")}
+	seen := map[string]bool{}
+	for _, f := range Flows(Compute(n1Config, c, tables), Ports{Uplink: 1}) {
+		if id := FlowID(f); seen[id] {
+			t.Fatalf("two flows with one table, priority and match: %s", f)
+		} else {
+			seen[id] = true
+		}
+	}
+	for _, f := range Flows(Compute(n2Config, c, tables), Ports{Uplink: 1}) {
+		if f.Table == TableReply {
+			t.Fatalf("steering node got a reply flow: %s", f)
+		}
+	}
+}
+
+// TestFlowsOnRealPackets renders the flows for a two-node topology, installs
+// them on each node's br-ex, and checks real TCP, UDP and ICMP packets: both
+// endpoints (one on the host, one steered from the other node) reach the
+// external host with the LB IP as source and get their replies; a pod that
+// is not an endpoint, pod-to-pod and pod-to-node traffic keep their source;
+// and without the host's MAC the steered endpoint is dropped, not leaked.
+func TestFlowsOnRealPackets(t *testing.T) {
+	topo := topology.New(t, 2)
+	hostNode, otherNode := topo.Nodes[0], topo.Nodes[1]
+	a := hostNode.AddPod(t, "a")
+	b := otherNode.AddPod(t, "b")
+	bystander := otherNode.AddPod(t, "c")
+	lb := netip.MustParseAddr("192.0.2.10")
+	// The LB announcer's job: the outside routes the LB IP to the host.
+	topo.External.Exec(t, "ip", "route", "add", lb.String(), "via", hostNode.IP.String())
+	server := topo.External.Serve(t)
+
+	cluster := Cluster{
+		EgressServices: []*esv1.EgressService{egressService("shop", "web", "", "", hostNode.Name)},
+		Services:       map[string]*corev1.Service{"shop/web": lbService("shop", "web", lb.String())},
+		EndpointSlices: map[string][]*discoveryv1.EndpointSlice{"shop/web": {
+			endpointSlice(hostNode.Name, a.IP.String(), otherNode.Name, b.IP.String()),
+		}},
+		Leases: map[string]*coordinationv1.Lease{
+			hostNode.Name: agentLease(strings.TrimSpace(hostNode.Exec(t, "cat", "/sys/class/net/br-ex/address"))),
+		},
+	}
+	for _, n := range topo.Nodes {
+		cluster.Nodes = append(cluster.Nodes, node(n.Name, n.IP.String()))
+	}
+	install := func(n *topology.Node) {
+		t.Helper()
+		cfg := NodeConfig{Name: n.Name, ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
+		var uplink uint32
+		if _, err := fmt.Sscan(n.Vsctl(t, "get", "interface", topology.UplinkPort, "ofport"), &uplink); err != nil {
+			t.Fatal(err)
+		}
+		var text []string
+		for _, f := range Flows(Compute(cfg, cluster, tables), Ports{Uplink: uplink}) {
+			text = append(text, f.String())
+		}
+		n.Ofctl(t, "del-flows", n.Bridge, "cookie=0xef10000000000000/0xffff000000000000")
+		file := filepath.Join(t.TempDir(), "flows")
+		if err := os.WriteFile(file, []byte(strings.Join(text, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "--bundle", "add-flows", n.Bridge, file)
+		cmd.Env = n.Env()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ovs-ofctl add-flows on %s: %v: %s\nflows:\n%s", n.Name, err, out, strings.Join(text, "\n"))
+		}
+	}
+	for _, n := range topo.Nodes {
+		install(n)
+	}
+
+	for _, network := range []string{"tcp", "udp"} {
+		for _, pod := range []*topology.Pod{a, b} {
+			if got, err := pod.Dial(network, server.Addr); err != nil || got != lb {
+				t.Errorf("%s from endpoint %s (%s): source %v, err %v; want the LB IP %s", network, pod.Name, pod.Node.Name, got, err, lb)
+			}
+		}
+		if got, err := bystander.Dial(network, server.Addr); err != nil || got != bystander.IP {
+			t.Errorf("%s from a pod that is no endpoint: source %v, err %v; want its own IP", network, got, err)
+		}
+	}
+	for _, pod := range []*topology.Pod{a, b} {
+		if err := pod.Ping(topo.External.IP, 1); err != nil {
+			t.Errorf("ICMP from endpoint %s: %v", pod.Name, err)
+		}
+	}
+	if err := a.Ping(b.IP, 1); err != nil {
+		t.Errorf("pod to pod: %v", err)
+	}
+	if err := b.Ping(hostNode.IP, 1); err != nil {
+		t.Errorf("pod to node IP: %v", err)
+	}
+
+	// The host's MAC unknown: the other node must drop b's egress, not leak it.
+	delete(cluster.Leases, hostNode.Name)
+	install(otherNode)
+	if got, err := b.Dial("udp", server.Addr); err == nil {
+		t.Errorf("steered endpoint reached the outside as %s while the host MAC was unknown", got)
+	}
+	if got, err := bystander.Dial("udp", server.Addr); err != nil || got != bystander.IP {
+		t.Errorf("bystander while b is dropped: source %v, err %v", got, err)
+	}
+	for _, src := range server.Sources() {
+		if src == a.IP || src == b.IP {
+			t.Errorf("the external host saw an endpoint's pod IP %s", src)
+		}
+	}
+}
