@@ -24,6 +24,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -131,20 +132,34 @@ func New(cfg Config) *Agent {
 		esFactory:    esinformers.NewSharedInformerFactory(cfg.Egress, cfg.Resync),
 		lastProblems: map[dataplane.Problem]bool{},
 	}
-	enqueue := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.queue.Add(syncKey) },
-		UpdateFunc: func(any, any) { a.queue.Add(syncKey) },
-		DeleteFunc: func(any) { a.queue.Add(syncKey) },
+	// enqueue syncs on every add and delete, and on updates for which
+	// relevant says something the dataplane reads changed (nil: any update).
+	enqueue := func(relevant func(old, new any) bool) cache.ResourceEventHandler {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { a.queue.Add(syncKey) },
+			UpdateFunc: func(old, new any) {
+				if relevant == nil || relevant(old, new) {
+					a.queue.Add(syncKey)
+				}
+			},
+			DeleteFunc: func(any) { a.queue.Add(syncKey) },
+		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{
-		a.esFactory.K8s().V1().EgressServices().Informer(),
-		a.kubeFactory.Core().V1().Services().Informer(),
-		a.kubeFactory.Discovery().V1().EndpointSlices().Informer(),
-		a.kubeFactory.Core().V1().Nodes().Informer(),
-		a.leaseFactory.Coordination().V1().Leases().Informer(),
+	for _, h := range []struct {
+		informer cache.SharedIndexInformer
+		relevant func(old, new any) bool
+	}{
+		{a.esFactory.K8s().V1().EgressServices().Informer(), nil},
+		{a.kubeFactory.Core().V1().Services().Informer(), nil},
+		{a.kubeFactory.Discovery().V1().EndpointSlices().Informer(), nil},
+		// Kubelets update Node status every few seconds and agents renew
+		// their Leases every second; the dataplane reads only the nodes'
+		// addresses and the agents' published facts.
+		{a.kubeFactory.Core().V1().Nodes().Informer(), nodeAddressesChanged},
+		{a.leaseFactory.Coordination().V1().Leases().Informer(), leaseFactsChanged},
 	} {
-		_, _ = inf.AddEventHandler(enqueue)
-		a.synced = append(a.synced, inf.HasSynced)
+		_, _ = h.informer.AddEventHandler(enqueue(h.relevant))
+		a.synced = append(a.synced, h.informer.HasSynced)
 	}
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
 	return a
@@ -282,4 +297,16 @@ func (a *Agent) cluster() (dataplane.Cluster, error) {
 		c.Leases[l.Name] = l
 	}
 	return c, nil
+}
+
+func nodeAddressesChanged(old, new any) bool {
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := new.(*corev1.Node)
+	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses)
+}
+
+func leaseFactsChanged(old, new any) bool {
+	o, ok1 := old.(*coordinationv1.Lease)
+	n, ok2 := new.(*coordinationv1.Lease)
+	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(heartbeat.ReadFacts(o), heartbeat.ReadFacts(n))
 }
