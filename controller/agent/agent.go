@@ -57,6 +57,9 @@ type Switch interface {
 	FlushConntrack(ctx context.Context, zone uint16, src netip.Addr) error
 	// Connected reports whether the connection is up now.
 	Connected() bool
+	// Generation counts the connections made so far: it changes with every
+	// reconnection, after which the bridge may have lost its flows.
+	Generation() uint64
 }
 
 // RuleSyncer converges the policy-routing rules (iprule.Manager).
@@ -114,6 +117,10 @@ type Agent struct {
 	mu          sync.Mutex
 	lastSyncErr error
 	everSynced  bool
+	// syncedGeneration is the connection generation the last successful
+	// sync started on: the flows are known to be on the bridge only while
+	// the connection is still that one.
+	syncedGeneration uint64
 }
 
 // New builds an Agent; Run starts it.
@@ -216,11 +223,13 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		a.queue.Add(syncKey)
 		return true
 	}
+	generation := a.cfg.Switch.Generation()
 	err := a.sync(ctx)
 	a.mu.Lock()
 	a.lastSyncErr = err
 	if err == nil {
 		a.everSynced = true
+		a.syncedGeneration = generation
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -233,31 +242,37 @@ func (a *Agent) processNext(ctx context.Context) bool {
 }
 
 // Healthy reports whether this node's dataplane can be trusted: OpenFlow is
-// connected and the last sync succeeded. The heartbeat renews only while it
-// is, so a broken dataplane makes the cluster component fail over.
+// connected, and the last sync succeeded on the current connection (after a
+// reconnection the flows are not trusted until they were checked and
+// replayed). The heartbeat renews only while it is, so a broken dataplane
+// makes the cluster component fail over.
 func (a *Agent) Healthy(context.Context) error {
 	if !a.cfg.Switch.Connected() {
 		return errors.New("OpenFlow connection to the bridge is down")
 	}
+	generation := a.cfg.Switch.Generation()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.everSynced {
+	switch {
+	case !a.everSynced:
 		return errors.New("no successful sync yet")
-	}
-	if a.lastSyncErr != nil {
+	case a.lastSyncErr != nil:
 		return fmt.Errorf("last sync failed: %w", a.lastSyncErr)
+	case a.syncedGeneration != generation:
+		return errors.New("reconnected to the bridge; flows not replayed yet")
 	}
 	return nil
 }
 
 // SyncState is the heartbeat's view of Healthy.
 func (a *Agent) SyncState() heartbeat.SyncState {
+	generation := a.cfg.Switch.Generation()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case a.lastSyncErr != nil:
 		return heartbeat.SyncStateFailed
-	case !a.everSynced:
+	case !a.everSynced || a.syncedGeneration != generation:
 		return heartbeat.SyncStateSyncing
 	}
 	return heartbeat.SyncStateSynced

@@ -524,3 +524,57 @@ func TestAgentNetworkMode(t *testing.T) {
 		return nil
 	})
 }
+
+// TestHeartbeatFollowsDataplane: the agent's Lease is renewed only while its
+// dataplane is healthy. Killing ovs-vswitchd lets the Lease expire, so the
+// cluster component fails the node over; once OVS is back and the agent has
+// replayed its flows, renewals resume.
+func TestHeartbeatFollowsDataplane(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	a := e.startAgent(n)
+	a.waitHealthy(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const renew, expire = 200 * time.Millisecond, 600 * time.Millisecond
+	renewer, err := heartbeat.NewRenewer(e.agentKube.CoordinationV1(), heartbeat.RenewerConfig{
+		Namespace: kubetest.SystemNamespace, NodeName: n.Name, RenewInterval: renew, LeaseDuration: expire,
+		Healthy: a.Healthy,
+		Facts:   func() heartbeat.Facts { return heartbeat.Facts{SyncState: a.SyncState()} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = renewer.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	fresh := func() (bool, error) {
+		l, err := e.kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return heartbeat.Fresh(l, time.Now()), nil
+	}
+	waitFresh := func(want bool) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("Lease fresh=%v", want), func() error {
+			got, err := fresh()
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("fresh=%v", got)
+			}
+			return nil
+		})
+	}
+	waitFresh(true)
+	n.StopVswitchd(t)
+	waitFresh(false)
+	if err := a.Healthy(ctx); err == nil {
+		t.Fatal("agent reports healthy with ovs-vswitchd down")
+	}
+	n.StartVswitchd(t)
+	waitFresh(true)
+}

@@ -47,3 +47,6 @@ func (s OpenFlowSwitch) FlushConntrack(ctx context.Context, zone uint16, src net
 
 // Connected reports whether the OpenFlow connection is up.
 func (s OpenFlowSwitch) Connected() bool { return s.Client.Connected() }
+
+// Generation counts the client's successful connections.
+func (s OpenFlowSwitch) Generation() uint64 { return s.Client.Generation() }
