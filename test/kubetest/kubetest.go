@@ -195,16 +195,20 @@ func Launch() (c *Cluster, err error) {
 			return ready()
 		})
 	}
-	// The serving certificate is self-signed and written at startup.
+	// The serving certificate is self-signed and written at startup. It is
+	// read again on every attempt: a read that races the write sees a
+	// partial bundle (the serving certificate without its CA), which must
+	// cost one attempt, not the whole wait.
+	var client kubernetes.Interface
 	if err := poll(ctx, func() error {
 		data, err := os.ReadFile(filepath.Join(certDir, "apiserver.crt"))
-		c.caData = data
-		return err
-	}); err != nil {
-		return c, fmt.Errorf("kube-apiserver wrote no serving certificate: %w", err)
-	}
-	client := kubernetes.NewForConfigOrDie(c.Config(Admin))
-	if err := poll(ctx, func() error {
+		if err != nil {
+			return fmt.Errorf("no serving certificate yet: %w", err)
+		}
+		if client == nil || !bytes.Equal(data, c.caData) {
+			c.caData = data
+			client = kubernetes.NewForConfigOrDie(c.Config(Admin))
+		}
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, body)
