@@ -20,6 +20,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // TestBinary builds the command and runs it as in a pod: the controller's
@@ -85,13 +86,13 @@ current-context: c
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	clustertest.Eventually(t, 30*time.Second, func() error {
+	wait.Until(t, 30*time.Second, func() error {
 		if code, body := get("/readyz"); code != http.StatusOK {
 			return fmt.Errorf("/readyz: %d %s", code, body)
 		}
 		return nil
 	})
-	clustertest.Eventually(t, 30*time.Second, func() error {
+	wait.Until(t, 30*time.Second, func() error {
 		if h := env.GetEgressService(t, ns, "web").Status.Host; h != "node-a" {
 			return fmt.Errorf("host %q", h)
 		}
@@ -103,7 +104,7 @@ current-context: c
 	if code, body := get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d %s", code, body)
 	}
-	clustertest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		_, body := get("/metrics")
 		for _, want := range []string{"egressflow_controller_assignments_total 1", "egressflow_controller_leader 1",
 			"egressflow_controller_services_without_host 0", "egressflow_controller_event_to_status_seconds_count", "go_goroutines"} {

@@ -28,6 +28,7 @@ import (
 	"github.com/egressflow/egressflow/openflow"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/topology"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // convergeTimeout bounds every wait for the agents to converge; they
@@ -100,7 +101,7 @@ func newEnv(t *testing.T, nodes int) *env {
 			t.Fatal(err)
 		}
 		// The heartbeat, as the agent's main publishes it: the bridge MAC.
-		mac := strings.TrimSpace(n.Exec(t, "cat", "/sys/class/net/"+n.Bridge+"/address"))
+		mac := n.BridgeMAC(t)
 		renewer, err := heartbeat.NewRenewer(e.agentKube.CoordinationV1(), heartbeat.RenewerConfig{
 			Namespace: kubetest.SystemNamespace, NodeName: n.Name, LeaseDuration: time.Hour, RenewInterval: time.Minute,
 			Facts: func() heartbeat.Facts { return heartbeat.Facts{BridgeMAC: mac} },
@@ -188,17 +189,12 @@ func (r *runningAgent) waitHealthy(t *testing.T) {
 
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(convergeTimeout)
-	for {
-		err := f()
-		if err == nil {
-			return
+	wait.Until(t, convergeTimeout, func() error {
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, convergeTimeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // createService makes a LoadBalancer Service with an ingress IP, its

@@ -21,6 +21,7 @@ import (
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // TestBalanceAndNoOpResync: services spread evenly, a new node takes no
@@ -41,7 +42,7 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 	load := map[string]int{}
 	for i := range n {
 		name := fmt.Sprintf("svc-%02d", i)
-		clustertest.Eventually(t, settle, func() error {
+		wait.Until(t, settle, func() error {
 			if f.GetEgressService(t, f.ns, name).Status.Host == "" {
 				return errNoHost
 			}
@@ -56,7 +57,7 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 			t.Errorf("loads %v, want %d each", load, n/len(nodes))
 		}
 	}
-	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	wait.Until(t, settle, func() error { return idle(r) })
 	writes := clustertest.NotEvents(r.Writes.All())
 	status, patches := 0, 0
 	for _, w := range writes {
@@ -74,10 +75,10 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 
 	// A new node: nothing moves to it.
 	f.Node(t, "node-d", nil)
-	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	wait.Until(t, settle, func() error { return idle(r) })
 	before, events := r.Writes.Len(), eventsEmitted(t, reg)
 	r.Resync()
-	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	wait.Until(t, settle, func() error { return idle(r) })
 	if got, _ := r.Writes.Since(before); len(clustertest.NotLeases(got)) != 0 {
 		t.Errorf("writes after a new node and a resync: %+v", clustertest.NotLeases(got))
 	}
@@ -105,7 +106,7 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 	// host stay 0 (others take them).
 	victim := f.GetEgressService(t, f.ns, "svc-00").Status.Host
 	f.SetNodeReady(t, victim, false)
-	clustertest.Eventually(t, settle, func() error {
+	wait.Until(t, settle, func() error {
 		if got := counter(t, reg, "egressflow_controller_failovers_total", map[string]string{"cause": string(assign.NodeNotReady)}); got != float64(n/len(nodes)) {
 			return fmt.Errorf("failovers_total{cause=NodeNotReady} = %v", got)
 		}
@@ -115,7 +116,7 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 	f.CreateService(t, clustertest.Service{Namespace: f.ns, Name: "dry", IngressIPs: []string{"192.0.2.99"}})
 	f.CreateEgressService(t, f.ns, "dry", esv1.EgressServiceSpec{})
 	f.waitStatus("dry", "", assign.ReasonNoEndpoints)
-	clustertest.Eventually(t, settle, func() error {
+	wait.Until(t, settle, func() error {
 		if got := gauge(t, reg, "egressflow_controller_services_without_host"); got != 1 {
 			return fmt.Errorf("services_without_host %v", got)
 		}
@@ -241,7 +242,7 @@ func TestFailingWritesBackOff(t *testing.T) {
 		return at
 	}
 	f.service("web", esv1.EgressServiceSpec{}, "node-a")
-	clustertest.Eventually(t, settle, func() error {
+	wait.Until(t, settle, func() error {
 		if n := len(attempts()); n < 6 {
 			return fmt.Errorf("%d attempts so far", n)
 		}

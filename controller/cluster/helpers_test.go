@@ -17,6 +17,7 @@ import (
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // Timings of the tests' controllers: leader election shortened so that a
@@ -103,7 +104,7 @@ func (f *fixture) label(name string) string { return assign.LabelKey(f.ns, name)
 func (f *fixture) waitStatus(name, host string, reason assign.Reason) *esv1.EgressService {
 	f.t.Helper()
 	var es *esv1.EgressService
-	clustertest.Eventually(f.t, settle, func() error {
+	wait.Until(f.t, settle, func() error {
 		es = f.GetEgressService(f.t, f.ns, name)
 		cond := meta.FindStatusCondition(es.Status.Conditions, cluster.ConditionReady)
 		switch {
@@ -130,7 +131,7 @@ func (f *fixture) waitStatus(name, host string, reason assign.Reason) *esv1.Egre
 func (f *fixture) waitLabelOn(name string, nodes ...string) {
 	f.t.Helper()
 	key := f.label(name)
-	clustertest.Eventually(f.t, settle, func() error {
+	wait.Until(f.t, settle, func() error {
 		if got := f.NodesWithLabel(f.t, key); !slices.Equal(got, nodes) {
 			return fmt.Errorf("label %s on %v, want %v", key, got, nodes)
 		}
@@ -142,7 +143,7 @@ func (f *fixture) waitLabelOn(name string, nodes ...string) {
 // containing text.
 func (f *fixture) waitEvent(name string, eventType string, reason assign.Reason, text string) {
 	f.t.Helper()
-	clustertest.Eventually(f.t, settle, func() error {
+	wait.Until(f.t, settle, func() error {
 		evs := f.Events(f.t, f.ns, name)
 		for _, e := range evs {
 			if e.Type == eventType && e.Reason == string(reason) && strings.Contains(e.Message, text) {

@@ -11,7 +11,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
-	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // TestManualLabelEditsReverted: labels that no assignment explains are
@@ -31,7 +31,7 @@ func TestManualLabelEditsReverted(t *testing.T) {
 	stray := assign.LabelKey(f.ns, "nobody")
 	f.PatchNodeLabels(t, other, map[string]*string{stray: &empty, f.label("web"): &empty})
 	f.waitLabelOn("web", host)
-	clustertest.Eventually(t, settle, func() error {
+	wait.Until(t, settle, func() error {
 		if got := f.NodesWithLabel(t, stray); len(got) != 0 {
 			return fmt.Errorf("stray label on %v", got)
 		}
@@ -91,7 +91,7 @@ func TestLabelKeyShared(t *testing.T) {
 	}
 	owner.service("c", esv1.EgressServiceSpec{}, "node-a", "node-b")
 	ownerHost := ""
-	clustertest.Eventually(t, settle, func() error {
+	wait.Until(t, settle, func() error {
 		if ownerHost = owner.GetEgressService(t, "lk-a-b", "c").Status.Host; ownerHost == "" {
 			return errNoHost
 		}
@@ -109,7 +109,7 @@ func TestLabelKeyShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	other.waitLabelOn("b-c", otherHost)
-	clustertest.Eventually(t, settle, func() error {
+	wait.Until(t, settle, func() error {
 		es := other.GetEgressService(t, "lk-a", "b-c")
 		if strings.Contains(es.Status.Conditions[0].Message, "maps to the same label") {
 			return fmt.Errorf("message still mentions the conflict: %s", es.Status.Conditions[0].Message)

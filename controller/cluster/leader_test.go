@@ -12,6 +12,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // snapshot is every service's host and every node's service labels.
@@ -42,7 +43,7 @@ func TestLeaderHandover(t *testing.T) {
 	f.labels = env.WatchLabels(t)
 
 	a := f.RunController(t, options("replica-a"))
-	clustertest.Eventually(t, settle, func() error { return idle(a) })
+	wait.Until(t, settle, func() error { return idle(a) })
 	b := f.RunController(t, options("replica-b"))
 	var services []string
 	for i := range 6 {
@@ -51,14 +52,14 @@ func TestLeaderHandover(t *testing.T) {
 		f.service(name, esv1.EgressServiceSpec{}, nodes...)
 	}
 	for _, s := range services {
-		clustertest.Eventually(t, settle, func() error {
+		wait.Until(t, settle, func() error {
 			if f.GetEgressService(t, f.ns, s).Status.Host == "" {
 				return errNoHost
 			}
 			return nil
 		})
 	}
-	clustertest.Eventually(t, settle, func() error { return idle(a) })
+	wait.Until(t, settle, func() error { return idle(a) })
 	for _, s := range services {
 		host := f.GetEgressService(t, f.ns, s).Status.Host
 		f.waitLabelOn(s, host)
@@ -97,7 +98,7 @@ func TestLeaderHandover(t *testing.T) {
 	}
 	agents[victim].Stop()
 	for _, s := range moved {
-		clustertest.Eventually(t, settle, func() error {
+		wait.Until(t, settle, func() error {
 			if h := f.GetEgressService(t, f.ns, s).Status.Host; h == victim || h == "" {
 				return fmt.Errorf("%s still on %q", s, h)
 			}
@@ -155,7 +156,7 @@ func TestStartupRepair(t *testing.T) {
 	f.waitStatus("net", esv1.HostAll, assign.ReasonAllNodes)
 	f.waitLabelOn("net")
 	var lost string
-	clustertest.Eventually(t, settle, func() error {
+	wait.Until(t, settle, func() error {
 		if lost = f.GetEgressService(t, f.ns, "lost").Status.Host; lost == "" || lost == "node-x" {
 			return fmt.Errorf("lost's host is %q", lost)
 		}

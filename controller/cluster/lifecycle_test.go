@@ -10,6 +10,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // Each lifecycle row of the contract: the service gets a host and its
@@ -21,7 +22,7 @@ import (
 func (f *fixture) assigned(spec esv1.EgressServiceSpec, nodes ...string) string {
 	f.t.Helper()
 	f.service("web", spec, nodes...)
-	clustertest.Eventually(f.t, settle, func() error {
+	wait.Until(f.t, settle, func() error {
 		if h := f.GetEgressService(f.t, f.ns, "web").Status.Host; h == "" {
 			return errNoHost
 		}
@@ -159,10 +160,10 @@ func TestInvalidSelector(t *testing.T) {
 	f.waitLabelOn("web")
 
 	// Nothing is written again: no hot loop, no retry storm.
-	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	wait.Until(t, settle, func() error { return idle(r) })
 	before, events := r.Writes.Len(), eventsEmitted(t, f.reg)
 	r.Resync()
-	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	wait.Until(t, settle, func() error { return idle(r) })
 	if got, _ := r.Writes.Since(before); len(clustertest.NotEvents(got)) != 0 {
 		t.Errorf("writes after a resync of an invalid service: %+v", got)
 	}
@@ -280,10 +281,10 @@ func TestAgentLeaseExpired(t *testing.T) {
 	// The agent comes back: nothing moves back (the valid host is kept),
 	// not even on a resync.
 	f.StartAgent(t, host)
-	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	wait.Until(t, settle, func() error { return idle(r) })
 	before := r.Writes.Len()
 	r.Resync()
-	clustertest.Eventually(t, settle, func() error { return idle(r) })
+	wait.Until(t, settle, func() error { return idle(r) })
 	if got, _ := r.Writes.Since(before); len(clustertest.NotLeases(got)) != 0 {
 		t.Errorf("writes after the agent came back: %+v", clustertest.NotLeases(got))
 	}

@@ -16,6 +16,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/test/topology"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 func TestCookieLayout(t *testing.T) {
@@ -109,7 +110,7 @@ func TestFlowsOnRealPackets(t *testing.T) {
 			endpointSlice(hostNode.Name, a.IP.String(), otherNode.Name, b.IP.String()),
 		}},
 		Leases: map[string]*coordinationv1.Lease{
-			hostNode.Name: agentLease(strings.TrimSpace(hostNode.Exec(t, "cat", "/sys/class/net/br-ex/address"))),
+			hostNode.Name: agentLease(hostNode.BridgeMAC(t)),
 		},
 	}
 	for _, n := range topo.Nodes {
@@ -118,10 +119,7 @@ func TestFlowsOnRealPackets(t *testing.T) {
 	install := func(n *topology.Node) {
 		t.Helper()
 		cfg := NodeConfig{Name: n.Name, ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
-		var uplink uint32
-		if _, err := fmt.Sscan(n.Vsctl(t, "get", "interface", topology.UplinkPort, "ofport"), &uplink); err != nil {
-			t.Fatal(err)
-		}
+		uplink := n.PortNumber(t, topology.UplinkPort)
 		var text []string
 		for _, f := range Flows(Compute(cfg, cluster, tables), Ports{Uplink: uplink}) {
 			text = append(text, f.String())
@@ -169,17 +167,12 @@ func TestFlowsOnRealPackets(t *testing.T) {
 	// awaited; the source check below covers every packet.
 	delete(cluster.Leases, hostNode.Name)
 	install(otherNode)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := b.Dial("udp", server.Addr)
-		if err != nil {
-			break
+	wait.Until(t, 10*time.Second, func() error {
+		if got, err := b.Dial("udp", server.Addr); err == nil {
+			return fmt.Errorf("steered endpoint still reaches the outside (as %s) with the host MAC unknown", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("steered endpoint still reaches the outside (as %s) with the host MAC unknown", got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if got, err := bystander.Dial("udp", server.Addr); err != nil || got != bystander.IP {
 		t.Errorf("bystander while b is dropped: source %v, err %v", got, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // TestRenewerAgainstAPIServer runs the agent side as the agent's service
@@ -62,7 +63,7 @@ func TestRenewerAgainstAPIServer(t *testing.T) {
 		return l
 	}
 	var first *coordinationv1.Lease
-	clustertest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if first = get(); first == nil || !heartbeat.Fresh(first, time.Now()) {
 			return errors.New("no fresh Lease yet")
 		}
@@ -74,7 +75,7 @@ func TestRenewerAgainstAPIServer(t *testing.T) {
 	if first.Labels[heartbeat.LeaseLabel] != heartbeat.LeaseLabelValue || *first.Spec.HolderIdentity != "node-a" || *first.Spec.LeaseDurationSeconds != 1 {
 		t.Errorf("lease metadata %v %+v", first.Labels, first.Spec)
 	}
-	clustertest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if l := get(); l == nil || !l.Spec.RenewTime.After(first.Spec.RenewTime.Time) {
 			return errors.New("not renewed")
 		}
@@ -83,14 +84,14 @@ func TestRenewerAgainstAPIServer(t *testing.T) {
 
 	// Unhealthy: renewals stop and the Lease expires.
 	unhealthy.Store(true)
-	clustertest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if l := get(); l == nil || heartbeat.Fresh(l, time.Now()) {
 			return errors.New("still fresh")
 		}
 		return nil
 	})
 	unhealthy.Store(false)
-	clustertest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if l := get(); l == nil || !heartbeat.Fresh(l, time.Now()) {
 			return errors.New("not fresh again")
 		}
@@ -104,7 +105,7 @@ func TestRenewerAgainstAPIServer(t *testing.T) {
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	clustertest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		cur := get()
 		if cur == nil || !cur.Spec.RenewTime.After(l.Spec.RenewTime.Time) || cur.Annotations["example.com/note"] != "kept" {
 			return errors.New("not renewed after a foreign write")

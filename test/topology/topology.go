@@ -153,12 +153,25 @@ func (n *Node) AddPod(t testing.TB, name string) *Pod {
 // OFPort is the pod's OpenFlow port number on its node's br-ex.
 func (p *Pod) OFPort(t testing.TB) int {
 	t.Helper()
-	var port int
-	out := strings.TrimSpace(p.Node.Vsctl(t, "get", "interface", p.Port, "ofport"))
-	if _, err := fmt.Sscan(out, &port); err != nil || port <= 0 {
-		t.Fatalf("topology: ofport of %s is %q", p.Port, out)
+	return int(p.Node.PortNumber(t, p.Port))
+}
+
+// PortNumber is the OpenFlow port number of the named port on the node's br-ex.
+func (n *Node) PortNumber(t testing.TB, name string) uint32 {
+	t.Helper()
+	var port uint32
+	out := strings.TrimSpace(n.Vsctl(t, "get", "interface", name, "ofport"))
+	if _, err := fmt.Sscan(out, &port); err != nil || port == 0 {
+		t.Fatalf("topology: ofport of %s on %s is %q", name, n.Name, out)
 	}
 	return port
+}
+
+// BridgeMAC is the MAC address of the node's br-ex (its LOCAL port), the
+// address other nodes steer to.
+func (n *Node) BridgeMAC(t testing.TB) string {
+	t.Helper()
+	return strings.TrimSpace(n.Exec(t, "cat", "/sys/class/net/"+n.Bridge+"/address"))
 }
 
 // Exec runs a command in the pod's namespace and returns its output.

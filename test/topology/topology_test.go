@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // TestRoutedPodNetwork builds two nodes and checks the plain network every
@@ -44,38 +46,22 @@ func TestRoutedPodNetwork(t *testing.T) {
 	// A drop flow on node 1's br-ex for pod a's packets cuts it off; removing
 	// it restores the path. Both take effect once OVS has revalidated the
 	// datapath's cached flows, so each is awaited, within a deadline.
+	const revalidationTimeout = 10 * time.Second // takes milliseconds; the rest is slack for a loaded machine
 	drop := "priority=1000,ip,nw_src=" + a.IP.String()
 	topo.Nodes[0].Ofctl(t, "add-flow", topo.Nodes[0].Bridge, drop+",actions=drop")
-	within(t, "the drop flow cuts pod a off", func() error {
+	wait.Until(t, revalidationTimeout, func() error {
 		if source, err := a.Dial("udp", server.Addr); err == nil {
-			return fmt.Errorf("reached the external host as %s", source)
+			return fmt.Errorf("pod a reached the external host as %s despite the drop flow", source)
 		}
 		return nil
 	})
 	topo.Nodes[0].Ofctl(t, "del-flows", "--strict", topo.Nodes[0].Bridge, drop)
-	within(t, "pod a reaches the external host again", func() error {
+	wait.Until(t, revalidationTimeout, func() error {
 		if source, err := a.Dial("tcp", server.Addr); err != nil || source != a.IP {
-			return fmt.Errorf("source %v, err %v", source, err)
+			return fmt.Errorf("after removing the drop flow: source %v, err %v", source, err)
 		}
 		return nil
 	})
-}
-
-// within polls check until it succeeds, failing the test after 10 s (a
-// revalidation takes milliseconds; the rest is slack for a loaded machine).
-func within(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestConnectionProbedTwice keeps one TCP connection open across probes.

@@ -35,6 +35,7 @@ import (
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // Short heartbeat timings for tests: a stopped agent's node stops being a
@@ -318,23 +319,6 @@ func (e *Env) Events(t testing.TB, ns, name string) []corev1.Event {
 	return list.Items
 }
 
-// Eventually polls check every 20 ms until it returns nil, failing the test
-// with its last error after timeout.
-func Eventually(t testing.TB, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Agent is a node agent's heartbeat, written as the agent's service account
 // through heartbeat.Renewer.
 type Agent struct {
@@ -436,7 +420,7 @@ func (r *Replica) Stop() error {
 // WaitLeading waits until the replica leads and its first sync pass is done.
 func (r *Replica) WaitLeading(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	Eventually(t, timeout, func() error {
+	wait.Until(t, timeout, func() error {
 		if !r.Idle() {
 			return errors.New("not leading, or still busy")
 		}
