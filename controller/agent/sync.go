@@ -60,12 +60,7 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 			return fmt.Errorf("apply %d flow changes: %w", len(mods), err)
 		}
 		m.flowMods.Add(float64(len(mods)))
-		for _, d := range changes.Delete {
-			delete(a.installed, dataplane.FlowID(d))
-		}
-		for _, fm := range changes.Add {
-			a.installed[dataplane.FlowID(fm)] = fm
-		}
+		changes.ApplyTo(a.installed)
 	}
 	a.countFlows(state, desired)
 

@@ -18,6 +18,21 @@ type Changes struct {
 	// desired, each restricted to the cookie it had, so a foreign flow with
 	// the same match is never removed.
 	Delete []*openflow.FlowMod
+
+	// The FlowIDs of Add and Delete, in the same order, kept so that
+	// ApplyTo need not marshal the matches again.
+	addIDs, deleteIDs []string
+}
+
+// ApplyTo updates installed (see Installed) to what the bridge holds once
+// the changes were applied.
+func (c Changes) ApplyTo(installed map[string]*openflow.FlowMod) {
+	for _, id := range c.deleteIDs {
+		delete(installed, id)
+	}
+	for i, id := range c.addIDs {
+		installed[id] = c.Add[i]
+	}
 }
 
 // Empty reports whether there is nothing to send.
@@ -47,18 +62,22 @@ func Diff(desired []*openflow.FlowMod, installed map[string]*openflow.FlowMod) C
 			continue
 		}
 		c.Add = append(c.Add, fm)
+		c.addIDs = append(c.addIDs, id)
 	}
-	for id, f := range installed {
-		if wanted[id] {
-			continue
+	for id := range installed {
+		if !wanted[id] {
+			c.deleteIDs = append(c.deleteIDs, id)
 		}
+	}
+	// Map order is random; a stable order makes bundles reproducible.
+	slices.Sort(c.deleteIDs)
+	for _, id := range c.deleteIDs {
+		f := installed[id]
 		c.Delete = append(c.Delete, &openflow.FlowMod{
 			Command: openflow.FlowDeleteStrict, Table: f.Table, Priority: f.Priority, Match: f.Match,
 			Cookie: f.Cookie, CookieMask: ^uint64(0),
 		})
 	}
-	// Map order is random; a stable order makes bundles reproducible.
-	slices.SortFunc(c.Delete, func(a, b *openflow.FlowMod) int { return strings.Compare(FlowID(a), FlowID(b)) })
 	return c
 }
 

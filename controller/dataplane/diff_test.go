@@ -45,6 +45,19 @@ func TestDiff(t *testing.T) {
 		t.Fatalf("delete %v: want a strict, cookie-exact delete of the old reply flow", d)
 	}
 
+	// Applying the changes to the index yields the index of the new flows.
+	applied := Installed(dumpedAs(desired))
+	got.ApplyTo(applied)
+	if want := Installed(dumpedAs(next)); len(applied) != len(want) {
+		t.Fatalf("after ApplyTo: %d flows indexed, want %d", len(applied), len(want))
+	} else {
+		for id := range want {
+			if applied[id] == nil {
+				t.Fatalf("after ApplyTo a desired flow is missing from the index")
+			}
+		}
+	}
+
 	// The service goes away: all of its flows and the shared ones go.
 	c.EgressServices = nil
 	got = Diff(Flows(Compute(n1Config, c, tables), Ports{Uplink: 1}), installed)
