@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -52,9 +51,8 @@ type Switch interface {
 	Bundle(ctx context.Context, mods []*openflow.FlowMod) error
 	// PortNumber returns the OpenFlow port number of a port by name.
 	PortNumber(ctx context.Context, name string) (uint32, error)
-	// FlushConntrack removes the connections in zone whose original source
-	// is src.
-	FlushConntrack(ctx context.Context, zone uint16, src netip.Addr) error
+	// FlushConntrack removes the connections the filter selects.
+	FlushConntrack(ctx context.Context, filter *openflow.CTFlush) error
 	// Connected reports whether the connection is up now.
 	Connected() bool
 	// Generation counts the connections made so far: it changes with every

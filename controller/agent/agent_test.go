@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
@@ -443,7 +444,7 @@ func TestAgentRestartAndRepair(t *testing.T) {
 
 	// Endpoint b removed: its flows and its conntrack entries go.
 	hasEntries := func(ip netip.Addr) bool {
-		return strings.Contains(n.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", dataplane.SNATZone)), "src="+ip.String()+",")
+		return strings.Contains(n.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", conntrack.SNATZone)), "src="+ip.String()+",")
 	}
 	if !hasEntries(b.IP) || !hasEntries(other.IP) {
 		t.Fatal("expected conntrack entries for b and the other service's endpoint before the removal")

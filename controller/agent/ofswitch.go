@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"net/netip"
 
 	"github.com/egressflow/egressflow/openflow"
 )
@@ -40,9 +39,9 @@ func (s OpenFlowSwitch) PortNumber(ctx context.Context, name string) (uint32, er
 	return s.Client.PortByName(ctx, name)
 }
 
-// FlushConntrack removes zone's connections whose original source is src.
-func (s OpenFlowSwitch) FlushConntrack(ctx context.Context, zone uint16, src netip.Addr) error {
-	return s.Client.FlushConntrack(ctx, &openflow.CTFlush{Zone: zone, HasZone: true, Orig: openflow.CTTuple{Src: src}})
+// FlushConntrack removes the connections the filter selects.
+func (s OpenFlowSwitch) FlushConntrack(ctx context.Context, filter *openflow.CTFlush) error {
+	return s.Client.FlushConntrack(ctx, filter)
 }
 
 // Connected reports whether the OpenFlow connection is up.

@@ -3,13 +3,13 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/egressflow/egressflow/conntrack"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/openflow"
 )
@@ -70,45 +70,14 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 	// Only now that no flow SNATs them any more (or SNATs them to another
 	// address) can their old translations go: a connection flushed before
 	// would be re-created with the old mapping.
-	for _, src := range StaleTranslations(a.lastState, state) {
-		if err := a.cfg.Switch.FlushConntrack(ctx, dataplane.SNATZone, src); err != nil {
-			return fmt.Errorf("flush conntrack entries of %s: %w", src, err)
-		}
-		m.ctFlushes.Inc()
+	flushed, err := conntrack.FlushSources(ctx, a.cfg.Switch, conntrack.SNATZone,
+		conntrack.Stale(a.lastState.Translations(), state.Translations()))
+	m.ctFlushes.Add(float64(flushed))
+	if err != nil {
+		return err
 	}
 	a.lastState = state
 	return nil
-}
-
-// StaleTranslations returns the endpoints whose SNAT on this node went away
-// or changed address between two states: their conntrack entries carry a
-// translation no flow makes any more. Sorted.
-func StaleTranslations(before, after dataplane.State) []netip.Addr {
-	now := snatTargets(after)
-	var stale []netip.Addr
-	for ep, lb := range snatTargets(before) {
-		if now[ep] != lb {
-			stale = append(stale, ep)
-		}
-	}
-	slices.SortFunc(stale, netip.Addr.Compare)
-	return stale
-}
-
-// snatTargets maps each endpoint this node SNATs to its LB IP.
-func snatTargets(s dataplane.State) map[netip.Addr]netip.Addr {
-	out := map[netip.Addr]netip.Addr{}
-	for _, svc := range s.Services {
-		if svc.Role != dataplane.RoleHost {
-			continue
-		}
-		for _, ep := range svc.Endpoints {
-			if lb, ok := svc.LoadBalancerIP(ep); ok {
-				out[ep] = lb
-			}
-		}
-	}
-	return out
 }
 
 // report logs each problem once and records an Event on its EgressService,

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/endpoints"
@@ -84,6 +85,24 @@ type Service struct {
 func (s Service) hasLoadBalancerIP(ep endpoints.Endpoint) bool {
 	_, ok := s.LoadBalancerIP(ep.IP)
 	return ok
+}
+
+// Translations returns the SNAT this node's flows make: each endpoint of a
+// service this node hosts, to that service's LB IP of its family. Steered
+// and Network endpoints are not translated here.
+func (s State) Translations() conntrack.Translations {
+	out := conntrack.Translations{}
+	for _, svc := range s.Services {
+		if svc.Role != RoleHost {
+			continue
+		}
+		for _, ep := range svc.Endpoints {
+			if lb, ok := svc.LoadBalancerIP(ep); ok {
+				out[ep] = lb
+			}
+		}
+	}
+	return out
 }
 
 // LoadBalancerIP returns the LB IP of addr's family, if the service has one.

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/iprule"
@@ -239,5 +241,25 @@ func TestComputeHostMismatch(t *testing.T) {
 	got := Compute(n1Config, c, tables)
 	if len(got.Services) != 0 || len(got.Problems) != 1 || got.Problems[0].Reason != ReasonHostMismatch {
 		t.Fatalf("%+v", got)
+	}
+}
+
+// TestTranslations: only services this node hosts translate, each endpoint
+// to the LB IP of its own family.
+func TestTranslations(t *testing.T) {
+	a := netip.MustParseAddr
+	state := State{Services: []Service{
+		{Key: "ns/web", Role: RoleHost, LoadBalancerIPs: addrs("192.0.2.1", "2001:db8::1"), Endpoints: addrs("10.0.0.1", "fd00::1")},
+		{Key: "ns/v4only", Role: RoleHost, LoadBalancerIPs: addrs("192.0.2.2"), Endpoints: addrs("10.0.0.2", "fd00::2")},
+		{Key: "ns/steered", Role: RoleSteer, LoadBalancerIPs: addrs("192.0.2.3"), Endpoints: addrs("10.0.0.3")},
+		{Key: "ns/network", Role: RoleNetwork, Endpoints: addrs("10.0.0.4")},
+	}}
+	want := conntrack.Translations{
+		a("10.0.0.1"): a("192.0.2.1"),
+		a("fd00::1"):  a("2001:db8::1"),
+		a("10.0.0.2"): a("192.0.2.2"),
+	}
+	if got := state.Translations(); !maps.Equal(got, want) {
+		t.Errorf("Translations = %v, want %v", got, want)
 	}
 }

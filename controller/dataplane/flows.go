@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"net/netip"
 
+	"github.com/egressflow/egressflow/conntrack"
 	"github.com/egressflow/egressflow/openflow"
 )
 
@@ -30,12 +31,6 @@ const (
 	// NORMAL of non-reply traffic in TableReply.
 	priorityFallback uint16 = 100
 )
-
-// SNATZone is the conntrack zone of every SNATed connection. One zone is
-// enough: the SNAT and un-SNAT flows all use it, and flushes select entries
-// by tuple. The number stays clear of the small zones other OVS users favour
-// (ovn-kubernetes uses 64000, the kernel default is 0).
-const SNATZone uint16 = 61189
 
 // Cookies mark egressflow's flows: bits 63..48 are CookiePrefix, 47..40 the
 // flow's kind, 39..8 a hash of the service's namespace/name (0 for flows
@@ -101,7 +96,7 @@ func Flows(state State, ports Ports) []*openflow.FlowMod {
 				lb, _ := s.LoadBalancerIP(ep)
 				r.redirect(s.Key, ep)
 				r.add(Cookie(KindSNAT, s.Key), TableEgress, priorityService, ipMatch(ep, srcField(ep)),
-					openflow.CT{Flags: openflow.CTCommit, Zone: SNATZone, Actions: []openflow.Action{
+					openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Actions: []openflow.Action{
 						openflow.NAT{Flags: openflow.NATSrc, MinAddr: lb},
 					}},
 					openflow.Output{Port: ports.Uplink})
@@ -110,7 +105,7 @@ func Flows(state State, ports Ports) []*openflow.FlowMod {
 				m := ipMatch(lb, dstField(lb))
 				m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
 				r.add(Cookie(KindReplyCT, s.Key), TableClassify, priorityService, m,
-					openflow.CT{Zone: SNATZone, Recirculate: true, Table: TableReply, Actions: []openflow.Action{openflow.NAT{}}})
+					openflow.CT{Zone: conntrack.SNATZone, Recirculate: true, Table: TableReply, Actions: []openflow.Action{openflow.NAT{}}})
 			}
 		case RoleSteer:
 			diverting = true
