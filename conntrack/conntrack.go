@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"syscall"
 
 	"github.com/egressflow/egressflow/openflow"
 )
@@ -49,10 +50,30 @@ type Flusher interface {
 	FlushConntrack(ctx context.Context, filter *openflow.CTFlush) error
 }
 
-// SourceFilter selects zone's connections whose original source is src,
-// whatever their other fields.
-func SourceFilter(zone uint16, src netip.Addr) *openflow.CTFlush {
-	return &openflow.CTFlush{Zone: zone, HasZone: true, Orig: openflow.CTTuple{Src: src}}
+// ipv6FlushProtocols are the transport protocols an IPv6 source is flushed
+// for, one message each. A flush of an IPv6 source across all protocols
+// (protocol 0 in NXT_CT_FLUSH, or `ovs-appctl dpctl/flush-conntrack
+// ct_ipv6_src=...`) kills ovs-vswitchd 3.1.0 (Debian 12's) with the
+// userspace datapath; with a protocol it works. ICMPv6 is in the list for
+// later versions: 3.1.0 matches no ICMPv6 entry by source alone, so there
+// stale ICMPv6 entries expire on their own (ICMP's conntrack timeouts are
+// short). IPv4 has no such problem and is flushed in one message.
+var ipv6FlushProtocols = []uint8{
+	syscall.IPPROTO_TCP, syscall.IPPROTO_UDP, syscall.IPPROTO_SCTP, syscall.IPPROTO_ICMPV6,
+}
+
+// SourceFilters select zone's connections whose original source is src,
+// whatever their other fields: one filter for IPv4, one per transport
+// protocol for IPv6 (see ipv6FlushProtocols).
+func SourceFilters(zone uint16, src netip.Addr) []*openflow.CTFlush {
+	if src.Is4() {
+		return []*openflow.CTFlush{{Zone: zone, HasZone: true, Orig: openflow.CTTuple{Src: src}}}
+	}
+	filters := make([]*openflow.CTFlush, len(ipv6FlushProtocols))
+	for i, proto := range ipv6FlushProtocols {
+		filters[i] = &openflow.CTFlush{Proto: proto, Zone: zone, HasZone: true, Orig: openflow.CTTuple{Src: src}}
+	}
+	return filters
 }
 
 // FlushSources flushes zone's connections from each of srcs, in order, and
@@ -60,8 +81,10 @@ func SourceFilter(zone uint16, src netip.Addr) *openflow.CTFlush {
 // flushes them all again, which is harmless).
 func FlushSources(ctx context.Context, f Flusher, zone uint16, srcs []netip.Addr) (int, error) {
 	for i, src := range srcs {
-		if err := f.FlushConntrack(ctx, SourceFilter(zone, src)); err != nil {
-			return i, fmt.Errorf("flush zone %d connections from %s: %w", zone, src, err)
+		for _, filter := range SourceFilters(zone, src) {
+			if err := f.FlushConntrack(ctx, filter); err != nil {
+				return i, fmt.Errorf("flush zone %d connections from %s: %w", zone, src, err)
+			}
 		}
 	}
 	return len(srcs), nil

@@ -3,6 +3,7 @@ package conntrack_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -64,34 +65,58 @@ func TestFlushSourcesStopsAtFirstError(t *testing.T) {
 	if n != 1 || err == nil || !strings.Contains(err.Error(), "10.0.0.2") {
 		t.Fatalf("FlushSources = %d, %v; want 1 and an error naming 10.0.0.2", n, err)
 	}
-	if len(f.filters) != 1 || !reflect.DeepEqual(f.filters[0], conntrack.SourceFilter(conntrack.SNATZone, srcs[0])) {
+	if len(f.filters) != 1 || !reflect.DeepEqual(f.filters, conntrack.SourceFilters(conntrack.SNATZone, srcs[0])) {
 		t.Fatalf("filters sent: %+v", f.filters)
 	}
 }
 
-// TestFlushSourcesOnRealSwitch commits connections of two pods into the
-// SNAT zone through real packets, flushes one pod's, and checks that only
-// its entries went: the other pod's, and the same pod's in another zone,
-// stay.
+// TestFlushSourcesOnRealSwitch commits connections of two pods, IPv4
+// (ICMP, UDP) and IPv6 (TCP, UDP), into the SNAT zone through real packets,
+// flushes one pod's addresses, and checks that only its entries went: the
+// other pod's, and the same pod's in another zone, stay; and that the
+// switch survives (an all-protocol IPv6 flush would have killed it).
 func TestFlushSourcesOnRealSwitch(t *testing.T) {
 	topo := topology.New(t, 1)
 	n := topo.Nodes[0]
+	server := topo.External.Serve(t)
 	gone, kept := n.AddPod(t, "gone"), n.AddPod(t, "kept")
 	const otherZone = 7
-	n.Ofctl(t, "add-flow", n.Bridge, fmt.Sprintf("priority=10,ip,nw_src=%s,actions=ct(commit,zone=%d),ct(commit,zone=%d),normal", topology.ClusterPodPrefix, conntrack.SNATZone, otherZone))
+	commit := fmt.Sprintf("actions=ct(commit,zone=%d),ct(commit,zone=%d),normal", conntrack.SNATZone, otherZone)
+	n.Ofctl(t, "add-flow", n.Bridge, fmt.Sprintf("priority=10,ip,nw_src=%s,%s", topology.ClusterPodPrefix, commit))
+	n.Ofctl(t, "add-flow", n.Bridge, fmt.Sprintf("priority=10,ipv6,ipv6_src=%s,%s", topology.ClusterPodPrefix6, commit))
 	for _, p := range []*topology.Pod{gone, kept} {
 		if err := p.Ping(topo.External.IP, 1); err != nil {
 			t.Fatal(err)
 		}
+		for _, dial := range []struct {
+			network string
+			server  netip.AddrPort
+		}{{"udp", server.Addr}, {"udp", server.Addr6}, {"tcp", server.Addr6}} {
+			if _, err := p.Dial(dial.network, dial.server); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	entries := func(zone int, p *topology.Pod) bool {
+	// entries counts zone's connections from src, by protocol.
+	entries := func(zone int, src netip.Addr) map[string]int {
 		dump := n.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
-		return strings.Contains(dump, "src="+p.IP.String()+",")
+		count := map[string]int{}
+		for _, line := range strings.Split(dump, "\n") {
+			if proto, rest, ok := strings.Cut(line, ",orig=(src="+src.String()+","); ok && rest != "" {
+				count[proto]++
+			}
+		}
+		return count
+	}
+	wantBefore := map[netip.Addr]map[string]int{}
+	for _, p := range []*topology.Pod{gone, kept} {
+		wantBefore[p.IP] = map[string]int{"icmp": 1, "udp": 1}
+		wantBefore[p.IP6] = map[string]int{"udp": 1, "tcp": 1}
 	}
 	for _, zone := range []int{int(conntrack.SNATZone), otherZone} {
-		for _, p := range []*topology.Pod{gone, kept} {
-			if !entries(zone, p) {
-				t.Fatalf("no zone %d entry for %s before the flush", zone, p.Name)
+		for src, want := range wantBefore {
+			if got := entries(zone, src); !maps.Equal(got, want) {
+				t.Fatalf("zone %d entries from %s before the flush: %v, want %v", zone, src, got, want)
 			}
 		}
 	}
@@ -103,17 +128,21 @@ func TestFlushSourcesOnRealSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	if flushed, err := conntrack.FlushSources(ctx, client, conntrack.SNATZone, []netip.Addr{gone.IP}); err != nil || flushed != 1 {
+	if flushed, err := conntrack.FlushSources(ctx, client, conntrack.SNATZone, gone.Addrs()); err != nil || flushed != 2 {
 		t.Fatalf("FlushSources = %d, %v", flushed, err)
 	}
-	// The flush is followed by a barrier: no waiting needed.
-	if entries(int(conntrack.SNATZone), gone) {
-		t.Error("the flushed pod's entries remain in the SNAT zone")
+	// Each flush is followed by a barrier: no waiting needed.
+	for _, src := range gone.Addrs() {
+		if got := entries(int(conntrack.SNATZone), src); len(got) != 0 {
+			t.Errorf("entries from %s remain in the SNAT zone after the flush: %v", src, got)
+		}
+		if got := entries(otherZone, src); !maps.Equal(got, wantBefore[src]) {
+			t.Errorf("entries from %s in another zone: %v, want them untouched (%v)", src, got, wantBefore[src])
+		}
 	}
-	if !entries(int(conntrack.SNATZone), kept) {
-		t.Error("the other pod's entries were flushed too")
-	}
-	if !entries(otherZone, gone) {
-		t.Error("the flushed pod's entries in another zone were flushed too")
+	for _, src := range kept.Addrs() {
+		if got := entries(int(conntrack.SNATZone), src); !maps.Equal(got, wantBefore[src]) {
+			t.Errorf("the other pod's entries from %s: %v, want them untouched (%v)", src, got, wantBefore[src])
+		}
 	}
 }

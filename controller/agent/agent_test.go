@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +37,12 @@ import (
 // normally take tens of milliseconds.
 const convergeTimeout = 20 * time.Second
 
-var serviceCIDR = netip.MustParsePrefix("10.96.0.0/16")
+// serviceCIDRs are the cluster's ClusterIP ranges, one per family, and
+// clusterIPs an address in each.
+var (
+	serviceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")}
+	clusterIPs   = []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:10:96::10")}
+)
 
 // countingSwitch counts the flow mods an agent sends.
 type countingSwitch struct {
@@ -85,7 +91,31 @@ func newEnv(t *testing.T, nodes int) *env {
 		agentKube:   kubernetes.NewForConfigOrDie(api.Config(kubetest.Agent)),
 		agentEgress: versioned.NewForConfigOrDie(api.Config(kubetest.Agent)),
 	}
-	e.server = e.topo.External.Serve(t)
+	// A ClusterIP of each family lives on the external host, as a service
+	// whose backend is reached through the nodes' routes would: packets to
+	// it must keep the pod's source.
+	for i, ip := range clusterIPs {
+		e.topo.External.Exec(t, "ip", "addr", "add", netip.PrefixFrom(ip, ip.BitLen()).String(), "dev", "eth0")
+		via := e.topo.External.IP
+		if ip.Is6() {
+			via = e.topo.External.IP6
+		}
+		for _, n := range e.topo.Nodes {
+			n.Exec(t, "ip", "route", "add", serviceCIDRs[i].String(), "via", via.String())
+		}
+	}
+	e.server = e.topo.External.Serve(t, clusterIPs...)
+	// On failure, what the bridges did: every flow with its packet counts,
+	// and the SNAT zone's connections.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, n := range e.topo.Nodes {
+			t.Logf("%s flows:\n%s\n%s conntrack zone %d:\n%s", n.Name, n.Ofctl(t, "dump-flows", n.Bridge),
+				n.Name, conntrack.SNATZone, n.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", conntrack.SNATZone)))
+		}
+	})
 	e.rtTables = filepath.Join(t.TempDir(), "rt_tables")
 	if err := os.WriteFile(e.rtTables, []byte("100 blue\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -97,7 +127,10 @@ func newEnv(t *testing.T, nodes int) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}}
+		created.Status.Addresses = []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: n.IP.String()},
+			{Type: corev1.NodeInternalIP, Address: n.IP6.String()},
+		}
 		if _, err := e.kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -149,8 +182,8 @@ func (e *env) startAgent(n *topology.Node) *runningAgent {
 	a := New(Config{
 		Node: dataplane.NodeConfig{
 			Name:            n.Name,
-			ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix},
-			ServiceCIDRs:    []netip.Prefix{serviceCIDR},
+			ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix, topology.ClusterPodPrefix6},
+			ServiceCIDRs:    serviceCIDRs,
 		},
 		UplinkPort: topology.UplinkPort,
 		Namespace:  kubetest.SystemNamespace,
@@ -232,25 +265,36 @@ func (e *env) createEgressService(name string, lbs []netip.Addr, spec esv1.Egres
 	}
 }
 
+// setEndpoints makes the pods the service's endpoints, each with both its
+// addresses: one EndpointSlice per family, as the EndpointSlice controller
+// writes them.
 func (e *env) setEndpoints(name string, pods ...*topology.Pod) {
 	t, ctx := e.t, context.Background()
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-	}
-	for _, p := range pods {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IP.String()}, NodeName: &p.Node.Name})
-	}
-	slices := e.kube.DiscoveryV1().EndpointSlices("shop")
-	if existing, err := slices.Get(ctx, slice.Name, metav1.GetOptions{}); err == nil {
-		existing.Endpoints = slice.Endpoints
-		if _, err := slices.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+	for _, family := range []struct {
+		addressType discoveryv1.AddressType
+		addr        func(*topology.Pod) netip.Addr
+	}{
+		{discoveryv1.AddressTypeIPv4, func(p *topology.Pod) netip.Addr { return p.IP }},
+		{discoveryv1.AddressTypeIPv6, func(p *topology.Pod) netip.Addr { return p.IP6 }},
+	} {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name + "-" + strings.ToLower(string(family.addressType)), Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: family.addressType,
+		}
+		for _, p := range pods {
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{family.addr(p).String()}, NodeName: &p.Node.Name})
+		}
+		slices := e.kube.DiscoveryV1().EndpointSlices("shop")
+		if existing, err := slices.Get(ctx, slice.Name, metav1.GetOptions{}); err == nil {
+			existing.Endpoints = slice.Endpoints
+			if _, err := slices.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		return
-	}
-	if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -269,15 +313,29 @@ func (e *env) setHost(name, host string) {
 // announce routes the LB IP to a node from the external host, as an LB
 // announcer would.
 func (e *env) announce(lb netip.Addr, n *topology.Node) {
-	e.topo.External.Exec(e.t, "ip", "route", "replace", lb.String(), "via", n.IP.String())
+	via := n.IP
+	if lb.Is6() {
+		via = n.IP6
+	}
+	e.topo.External.Exec(e.t, "ip", "route", "replace", lb.String(), "via", via.String())
 }
 
 // expectSource waits until pod's packets reach the external host with want
-// as source, over network.
+// as source, over network, in want's family.
 func (e *env) expectSource(pod *topology.Pod, network string, want netip.Addr) {
 	e.t.Helper()
-	eventually(e.t, fmt.Sprintf("%s from %s seen as %s", network, pod.Name, want), func() error {
-		got, err := pod.Dial(network, e.server.Addr)
+	server := e.server.Addr
+	if want.Is6() {
+		server = e.server.Addr6
+	}
+	e.expectSourceAt(pod, network, server, want)
+}
+
+// expectSourceAt is expectSource towards any address the server holds.
+func (e *env) expectSourceAt(pod *topology.Pod, network string, server netip.AddrPort, want netip.Addr) {
+	e.t.Helper()
+	eventually(e.t, fmt.Sprintf("%s from %s to %s seen as %s", network, pod.Name, server, want), func() error {
+		got, err := pod.Dial(network, server)
 		if err != nil {
 			return err
 		}
@@ -288,38 +346,56 @@ func (e *env) expectSource(pod *topology.Pod, network string, want netip.Addr) {
 	})
 }
 
-// TestAgentsSNATAndSteer: two nodes, an endpoint on each, the service
-// hosted on node 1. Both endpoints leave with the LB IP (TCP, UDP, ICMP);
-// a pod that is not an endpoint, pod-to-pod and pod-to-node keep their
-// source. Then the host moves to node 2 while both endpoints send: the
-// external host never sees a pod IP, and traffic resumes through node 2.
+// TestAgentsSNATAndSteer: two nodes, an endpoint on each, the dual-stack
+// service hosted on node 1. Both endpoints leave with the LB IP of each
+// family (TCP, UDP, ICMP) and the replies reach them; a pod that is not an
+// endpoint, pod to pod, pod to node and pod to a ClusterIP keep their
+// source. Then the host moves to node 2 and back while both endpoints send
+// in both families: a capture on the external host sees no packet from an
+// endpoint's pod IP from the first convergence to the end, and traffic
+// resumes through each new host.
 func TestAgentsSNATAndSteer(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
 	a, b := n1.AddPod(t, "a"), n2.AddPod(t, "b")
 	bystander := n2.AddPod(t, "c")
-	lb := netip.MustParseAddr("192.0.2.10")
+	lbs := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
 	for _, n := range e.topo.Nodes {
 		e.startAgent(n).waitHealthy(t)
 	}
-	e.announce(lb, n1)
-	e.createService("web", lb, n1.Name, a, b)
+	for _, lb := range lbs {
+		e.announce(lb, n1)
+	}
+	e.createEgressService("web", lbs, esv1.EgressServiceSpec{}, n1.Name, a, b)
+	for _, lb := range lbs {
+		e.expectSource(a, "udp", lb)
+		e.expectSource(b, "udp", lb)
+	}
 
-	for _, network := range []string{"udp", "tcp"} {
-		e.expectSource(a, network, lb)
-		e.expectSource(b, network, lb)
-		e.expectSource(bystander, network, bystander.IP)
-	}
-	for _, p := range []*topology.Pod{a, b} {
-		if err := p.Ping(e.topo.External.IP, 1); err != nil {
-			t.Errorf("ICMP from %s: %v", p.Name, err)
+	// From here on the service has a host, and its flows are in place: the
+	// external host must never see an endpoint's pod IP again.
+	capture := e.topo.External.Capture(t)
+	for i, lb := range lbs {
+		for _, network := range []string{"udp", "tcp"} {
+			e.expectSource(a, network, lb)
+			e.expectSource(b, network, lb)
+			e.expectSource(bystander, network, bystander.Addrs()[i])
+			// A ClusterIP is inside the cluster: never rewritten.
+			e.expectSourceAt(a, network, e.server.At(clusterIPs[i]), a.Addrs()[i])
+			e.expectSourceAt(b, network, e.server.At(clusterIPs[i]), b.Addrs()[i])
 		}
-	}
-	if err := a.Ping(b.IP, 1); err != nil {
-		t.Errorf("pod to pod: %v", err)
-	}
-	if err := b.Ping(n1.IP, 1); err != nil {
-		t.Errorf("pod to node: %v", err)
+		external := []netip.Addr{e.topo.External.IP, e.topo.External.IP6}[i]
+		for _, p := range []*topology.Pod{a, b} {
+			if err := p.Ping(external, 1); err != nil {
+				t.Errorf("ICMP from %s to %s: %v", p.Name, external, err)
+			}
+		}
+		if err := a.Ping(b.Addrs()[i], 1); err != nil {
+			t.Errorf("pod to pod: %v", err)
+		}
+		if err := b.Ping([]netip.Addr{n1.IP, n1.IP6}[i], 1); err != nil {
+			t.Errorf("pod to node: %v", err)
+		}
 	}
 	// What an operator sees: every egressflow flow, by cookie, belongs to
 	// shop/web or to the shared set.
@@ -338,65 +414,91 @@ func TestAgentsSNATAndSteer(t *testing.T) {
 		}
 	}
 
-	// From here on the service has a host: no pod IP may be seen again.
-	since := len(e.server.Sources())
-
-	// Move the host while both endpoints keep sending.
+	// Move the host to node 2 and back while both endpoints keep sending.
 	stopProbes := e.probe(a, b)
-	e.setHost("web", n2.Name)
-	e.announce(lb, n2)
-	e.expectSource(a, "udp", lb)
-	e.expectSource(b, "udp", lb)
-	sent := stopProbes()
-	if leaked := e.podSources(since, a, b); len(leaked) > 0 {
-		t.Fatalf("during the host change the external host saw pod IPs %v (of %d probes)", leaked, sent)
+	for _, host := range []*topology.Node{n2, n1} {
+		e.setHost("web", host.Name)
+		for _, lb := range lbs {
+			e.announce(lb, host)
+		}
+		// Both nodes switched roles: the new host SNATs, the other steers
+		// to it.
+		eventually(t, "roles switched to host "+host.Name, func() error {
+			for _, n := range e.topo.Nodes {
+				flows := n.Ofctl(t, "dump-flows", n.Bridge)
+				snat, steer := strings.Contains(flows, "nat(src="), strings.Contains(flows, "set_field:"+host.BridgeMAC(t)+"->eth_dst")
+				if (n == host) != snat || (n == host) == steer {
+					return fmt.Errorf("%s: SNAT flows %v, steering to %s %v", n.Name, snat, host.Name, steer)
+				}
+			}
+			return nil
+		})
+		for _, lb := range lbs {
+			e.expectSource(a, "udp", lb)
+			e.expectSource(b, "udp", lb)
+		}
 	}
-	t.Logf("%d probes during the host change, none leaked", sent)
+	sent := stopProbes()
+
+	endpointIPs := map[netip.Addr]bool{a.IP: true, a.IP6: true, b.IP: true, b.IP6: true}
+	external := map[netip.Addr]bool{e.topo.External.IP: true, e.topo.External.IP6: true}
+	icmpFromLB := map[netip.Addr]bool{}
+	var leaked []topology.Packet
+	packets := capture.Stop()
+	for _, p := range packets {
+		if !external[p.Dst] {
+			continue // ClusterIP traffic keeps the pod's source, rightly
+		}
+		if endpointIPs[p.Src] {
+			leaked = append(leaked, p)
+		}
+		if slices.Contains(lbs, p.Src) && strings.Contains(p.Line, "echo request") {
+			icmpFromLB[p.Src] = true
+		}
+	}
+	if len(leaked) > 0 {
+		for _, p := range leaked[:min(len(leaked), 10)] {
+			t.Logf("leaked: %v", p)
+		}
+		t.Fatalf("the external host received %d packets from endpoint pod IPs while the service had a host", len(leaked))
+	}
+	if len(icmpFromLB) != len(lbs) {
+		t.Errorf("the capture saw ICMP echo requests from LB IPs %v, want both families' (%v)", icmpFromLB, lbs)
+	}
+	t.Logf("%d packets captured on the external host, %d probes sent across two host changes: no pod IP among their sources", len(packets), sent)
 }
 
-// probe sends a UDP datagram from each pod every few milliseconds, without
-// waiting for answers, until the returned function is called; that function
-// returns how many datagrams were sent.
+// probe sends a UDP datagram from each pod, in each family, every few
+// milliseconds, without waiting for answers, until the returned function is
+// called; that function returns how many datagrams were sent.
 func (e *env) probe(pods ...*topology.Pod) func() int {
 	done := make(chan struct{})
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	for _, p := range pods {
-		conn, err := p.Connect("udp", e.server.Addr)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer conn.Close()
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(2 * time.Millisecond):
-				}
-				if _, err := conn.Write([]byte("probe\n")); err == nil { // losses are fine; leaks are not
-					sent.Add(1)
-				}
+		for _, server := range []netip.AddrPort{e.server.Addr, e.server.Addr6} {
+			conn, err := p.Connect("udp", server)
+			if err != nil {
+				e.t.Fatal(err)
 			}
-		}()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer conn.Close()
+				for {
+					select {
+					case <-done:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+					if _, err := conn.Write([]byte("probe\n")); err == nil { // losses are fine; leaks are not
+						sent.Add(1)
+					}
+				}
+			}()
+		}
 	}
 	return func() int { close(done); wg.Wait(); return int(sent.Load()) }
-}
-
-// podSources returns the pods' own IPs among the sources the external host
-// saw, from the since-th on.
-func (e *env) podSources(since int, pods ...*topology.Pod) []netip.Addr {
-	var leaked []netip.Addr
-	for _, src := range e.server.Sources()[since:] {
-		for _, p := range pods {
-			if src == p.IP {
-				leaked = append(leaked, src)
-			}
-		}
-	}
-	return leaked
 }
 
 // TestAgentRestartAndRepair: an agent restarted with nothing changed sends

@@ -314,7 +314,8 @@ func stop(d *daemon) {
 }
 
 // NewNetns creates a network namespace named prefix-<random> with loopback
-// up, and deletes it when the test ends. Deleting a namespace also deletes
+// up and IPv6 duplicate address detection off, and deletes it when the test
+// ends. Deleting a namespace also deletes
 // the veth ends inside it.
 func NewNetns(t testing.TB, prefix string) string {
 	t.Helper()
@@ -329,6 +330,14 @@ func NewNetns(t testing.TB, prefix string) string {
 	})
 	if out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("ovstest: loopback up in %s: %v: %s", name, err, out)
+	}
+	// No IPv6 duplicate address detection on the interfaces that will be
+	// created in or moved into the namespace: nothing else shares these
+	// links, and DAD would leave new addresses tentative (unusable) for a
+	// second or more.
+	if out, err := exec.Command("ip", "netns", "exec", name, "sysctl", "-qw",
+		"net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0").CombinedOutput(); err != nil {
+		t.Fatalf("ovstest: IPv6 DAD off in %s: %v: %s", name, err, out)
 	}
 	return name
 }

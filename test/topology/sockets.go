@@ -24,10 +24,16 @@ const dialTimeout = time.Second
 // SourceServer is a TCP and UDP server in a host's namespace that answers
 // each client with the source address it saw, and remembers every source.
 type SourceServer struct {
-	Addr netip.AddrPort // the same port for TCP and UDP
+	Addr  netip.AddrPort // on the host's IPv4 address; the same port for TCP and UDP
+	Addr6 netip.AddrPort // on its IPv6 address, the same port
 
 	mu      sync.Mutex
 	sources []netip.Addr
+}
+
+// At is the server's port on another of the addresses it serves.
+func (s *SourceServer) At(addr netip.Addr) netip.AddrPort {
+	return netip.AddrPortFrom(addr, s.Addr.Port())
 }
 
 // Sources returns the source addresses seen so far, in arrival order.
@@ -44,62 +50,81 @@ func (s *SourceServer) record(addr netip.AddrPort) string {
 	return addr.Addr().Unmap().String()
 }
 
-// Serve starts a SourceServer on the host's address and a free port, stopped
-// when the test ends.
-func (h *Host) Serve(t testing.TB) *SourceServer {
+// Serve starts a SourceServer on the host's addresses, and on extra ones
+// the host also holds, all on one free port; it stops when the test ends.
+// Each address has its own sockets, so UDP answers leave from the address
+// the client sent to.
+func (h *Host) Serve(t testing.TB, extra ...netip.Addr) *SourceServer {
 	t.Helper()
-	var tcp net.Listener
-	var udp net.PacketConn
-	err := InNetns(h.Netns, func() error {
-		var err error
-		if tcp, err = net.Listen("tcp4", net.JoinHostPort(h.IP.String(), "0")); err != nil {
+	s := &SourceServer{}
+	port := 0
+	for _, addr := range append([]netip.Addr{h.IP, h.IP6}, extra...) {
+		var tcp net.Listener
+		var udp net.PacketConn
+		err := InNetns(h.Netns, func() error {
+			var err error
+			if tcp, err = net.Listen(family("tcp", addr), net.JoinHostPort(addr.String(), fmt.Sprint(port))); err != nil {
+				return err
+			}
+			port = tcp.Addr().(*net.TCPAddr).Port
+			udp, err = net.ListenPacket(family("udp", addr), net.JoinHostPort(addr.String(), fmt.Sprint(port)))
 			return err
+		})
+		if err != nil {
+			t.Fatalf("topology: serve on %s of %s: %v", addr, h.Name, err)
 		}
-		port := tcp.Addr().(*net.TCPAddr).Port
-		udp, err = net.ListenPacket("udp4", net.JoinHostPort(h.IP.String(), fmt.Sprint(port)))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("topology: serve on %s: %v", h.Name, err)
+		t.Cleanup(func() { tcp.Close(); udp.Close() })
+		go s.serveTCP(tcp)
+		go s.serveUDP(udp)
 	}
-	s := &SourceServer{Addr: tcp.Addr().(*net.TCPAddr).AddrPort()}
-	t.Cleanup(func() { tcp.Close(); udp.Close() })
-	go func() {
-		for {
-			conn, err := tcp.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-				source := s.record(conn.RemoteAddr().(*net.TCPAddr).AddrPort())
-				// Answer every line, so one connection can be probed repeatedly.
-				lines := bufio.NewScanner(conn)
-				for lines.Scan() {
-					if _, err := fmt.Fprintln(conn, source); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := udp.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			source := s.record(from.(*net.UDPAddr).AddrPort())
-			_, _ = udp.WriteTo([]byte(source+"\n"), from)
-		}
-	}()
+	s.Addr = netip.AddrPortFrom(h.IP, uint16(port))
+	s.Addr6 = netip.AddrPortFrom(h.IP6, uint16(port))
 	return s
 }
 
+func (s *SourceServer) serveTCP(l net.Listener) {
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			source := s.record(conn.RemoteAddr().(*net.TCPAddr).AddrPort())
+			// Answer every line, so one connection can be probed repeatedly.
+			lines := bufio.NewScanner(conn)
+			for lines.Scan() {
+				if _, err := fmt.Fprintln(conn, source); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (s *SourceServer) serveUDP(conn net.PacketConn) {
+	buf := make([]byte, 1500)
+	for {
+		_, from, err := conn.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		source := s.record(from.(*net.UDPAddr).AddrPort())
+		_, _ = conn.WriteTo([]byte(source+"\n"), from)
+	}
+}
+
+// family is network ("tcp", "udp") restricted to addr's family.
+func family(network string, addr netip.Addr) string {
+	if addr.Is4() {
+		return network + "4"
+	}
+	return network + "6"
+}
+
 // Dial sends one line to a SourceServer from inside the pod's namespace over
-// "tcp" or "udp" and returns the source address the server saw. An error
+// "tcp" or "udp" (of the server address's family) and returns the source address the server saw. An error
 // means no answer arrived within dialTimeout.
 func (p *Pod) Dial(network string, server netip.AddrPort) (netip.Addr, error) {
 	conn, err := p.Connect(network, server)
@@ -125,7 +150,7 @@ func (p *Pod) Connect(network string, server netip.AddrPort) (*Conn, error) {
 		defer cancel()
 		var d net.Dialer
 		var err error
-		conn, err = d.DialContext(ctx, network+"4", server.String())
+		conn, err = d.DialContext(ctx, family(network, server.Addr()), server.String())
 		return err
 	})
 	if err != nil {

@@ -3,7 +3,11 @@
 //
 //	pod ns ──veth── br-ex (OVS, node ns) ──eth0══ underlay bridge ══ external host
 //	10.244.N.x      LOCAL: node IP 172.18.0.(10+N)      (underlay ns)      172.18.0.100
-//	                       pod gateway 10.244.N.1
+//	fd00:10:244:N::x       fd00:172:18::(10+N)                             fd00:172:18::100
+//	                       pod gateway 10.244.N.1, fd00:10:244:N::1
+//
+// Every link is dual-stack: each node, pod and host has an IPv4 and an IPv6
+// address (IP and IP6), and both families are routed the same way.
 //
 // Each node is an ovstest.Switch (its own ovsdb-server, ovs-vswitchd and
 // network namespace) whose br-ex has the uplink port eth0 on the underlay
@@ -21,6 +25,7 @@
 package topology
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -38,6 +43,11 @@ var (
 	ExternalIP = netip.MustParseAddr("172.18.0.100")
 	// ClusterPodPrefix holds every node's pod CIDR: node N has 10.244.N.0/24.
 	ClusterPodPrefix = netip.MustParsePrefix("10.244.0.0/16")
+
+	// The IPv6 counterparts: node N's pod CIDR is fd00:10:244:N::/64.
+	UnderlayPrefix6   = netip.MustParsePrefix("fd00:172:18::/64")
+	ExternalIP6       = netip.MustParseAddr("fd00:172:18::100")
+	ClusterPodPrefix6 = netip.MustParsePrefix("fd00:10:244::/48")
 )
 
 // UplinkPort is the name of each node's uplink, as an interface and OVS port.
@@ -59,7 +69,10 @@ type Node struct {
 	IP      netip.Addr   // node IP, on br-ex's LOCAL port
 	PodCIDR netip.Prefix // 10.244.Index.0/24
 	Gateway netip.Addr   // the pods' default gateway, on br-ex's LOCAL port
-	pods    int
+	// IPv6: fd00:172:18::(10+Index), fd00:10:244:Index::/64 and its ::1.
+	IP6, Gateway6 netip.Addr
+	PodCIDR6      netip.Prefix
+	pods          int
 }
 
 // Pod is a network namespace attached to its node's br-ex.
@@ -67,15 +80,20 @@ type Pod struct {
 	Name  string
 	Netns string
 	IP    netip.Addr
+	IP6   netip.Addr
 	Node  *Node
 	Port  string // its OVS port (and interface in the node namespace)
 }
+
+// Addrs are the pod's addresses, IPv4 first.
+func (p *Pod) Addrs() []netip.Addr { return []netip.Addr{p.IP, p.IP6} }
 
 // Host is a namespace outside the cluster.
 type Host struct {
 	Name  string
 	Netns string
 	IP    netip.Addr
+	IP6   netip.Addr
 }
 
 // New builds the underlay, the external host and n nodes (numbered from 1).
@@ -86,9 +104,10 @@ func New(t testing.TB, nodes int) *Topology {
 	run(t, "ip", "netns", "exec", topo.Underlay, "ip", "link", "add", "br0", "type", "bridge")
 	run(t, "ip", "netns", "exec", topo.Underlay, "ip", "link", "set", "br0", "up")
 
-	topo.External = &Host{Name: "external", Netns: ovstest.NewNetns(t, "ext"), IP: ExternalIP}
+	topo.External = &Host{Name: "external", Netns: ovstest.NewNetns(t, "ext"), IP: ExternalIP, IP6: ExternalIP6}
 	topo.connectToUnderlay(topo.External.Netns, "eth0")
 	topo.External.exec(t, "ip", "addr", "add", prefixed(ExternalIP, UnderlayPrefix), "dev", "eth0")
+	topo.External.exec(t, "ip", "addr", "add", prefixed(ExternalIP6, UnderlayPrefix6), "dev", "eth0")
 
 	for i := 1; i <= nodes; i++ {
 		topo.addNode(i)
@@ -96,9 +115,11 @@ func New(t testing.TB, nodes int) *Topology {
 	// Routed pod network: everyone reaches each pod CIDR via its node.
 	for _, n := range topo.Nodes {
 		topo.External.exec(t, "ip", "route", "add", n.PodCIDR.String(), "via", n.IP.String())
+		topo.External.exec(t, "ip", "route", "add", n.PodCIDR6.String(), "via", n.IP6.String())
 		for _, other := range topo.Nodes {
 			if other != n {
 				n.Exec(t, "ip", "route", "add", other.PodCIDR.String(), "via", other.IP.String())
+				n.Exec(t, "ip", "route", "add", other.PodCIDR6.String(), "via", other.IP6.String())
 			}
 		}
 	}
@@ -116,13 +137,21 @@ func (topo *Topology) addNode(index int) {
 		PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(index), 0}), 24),
 	}
 	n.Gateway = nthAddr(n.PodCIDR, 1)
+	n.IP6 = nthAddr(UnderlayPrefix6, 10+index)
+	podNet6 := ClusterPodPrefix6.Addr().As16()
+	binary.BigEndian.PutUint16(podNet6[6:], uint16(index)) // the 4th group
+	n.PodCIDR6 = netip.PrefixFrom(netip.AddrFrom16(podNet6), 64)
+	n.Gateway6 = nthAddr(n.PodCIDR6, 1)
 	topo.connectToUnderlay(sw.Netns, UplinkPort)
 	sw.Vsctl(t, "add-port", sw.Bridge, UplinkPort)
 	for _, cmd := range [][]string{
 		{"ip", "addr", "add", prefixed(n.IP, UnderlayPrefix), "dev", sw.Bridge},
 		{"ip", "addr", "add", prefixed(n.Gateway, n.PodCIDR), "dev", sw.Bridge},
+		{"ip", "addr", "add", prefixed(n.IP6, UnderlayPrefix6), "dev", sw.Bridge},
+		{"ip", "addr", "add", prefixed(n.Gateway6, n.PodCIDR6), "dev", sw.Bridge},
 		{"ip", "link", "set", sw.Bridge, "up"},
 		{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"},
 		{"sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"},
 		{"sysctl", "-qw", "net.ipv4.conf.default.rp_filter=0"},
 	} {
@@ -132,7 +161,7 @@ func (topo *Topology) addNode(index int) {
 }
 
 // AddPod creates a pod namespace on the node with the next free address of
-// its pod CIDR and a default route via the node.
+// each of its pod CIDRs and default routes via the node.
 func (n *Node) AddPod(t testing.TB, name string) *Pod {
 	t.Helper()
 	n.pods++
@@ -140,13 +169,22 @@ func (n *Node) AddPod(t testing.TB, name string) *Pod {
 		Name:  name,
 		Netns: ovstest.NewNetns(t, "pod"),
 		IP:    nthAddr(n.PodCIDR, 1+n.pods),
+		IP6:   nthAddr(n.PodCIDR6, 1+n.pods),
 		Node:  n,
 		Port:  fmt.Sprintf("pod%d", n.pods),
 	}
 	link(t, p.Netns, "eth0", n.Netns, p.Port)
+	// The node's end of the veth belongs to OVS alone: without this, the
+	// node's kernel also answers the pod's ARP and neighbour solicitations
+	// for the gateway on it, with the veth's own MAC, and the pod's frames
+	// to that MAC are flooded by br-ex out of the uplink as well as routed.
+	// (A real node has no such second path to its pods.)
+	n.Exec(t, "sysctl", "-qw", "net.ipv4.conf."+p.Port+".arp_ignore=8", "net.ipv6.conf."+p.Port+".disable_ipv6=1")
 	n.Vsctl(t, "add-port", n.Bridge, p.Port)
 	run(t, "ip", "netns", "exec", p.Netns, "ip", "addr", "add", prefixed(p.IP, n.PodCIDR), "dev", "eth0")
 	run(t, "ip", "netns", "exec", p.Netns, "ip", "route", "add", "default", "via", n.Gateway.String())
+	run(t, "ip", "netns", "exec", p.Netns, "ip", "addr", "add", prefixed(p.IP6, n.PodCIDR6), "dev", "eth0")
+	run(t, "ip", "netns", "exec", p.Netns, "ip", "route", "add", "default", "via", n.Gateway6.String())
 	return p
 }
 
@@ -230,12 +268,15 @@ func execCommand(name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// nthAddr is the n-th address of an IPv4 prefix.
+// nthAddr is the n-th address of a prefix of either family.
 func nthAddr(p netip.Prefix, n int) netip.Addr {
-	a := p.Masked().Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	v += uint32(n)
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	a := p.Masked().Addr().As16()
+	low := binary.BigEndian.Uint64(a[8:]) + uint64(n)
+	binary.BigEndian.PutUint64(a[8:], low)
+	if p.Addr().Is4() {
+		return netip.AddrFrom16(a).Unmap()
+	}
+	return netip.AddrFrom16(a)
 }
 
 // prefixed writes addr with the length of prefix, as `ip addr add` wants it.

@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 
 // TestRoutedPodNetwork builds two nodes and checks the plain network every
 // dataplane test starts from: pods reach the external host over TCP, UDP and
-// ICMP with their own IP as source, pods on different nodes reach each other,
+// ICMP, IPv4 and IPv6, with their own IP as source, pods on different nodes reach each other,
 // and the packets really cross br-ex (a drop flow there stops them).
 func TestRoutedPodNetwork(t *testing.T) {
 	topo := New(t, 2)
@@ -19,28 +20,38 @@ func TestRoutedPodNetwork(t *testing.T) {
 	b := topo.Nodes[1].AddPod(t, "b")
 	server := topo.External.Serve(t)
 
-	for _, network := range []string{"tcp", "udp"} {
-		for _, pod := range []*Pod{a, b} {
-			source, err := pod.Dial(network, server.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if source != pod.IP {
-				t.Errorf("%s from pod %s: external host saw %s, want the pod IP %s", network, pod.Name, source, pod.IP)
+	for _, server := range []netip.AddrPort{server.Addr, server.Addr6} {
+		for _, network := range []string{"tcp", "udp"} {
+			for _, pod := range []*Pod{a, b} {
+				want := pod.IP
+				if server.Addr().Is6() {
+					want = pod.IP6
+				}
+				source, err := pod.Dial(network, server)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if source != want {
+					t.Errorf("%s from pod %s to %s: external host saw %s, want the pod IP %s", network, pod.Name, server, source, want)
+				}
 			}
 		}
 	}
-	if got := server.Sources(); len(got) != 4 {
-		t.Errorf("server recorded %v, want 4 sources", got)
+	if got := server.Sources(); len(got) != 8 {
+		t.Errorf("server recorded %v, want 8 sources", got)
 	}
-	if err := a.Ping(topo.External.IP, 1); err != nil {
-		t.Error(err)
+	for _, dst := range []netip.Addr{topo.External.IP, topo.External.IP6} {
+		if err := a.Ping(dst, 1); err != nil {
+			t.Error(err)
+		}
 	}
-	if err := a.Ping(b.IP, 1); err != nil {
-		t.Errorf("pod to pod across nodes: %v", err)
-	}
-	if err := b.Ping(topo.Nodes[0].IP, 1); err != nil {
-		t.Errorf("pod to other node: %v", err)
+	for _, pair := range [][2]netip.Addr{{b.IP, topo.Nodes[0].IP}, {b.IP6, topo.Nodes[0].IP6}} {
+		if err := a.Ping(pair[0], 1); err != nil {
+			t.Errorf("pod to pod across nodes: %v", err)
+		}
+		if err := b.Ping(pair[1], 1); err != nil {
+			t.Errorf("pod to other node: %v", err)
+		}
 	}
 
 	// A drop flow on node 1's br-ex for pod a's packets cuts it off; removing
@@ -82,5 +93,60 @@ func TestConnectionProbedTwice(t *testing.T) {
 	}
 	if got := server.Sources(); len(got) != 1 || got[0] != netip.Addr(pod.IP) {
 		t.Fatalf("one connection should be one source record, got %v", got)
+	}
+}
+
+// TestCapture: the external host's capture sees a pod's packets of both
+// families with the pod's addresses, and ICMP among them.
+func TestCapture(t *testing.T) {
+	topo := New(t, 1)
+	pod := topo.Nodes[0].AddPod(t, "p")
+	server := topo.External.Serve(t)
+	capture := topo.External.Capture(t)
+	for _, dst := range []netip.AddrPort{server.Addr, server.Addr6} {
+		if _, err := pod.Dial("udp", dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := pod.Ping(dst.Addr(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	packets := capture.Stop()
+	for _, p := range packets {
+		for _, want := range []struct {
+			src, dst netip.Addr
+			kind     string
+		}{
+			{pod.IP, topo.External.IP, "UDP"}, {pod.IP, topo.External.IP, "ICMP echo request"},
+			{pod.IP6, topo.External.IP6, "UDP"}, {pod.IP6, topo.External.IP6, "ICMP6, echo request"},
+		} {
+			if p.Src == want.src && p.Dst == want.dst && strings.Contains(p.Line, want.kind) {
+				seen[want.src.String()+" "+want.kind] = true
+			}
+		}
+	}
+	if len(seen) != 4 {
+		t.Errorf("capture saw only %v of the pod's UDP and ICMP packets in both families; all: %v", seen, packets)
+	}
+}
+
+func TestParsePacketLine(t *testing.T) {
+	for line, want := range map[string][2]string{
+		"1763727000.000001 IP 10.244.1.2.40000 > 172.18.0.100.8080: UDP, length 6":                  {"10.244.1.2", "172.18.0.100"},
+		"1763727000.000001 IP 192.0.2.10 > 172.18.0.100: ICMP echo request, id 1, seq 1, length 64": {"192.0.2.10", "172.18.0.100"},
+		"1763727000.000001 IP6 fd00:10:244:1::2.40000 > fd00:172:18::100.8080: UDP, length 6":       {"fd00:10:244:1::2", "fd00:172:18::100"},
+		"1763727000.000001 IP6 2001:db8::10 > fd00:172:18::100: ICMP6, echo request, id 1, seq 1":   {"2001:db8::10", "fd00:172:18::100"},
+		"1763727000.000001 IP6 fe80::1 > ff02::1:ff00:100: ICMP6, neighbor solicitation, who has":   {"fe80::1", "ff02::1:ff00:100"},
+	} {
+		p, ok := parsePacketLine(line)
+		if !ok || p.Src.String() != want[0] || p.Dst.String() != want[1] {
+			t.Errorf("parsePacketLine(%q) = %v, %v; want %v", line, p, ok, want)
+		}
+	}
+	for _, line := range []string{"1763727000.000001 ARP, Request who-has 172.18.0.1", "1763727000.000001 IP truncated-ip", "IP 10.0.0.1 > 10.0.0.2: UDP", ""} {
+		if p, ok := parsePacketLine(line); ok {
+			t.Errorf("parsePacketLine(%q) = %v, want no packet", line, p)
+		}
 	}
 }

@@ -1,0 +1,141 @@
+package topology
+
+import (
+	"bufio"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// captureStartTimeout bounds how long tcpdump may take to open the
+// interface; it takes milliseconds, the rest is slack for a loaded machine.
+const captureStartTimeout = 10 * time.Second
+
+// Packet is one IPv4 or IPv6 packet a capture saw.
+type Packet struct {
+	Time     time.Time
+	Src, Dst netip.Addr
+	// Line is tcpdump's one-line summary ("IP 192.0.2.10 > 172.18.0.100:
+	// ICMP echo request, ...").
+	Line string
+}
+
+// Capture is a tcpdump running on a host's interface.
+type Capture struct {
+	t    testing.TB
+	cmd  *exec.Cmd
+	file string
+	done chan error
+}
+
+// Capture starts recording the IPv4 and IPv6 packets the host receives on
+// its underlay interface, as the host's own stack would: tcpdump runs
+// without promiscuous mode (-p), so frames the underlay bridge merely
+// floods past the host (between nodes, before it learned their MACs) are
+// not counted. It returns once tcpdump is listening; Stop ends it. The
+// process is killed when the test ends, if Stop was not called.
+func (h *Host) Capture(t testing.TB) *Capture {
+	t.Helper()
+	c := &Capture{t: t, file: filepath.Join(t.TempDir(), "capture.pcap"), done: make(chan error, 1)}
+	// --immediate-mode hands each packet over as it arrives (by default
+	// libpcap waits up to a second to fill a buffer block, and a capture
+	// stopped within that second loses the block); -U writes it to the
+	// file at once; -Z root keeps the right to write into the test's
+	// directory.
+	c.cmd = exec.Command("ip", "netns", "exec", h.Netns, "tcpdump", "-p", "-n", "--immediate-mode", "-U", "-Z", "root", "-i", "eth0", "-w", c.file, "ip or ip6")
+	stderr, err := c.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("topology: start tcpdump on %s: %v", h.Name, err)
+	}
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	})
+	listening := make(chan struct{})
+	var output strings.Builder
+	go func() {
+		lines := bufio.NewScanner(stderr)
+		signalled := false
+		for lines.Scan() {
+			output.WriteString(lines.Text() + "\n")
+			if !signalled && strings.Contains(lines.Text(), "listening on") {
+				close(listening)
+				signalled = true
+			}
+		}
+		c.done <- c.cmd.Wait()
+	}()
+	select {
+	case <-listening:
+		return c
+	case <-c.done:
+		c.done <- nil // for the cleanup
+		t.Fatalf("topology: tcpdump on %s exited before listening:\n%s", h.Name, output.String())
+	case <-time.After(captureStartTimeout):
+		t.Fatalf("topology: tcpdump on %s not listening after %v", h.Name, captureStartTimeout)
+	}
+	return nil
+}
+
+// Stop ends the capture and returns every packet it saw, in order.
+func (c *Capture) Stop() []Packet {
+	t := c.t
+	t.Helper()
+	_ = c.cmd.Process.Signal(syscall.SIGINT)
+	err := <-c.done
+	c.done <- err // for the cleanup
+	out, rerr := exec.Command("tcpdump", "-n", "-q", "-tt", "-r", c.file).Output()
+	if rerr != nil {
+		t.Fatalf("topology: read the capture (tcpdump exited with %v): %v", err, rerr)
+	}
+	var packets []Packet
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		p, ok := parsePacketLine(line)
+		if !ok {
+			t.Fatalf("topology: unreadable tcpdump line %q", line)
+		}
+		packets = append(packets, p)
+	}
+	return packets
+}
+
+// parsePacketLine reads tcpdump -n -q -tt output: "<seconds>.<micros> IP
+// src[.port] > dst[.port]: ..." or "... IP6 ...".
+func parsePacketLine(line string) (Packet, bool) {
+	fields := strings.Fields(line)
+	if len(fields) < 5 || (fields[1] != "IP" && fields[1] != "IP6") || fields[3] != ">" {
+		return Packet{}, false
+	}
+	seconds, err := strconv.ParseFloat(fields[0], 64)
+	src, ok1 := parseEndpoint(fields[2])
+	dst, ok2 := parseEndpoint(strings.TrimSuffix(fields[4], ":"))
+	p := Packet{Time: time.UnixMicro(int64(seconds * 1e6)), Src: src, Dst: dst, Line: strings.Join(fields[1:], " ")}
+	return p, err == nil && ok1 && ok2
+}
+
+// parseEndpoint reads an address with or without tcpdump's ".port" suffix.
+func parseEndpoint(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, true
+	}
+	if i := strings.LastIndexByte(s, '.'); i > 0 {
+		if a, err := netip.ParseAddr(s[:i]); err == nil {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// String is the packet's summary with its arrival time.
+func (p Packet) String() string { return p.Time.Format("15:04:05.000000 ") + p.Line }
