@@ -104,7 +104,11 @@ func newEnv(t *testing.T, nodes int) *env {
 			n.Exec(t, "ip", "route", "add", serviceCIDRs[i].String(), "via", via.String())
 		}
 	}
-	e.server = e.topo.External.Serve(t, clusterIPs...)
+	// The external host also holds the internet addresses (see internet).
+	for _, dst := range internet {
+		e.topo.External.Exec(t, "ip", "addr", "add", netip.PrefixFrom(dst, dst.BitLen()).String(), "dev", "eth0")
+	}
+	e.server = e.topo.External.Serve(t, append(slices.Clone(clusterIPs), internet...)...)
 	// On failure, what the bridges did: every flow with its packet counts,
 	// and the SNAT zone's connections.
 	t.Cleanup(func() {
@@ -334,13 +338,24 @@ func (e *env) expectSource(pod *topology.Pod, network string, want netip.Addr) {
 // expectSourceAt is expectSource towards any address the server holds.
 func (e *env) expectSourceAt(pod *topology.Pod, network string, server netip.AddrPort, want netip.Addr) {
 	e.t.Helper()
-	eventually(e.t, fmt.Sprintf("%s from %s to %s seen as %s", network, pod.Name, server, want), func() error {
-		got, err := pod.Dial(network, server)
+	e.expectSourceVia(pod, network, server, e.server, want)
+}
+
+// expectSourceVia waits until pod's packets to dst are answered by server
+// (and not some other host holding dst) seeing want as their source.
+func (e *env) expectSourceVia(pod *topology.Pod, network string, dst netip.AddrPort, server *topology.SourceServer, want netip.Addr) {
+	e.t.Helper()
+	eventually(e.t, fmt.Sprintf("%s from %s to %s seen as %s", network, pod.Name, dst, want), func() error {
+		before := len(server.Sources())
+		got, err := pod.Dial(network, dst)
 		if err != nil {
 			return err
 		}
 		if got != want {
 			return fmt.Errorf("seen as %s", got)
+		}
+		if len(server.Sources()) == before {
+			return fmt.Errorf("answered by another host than the expected one")
 		}
 		return nil
 	})
@@ -576,52 +591,87 @@ func TestAgentRestartAndRepair(t *testing.T) {
 	t.Logf("traffic SNATed again %v after ovs-vswitchd was started again", time.Since(restarted).Round(time.Millisecond))
 }
 
+// internet is a destination outside the cluster that both external hosts
+// hold, one family each: the node's main table reaches it over the
+// underlay, table 100 over the second segment. Which host answers tells
+// which table a packet followed.
+var internet = []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:100::1")}
+
 // TestAgentNetworkMode: sourceIPBy Network routes the local endpoints'
-// traffic through the table spec.network names, by number and by name: a
-// blackhole route in that table cuts the endpoint off (and only it), and
-// removing it restores the traffic. The source stays the pod's own.
+// traffic, IPv4 and IPv6, through the table spec.network names, by number
+// and by name (rt_tables): it leaves through the second segment, where the
+// node masquerades it, while a pod that is not an endpoint still leaves
+// through the underlay with its own IP. A blackhole route in that table
+// cuts the endpoints off (and only them); removing it restores the
+// traffic. Back to LoadBalancerIP, the rules go.
 func TestAgentNetworkMode(t *testing.T) {
 	e := newEnv(t, 1)
 	n := e.topo.Nodes[0]
 	byNumber, byName, bystander := n.AddPod(t, "num"), n.AddPod(t, "name"), n.AddPod(t, "by")
+	segment := e.topo.AddSegment()
+	// toSegment points table 100 at the segment for dst.
+	toSegment := func(i int, dst netip.Addr) {
+		n.Exec(t, "ip", "route", "replace", netip.PrefixFrom(dst, dst.BitLen()).String(),
+			"via", []netip.Addr{segment.Host.IP, segment.Host.IP6}[i].String(), "dev", topology.SegmentInterface, "table", "100")
+	}
+	for i, dst := range internet {
+		bits := netip.PrefixFrom(dst, dst.BitLen()).String()
+		segment.Host.Exec(t, "ip", "addr", "add", bits, "dev", "eth0")
+		n.Exec(t, "ip", "route", "add", bits, "via", []netip.Addr{e.topo.External.IP, e.topo.External.IP6}[i].String())
+		toSegment(i, dst)
+	}
+	viaSegment := segment.Host.Serve(t, internet...)
+
 	e.startAgent(n).waitHealthy(t)
-	// Table 100 reaches the outside like main does.
-	n.Exec(t, "ip", "route", "add", topology.UnderlayPrefix.String(), "dev", n.Bridge, "table", "100")
 	e.createEgressService("num", nil, esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "100"}, esv1.HostAll, byNumber)
 	e.createEgressService("name", nil, esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "blue"}, esv1.HostAll, byName)
-	eventually(t, "ip rules for both endpoints", func() error {
-		rules := n.Exec(t, "ip", "rule", "show")
-		for _, p := range []*topology.Pod{byNumber, byName} {
-			if !strings.Contains(rules, fmt.Sprintf("from %s lookup 100", p.IP)) {
-				return fmt.Errorf("no rule for %s in:\n%s", p.IP, rules)
+	eventually(t, "ip rules for both endpoints, both families", func() error {
+		for _, family := range []string{"-4", "-6"} {
+			rules := n.Exec(t, "ip", family, "rule", "show")
+			for _, p := range []*topology.Pod{byNumber, byName} {
+				for _, ip := range p.Addrs() {
+					if (family == "-6") == ip.Is6() && !strings.Contains(rules, fmt.Sprintf("from %s lookup 100", ip)) {
+						return fmt.Errorf("no rule for %s in:\n%s", ip, rules)
+					}
+				}
 			}
 		}
 		return nil
 	})
-	for _, p := range []*topology.Pod{byNumber, byName, bystander} {
-		e.expectSource(p, "udp", p.IP)
-	}
-
-	n.Exec(t, "ip", "route", "add", "blackhole", e.topo.External.IP.String(), "table", "100")
-	for _, p := range []*topology.Pod{byNumber, byName} {
-		if got, err := p.Dial("udp", e.server.Addr); err == nil {
-			t.Errorf("%s reached the outside (as %s) despite a blackhole in its table", p.Name, got)
+	for i, dst := range internet {
+		for _, p := range []*topology.Pod{byNumber, byName} {
+			e.expectSourceVia(p, "udp", viaSegment.At(dst), viaSegment, segment.NodeIP(n, dst))
+			e.expectSourceVia(p, "tcp", viaSegment.At(dst), viaSegment, segment.NodeIP(n, dst))
 		}
+		e.expectSourceVia(bystander, "udp", e.server.At(dst), e.server, bystander.Addrs()[i])
 	}
-	e.expectSource(bystander, "udp", bystander.IP) // main table: unaffected
-	n.Exec(t, "ip", "route", "del", "blackhole", e.topo.External.IP.String(), "table", "100")
-	e.expectSource(byNumber, "tcp", byNumber.IP)
-	e.expectSource(byName, "tcp", byName.IP)
 
-	// Back to LoadBalancerIP: the rules go.
+	for i, dst := range internet {
+		n.Exec(t, "ip", "route", "replace", "blackhole", netip.PrefixFrom(dst, dst.BitLen()).String(), "table", "100")
+		for _, p := range []*topology.Pod{byNumber, byName} {
+			if got, err := p.Dial("udp", viaSegment.At(dst)); err == nil {
+				t.Errorf("%s reached %s (as %s) despite a blackhole in its table", p.Name, dst, got)
+			}
+		}
+		e.expectSourceVia(bystander, "udp", e.server.At(dst), e.server, bystander.Addrs()[i]) // main table: unaffected
+		toSegment(i, dst)
+		e.expectSourceVia(byNumber, "tcp", viaSegment.At(dst), viaSegment, segment.NodeIP(n, dst))
+		e.expectSourceVia(byName, "tcp", viaSegment.At(dst), viaSegment, segment.NodeIP(n, dst))
+	}
+
+	// Back to LoadBalancerIP: the rules go, and the endpoints leave through
+	// the underlay again.
 	e.setHost("num", "")
 	e.setHost("name", "")
 	eventually(t, "rules removed", func() error {
-		if rules := n.Exec(t, "ip", "rule", "show"); strings.Contains(rules, "lookup 100") {
-			return fmt.Errorf("rules remain:\n%s", rules)
+		for _, family := range []string{"-4", "-6"} {
+			if rules := n.Exec(t, "ip", family, "rule", "show"); strings.Contains(rules, "lookup 100") {
+				return fmt.Errorf("rules remain:\n%s", rules)
+			}
 		}
 		return nil
 	})
+	e.expectSourceVia(byNumber, "udp", e.server.At(internet[0]), e.server, byNumber.IP)
 }
 
 // TestHeartbeatFollowsDataplane: the agent's Lease is renewed only while its

@@ -18,6 +18,7 @@ command -v tcpdump >/dev/null || missing+=(tcpdump)
 command -v conntrack >/dev/null || missing+=(conntrack)
 command -v ping >/dev/null || missing+=(iputils-ping)
 command -v ethtool >/dev/null || missing+=(ethtool)
+command -v iptables >/dev/null || missing+=(iptables)
 command -v make >/dev/null || missing+=(make)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2

@@ -3,7 +3,7 @@
 //
 //	pod ns ──veth── br-ex (OVS, node ns) ──eth0══ underlay bridge ══ external host
 //	10.244.N.x      LOCAL: node IP 172.18.0.(10+N)      (underlay ns)      172.18.0.100
-//	fd00:10:244:N::x       fd00:172:18::(10+N)                             fd00:172:18::100
+//	fd00:10:244:N::x       fd00:172:18::1N                                 fd00:172:18::100
 //	                       pod gateway 10.244.N.1, fd00:10:244:N::1
 //
 // Every link is dual-stack: each node, pod and host has an IPv4 and an IPv6
@@ -69,7 +69,7 @@ type Node struct {
 	IP      netip.Addr   // node IP, on br-ex's LOCAL port
 	PodCIDR netip.Prefix // 10.244.Index.0/24
 	Gateway netip.Addr   // the pods' default gateway, on br-ex's LOCAL port
-	// IPv6: fd00:172:18::(10+Index), fd00:10:244:Index::/64 and its ::1.
+	// IPv6: fd00:172:18::1<Index>, fd00:10:244:<Index>::/64 and its ::1.
 	IP6, Gateway6 netip.Addr
 	PodCIDR6      netip.Prefix
 	pods          int
@@ -100,9 +100,7 @@ type Host struct {
 func New(t testing.TB, nodes int) *Topology {
 	t.Helper()
 	ovstest.RequireRoot(t)
-	topo := &Topology{t: t, Underlay: ovstest.NewNetns(t, "ul")}
-	run(t, "ip", "netns", "exec", topo.Underlay, "ip", "link", "add", "br0", "type", "bridge")
-	run(t, "ip", "netns", "exec", topo.Underlay, "ip", "link", "set", "br0", "up")
+	topo := &Topology{t: t, Underlay: newBridgeNetns(t, "ul")}
 
 	topo.External = &Host{Name: "external", Netns: ovstest.NewNetns(t, "ext"), IP: ExternalIP, IP6: ExternalIP6}
 	topo.connectToUnderlay(topo.External.Netns, "eth0")
@@ -137,7 +135,7 @@ func (topo *Topology) addNode(index int) {
 		PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(index), 0}), 24),
 	}
 	n.Gateway = nthAddr(n.PodCIDR, 1)
-	n.IP6 = nthAddr(UnderlayPrefix6, 10+index)
+	n.IP6 = nthAddr(UnderlayPrefix6, 0x10+index) // fd00:172:18::11 for node 1
 	podNet6 := ClusterPodPrefix6.Addr().As16()
 	binary.BigEndian.PutUint16(podNet6[6:], uint16(index)) // the 4th group
 	n.PodCIDR6 = netip.PrefixFrom(netip.AddrFrom16(podNet6), 64)
@@ -231,10 +229,75 @@ func (h *Host) exec(t testing.TB, name string, args ...string) string {
 
 // connectToUnderlay links namespace ns (interface ifname) to the underlay bridge.
 func (topo *Topology) connectToUnderlay(ns, ifname string) {
-	t := topo.t
+	connectToBridge(topo.t, topo.Underlay, ns, ifname)
+}
+
+// newBridgeNetns makes a namespace holding a Linux bridge br0: a segment.
+func newBridgeNetns(t testing.TB, prefix string) string {
+	ns := ovstest.NewNetns(t, prefix)
+	run(t, "ip", "netns", "exec", ns, "ip", "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "netns", "exec", ns, "ip", "link", "set", "br0", "up")
+	return ns
+}
+
+// connectToBridge links namespace ns (interface ifname) to the bridge br0
+// in namespace bridgeNs.
+func connectToBridge(t testing.TB, bridgeNs, ns, ifname string) {
 	peer := ovstest.UniqueName("u")
-	link(t, ns, ifname, topo.Underlay, peer)
-	run(t, "ip", "netns", "exec", topo.Underlay, "ip", "link", "set", peer, "master", "br0")
+	link(t, ns, ifname, bridgeNs, peer)
+	run(t, "ip", "netns", "exec", bridgeNs, "ip", "link", "set", peer, "master", "br0")
+}
+
+// Addressing of the segment AddSegment builds.
+var (
+	SegmentPrefix  = netip.MustParsePrefix("172.19.0.0/24")
+	SegmentPrefix6 = netip.MustParsePrefix("fd00:172:19::/64")
+)
+
+// SegmentInterface is each node's interface on the second segment.
+const SegmentInterface = "eth1"
+
+// Segment is a second network outside the cluster, as an EgressService's
+// `network` leads to: its own bridge and external host (172.19.0.100,
+// fd00:172:19::100), and an interface eth1 on every node (172.19.0.(10+N),
+// fd00:172:19::1N) through which the node masquerades what it sends,
+// as nodes do on a secondary network. Nothing routes to it by default: a
+// test points a routing table at it.
+type Segment struct {
+	Netns string // the namespace of its bridge
+	Host  *Host
+	nodes map[*Node][2]netip.Addr
+}
+
+// NodeIP is n's address on the segment, of addr's family.
+func (s *Segment) NodeIP(n *Node, family netip.Addr) netip.Addr {
+	if family.Is4() {
+		return s.nodes[n][0]
+	}
+	return s.nodes[n][1]
+}
+
+// AddSegment builds the second segment and joins every node to it.
+func (topo *Topology) AddSegment() *Segment {
+	t := topo.t
+	t.Helper()
+	seg := &Segment{Netns: newBridgeNetns(t, "seg"), nodes: map[*Node][2]netip.Addr{}}
+	seg.Host = &Host{Name: "external-2", Netns: ovstest.NewNetns(t, "ext2"),
+		IP: nthAddr(SegmentPrefix, 100), IP6: nthAddr(SegmentPrefix6, 0x100)}
+	connectToBridge(t, seg.Netns, seg.Host.Netns, "eth0")
+	seg.Host.exec(t, "ip", "addr", "add", prefixed(seg.Host.IP, SegmentPrefix), "dev", "eth0")
+	seg.Host.exec(t, "ip", "addr", "add", prefixed(seg.Host.IP6, SegmentPrefix6), "dev", "eth0")
+	for _, n := range topo.Nodes {
+		ip, ip6 := nthAddr(SegmentPrefix, 10+n.Index), nthAddr(SegmentPrefix6, 0x10+n.Index)
+		seg.nodes[n] = [2]netip.Addr{ip, ip6}
+		connectToBridge(t, seg.Netns, n.Netns, SegmentInterface)
+		n.Exec(t, "ip", "addr", "add", prefixed(ip, SegmentPrefix), "dev", SegmentInterface)
+		n.Exec(t, "ip", "addr", "add", prefixed(ip6, SegmentPrefix6), "dev", SegmentInterface)
+		for _, iptables := range []string{"iptables", "ip6tables"} {
+			n.Exec(t, iptables, "-t", "nat", "-A", "POSTROUTING", "-o", SegmentInterface, "-j", "MASQUERADE")
+		}
+	}
+	return seg
 }
 
 // link creates a veth pair with end a (named aName) in namespace nsA and end b
