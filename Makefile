@@ -35,8 +35,12 @@ TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 50000x
 FUZZTIME_LONG ?= 10m
 
-.PHONY: all build generate manifests lint test test-deps fuzz-smoke fuzz \
-	bench-openflow bench-controller clean
+.PHONY: all build generate manifests lint test test-deps demo fuzz-smoke fuzz \
+	bench-openflow bench-controller bench-agent clean
+
+# DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
+# the cluster up until Ctrl-C; `make test` runs it that way, as a test.
+DEMO_HOLD ?=
 
 all: build
 
@@ -73,6 +77,7 @@ manifests:
 ## lint: go vet and a gofmt check.
 lint:
 	go vet ./...
+	go vet -tags demo ./test/demo
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 
@@ -84,7 +89,14 @@ test-deps:
 ## OVS and a real kube-apiserver, the generated-code check, a short fuzz run.
 test: test-deps lint
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	DEMO_HOLD=0 go test -tags demo -count=1 -timeout $(TEST_TIMEOUT) ./test/demo
 	$(MAKE) fuzz-smoke
+
+## demo: the main job: a local egressflow cluster on this machine (kube-apiserver,
+## three OVS nodes with pods, the controller and an agent per node) and an
+## EgressService whose packets leave with the LB IP, through a host failover.
+demo: test-deps
+	DEMO_HOLD=$(DEMO_HOLD) go test -tags demo -count=1 -timeout 0 -v -run TestDemo ./test/demo
 
 ## fuzz-smoke: every fuzz target, briefly, on top of its committed seed corpus.
 fuzz-smoke:
@@ -100,6 +112,10 @@ bench-openflow: test-deps
 ## bench-controller: host assignment at 1,000 nodes x 5,000 services against a real API server.
 bench-controller: test-deps
 	bash test/bench/controller.sh
+
+## bench-agent: the node agent at 10,000 services x 10 endpoints against a real API server and OVS.
+bench-agent: test-deps
+	bash test/bench/agent.sh
 
 clean:
 	go clean -testcache

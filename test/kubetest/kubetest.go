@@ -224,7 +224,7 @@ func Launch() (c *Cluster, err error) {
 		return c, err
 	}
 	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
-	return c, c.writeKubeconfig(c.Kubeconfig, Admin)
+	return c, c.WriteKubeconfig(c.Kubeconfig, Admin)
 }
 
 // Config returns a client configuration that authenticates as user. Its rate
@@ -328,7 +328,16 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	return nil
 }
 
-func (c *Cluster) writeKubeconfig(path string, user User) error {
+// WriteKubeconfig writes a kubeconfig file at path for user, as a
+// component's binary reads it with --kubeconfig.
+func (c *Cluster) WriteKubeconfig(path string, user User) error {
+	return c.WriteKubeconfigVia(path, user, c.URL)
+}
+
+// WriteKubeconfigVia is WriteKubeconfig for a client that reaches the API
+// server at another URL (through a forwarder; the address must stay
+// 127.0.0.1, which the server's certificate names).
+func (c *Cluster) WriteKubeconfigVia(path string, user User, server string) error {
 	kubeconfig := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -344,7 +353,7 @@ contexts:
 - name: kubetest
   context: {cluster: kubetest, user: %s}
 current-context: kubetest
-`, c.URL, base64.StdEncoding.EncodeToString(c.caData), user.Name, user.Token, user.Name)
+`, server, base64.StdEncoding.EncodeToString(c.caData), user.Name, user.Token, user.Name)
 	return os.WriteFile(path, []byte(kubeconfig), 0o600)
 }
 
