@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,6 +17,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/proc"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -28,12 +26,7 @@ import (
 // loopback port. It assigns a host, serves /readyz, /healthz and /metrics,
 // and on SIGTERM exits 0 after releasing its leader Lease.
 func TestBinary(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "egressflow-controller")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := proc.Build(t, "cmd/egressflow-controller")
 	env := clustertest.Start(t)
 	env.Node(t, "node-a", nil)
 	ns := env.Namespace(t)
@@ -41,41 +34,14 @@ func TestBinary(t *testing.T) {
 		Endpoints: []clustertest.Endpoint{{IP: "10.128.0.10", Node: "node-a"}}})
 	env.CreateEgressService(t, ns, "web", esv1.EgressServiceSpec{})
 
-	cfg := env.Cluster.Config(kubetest.Controller)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: %s, certificate-authority-data: %s}}]
-users: [{name: u, user: {token: %s}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`, cfg.Host, base64.StdEncoding.EncodeToString(cfg.CAData), cfg.BearerToken), 0o600); err != nil {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.Cluster.WriteKubeconfig(kubeconfig, kubetest.Controller); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--identity=cmd-test", "--pod-cidrs="+clustertest.PodCIDR,
+	controller := proc.Start(t, bin, "--kubeconfig="+kubeconfig, "--identity=cmd-test", "--pod-cidrs="+clustertest.PodCIDR,
 		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=100ms",
 		"--metrics-bind-address="+addr)
-	logs, err := os.Create(filepath.Join(dir, "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if t.Failed() {
-			data, _ := os.ReadFile(logs.Name())
-			t.Logf("controller log:\n%s", data)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-	})
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
@@ -115,16 +81,8 @@ current-context: c
 		return nil
 	})
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit within 20s of SIGTERM")
+	if err := controller.Stop(syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
 	}
 	lease, err := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(context.Background(), "egressflow-controller", metav1.GetOptions{})
 	if err != nil {

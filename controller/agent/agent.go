@@ -167,6 +167,10 @@ func New(cfg Config) *Agent {
 		a.synced = append(a.synced, h.informer.HasSynced)
 	}
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
+	if cfg.Metrics != nil && cfg.Switch != nil {
+		connected := cfg.Switch.Connected
+		cfg.Metrics.isConnected.Store(&connected)
+	}
 	return a
 }
 

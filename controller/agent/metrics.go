@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -10,9 +12,12 @@ type Metrics struct {
 	syncDuration prometheus.Histogram
 	syncs        *prometheus.CounterVec
 	flowMods     prometheus.Counter
-	connected    prometheus.Gauge
-	lastError    prometheus.Gauge
-	ctFlushes    prometheus.Counter
+	connected    prometheus.GaugeFunc
+	// isConnected is read at scrape time: nothing else happens while the
+	// connection is down.
+	isConnected atomic.Pointer[func() bool]
+	lastError   prometheus.Gauge
+	ctFlushes   prometheus.Counter
 }
 
 // syncBuckets span a no-op sync (well under a millisecond) up to a full
@@ -40,10 +45,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressflow_agent_flow_mods_total",
 			Help: "Flow mods sent to the bridge (adds, modifies and deletes).",
 		}),
-		connected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egressflow_agent_openflow_connected",
-			Help: "1 while the OpenFlow connection to the bridge is up.",
-		}),
 		lastError: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressflow_agent_last_sync_failed",
 			Help: "1 if the last node sync failed (its error is in the log and in the heartbeat's sync state).",
@@ -53,6 +54,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Conntrack flushes of endpoints whose SNAT went away or changed.",
 		}),
 	}
+	m.connected = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "egressflow_agent_openflow_connected",
+		Help: "1 while the OpenFlow connection to the bridge is up.",
+	}, func() float64 {
+		if f := m.isConnected.Load(); f != nil {
+			return boolGauge((*f)())
+		}
+		return 0
+	})
 	if reg != nil {
 		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.flowMods, m.connected, m.lastError, m.ctFlushes)
 	}

@@ -26,7 +26,6 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 		}
 		m.syncs.WithLabelValues(result).Inc()
 		m.lastError.Set(failed)
-		m.connected.Set(boolGauge(a.cfg.Switch.Connected()))
 	}()
 
 	cluster, err := a.cluster()

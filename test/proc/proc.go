@@ -41,18 +41,17 @@ func Build(t testing.TB, pkg string) string {
 type Process struct {
 	Cmd *exec.Cmd
 	// Log is the file holding its standard output and error.
-	Log    string
-	exited chan error
-	err    error
-	done   bool
+	Log  string
+	done chan struct{}
+	err  error // how it ended, once done is closed
 }
 
 // Start runs name with args, its output going to a new file in the test's
 // temporary directory. The process is killed when the test ends unless it
-// was stopped before, and its log is printed if the test failed.
+// has exited, and its log is printed if the test failed.
 func Start(t testing.TB, name string, args ...string) *Process {
 	t.Helper()
-	p := &Process{Cmd: exec.Command(name, args...), exited: make(chan error, 1)}
+	p := &Process{Cmd: exec.Command(name, args...), done: make(chan struct{})}
 	log, err := os.CreateTemp(t.TempDir(), filepath.Base(name)+"-*.log")
 	if err != nil {
 		t.Fatal(err)
@@ -64,12 +63,10 @@ func Start(t testing.TB, name string, args ...string) *Process {
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatalf("proc: start %s: %v", name, err)
 	}
-	go func() { p.exited <- p.Cmd.Wait() }()
+	go func() { p.err = p.Cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
-		if !p.done {
-			_ = p.Cmd.Process.Kill()
-			p.wait()
-		}
+		_ = p.Cmd.Process.Kill()
+		<-p.done
 		if t.Failed() {
 			t.Logf("proc: log of %s (pid %d):\n%s", filepath.Base(name), p.Cmd.Process.Pid, p.Output())
 		}
@@ -77,29 +74,30 @@ func Start(t testing.TB, name string, args ...string) *Process {
 	return p
 }
 
-func (p *Process) wait() error {
-	if !p.done {
-		p.err, p.done = <-p.exited, true
-	}
-	return p.err
-}
+// Exited is closed once the process has exited; Err then tells how.
+func (p *Process) Exited() <-chan struct{} { return p.done }
+
+// Err is how the process ended (nil: exit status 0); call it once Exited
+// is closed.
+func (p *Process) Err() error { return p.err }
 
 // Stop sends sig and waits for the process to exit, killing it after
 // stopGrace; it returns how the process ended.
 func (p *Process) Stop(sig os.Signal) error {
-	if p.done {
+	select {
+	case <-p.done:
 		return p.err
+	default:
 	}
 	if err := p.Cmd.Process.Signal(sig); err != nil {
 		return err
 	}
 	select {
-	case err := <-p.exited:
-		p.err, p.done = err, true
-		return err
+	case <-p.done:
+		return p.err
 	case <-time.After(stopGrace):
 		_ = p.Cmd.Process.Kill()
-		_ = p.wait()
+		<-p.done
 		return fmt.Errorf("proc: no exit within %v of %v; killed", stopGrace, sig)
 	}
 }

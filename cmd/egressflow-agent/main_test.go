@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/proc"
+	"github.com/egressflow/egressflow/test/topology"
+	"github.com/egressflow/egressflow/test/wait"
+)
+
+// timeout bounds every wait: the agent converges in milliseconds, the rest
+// is slack for a loaded two-core CI machine.
+const timeout = 60 * time.Second
+
+// serviceCIDR is the test API server's --service-cluster-ip-range.
+const serviceCIDR = "10.96.0.0/16"
+
+// TestBinary builds the command and runs it as the DaemonSet does: in the
+// node's network namespace (hostNetwork), with the agent's service account
+// (kubeconfig), the node's OVS run directory, and metrics and health on a
+// loopback port. Once synced it serves /readyz and /healthz, renews a fresh
+// heartbeat Lease carrying the bridge MAC, and SNATs an EgressService's pod
+// to the LB IP (UDP and TCP), which /metrics reflects. An EgressService it
+// cannot program gets a Warning Event and leaves the agent healthy. While
+// ovs-vswitchd is down it is not ready, its Lease runs out and its OpenFlow
+// gauge reads 0, while the process stays live (/healthz); once OVS is back
+// it replays its flows and SNAT works again. On SIGTERM it exits 0.
+func TestBinary(t *testing.T) {
+	dir := t.TempDir()
+	bin := proc.Build(t, "cmd/egressflow-agent")
+
+	// The API server, with exactly the agent's manifests.
+	api := kubetest.Start(t)
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := api.Config(kubetest.Admin)
+	for _, m := range []string{"deploy/controller/namespace.yaml", "deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml"} {
+		kubetest.Apply(t, admin, filepath.Join(root, m))
+	}
+	kube := kubernetes.NewForConfigOrDie(admin)
+	egress := versioned.NewForConfigOrDie(admin)
+	ctx := context.Background()
+
+	// One OVS node, two pods on it, and the external host's source server.
+	topo := topology.New(t, 1)
+	n := topo.Nodes[0]
+	pod, other := n.AddPod(t, "a"), n.AddPod(t, "b")
+	server := topo.External.Serve(t)
+	node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}}
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The API server listens on the root namespace's loopback; the agent
+	// reaches it through a forwarder on the node namespace's loopback, as a
+	// host-networked pod reaches its API server.
+	apiURL, err := url.Parse(api.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := api.WriteKubeconfigVia(kubeconfig, kubetest.Agent, "https://"+topology.Forward(t, n.Netns, apiURL.Host)); err != nil {
+		t.Fatal(err)
+	}
+	rtTables := filepath.Join(dir, "rt_tables")
+	if err := os.WriteFile(rtTables, []byte("100 blue\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	metricsAddr := freeAddr(t, n.Netns)
+	const renew, leaseDuration = 200 * time.Millisecond, 1500 * time.Millisecond
+	agent := proc.Start(t, "ip", "netns", "exec", n.Netns, bin, // ip execs bin: same pid
+		"--kubeconfig="+kubeconfig,
+		"--namespace="+kubetest.SystemNamespace,
+		"--node-name="+n.Name,
+		"--bridge="+n.Bridge,
+		"--ovs-rundir="+n.Dir,
+		"--uplink="+topology.UplinkPort,
+		"--pod-cidrs="+topology.ClusterPodPrefix.String(),
+		"--service-cidrs="+serviceCIDR,
+		"--rt-tables="+rtTables,
+		"--heartbeat-renew-interval="+renew.String(),
+		"--heartbeat-lease-duration="+leaseDuration.String(),
+		"--metrics-bind-address="+metricsAddr,
+		"--v=2")
+	// until waits for check like wait.Until, and fails t at once if the
+	// agent has exited.
+	until := func(t *testing.T, d time.Duration, check func() error) {
+		t.Helper()
+		wait.Until(t, d, func() error {
+			select {
+			case <-agent.Exited():
+				t.Fatalf("the agent exited: %v", agent.Err())
+			default:
+			}
+			return check()
+		})
+	}
+
+	client := topology.HTTPClient(n.Netns)
+	get := func(path string) (int, string) {
+		resp, err := client.Get("http://" + metricsAddr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	status := func(path string, ok bool) func() error {
+		return func() error {
+			code, body := get(path)
+			if (code == http.StatusOK) != ok {
+				return fmt.Errorf("%s: %d %s", path, code, strings.TrimSpace(body))
+			}
+			return nil
+		}
+	}
+	// lease checks the heartbeat Lease: fresh as wanted and, when fresh,
+	// carrying the bridge MAC and the Synced state.
+	mac := n.BridgeMAC(t)
+	lease := func(fresh bool) func() error {
+		return func() error {
+			l, err := kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got := heartbeat.Fresh(l, time.Now()); got != fresh {
+				return fmt.Errorf("Lease %s fresh=%v, want %v", n.Name, got, fresh)
+			}
+			if facts := heartbeat.ReadFacts(l); fresh && (facts.BridgeMAC != mac || facts.SyncState != heartbeat.SyncStateSynced) {
+				return fmt.Errorf("Lease %s: bridge MAC %q, sync state %q; want %q, %q",
+					n.Name, facts.BridgeMAC, facts.SyncState, mac, heartbeat.SyncStateSynced)
+			}
+			return nil
+		}
+	}
+	// metrics checks samples of /metrics; an absent sample is checked as NaN.
+	metrics := func(want map[string]func(float64) bool) func() error {
+		return func() error {
+			code, body := get("/metrics")
+			if code != http.StatusOK {
+				return fmt.Errorf("/metrics: %d %s", code, body)
+			}
+			for sample, ok := range want {
+				v, found := sampleValue(body, sample)
+				if !found {
+					v = math.NaN()
+				}
+				if !ok(v) {
+					return fmt.Errorf("/metrics: %s = %v (NaN: absent)", sample, v)
+				}
+			}
+			return nil
+		}
+	}
+	positive := func(v float64) bool { return v > 0 }
+	equals := func(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
+	// A labelled counter is exported once its label was counted.
+	absentOrZero := func(v float64) bool { return math.IsNaN(v) || v == 0 }
+	source := func(p *topology.Pod, network string, want netip.Addr) func() error {
+		return func() error {
+			got, err := p.Dial(network, server.Addr)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("%s from %s seen as %s, want %s", network, p.Name, got, want)
+			}
+			return nil
+		}
+	}
+
+	// Synced: ready and live, and the heartbeat is fresh with the bridge MAC.
+	until(t, timeout, status("/readyz", true))
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", agent.Cmd.Process.Pid)); err != nil || exe != bin {
+		t.Fatalf("pid %d runs %q (%v), not the agent: signals would miss it", agent.Cmd.Process.Pid, exe, err)
+	}
+	until(t, timeout, status("/healthz", true))
+	until(t, timeout, lease(true))
+
+	// An EgressService hosted here: the pod leaves with the LB IP.
+	lb := netip.MustParseAddr("192.0.2.10")
+	createEgressService(t, kube, egress, "web", &lb, esv1.EgressServiceSpec{}, n.Name, pod)
+	topo.External.Exec(t, "ip", "route", "replace", lb.String(), "via", n.IP.String())
+	until(t, timeout, source(pod, "udp", lb))
+	until(t, timeout, source(pod, "tcp", lb))
+	until(t, timeout, source(other, "udp", other.IP)) // not an endpoint: its own source
+	until(t, timeout, metrics(map[string]func(float64) bool{
+		`egressflow_agent_flows{service="shop/web"}`:   positive,
+		`egressflow_agent_sync_duration_seconds_count`: positive,
+		`egressflow_agent_openflow_connected`:          equals(1),
+		`egressflow_agent_last_sync_failed`:            equals(0),
+	}))
+
+	// An EgressService this node cannot program: a Warning Event on it, and
+	// the agent stays healthy and keeps serving the other one.
+	createEgressService(t, kube, egress, "bad", nil,
+		esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "no-such-table"}, esv1.HostAll, other)
+	until(t, timeout, func() error {
+		events, err := kube.CoreV1().Events("shop").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range events.Items {
+			o := e.InvolvedObject
+			if o.Kind == "EgressService" && o.Name == "bad" && e.Type == corev1.EventTypeWarning &&
+				e.Reason == dataplane.ReasonUnknownNetwork && e.Source.Component == "egressflow-agent" &&
+				strings.Contains(e.Message, n.Name) && strings.Contains(e.Message, "no-such-table") {
+				t.Logf("Event on shop/bad: %s %s: %s", e.Type, e.Reason, e.Message)
+				return nil
+			}
+			seen = append(seen, fmt.Sprintf("%s/%s %s %s: %s", o.Kind, o.Name, e.Type, e.Reason, e.Message))
+		}
+		return fmt.Errorf("no Warning %s Event on EgressService shop/bad; events: %v", dataplane.ReasonUnknownNetwork, seen)
+	})
+	until(t, timeout, status("/readyz", true))
+	until(t, timeout, status("/healthz", true))
+	until(t, timeout, metrics(map[string]func(float64) bool{
+		`egressflow_agent_syncs_total{result="error"}`: absentOrZero,
+		`egressflow_agent_last_sync_failed`:            equals(0),
+		`egressflow_agent_flows{service="shop/web"}`:   positive,
+	}))
+	until(t, timeout, lease(true))
+	until(t, timeout, source(pod, "udp", lb))
+
+	// ovs-vswitchd dies: the agent is no longer ready and lets its Lease
+	// run out, but stays live: a restart would not bring OVS back (and a
+	// restarted agent could not connect, so it would crash-loop and come
+	// back late once OVS does).
+	n.StopVswitchd(t)
+	until(t, timeout, status("/readyz", false))
+	until(t, timeout, lease(false))
+	until(t, timeout, status("/healthz", true))
+	// The gauge must say so too, as /readyz already does: nothing else
+	// happens while OVS is down, so it has to be read at scrape time. A
+	// subtest, so that the rest still runs if it is not.
+	t.Run("OpenFlowGaugeWhileDown", func(t *testing.T) {
+		until(t, 10*time.Second, metrics(map[string]func(float64) bool{
+			`egressflow_agent_openflow_connected`: equals(0),
+		}))
+	})
+
+	// OVS is back with an empty flow table: the agent replays its flows.
+	restarted := time.Now()
+	n.StartVswitchd(t)
+	until(t, timeout, source(pod, "udp", lb))
+	until(t, timeout, source(pod, "tcp", lb))
+	t.Logf("SNAT again %v after ovs-vswitchd was started again", time.Since(restarted).Round(time.Millisecond))
+	until(t, timeout, status("/readyz", true))
+	until(t, timeout, status("/healthz", true))
+	until(t, timeout, lease(true))
+	until(t, timeout, metrics(map[string]func(float64) bool{
+		`egressflow_agent_openflow_connected`:        equals(1),
+		`egressflow_agent_last_sync_failed`:          equals(0),
+		`egressflow_agent_flows{service="shop/web"}`: positive,
+	}))
+
+	// SIGTERM: a clean exit.
+	stopped := time.Now()
+	if err := agent.Stop(syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+}
+
+// createEgressService makes a LoadBalancer Service (with ingress IP lb, if
+// not nil), its EndpointSlice with the pods, and its EgressService with
+// status.host.
+func createEgressService(t *testing.T, kube kubernetes.Interface, egress versioned.Interface, name string, lb *netip.Addr, spec esv1.EgressServiceSpec, host string, pods ...*topology.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	svc, err := kube.CoreV1().Services("shop").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb != nil {
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lb.String()}}
+		if _, err := kube.CoreV1().Services("shop").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, p := range pods {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IP.String()}, NodeName: &p.Node.Name})
+	}
+	if _, err := kube.DiscoveryV1().EndpointSlices("shop").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	es, err := egress.K8sV1().EgressServices("shop").Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es.Status.Host = host
+	if _, err := egress.K8sV1().EgressServices("shop").UpdateStatus(ctx, es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sampleValue returns the value of one sample, e.g. `name{label="v"}`, in
+// a Prometheus text exposition.
+func sampleValue(body, sample string) (float64, bool) {
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// freeAddr returns a free port on the loopback of network namespace ns.
+func freeAddr(t *testing.T, ns string) string {
+	t.Helper()
+	var l net.Listener
+	if err := topology.InNetns(ns, func() error {
+		var err error
+		l, err = net.Listen("tcp4", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
