@@ -1,0 +1,59 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// benchCluster is n services of 10 endpoints each, on 10 nodes, hosted on
+// n1 (4 in 5) or n2: the shape of make bench-agent, without an API server.
+func benchCluster(n int) Cluster {
+	c := Cluster{Services: map[string]*corev1.Service{}, EndpointSlices: map[string][]*discoveryv1.EndpointSlice{}}
+	base := baseCluster()
+	c.Nodes, c.Leases = base.Nodes, base.Leases
+	for i := range n {
+		name := fmt.Sprintf("svc-%d", i)
+		host := "n1"
+		if i%5 == 4 {
+			host = "n2"
+		}
+		c.EgressServices = append(c.EgressServices, egressService("shop", name, "", "", host))
+		lb := netip.AddrFrom4([4]byte{192, 0, byte(2 + i/250), byte(i % 250)})
+		c.Services["shop/"+name] = lbService("shop", name, lb.String())
+		var pairs []string
+		for e := range 10 {
+			v := uint32(i*10+e) + 2 // 100,000 distinct IPs in benchConfig's pod CIDR
+			pairs = append(pairs, fmt.Sprintf("n%d", e+1), netip.AddrFrom4([4]byte{10, byte(v >> 16), byte(v >> 8), byte(v)}).String())
+		}
+		c.EndpointSlices["shop/"+name] = []*discoveryv1.EndpointSlice{endpointSlice(pairs...)}
+	}
+	return c
+}
+
+// benchConfig is node n1 of a cluster whose pods are in 10.0.0.0/8.
+var benchConfig = NodeConfig{Name: "n1", ClusterPodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ServiceCIDRs: n1Config.ServiceCIDRs}
+
+// BenchmarkFullSync is the pure part of one agent sync at 10,000 services x
+// 10 endpoints: Compute, Flows and Diff against what is installed.
+func BenchmarkFullSync(b *testing.B) {
+	cluster := benchCluster(10000)
+	installed := Installed(nil)
+	changes := Diff(Flows(Compute(benchConfig, cluster, tables), Ports{Uplink: 1}), installed)
+	changes.ApplyTo(installed)
+	if want := 10000 * 10 * 2; len(installed) < want { // a redirect and a SNAT or steer flow per endpoint
+		b.Fatalf("%d flows installed, want at least %d", len(installed), want)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		state := Compute(benchConfig, cluster, tables)
+		flows := Flows(state, Ports{Uplink: 1})
+		if c := Diff(flows, installed); !c.Empty() {
+			b.Fatal("changes in a no-op sync")
+		}
+	}
+}
