@@ -95,7 +95,7 @@ func newEnv(t *testing.T, nodes int) *env {
 	// whose backend is reached through the nodes' routes would: packets to
 	// it must keep the pod's source.
 	for i, ip := range clusterIPs {
-		e.topo.External.Exec(t, "ip", "addr", "add", netip.PrefixFrom(ip, ip.BitLen()).String(), "dev", "eth0")
+		e.topo.External.AddAddress(t, ip)
 		via := e.topo.External.IP
 		if ip.Is6() {
 			via = e.topo.External.IP6
@@ -106,7 +106,7 @@ func newEnv(t *testing.T, nodes int) *env {
 	}
 	// The external host also holds the internet addresses (see internet).
 	for _, dst := range internet {
-		e.topo.External.Exec(t, "ip", "addr", "add", netip.PrefixFrom(dst, dst.BitLen()).String(), "dev", "eth0")
+		e.topo.External.AddAddress(t, dst)
 	}
 	e.server = e.topo.External.Serve(t, append(slices.Clone(clusterIPs), internet...)...)
 	// On failure, what the bridges did: every flow with its packet counts,
@@ -616,7 +616,7 @@ func TestAgentNetworkMode(t *testing.T) {
 	}
 	for i, dst := range internet {
 		bits := netip.PrefixFrom(dst, dst.BitLen()).String()
-		segment.Host.Exec(t, "ip", "addr", "add", bits, "dev", "eth0")
+		segment.Host.AddAddress(t, dst)
 		n.Exec(t, "ip", "route", "add", bits, "via", []netip.Addr{e.topo.External.IP, e.topo.External.IP6}[i].String())
 		toSegment(i, dst)
 	}

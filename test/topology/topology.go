@@ -104,8 +104,8 @@ func New(t testing.TB, nodes int) *Topology {
 
 	topo.External = &Host{Name: "external", Netns: ovstest.NewNetns(t, "ext"), IP: ExternalIP, IP6: ExternalIP6}
 	topo.connectToUnderlay(topo.External.Netns, "eth0")
-	topo.External.exec(t, "ip", "addr", "add", prefixed(ExternalIP, UnderlayPrefix), "dev", "eth0")
-	topo.External.exec(t, "ip", "addr", "add", prefixed(ExternalIP6, UnderlayPrefix6), "dev", "eth0")
+	topo.External.exec(t, "ip", addrAdd(ExternalIP, UnderlayPrefix, "eth0")...)
+	topo.External.exec(t, "ip", addrAdd(ExternalIP6, UnderlayPrefix6, "eth0")...)
 
 	for i := 1; i <= nodes; i++ {
 		topo.addNode(i)
@@ -143,10 +143,10 @@ func (topo *Topology) addNode(index int) {
 	topo.connectToUnderlay(sw.Netns, UplinkPort)
 	sw.Vsctl(t, "add-port", sw.Bridge, UplinkPort)
 	for _, cmd := range [][]string{
-		{"ip", "addr", "add", prefixed(n.IP, UnderlayPrefix), "dev", sw.Bridge},
-		{"ip", "addr", "add", prefixed(n.Gateway, n.PodCIDR), "dev", sw.Bridge},
-		{"ip", "addr", "add", prefixed(n.IP6, UnderlayPrefix6), "dev", sw.Bridge},
-		{"ip", "addr", "add", prefixed(n.Gateway6, n.PodCIDR6), "dev", sw.Bridge},
+		append([]string{"ip"}, addrAdd(n.IP, UnderlayPrefix, sw.Bridge)...),
+		append([]string{"ip"}, addrAdd(n.Gateway, n.PodCIDR, sw.Bridge)...),
+		append([]string{"ip"}, addrAdd(n.IP6, UnderlayPrefix6, sw.Bridge)...),
+		append([]string{"ip"}, addrAdd(n.Gateway6, n.PodCIDR6, sw.Bridge)...),
 		{"ip", "link", "set", sw.Bridge, "up"},
 		{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
 		{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"},
@@ -179,9 +179,9 @@ func (n *Node) AddPod(t testing.TB, name string) *Pod {
 	// (A real node has no such second path to its pods.)
 	n.Exec(t, "sysctl", "-qw", "net.ipv4.conf."+p.Port+".arp_ignore=8", "net.ipv6.conf."+p.Port+".disable_ipv6=1")
 	n.Vsctl(t, "add-port", n.Bridge, p.Port)
-	run(t, "ip", "netns", "exec", p.Netns, "ip", "addr", "add", prefixed(p.IP, n.PodCIDR), "dev", "eth0")
+	p.Exec(t, "ip", addrAdd(p.IP, n.PodCIDR, "eth0")...)
 	run(t, "ip", "netns", "exec", p.Netns, "ip", "route", "add", "default", "via", n.Gateway.String())
-	run(t, "ip", "netns", "exec", p.Netns, "ip", "addr", "add", prefixed(p.IP6, n.PodCIDR6), "dev", "eth0")
+	p.Exec(t, "ip", addrAdd(p.IP6, n.PodCIDR6, "eth0")...)
 	run(t, "ip", "netns", "exec", p.Netns, "ip", "route", "add", "default", "via", n.Gateway6.String())
 	return p
 }
@@ -285,14 +285,14 @@ func (topo *Topology) AddSegment() *Segment {
 	seg.Host = &Host{Name: "external-2", Netns: ovstest.NewNetns(t, "ext2"),
 		IP: nthAddr(SegmentPrefix, 100), IP6: nthAddr(SegmentPrefix6, 0x100)}
 	connectToBridge(t, seg.Netns, seg.Host.Netns, "eth0")
-	seg.Host.exec(t, "ip", "addr", "add", prefixed(seg.Host.IP, SegmentPrefix), "dev", "eth0")
-	seg.Host.exec(t, "ip", "addr", "add", prefixed(seg.Host.IP6, SegmentPrefix6), "dev", "eth0")
+	seg.Host.exec(t, "ip", addrAdd(seg.Host.IP, SegmentPrefix, "eth0")...)
+	seg.Host.exec(t, "ip", addrAdd(seg.Host.IP6, SegmentPrefix6, "eth0")...)
 	for _, n := range topo.Nodes {
 		ip, ip6 := nthAddr(SegmentPrefix, 10+n.Index), nthAddr(SegmentPrefix6, 0x10+n.Index)
 		seg.nodes[n] = [2]netip.Addr{ip, ip6}
 		connectToBridge(t, seg.Netns, n.Netns, SegmentInterface)
-		n.Exec(t, "ip", "addr", "add", prefixed(ip, SegmentPrefix), "dev", SegmentInterface)
-		n.Exec(t, "ip", "addr", "add", prefixed(ip6, SegmentPrefix6), "dev", SegmentInterface)
+		n.Exec(t, "ip", addrAdd(ip, SegmentPrefix, SegmentInterface)...)
+		n.Exec(t, "ip", addrAdd(ip6, SegmentPrefix6, SegmentInterface)...)
 		for _, iptables := range []string{"iptables", "ip6tables"} {
 			n.Exec(t, iptables, "-t", "nat", "-A", "POSTROUTING", "-o", SegmentInterface, "-j", "MASQUERADE")
 		}
@@ -340,6 +340,24 @@ func nthAddr(p netip.Prefix, n int) netip.Addr {
 		return netip.AddrFrom16(a).Unmap()
 	}
 	return netip.AddrFrom16(a)
+}
+
+// addrAdd is the `ip` command line that puts addr, with the length of prefix, on dev;
+// IPv6 addresses skip duplicate address detection (nodad), which would
+// leave them unusable ("tentative") for a second or more.
+func addrAdd(addr netip.Addr, prefix netip.Prefix, dev string) []string {
+	cmd := []string{"addr", "add", prefixed(addr, prefix), "dev", dev}
+	if addr.Is6() {
+		cmd = append(cmd, "nodad")
+	}
+	return cmd
+}
+
+// AddAddress gives the host one more address of its own (a /32 or /128 on
+// eth0), e.g. one that other hosts also hold, for tests of routing.
+func (h *Host) AddAddress(t testing.TB, addr netip.Addr) {
+	t.Helper()
+	h.exec(t, "ip", addrAdd(addr, netip.PrefixFrom(addr, addr.BitLen()), "eth0")...)
 }
 
 // prefixed writes addr with the length of prefix, as `ip addr add` wants it.
