@@ -28,7 +28,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +46,7 @@ import (
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 var (
@@ -80,7 +80,7 @@ func BenchmarkController(b *testing.B) {
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("bench-node-%04d", i)
 	}
-	parallel(b, len(nodes), *setupWorkers, func(i int) error {
+	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
 		n, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}}, metav1.CreateOptions{})
 		if err != nil {
 			return err
@@ -100,7 +100,7 @@ func BenchmarkController(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	parallel(b, len(keys), *setupWorkers, func(i int) error {
+	wait.Parallel(b, len(keys), *setupWorkers, func(i int) error {
 		ns, name := fmt.Sprintf("bench-%02d", i/servicesPerNamespace), fmt.Sprintf("svc-%04d", i)
 		keys[i] = ns + "/" + name
 		return createService(ctx, env, ns, name, i, nodes)
@@ -188,36 +188,6 @@ func BenchmarkController(b *testing.B) {
 	b.ReportMetric(plain.Seconds()/controllerTime.Seconds(), "x-plain")
 }
 
-// parallel runs f(0..n-1) on workers goroutines and fails on the first error.
-func parallel(b *testing.B, n, workers int, f func(i int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if first != nil {
-		b.Fatal(first)
-	}
-}
-
 func createService(ctx context.Context, env *clustertest.Env, ns, name string, i int, nodes []string) error {
 	kube := env.Kube
 	svc, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
@@ -262,7 +232,7 @@ func startAgents(b *testing.B, env *clustertest.Env, nodes []string) *agentSet {
 	client := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
 	a := &agentSet{cancels: map[string]context.CancelFunc{}}
 	renewers := make([]*heartbeat.Renewer, len(nodes))
-	parallel(b, len(nodes), *setupWorkers, func(i int) error {
+	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
 		r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
 			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: *agentRenew, LeaseDuration: *agentExpire,
 			Facts: func() heartbeat.Facts { return heartbeat.Facts{SyncState: heartbeat.SyncStateSynced} },
@@ -526,7 +496,7 @@ func plainLoop(b *testing.B, env *clustertest.Env, nodes []string, patches int) 
 	start := time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		parallel(b, len(list.Items), cluster.DefaultServiceWorkers, func(i int) error {
+		wait.Parallel(b, len(list.Items), cluster.DefaultServiceWorkers, func(i int) error {
 			obj := list.Items[i].DeepCopy()
 			obj.Status.Host = nodes[(i+1)%len(nodes)]
 			_, err := es.K8sV1().EgressServices(obj.Namespace).UpdateStatus(ctx, obj, metav1.UpdateOptions{})
@@ -534,7 +504,7 @@ func plainLoop(b *testing.B, env *clustertest.Env, nodes []string, patches int) 
 		})
 	})
 	wg.Go(func() {
-		parallel(b, patches, cluster.DefaultNodeWorkers, func(i int) error {
+		wait.Parallel(b, patches, cluster.DefaultNodeWorkers, func(i int) error {
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{fmt.Sprintf("plain.example/svc-%d", i): ""}}})
 			_, err := kube.CoreV1().Nodes().Patch(ctx, nodes[i%len(nodes)], types.MergePatchType, patch, metav1.PatchOptions{})
 			return err
