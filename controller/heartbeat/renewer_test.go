@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/heartbeat"
@@ -100,9 +101,15 @@ func TestRenewerAgainstAPIServer(t *testing.T) {
 
 	// Someone else writes the Lease: the renewer's next update conflicts,
 	// it reads the Lease back and goes on, keeping the other annotation.
-	l := get()
-	l.Annotations["example.com/note"] = "kept"
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	// The foreign writer itself may race a renewal: it retries on conflict,
+	// as any client of a shared object must.
+	var l *coordinationv1.Lease
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l = get()
+		l.Annotations["example.com/note"] = "kept"
+		_, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	wait.Until(t, 10*time.Second, func() error {
