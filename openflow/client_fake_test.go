@@ -26,8 +26,11 @@ func dialFake(t *testing.T, fs *fakeSwitch, opts ...Option) *Client {
 // (not when its own context ends), and the client reconnects by itself.
 func TestDeadPeerDetection(t *testing.T) {
 	fs := startFakeSwitch(t)
+	// A reconnection attempt made while the switch is silent hangs in its
+	// handshake until the handshake timeout: keep that short too, or the
+	// recovery below waits out the 10 s default.
 	c := dialFake(t, fs, WithEchoInterval(100*time.Millisecond), WithEchoTimeout(200*time.Millisecond),
-		WithReconnectBackoff(20*time.Millisecond, 100*time.Millisecond))
+		WithReconnectBackoff(20*time.Millisecond, 100*time.Millisecond), WithHandshakeTimeout(300*time.Millisecond))
 	if err := c.Barrier(testCtx(t, 2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
