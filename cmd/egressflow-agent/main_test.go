@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -176,7 +175,7 @@ func TestBinary(t *testing.T) {
 				return fmt.Errorf("/metrics: %d %s", code, body)
 			}
 			for sample, ok := range want {
-				v, found := sampleValue(body, sample)
+				v, found := proc.Sample(body, sample)
 				if !found {
 					v = math.NaN()
 				}
@@ -335,18 +334,6 @@ func createEgressService(t *testing.T, kube kubernetes.Interface, egress version
 	if _, err := egress.K8sV1().EgressServices("shop").UpdateStatus(ctx, es, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// sampleValue returns the value of one sample, e.g. `name{label="v"}`, in
-// a Prometheus text exposition.
-func sampleValue(body, sample string) (float64, bool) {
-	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
 }
 
 // freeAddr returns a free port on the loopback of network namespace ns.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -106,4 +108,18 @@ func (p *Process) Stop(sig os.Signal) error {
 func (p *Process) Output() string {
 	data, _ := os.ReadFile(p.Log)
 	return string(data)
+}
+
+// Sample returns the value of one sample in a Prometheus text exposition,
+// as our commands serve it on /metrics: sample is the metric name with its
+// labels as exposed, e.g. `egressflow_agent_flows{service="shop/web"}`, or
+// the bare name of an unlabelled metric.
+func Sample(exposition, sample string) (float64, bool) {
+	for _, line := range strings.Split(exposition, "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }

@@ -862,7 +862,7 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mods, ok := metricValue(metrics, "egressflow_agent_flow_mods_total")
+	mods, ok := proc.Sample(metrics, "egressflow_agent_flow_mods_total")
 	if !ok {
 		b.Fatal("the binary's /metrics lacks egressflow_agent_flow_mods_total")
 	}
@@ -877,7 +877,7 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 		b.Fatal(err)
 	}
 	for name, dst := range map[string]*int64{"go_memstats_heap_inuse_bytes": &m.heapInuse, "go_memstats_next_gc_bytes": &m.nextGC} {
-		v, ok := metricValue(metrics, name)
+		v, ok := proc.Sample(metrics, name)
 		if !ok {
 			b.Fatalf("the binary's /metrics lacks %s", name)
 		}
@@ -917,17 +917,6 @@ func procMemory(b *testing.B, pid int) (rss, hwm int64) {
 		b.Fatalf("no VmRSS/VmHWM in /proc/%d/status:\n%s", pid, data)
 	}
 	return rss, hwm
-}
-
-// metricValue finds an unlabelled sample in Prometheus text.
-func metricValue(text, name string) (float64, bool) {
-	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
 }
 
 // cachesSyncedMessage is what controller/agent logs once its informers
