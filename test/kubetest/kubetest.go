@@ -484,7 +484,8 @@ func poll(ctx context.Context, f func() error) error {
 	}
 }
 
-// Apply server-side applies every object of a multi-document YAML file.
+// Apply server-side applies every object of a multi-document YAML file and
+// returns once the RBAC bindings among them are in effect.
 func Apply(t testing.TB, cfg *rest.Config, path string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -502,10 +503,11 @@ func Apply(t testing.TB, cfg *rest.Config, path string) {
 	mapper := restmapper.NewDiscoveryRESTMapper(groups)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var applied []*unstructured.Unstructured
 	for {
 		obj := &unstructured.Unstructured{}
 		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return
+			break
 		} else if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
@@ -524,5 +526,9 @@ func Apply(t testing.TB, cfg *rest.Config, path string) {
 		if _, err := r.Apply(context.Background(), obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "kubetest", Force: true}); err != nil {
 			t.Fatalf("%s: apply %s %s: %v", path, gvk.Kind, obj.GetName(), err)
 		}
+		applied = append(applied, obj)
+	}
+	if err := waitBindingsEffective(context.Background(), kubernetes.NewForConfigOrDie(cfg), applied); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }
