@@ -1,13 +1,8 @@
 package openflow
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,24 +18,15 @@ const (
 	benchCookie = 0x5eed
 )
 
-func benchMessages(n int) []Message {
-	msgs := make([]Message, n)
-	for i := range msgs {
-		msgs[i] = snatFlow(i, benchCookie)
-	}
-	return msgs
-}
+// benchCookieFilter selects the benchmarks' flows for ovs-ofctl.
+var benchCookieFilter = fmt.Sprintf("cookie=%#x/-1", benchCookie)
 
-// flowCount asks ovs-ofctl how many flows carry cookie.
-func flowCount(b *testing.B, sw *ovstest.Switch, cookie uint64) int {
-	out := sw.Ofctl(b, "dump-aggregate", sw.Bridge, fmt.Sprintf("cookie=%#x/-1", cookie))
-	i := strings.Index(out, "flow_count=")
-	if i < 0 {
-		b.Fatalf("dump-aggregate: %s", out)
+func benchFlowMods(n int) []*FlowMod {
+	fms := make([]*FlowMod, n)
+	for i := range fms {
+		fms[i] = snatFlow(i, benchCookie)
 	}
-	var n int
-	fmt.Sscanf(out[i+len("flow_count="):], "%d", &n)
-	return n
+	return fms
 }
 
 func deleteByCookie(b *testing.B, c *Client, cookie uint64) {
@@ -58,47 +44,30 @@ func deleteByCookie(b *testing.B, c *Client, cookie uint64) {
 func BenchmarkBundleInstall100k(b *testing.B) {
 	sw := ovstest.Start(b)
 	c := dialSwitch(b, sw)
-	msgs := benchMessages(benchFlows)
-	file := filepath.Join(b.TempDir(), "flows.txt")
-	f, err := os.Create(file)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := bufio.NewWriter(f)
-	for _, m := range msgs {
-		fmt.Fprintln(w, m.(*FlowMod).String())
-	}
-	if err := w.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	f.Close()
+	flows := benchFlowMods(benchFlows)
+	msgs := asMessages(flows)
+	file := ovstest.WriteFlowFile(b, flows)
 
 	var ours, theirs time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		deleteByCookie(b, c, benchCookie)
-		cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "--bundle", "add-flows", sw.Bridge, file)
-		cmd.Env = sw.Env()
-		start := time.Now()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("ovs-ofctl --bundle add-flows: %v\n%s", err, out)
-		}
-		theirs += time.Since(start)
-		if n := flowCount(b, sw, benchCookie); n != benchFlows {
+		theirs += sw.BundleAddFlows(b, file)
+		if n := sw.FlowCount(b, benchCookieFilter); n != benchFlows {
 			b.Fatalf("ovs-ofctl installed %d flows", n)
 		}
 		deleteByCookie(b, c, benchCookie)
 		b.StartTimer()
 
-		start = time.Now()
+		start := time.Now()
 		if err := c.Bundle(testCtx(b, 5*time.Minute), msgs...); err != nil {
 			b.Fatal(err)
 		}
 		ours += time.Since(start)
 
 		b.StopTimer()
-		if n := flowCount(b, sw, benchCookie); n != benchFlows {
+		if n := sw.FlowCount(b, benchCookieFilter); n != benchFlows {
 			b.Fatalf("the client installed %d flows", n)
 		}
 		b.StartTimer()
@@ -152,7 +121,7 @@ func installBench(b *testing.B, c *Client, msgs []Message) {
 func BenchmarkDeleteByCookie100k(b *testing.B) {
 	sw := ovstest.Start(b)
 	c := dialSwitch(b, sw)
-	msgs := benchMessages(benchFlows)
+	msgs := asMessages(benchFlowMods(benchFlows))
 	var total time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -161,7 +130,7 @@ func BenchmarkDeleteByCookie100k(b *testing.B) {
 		deleteByCookie(b, c, benchCookie)
 		total += time.Since(start)
 		b.StopTimer()
-		if n := flowCount(b, sw, benchCookie); n != 0 {
+		if n := sw.FlowCount(b, benchCookieFilter); n != 0 {
 			b.Fatalf("%d flows left", n)
 		}
 		b.StartTimer()
@@ -175,7 +144,7 @@ func BenchmarkDeleteByCookie100k(b *testing.B) {
 func BenchmarkDump100k(b *testing.B) {
 	sw := ovstest.Start(b)
 	c := dialSwitch(b, sw)
-	installBench(b, c, benchMessages(benchFlows))
+	installBench(b, c, asMessages(benchFlowMods(benchFlows)))
 	ctx := testCtx(b, 10*time.Minute)
 	req := &FlowDescRequest{Table: TableAll, Cookie: benchCookie, CookieMask: ^uint64(0)}
 	var total time.Duration

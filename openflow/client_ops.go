@@ -84,6 +84,13 @@ func (e *MessageError) Unwrap() error { return e.Err }
 
 // describe names a message for error texts, flows by their ovs-ofctl text.
 func describe(m Message) string {
+	if raw, ok := m.(*RawMessage); ok {
+		if decoded, err := raw.Decode(); err == nil {
+			if _, still := decoded.(*RawMessage); !still {
+				m = decoded
+			}
+		}
+	}
 	if fm, ok := m.(*FlowMod); ok {
 		return fm.String()
 	}

@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"bytes"
 	"encoding/hex"
 	"net"
 	"net/netip"
@@ -314,5 +315,39 @@ func TestOpaqueMessages(t *testing.T) {
 	}
 	if _, ok := insts[0].(RawInstruction); !ok {
 		t.Errorf("stat trigger decoded as %T", insts[0])
+	}
+}
+
+// TestEncodeAhead: a message encoded in advance sends the same bytes as the
+// message itself, and decodes back to it.
+func TestEncodeAhead(t *testing.T) {
+	fm := mustParseFlow(t, "cookie=0xef1003eb78a54401,table=41,priority=200,ip,nw_src=10.244.1.5,actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1")
+	raw, err := Encode(fm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := MarshalMessage(7, fm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead, err := MarshalMessage(7, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(direct, ahead) {
+		t.Fatalf("encoded ahead differs:\n%s", hexDiff(ahead, direct))
+	}
+	back, err := raw.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := back.(*FlowMod); !ok || got.String() != fm.String() {
+		t.Fatalf("decoded %v, want %s", back, fm)
+	}
+	if _, err := Encode(&BundleAdd{Message: fm}); err == nil {
+		t.Error("a BundleAdd was encoded ahead, though its body holds its xid")
+	}
+	if _, err := (&RawMessage{Type: TypeFlowMod, Body: []byte{1, 2, 3}}).Decode(); err == nil {
+		t.Error("a truncated flow mod decoded")
 	}
 }

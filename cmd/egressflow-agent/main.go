@@ -72,6 +72,8 @@ func run() error {
 	fs.DurationVar(&renewInterval, "heartbeat-renew-interval", renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
 	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time after this agent or its dataplane dies")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8081", "address serving /metrics, /healthz and /readyz; empty disables")
+	var profiling bool
+	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	flag.Parse()
 
 	node := dataplane.NodeConfig{Name: nodeName}
@@ -95,7 +97,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(agent.CoreClientConfig(cfg))
 	if err != nil {
 		return err
 	}
@@ -155,7 +157,7 @@ func run() error {
 	}()
 
 	healthy := func(r *http.Request) error { return a.Healthy(r.Context()) }
-	cli.Serve(ctx, metricsAddr, cli.Handler(reg, func(*http.Request) error { return nil }, healthy), stop)
+	cli.Serve(ctx, metricsAddr, cli.Handler(reg, func(*http.Request) error { return nil }, healthy, profiling), stop)
 	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)
 	return a.Run(ctx, ofClient.Reconnected())
 }

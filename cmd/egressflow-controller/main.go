@@ -66,6 +66,8 @@ func run() error {
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
 	fs.DurationVar(&opts.RetryMaxDelay, "retry-max-delay", cluster.DefaultRetryMaxDelay, "cap of the retry delay")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address serving /metrics, /healthz and /readyz; empty disables")
+	var profiling bool
+	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	fs.Float64Var(&qps, "kube-api-qps", defaultQPS, "API client requests per second")
 	fs.IntVar(&burst, "kube-api-burst", defaultBurst, "API client burst")
 	flag.Parse()
@@ -94,6 +96,6 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cli.Serve(ctx, metricsAddr, cli.Handler(reg, c.Healthz, c.Ready), stop)
+	cli.Serve(ctx, metricsAddr, cli.Handler(reg, c.Healthz, c.Ready, profiling), stop)
 	return c.Run(ctx)
 }

@@ -1,22 +1,28 @@
 // Package agent is the node agent's control loop: it watches EgressServices,
-// Services, EndpointSlices, Nodes and the agents' heartbeat Leases, computes
-// this node's desired dataplane (controller/dataplane), and converges br-ex,
-// the policy-routing rules and conntrack to it. It owns the apply step and
-// nothing else: what to install is decided by pure functions elsewhere.
+// Services, EndpointSlices, Nodes and the agents' heartbeat Leases, keeps
+// this node's desired dataplane current (controller/dataplane's Planner),
+// and converges br-ex, the policy-routing rules and conntrack to it. It owns
+// the apply step and nothing else: what to install is decided by pure
+// functions elsewhere.
 //
-// One level-triggered sync at a time: every event enqueues the same key, so
-// bursts collapse into one sync of the whole node, sent as one atomic
-// OpenFlow bundle that moves only what differs from what is installed. The
-// first sync waits until every informer has synced, so a partial view of
-// the cluster is never programmed. After the OpenFlow connection comes back
-// (OVS restarted, or the agent did), the installed flows are dumped again
-// and the difference replayed.
+// One sync at a time, over one queue key: events mark the EgressServices
+// whose inputs changed and enqueue the key, so bursts collapse into one
+// sync that re-reads those services from the informer caches, recomputes
+// them (and the few that share an endpoint or LB IP with them), and sends
+// what differs from the bridge for those services alone as one atomic
+// OpenFlow bundle. Nodes and Leases are re-read on every sync (they are
+// few). The first sync, and the first after the OpenFlow connection comes
+// back (OVS restarted, or the agent did), dump the installed flows and diff
+// every service; it waits until every informer has synced, so a partial
+// view of the cluster is never programmed.
 package agent
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,11 +30,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -47,8 +56,9 @@ import (
 type Switch interface {
 	// DumpFlows returns every flow whose cookie matches cookie under mask.
 	DumpFlows(ctx context.Context, cookie, mask uint64) ([]*openflow.Flow, error)
-	// Bundle applies the flow mods as one atomic, ordered transaction.
-	Bundle(ctx context.Context, mods []*openflow.FlowMod) error
+	// Bundle applies the messages (flow mods, some encoded ahead) as one
+	// atomic, ordered transaction.
+	Bundle(ctx context.Context, msgs []openflow.Message) error
 	// PortNumber returns the OpenFlow port number of a port by name.
 	PortNumber(ctx context.Context, name string) (uint32, error)
 	// FlushConntrack removes the connections the filter selects.
@@ -74,8 +84,13 @@ const (
 	retryMaxDelay  = 5 * time.Second
 )
 
-// syncKey is the only key of the queue: a sync always covers the whole node.
+// syncKey is the only key of the queue; what a sync covers is in the dirty
+// set and the worker's unapplied set.
 const syncKey = "node"
+
+// serviceIndex indexes EndpointSlices by the "namespace/name" of their
+// Service.
+const serviceIndex = "egressflow-service"
 
 // Config wires an Agent.
 type Config struct {
@@ -101,18 +116,37 @@ type Agent struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	egressServices eslisters.EgressServiceLister
+	services       corelisters.ServiceLister
+	endpointSlices cache.Indexer
+	nodes          corelisters.NodeLister
+	leases         coordinationlisters.LeaseLister
 	kubeFactory    informers.SharedInformerFactory
 	leaseFactory   informers.SharedInformerFactory
 	esFactory      esinformers.SharedInformerFactory
 	synced         []cache.InformerSynced
 
-	// Owned by the single worker.
-	installed    map[string]*openflow.FlowMod // by FlowID; nil: unknown, dump first
-	uplink       uint32
-	lastState    dataplane.State
-	lastProblems map[dataplane.Problem]bool
+	dirtyMu sync.Mutex
+	// dirty holds the keys of the EgressServices whose inputs changed since
+	// the worker last read them.
+	dirty map[string]bool
 
-	mu          sync.Mutex
+	// Owned by the single worker.
+	planner   *dataplane.Planner
+	installed *dataplane.Installed // nil: unknown, dump first
+	uplink    uint32
+	// unapplied holds the keys whose desired part may differ from what the
+	// node holds: recomputed, not yet converged by a successful sync.
+	unapplied map[string]bool
+	// applied is each service's part as of the last successful sync.
+	applied map[string]dataplane.Service
+	// byGroup holds the keys in the planner by cookie service hash (two
+	// keys share a group only when their hashes collide).
+	byGroup  map[uint32]map[string]bool
+	reported map[string][]dataplane.Problem
+
+	mu sync.Mutex
+	// prefetched is the bridge read during the informers' initial list.
+	prefetched  *bridgeRead
 	lastSyncErr error
 	everSynced  bool
 	// syncedGeneration is the connection generation the last successful
@@ -128,45 +162,83 @@ func New(cfg Config) *Agent {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryBaseDelay, retryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressflow-agent"}),
-		kubeFactory: informers.NewSharedInformerFactory(cfg.Kube, cfg.Resync),
+		kubeFactory: informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.Resync,
+			informers.WithTransform(slim)),
 		leaseFactory: informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.Resync,
-			informers.WithNamespace(cfg.Namespace),
+			informers.WithNamespace(cfg.Namespace), informers.WithTransform(slim),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = heartbeat.LeaseLabel + "=" + heartbeat.LeaseLabelValue
 			})),
-		esFactory:    esinformers.NewSharedInformerFactory(cfg.Egress, cfg.Resync),
-		lastProblems: map[dataplane.Problem]bool{},
+		esFactory: esinformers.NewSharedInformerFactoryWithOptions(cfg.Egress, cfg.Resync,
+			esinformers.WithTransform(slim)),
+		dirty:     map[string]bool{},
+		planner:   dataplane.NewPlanner(cfg.Node, cfg.Tables),
+		unapplied: map[string]bool{},
+		applied:   map[string]dataplane.Service{},
+		byGroup:   map[uint32]map[string]bool{},
+		reported:  map[string][]dataplane.Problem{},
 	}
-	// enqueue syncs on every add and delete, and on updates for which
-	// relevant says something the dataplane reads changed (nil: any update).
-	enqueue := func(relevant func(old, new any) bool) cache.ResourceEventHandler {
+	// Each handler marks the EgressService an object feeds (if any) and
+	// asks for a sync, on every add and delete, and on updates for which
+	// relevant says something the dataplane reads changed (nil: any).
+	handler := func(keyOf func(obj any) string, relevant func(old, new any) bool) cache.ResourceEventHandler {
+		mark := func(obj any) {
+			if key := keyOf(obj); key != "" {
+				a.markDirty(key)
+			}
+			a.queue.Add(syncKey)
+		}
 		return cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { a.queue.Add(syncKey) },
+			AddFunc: mark,
 			UpdateFunc: func(old, new any) {
-				if relevant == nil || relevant(old, new) {
-					a.queue.Add(syncKey)
+				if relevant != nil && !relevant(old, new) {
+					return
 				}
+				if keyOf(old) != keyOf(new) { // an EndpointSlice relabelled
+					mark(old)
+				}
+				mark(new)
 			},
-			DeleteFunc: func(any) { a.queue.Add(syncKey) },
+			DeleteFunc: mark,
 		}
 	}
+	esInformer := a.esFactory.K8s().V1().EgressServices().Informer()
+	serviceInformer := a.kubeFactory.Core().V1().Services().Informer()
+	sliceInformer := a.kubeFactory.Discovery().V1().EndpointSlices().Informer()
+	if err := sliceInformer.AddIndexers(cache.Indexers{serviceIndex: sliceServiceKeys}); err != nil {
+		panic(err) // only fails once the informer has started
+	}
+	nodeInformer := a.kubeFactory.Core().V1().Nodes().Informer()
+	leaseInformer := a.leaseFactory.Coordination().V1().Leases().Informer()
+	noKey := func(any) string { return "" } // read on every sync
 	for _, h := range []struct {
 		informer cache.SharedIndexInformer
+		keyOf    func(any) string
 		relevant func(old, new any) bool
 	}{
-		{a.esFactory.K8s().V1().EgressServices().Informer(), nil},
-		{a.kubeFactory.Core().V1().Services().Informer(), nil},
-		{a.kubeFactory.Discovery().V1().EndpointSlices().Informer(), nil},
+		{esInformer, objectKey, nil},
+		{serviceInformer, objectKey, nil},
+		{sliceInformer, sliceServiceKey, nil},
 		// Kubelets update Node status every few seconds and agents renew
 		// their Leases every second; the dataplane reads only the nodes'
 		// addresses and the agents' published facts.
-		{a.kubeFactory.Core().V1().Nodes().Informer(), nodeAddressesChanged},
-		{a.leaseFactory.Coordination().V1().Leases().Informer(), leaseFactsChanged},
+		{nodeInformer, noKey, nodeAddressesChanged},
+		{leaseInformer, noKey, leaseFactsChanged},
 	} {
-		_, _ = h.informer.AddEventHandler(enqueue(h.relevant))
-		a.synced = append(a.synced, h.informer.HasSynced)
+		// The registration has synced once this handler has seen every
+		// object of the initial list, so the first sync's dirty set is
+		// complete.
+		registration, err := h.informer.AddEventHandler(handler(h.keyOf, h.relevant))
+		if err != nil {
+			panic(err) // only fails once the informer has stopped
+		}
+		a.synced = append(a.synced, registration.HasSynced)
 	}
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
+	a.services = a.kubeFactory.Core().V1().Services().Lister()
+	a.endpointSlices = sliceInformer.GetIndexer()
+	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
+	a.leases = a.leaseFactory.Coordination().V1().Leases().Lister()
 	if cfg.Metrics != nil && cfg.Switch != nil {
 		connected := cfg.Switch.Connected
 		cfg.Metrics.isConnected.Store(&connected)
@@ -183,10 +255,18 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.kubeFactory.Start(ctx.Done())
 	a.leaseFactory.Start(ctx.Done())
 	a.esFactory.Start(ctx.Done())
+	prefetched := make(chan struct{})
+	go func() {
+		defer close(prefetched)
+		a.prefetch(ctx)
+	}()
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return errors.New("informer caches did not sync")
 	}
+	<-prefetched // a dead OpenFlow connection fails it fast: the sync retries
 	klog.InfoS("Caches synced; starting the node sync", "node", a.cfg.Node.Name)
+	// Handlers have marked every object so far; the first sync reads them
+	// all, as the bridge is dumped and diffed in full anyway.
 	a.queue.Add(syncKey)
 	go func() {
 		for {
@@ -280,40 +360,133 @@ func (a *Agent) SyncState() heartbeat.SyncState {
 	return heartbeat.SyncStateSynced
 }
 
-// cluster reads the API state the desired dataplane depends on.
-func (a *Agent) cluster() (dataplane.Cluster, error) {
-	c := dataplane.Cluster{
-		Services:       map[string]*corev1.Service{},
-		EndpointSlices: map[string][]*discoveryv1.EndpointSlice{},
-		Leases:         map[string]*coordinationv1.Lease{},
-	}
-	var err error
-	if c.EgressServices, err = a.egressServices.List(labels.Everything()); err != nil {
-		return c, err
-	}
-	services := a.kubeFactory.Core().V1().Services().Lister()
-	slices := a.kubeFactory.Discovery().V1().EndpointSlices().Lister()
-	for _, es := range c.EgressServices {
-		key := es.Namespace + "/" + es.Name
-		if svc, err := services.Services(es.Namespace).Get(es.Name); err == nil {
-			c.Services[key] = svc
-		}
-		selector := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: es.Name})
-		if c.EndpointSlices[key], err = slices.EndpointSlices(es.Namespace).List(selector); err != nil {
-			return c, err
-		}
-	}
-	if c.Nodes, err = a.kubeFactory.Core().V1().Nodes().Lister().List(labels.Everything()); err != nil {
-		return c, err
-	}
-	leases, err := a.leaseFactory.Coordination().V1().Leases().Lister().Leases(a.cfg.Namespace).List(labels.Everything())
+// markDirty records that key's inputs changed.
+func (a *Agent) markDirty(key string) {
+	a.dirtyMu.Lock()
+	a.dirty[key] = true
+	a.dirtyMu.Unlock()
+}
+
+// takeDirty returns the keys marked since the last call.
+func (a *Agent) takeDirty() map[string]bool {
+	a.dirtyMu.Lock()
+	defer a.dirtyMu.Unlock()
+	dirty := a.dirty
+	a.dirty = map[string]bool{}
+	return dirty
+}
+
+// inputs reads key's objects from the informer caches.
+func (a *Agent) inputs(key string) (dataplane.ServiceInputs, error) {
+	var in dataplane.ServiceInputs
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
-		return c, err
+		return in, err
 	}
-	for _, l := range leases {
-		c.Leases[l.Name] = l
+	es, err := a.egressServices.EgressServices(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return in, nil
+	} else if err != nil {
+		return in, err
 	}
-	return c, nil
+	in.EgressService = es
+	if in.Service, err = a.services.Services(namespace).Get(name); err != nil && !apierrors.IsNotFound(err) {
+		return in, err
+	}
+	objs, err := a.endpointSlices.ByIndex(serviceIndex, key)
+	if err != nil {
+		return in, err
+	}
+	for _, o := range objs {
+		in.EndpointSlices = append(in.EndpointSlices, o.(*discoveryv1.EndpointSlice))
+	}
+	// The cache's order is random; Compute's result does not depend on it,
+	// but a stable order keeps equal inputs equal.
+	slices.SortFunc(in.EndpointSlices, func(x, y *discoveryv1.EndpointSlice) int { return strings.Compare(x.Name, y.Name) })
+	return in, nil
+}
+
+// objectKey is "namespace/name" of an object, or of a deleted one's last
+// state.
+func objectKey(obj any) string {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return ""
+	}
+	return key
+}
+
+// sliceServiceKey is the key of the Service an EndpointSlice belongs to.
+func sliceServiceKey(obj any) string {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[discoveryv1.LabelServiceName] == "" {
+		return ""
+	}
+	return s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
+}
+
+func sliceServiceKeys(obj any) ([]string, error) {
+	if key := sliceServiceKey(obj); key != "" {
+		return []string{key}, nil
+	}
+	return nil, nil
+}
+
+// slim is the informers' transform: it keeps of each object only what the
+// agent reads (and what Events need to name it), so the caches of a large
+// cluster stay small. At 10,000 services the EndpointSlices' conditions,
+// target refs and ports, the Services' specs and every object's managed
+// fields would otherwise be most of the agent's memory, and a Node's status
+// (images, conditions) is kilobytes per node.
+func slim(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *discoveryv1.EndpointSlice:
+		return slimSlice(o), nil
+	case *corev1.Service:
+		out := &corev1.Service{ObjectMeta: slimMeta(o.ObjectMeta), Spec: corev1.ServiceSpec{Type: o.Spec.Type}}
+		for _, ing := range o.Status.LoadBalancer.Ingress {
+			out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ing.IP})
+		}
+		return out, nil
+	case *corev1.Node:
+		return &corev1.Node{ObjectMeta: slimMeta(o.ObjectMeta), Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}, nil
+	}
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil) // EgressServices and Leases: small, kept whole
+	}
+	return obj, nil
+}
+
+// slimSlice keeps a slice's addresses and their nodes, and nothing else
+// of its endpoints (the agent ignores readiness, as the reference does): the
+// endpoints of one node become one endpoint listing all their addresses,
+// which endpoints.OnClusterNetwork reads exactly as the original. At ten
+// endpoints a slice this is about a tenth of the memory.
+func slimSlice(o *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	out := &discoveryv1.EndpointSlice{ObjectMeta: slimMeta(o.ObjectMeta), AddressType: o.AddressType}
+	byNode := map[string]int{} // node name -> index in out.Endpoints
+	for _, ep := range o.Endpoints {
+		node := ""
+		if ep.NodeName != nil {
+			node = *ep.NodeName
+		}
+		i, ok := byNode[node]
+		if !ok {
+			i = len(out.Endpoints)
+			byNode[node] = i
+			out.Endpoints = append(out.Endpoints, discoveryv1.Endpoint{NodeName: ep.NodeName})
+		}
+		out.Endpoints[i].Addresses = append(out.Endpoints[i].Addresses, ep.Addresses...)
+	}
+	return out
+}
+
+// slimMeta keeps an object's identity and labels.
+func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels}
 }
 
 func nodeAddressesChanged(old, new any) bool {

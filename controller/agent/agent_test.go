@@ -50,7 +50,7 @@ type countingSwitch struct {
 	mods atomic.Int64
 }
 
-func (s *countingSwitch) Bundle(ctx context.Context, mods []*openflow.FlowMod) error {
+func (s *countingSwitch) Bundle(ctx context.Context, mods []openflow.Message) error {
 	s.mods.Add(int64(len(mods)))
 	return s.Switch.Bundle(ctx, mods)
 }
@@ -566,6 +566,7 @@ func TestAgentRestartAndRepair(t *testing.T) {
 	if !hasEntries(b.IP) || !hasEntries(other.IP) {
 		t.Fatal("expected conntrack entries for b and the other service's endpoint before the removal")
 	}
+	modsBefore := second.sw.mods.Load()
 	e.setEndpoints("web", a)
 	eventually(t, "b's flows and conntrack entries gone", func() error {
 		if flows := n.Ofctl(t, "dump-flows", n.Bridge); strings.Contains(flows, "nw_src="+b.IP.String()+" ") {
@@ -578,6 +579,10 @@ func TestAgentRestartAndRepair(t *testing.T) {
 	})
 	if !hasEntries(other.IP) {
 		t.Error("flushing b removed another service's conntrack entries")
+	}
+	// Only b's flows moved: its redirect and its SNAT flow, deleted.
+	if mods := second.sw.mods.Load() - modsBefore; mods != 2 {
+		t.Errorf("removing one endpoint sent %d flow mods, want 2", mods)
 	}
 	e.expectSource(b, "udp", b.IP) // no longer an endpoint: its own source
 	e.expectSource(other, "udp", lbOther)

@@ -25,12 +25,8 @@ func (s OpenFlowSwitch) DumpFlows(ctx context.Context, cookie, mask uint64) ([]*
 	return out, nil
 }
 
-// Bundle sends the flow mods as one atomic bundle.
-func (s OpenFlowSwitch) Bundle(ctx context.Context, mods []*openflow.FlowMod) error {
-	msgs := make([]openflow.Message, len(mods))
-	for i, m := range mods {
-		msgs[i] = m
-	}
+// Bundle sends the messages as one atomic bundle.
+func (s OpenFlowSwitch) Bundle(ctx context.Context, msgs []openflow.Message) error {
 	return s.Client.Bundle(ctx, msgs...)
 }
 

@@ -1,12 +1,18 @@
 package agent
 
 import (
+	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 )
 
@@ -36,3 +42,62 @@ func TestRelevantUpdates(t *testing.T) {
 		t.Error("a changed node address must trigger a sync")
 	}
 }
+
+// TestSlimKeepsWhatTheAgentReads: the informer transform drops bulk but
+// keeps every field the planner and the Event recorder read, and applying
+// it twice changes nothing (client-go may).
+func TestSlimKeepsWhatTheAgentReads(t *testing.T) {
+	node, other := "n1", "n2"
+	ready := true
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "u1", ResourceVersion: "7",
+			Labels:        map[string]string{discoveryv1.LabelServiceName: "web"},
+			Annotations:   map[string]string{"big": strings.Repeat("x", 1000)},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.244.1.5"}, NodeName: &node,
+				Conditions: discoveryv1.EndpointConditions{Ready: &ready}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-abc"}},
+			{Addresses: []string{"10.244.2.5"}, NodeName: &other},
+			{Addresses: []string{"10.244.1.6"}, NodeName: &node},
+			{Addresses: []string{"172.18.0.5"}}, // no node
+		},
+		Ports: []discoveryv1.EndpointPort{{Port: ptr(int32(80))}},
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", ResourceVersion: "3"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}, Selector: map[string]string{"app": "web"}},
+		Status:     corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10", Hostname: "lb.example"}}}},
+	}
+	wantSlice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "u1", ResourceVersion: "7", Labels: slice.Labels},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		// One endpoint per node, listing its addresses.
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.244.1.5", "10.244.1.6"}, NodeName: &node},
+			{Addresses: []string{"10.244.2.5"}, NodeName: &other},
+			{Addresses: []string{"172.18.0.5"}},
+		},
+	}
+	wantSvc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", ResourceVersion: "3"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+		Status:     corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}}},
+	}
+	// What the dataplane reads of it is the same.
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	slimmed, _ := slim(slice)
+	if got, want := endpoints.OnClusterNetwork([]*discoveryv1.EndpointSlice{slimmed.(*discoveryv1.EndpointSlice)}, cidrs),
+		endpoints.OnClusterNetwork([]*discoveryv1.EndpointSlice{slice}, cidrs); !slices.Equal(got, want) {
+		t.Errorf("endpoints of the slimmed slice %v, of the slice %v", got, want)
+	}
+	for _, c := range []struct{ in, want any }{{slice, wantSlice}, {svc, wantSvc}} {
+		once, _ := slim(c.in)
+		twice, _ := slim(once)
+		if !equality.Semantic.DeepEqual(once, c.want) || !equality.Semantic.DeepEqual(twice, c.want) {
+			t.Errorf("slim(%T) = %+v, want %+v", c.in, once, c.want)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -41,11 +41,11 @@ var benchConfig = NodeConfig{Name: "n1", ClusterPodCIDRs: []netip.Prefix{netip.M
 // 10 endpoints: Compute, Flows and Diff against what is installed.
 func BenchmarkFullSync(b *testing.B) {
 	cluster := benchCluster(10000)
-	installed := Installed(nil)
+	installed := NewInstalled(nil)
 	changes := Diff(Flows(Compute(benchConfig, cluster, tables), Ports{Uplink: 1}), installed)
 	changes.ApplyTo(installed)
-	if want := 10000 * 10 * 2; len(installed) < want { // a redirect and a SNAT or steer flow per endpoint
-		b.Fatalf("%d flows installed, want at least %d", len(installed), want)
+	if want := 10000 * 10 * 2; installed.Len() < want { // a redirect and a SNAT or steer flow per endpoint
+		b.Fatalf("%d flows installed, want at least %d", installed.Len(), want)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -55,5 +55,46 @@ func BenchmarkFullSync(b *testing.B) {
 		if c := Diff(flows, installed); !c.Empty() {
 			b.Fatal("changes in a no-op sync")
 		}
+	}
+}
+
+// BenchmarkEndpointAdded is the pure part of the agent's sync after one
+// endpoint joined one of 10,000 services: the planner update, that
+// service's flows and the shared ones, and their diff.
+func BenchmarkEndpointAdded(b *testing.B) {
+	cluster := benchCluster(10000)
+	p := NewPlanner(benchConfig, tables)
+	p.SetNodes(cluster.Nodes)
+	p.SetLeases(cluster.Leases)
+	for _, es := range cluster.EgressServices {
+		k := es.Namespace + "/" + es.Name
+		p.Update(k, ServiceInputs{EgressService: es, Service: cluster.Services[k], EndpointSlices: cluster.EndpointSlices[k]})
+	}
+	installed := NewInstalled(nil)
+	Diff(Flows(p.State(), Ports{Uplink: 1}), installed).ApplyTo(installed)
+
+	const key = "shop/svc-42"
+	es := cluster.EgressServices[42]
+	grown := cluster.EndpointSlices[key][0].DeepCopy()
+	grown.Endpoints = append(grown.Endpoints, grown.Endpoints[0])
+	grown.Endpoints[len(grown.Endpoints)-1].Addresses = []string{"10.200.0.1"}
+	inputs := []ServiceInputs{
+		{EgressService: es, Service: cluster.Services[key], EndpointSlices: []*discoveryv1.EndpointSlice{grown}},
+		{EgressService: es, Service: cluster.Services[key], EndpointSlices: cluster.EndpointSlices[key]},
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		var c Changes
+		for _, k := range p.Update(key, inputs[i%2]) {
+			s, _ := p.Service(k)
+			c.DiffGroup(ServiceHash(k), ServiceFlows(s, Ports{Uplink: 1}), installed)
+		}
+		c.DiffGroup(0, SharedFlows(p.Exempt(), p.Acting(RoleHost), p.Acting(RoleSteer), Ports{Uplink: 1}), installed)
+		if len(c.Add) != 2-2*(i%2) || len(c.Delete) != 2*(i%2) {
+			b.Fatalf("round %d: %d adds %d deletes, want the endpoint's two flows added or deleted", i, len(c.Add), len(c.Delete))
+		}
+		c.ApplyTo(installed)
+		i++
 	}
 }

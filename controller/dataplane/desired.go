@@ -8,11 +8,10 @@
 package dataplane
 
 import (
-	"fmt"
+	"bytes"
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +75,11 @@ type Service struct {
 	// of a family with an LB IP for RoleHost and RoleSteer, this node's own
 	// for RoleNetwork.
 	Endpoints []netip.Addr
+	// ReplyLBIPs are the LB IPs whose replies this service's flows send
+	// through conntrack (RoleHost): its LoadBalancerIPs except those that a
+	// service with a smaller key, hosted here too, already covers (a shared
+	// LB IP needs, and can have, only one such flow).
+	ReplyLBIPs []netip.Addr
 	// HostMAC is the host's bridge MAC (RoleSteer); nil while unknown.
 	HostMAC net.HardwareAddr
 	// Table routes the endpoints' traffic; 0 means default routing.
@@ -93,16 +97,29 @@ func (s Service) hasLoadBalancerIP(ep endpoints.Endpoint) bool {
 func (s State) Translations() conntrack.Translations {
 	out := conntrack.Translations{}
 	for _, svc := range s.Services {
-		if svc.Role != RoleHost {
-			continue
-		}
-		for _, ep := range svc.Endpoints {
-			if lb, ok := svc.LoadBalancerIP(ep); ok {
-				out[ep] = lb
-			}
-		}
+		svc.AddTranslations(out)
 	}
 	return out
+}
+
+// AddTranslations adds the SNAT this service's flows make on this node to
+// out: nothing unless the node is its host.
+func (s Service) AddTranslations(out conntrack.Translations) {
+	if s.Role != RoleHost {
+		return
+	}
+	for _, ep := range s.Endpoints {
+		if lb, ok := s.LoadBalancerIP(ep); ok {
+			out[ep] = lb
+		}
+	}
+}
+
+// Equal reports whether two Services render the same flows and rules.
+func (s Service) Equal(o Service) bool {
+	return s.Key == o.Key && s.Role == o.Role && s.Table == o.Table &&
+		slices.Equal(s.LoadBalancerIPs, o.LoadBalancerIPs) && slices.Equal(s.ReplyLBIPs, o.ReplyLBIPs) &&
+		slices.Equal(s.Endpoints, o.Endpoints) && bytes.Equal(s.HostMAC, o.HostMAC)
 }
 
 // LoadBalancerIP returns the LB IP of addr's family, if the service has one.
@@ -154,86 +171,19 @@ type State struct {
 // TableResolver turns spec.network into a routing table id.
 type TableResolver func(network string) (int, error)
 
-// Compute returns the desired dataplane of node for the cluster state.
+// Compute returns the desired dataplane of node for the cluster state. It is
+// the specification the Planner keeps up to date incrementally: a Planner
+// fed the same objects, in any order and through any history of updates,
+// holds this State.
 func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
-	state := State{Exempt: exemptions(node, cluster.Nodes)}
-	claimed := map[netip.Addr]string{} // endpoint IP -> service that has it
-
-	egressServices := slices.Clone(cluster.EgressServices)
-	slices.SortFunc(egressServices, func(a, b *esv1.EgressService) int {
-		return strings.Compare(key(a.Namespace, a.Name), key(b.Namespace, b.Name))
-	})
-	for _, es := range egressServices {
+	p := NewPlanner(node, tables)
+	p.SetNodes(cluster.Nodes)
+	p.SetLeases(cluster.Leases)
+	for _, es := range cluster.EgressServices {
 		k := key(es.Namespace, es.Name)
-		problem := func(reason, format string, args ...any) {
-			state.Problems = append(state.Problems, Problem{Service: k, Reason: reason, Message: fmt.Sprintf(format, args...)})
-		}
-		svc := cluster.Services[k]
-		if es.Status.Host == "" || svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-			continue // no host: endpoints egress normally
-		}
-		network := es.Spec.SourceIPBy == esv1.SourceIPByNetwork
-		if network != (es.Status.Host == esv1.HostAll) {
-			problem(ReasonHostMismatch, "status.host %q does not fit sourceIPBy %q", es.Status.Host, sourceIPBy(es))
-			continue
-		}
-
-		all := endpoints.OnClusterNetwork(cluster.EndpointSlices[k], node.ClusterPodCIDRs)
-		// Claims are made on the full endpoint set, so every node agrees on
-		// which service owns a pod shared by several.
-		var mine []endpoints.Endpoint
-		for _, ep := range all {
-			if owner, taken := claimed[ep.IP]; taken {
-				problem(ReasonEndpointClaimed, "endpoint %s already egresses through EgressService %s", ep.IP, owner)
-				continue
-			}
-			claimed[ep.IP] = k
-			mine = append(mine, ep)
-		}
-
-		s := Service{Key: k}
-		switch {
-		case network:
-			s.Role = RoleNetwork
-			s.Endpoints = addresses(mine, func(ep endpoints.Endpoint) bool { return ep.Node == node.Name })
-		case es.Status.Host == node.Name:
-			s.Role = RoleHost
-			s.LoadBalancerIPs = lbIPs(svc)
-			s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
-		default:
-			s.Role = RoleSteer
-			s.LoadBalancerIPs = lbIPs(svc)
-			// Every endpoint, not only local ones: a former host still
-			// receives packets that slower nodes steer to it, and must pass
-			// them on to the new host rather than let them out unSNATed.
-			s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
-			s.HostMAC = hostMAC(cluster.Leases[es.Status.Host])
-			if s.HostMAC == nil && len(s.Endpoints) > 0 {
-				problem(ReasonHostUnknown, "host %s has not published its bridge MAC; dropping local endpoints' egress until it does", es.Status.Host)
-			}
-		}
-		// The host routes (steered packets cross its stack), so a steering
-		// node needs no table.
-		if es.Spec.Network != "" && s.Role != RoleSteer && len(s.Endpoints) > 0 {
-			table, err := tables(es.Spec.Network)
-			if err != nil {
-				problem(ReasonUnknownNetwork, "spec.network %q: %v; using default routing", es.Spec.Network, err)
-			} else {
-				s.Table = table
-			}
-		}
-		if len(s.Endpoints) == 0 {
-			continue
-		}
-		if s.Table != 0 {
-			for _, ep := range s.Endpoints {
-				state.Rules = append(state.Rules, iprule.Rule{Source: ep, Table: s.Table})
-			}
-		}
-		state.Services = append(state.Services, s)
+		p.Update(k, ServiceInputs{EgressService: es, Service: cluster.Services[k], EndpointSlices: cluster.EndpointSlices[k]})
 	}
-	slices.SortFunc(state.Rules, iprule.Rule.Compare)
-	return state
+	return p.State()
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }

@@ -107,7 +107,8 @@ func TestComputeHostAndSteer(t *testing.T) {
 		LoadBalancerIPs: addrs("192.0.2.10", "2001:db8::10"),
 		// Every endpoint on the cluster network, wherever it runs; not the
 		// host-networked 172.18.0.12.
-		Endpoints: addrs("10.244.1.5", "10.244.2.5", "fd00:10:244:2::5"),
+		Endpoints:  addrs("10.244.1.5", "10.244.2.5", "fd00:10:244:2::5"),
+		ReplyLBIPs: addrs("192.0.2.10", "2001:db8::10"),
 	}}
 	if fmt.Sprint(host.Services) != fmt.Sprint(want) || len(host.Problems) != 0 || len(host.Rules) != 0 {
 		t.Fatalf("host n1:\n%+v\nwant\n%+v", host, want)

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/egressflow/egressflow/openflow"
@@ -18,14 +19,14 @@ func dumpedAs(fms []*openflow.FlowMod) []*openflow.Flow {
 func TestDiff(t *testing.T) {
 	c := baseCluster()
 	desired := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
-	if got := Diff(desired, nil); len(got.Add) != len(desired) || len(got.Delete) != 0 {
+	if got := Diff(desired, NewInstalled(nil)); len(got.Add) != len(desired) || len(got.Delete) != 0 {
 		t.Fatalf("into an empty bridge: %d adds %d deletes, want %d adds", len(got.Add), len(got.Delete), len(desired))
 	}
 	dumped := dumpedAs(desired)
 	// Someone else's flow with the same match as one of ours is not ours.
 	foreign := *dumped[0]
 	foreign.Cookie = 0x1234
-	installed := Installed(append(dumped, &foreign))
+	installed := NewInstalled(append(dumped, &foreign))
 	if got := Diff(desired, installed); !got.Empty() {
 		t.Fatalf("nothing changed, yet %d adds %d deletes", len(got.Add), len(got.Delete))
 	}
@@ -46,16 +47,13 @@ func TestDiff(t *testing.T) {
 	}
 
 	// Applying the changes to the index yields the index of the new flows.
-	applied := Installed(dumpedAs(desired))
+	applied := NewInstalled(dumpedAs(desired))
 	got.ApplyTo(applied)
-	if want := Installed(dumpedAs(next)); len(applied) != len(want) {
-		t.Fatalf("after ApplyTo: %d flows indexed, want %d", len(applied), len(want))
-	} else {
-		for id := range want {
-			if applied[id] == nil {
-				t.Fatalf("after ApplyTo a desired flow is missing from the index")
-			}
-		}
+	if want := NewInstalled(dumpedAs(next)); !reflect.DeepEqual(applied, want) {
+		t.Fatalf("after ApplyTo: %d flows indexed, want the %d of a fresh dump", applied.Len(), want.Len())
+	}
+	if again := Diff(next, applied); !again.Empty() {
+		t.Fatalf("after ApplyTo the new flows still differ: %d adds %d deletes", len(again.Add), len(again.Delete))
 	}
 
 	// The service goes away: all of its flows and the shared ones go.

@@ -66,14 +66,15 @@ func Cookie(kind FlowKind, service string) uint64 {
 const ServiceCookieMask uint64 = CookiePrefixMask | 0xffffffff<<8 | 0xff
 
 // ServiceHash is the 32-bit FNV-1a hash of a service's namespace/name that
-// its flows' cookies carry; 0 for "".
+// its flows' cookies carry; 0 for "" (the shared flows), and never 0 for a
+// service (a name hashing to 0 gets 1).
 func ServiceHash(service string) uint32 {
 	if service == "" {
 		return 0
 	}
 	h := fnv.New32a()
 	h.Write([]byte(service))
-	return h.Sum32()
+	return max(h.Sum32(), 1)
 }
 
 // Ports are the OpenFlow port numbers Flows needs.
@@ -82,103 +83,109 @@ type Ports struct {
 	Uplink uint32
 }
 
-// Flows renders the desired state into flow additions, in a stable order.
-// Two flows never share a table, priority and match: the first service (by
-// key) keeps a match that another service would repeat (a shared LB IP).
+// Flows renders the desired state into flow additions, in a stable order:
+// each service's flows (ServiceFlows), then the shared ones (SharedFlows).
+// Two flows never share a table, priority and match: Compute gives each
+// endpoint and each reply LB IP to one service only.
 func Flows(state State, ports Ports) []*openflow.FlowMod {
-	r := renderer{ports: ports, seen: map[string]bool{}}
-	diverting, hosting := false, false
+	var out []*openflow.FlowMod
+	acting := map[Role]int{}
 	for _, s := range state.Services {
-		switch s.Role {
-		case RoleHost:
-			diverting, hosting = true, true
-			for _, ep := range s.Endpoints {
-				lb, _ := s.LoadBalancerIP(ep)
-				r.redirect(s.Key, ep)
-				r.add(Cookie(KindSNAT, s.Key), TableEgress, priorityService, ipMatch(ep, srcField(ep)),
-					openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Actions: []openflow.Action{
-						openflow.NAT{Flags: openflow.NATSrc, MinAddr: lb},
-					}},
-					openflow.Output{Port: ports.Uplink})
-			}
-			for _, lb := range s.LoadBalancerIPs {
-				m := ipMatch(lb, dstField(lb))
-				m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
-				r.add(Cookie(KindReplyCT, s.Key), TableClassify, priorityService, m,
-					openflow.CT{Zone: conntrack.SNATZone, Recirculate: true, Table: TableReply, Actions: []openflow.Action{openflow.NAT{}}})
-			}
-		case RoleSteer:
-			diverting = true
-			for _, ep := range s.Endpoints {
-				r.redirect(s.Key, ep)
-				if s.HostMAC != nil { // else the drop below catches it: fail closed
-					r.add(Cookie(KindSteer, s.Key), TableEgress, priorityService, ipMatch(ep, srcField(ep)),
-						openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(s.HostMAC)},
-						openflow.Output{Port: ports.Uplink})
-				}
+		out = append(out, ServiceFlows(s, ports)...)
+		acting[s.Role]++
+	}
+	return append(out, SharedFlows(state.Exempt, acting[RoleHost], acting[RoleSteer], ports)...)
+}
+
+// ServiceFlows renders one service's flows, all carrying its hash in their
+// cookie.
+func ServiceFlows(s Service, ports Ports) []*openflow.FlowMod {
+	var out []*openflow.FlowMod
+	add := func(kind FlowKind, table uint8, m openflow.Match, insts ...openflow.Instruction) {
+		out = append(out, flowMod(Cookie(kind, s.Key), table, priorityService, m, insts...))
+	}
+	switch s.Role {
+	case RoleHost:
+		for _, ep := range s.Endpoints {
+			lb, _ := s.LoadBalancerIP(ep)
+			add(KindRedirect, TableClassify, redirectMatch(ep), openflow.GotoTable{Table: TableEgress})
+			add(KindSNAT, TableEgress, ipMatch(ep, srcField(ep)), openflow.Apply(
+				openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Actions: []openflow.Action{
+					openflow.NAT{Flags: openflow.NATSrc, MinAddr: lb},
+				}},
+				openflow.Output{Port: ports.Uplink}))
+		}
+		for _, lb := range s.ReplyLBIPs {
+			m := ipMatch(lb, dstField(lb))
+			m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
+			add(KindReplyCT, TableClassify, m, openflow.Apply(
+				openflow.CT{Zone: conntrack.SNATZone, Recirculate: true, Table: TableReply, Actions: []openflow.Action{openflow.NAT{}}}))
+		}
+	case RoleSteer:
+		for _, ep := range s.Endpoints {
+			add(KindRedirect, TableClassify, redirectMatch(ep), openflow.GotoTable{Table: TableEgress})
+			if s.HostMAC != nil { // else the shared drop catches it: fail closed
+				add(KindSteer, TableEgress, ipMatch(ep, srcField(ep)), openflow.Apply(
+					openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(s.HostMAC)},
+					openflow.Output{Port: ports.Uplink}))
 			}
 		}
 	}
-	if !diverting {
-		return r.flows
+	return out
+}
+
+// SharedFlows renders the flows no one service owns: with any service to
+// divert (hosting or steering), the exemptions and the fail-closed drop;
+// with any service hosted, the delivery of un-SNATed replies.
+func SharedFlows(exempt []netip.Prefix, hosting, steering int, ports Ports) []*openflow.FlowMod {
+	var out []*openflow.FlowMod
+	if hosting+steering == 0 {
+		return out
 	}
-	for _, p := range state.Exempt {
+	for _, p := range exempt {
 		m := ipMatch(p.Addr(), dstField(p.Addr()))
 		m.SetPrefix(dstField(p.Addr()), p)
-		r.add(Cookie(KindExempt, ""), TableEgress, priorityExempt, m, openflow.Output{Port: openflow.PortNormal})
+		out = append(out, flowMod(Cookie(KindExempt, ""), TableEgress, priorityExempt, m, openflow.Apply(openflow.Output{Port: openflow.PortNormal})))
 	}
-	r.add(Cookie(KindDrop, ""), TableEgress, priorityFallback, openflow.Match{})
-	if !hosting {
-		return r.flows
+	out = append(out, flowMod(Cookie(KindDrop, ""), TableEgress, priorityFallback, openflow.Match{}))
+	if hosting == 0 {
+		return out
 	}
 	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
 		m := ipMatch(family, openflow.FieldNone)
 		m.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk|openflow.CTStateNew))
-		r.add(Cookie(KindDeliver, ""), TableReply, priorityService, m, openflow.Output{Port: openflow.PortLocal})
+		out = append(out, flowMod(Cookie(KindDeliver, ""), TableReply, priorityService, m, openflow.Apply(openflow.Output{Port: openflow.PortLocal})))
 	}
-	r.add(Cookie(KindDeliver, ""), TableReply, priorityFallback, openflow.Match{}, openflow.Output{Port: openflow.PortNormal})
-	return r.flows
+	return append(out, flowMod(Cookie(KindDeliver, ""), TableReply, priorityFallback, openflow.Match{}, openflow.Apply(openflow.Output{Port: openflow.PortNormal})))
 }
 
-type renderer struct {
-	ports Ports
-	flows []*openflow.FlowMod
-	seen  map[string]bool // table/priority/match already rendered
-}
-
-// redirect diverts an endpoint's packets coming from the host stack.
-func (r *renderer) redirect(service string, ep netip.Addr) {
+// redirectMatch selects an endpoint's packets coming from the host stack.
+func redirectMatch(ep netip.Addr) openflow.Match {
 	m := ipMatch(ep, srcField(ep))
 	m.SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
-	r.addInstructions(Cookie(KindRedirect, service), TableClassify, priorityService, m, openflow.GotoTable{Table: TableEgress})
+	return m
 }
 
-func (r *renderer) add(cookie uint64, table uint8, priority uint16, m openflow.Match, actions ...openflow.Action) {
-	var insts []openflow.Instruction
-	if len(actions) > 0 { // none: drop
-		insts = []openflow.Instruction{openflow.Apply(actions...)}
-	}
-	r.addInstructions(cookie, table, priority, m, insts...)
-}
-
-func (r *renderer) addInstructions(cookie uint64, table uint8, priority uint16, m openflow.Match, insts ...openflow.Instruction) {
-	fm := &openflow.FlowMod{
+// flowMod is an OFPFC_ADD; no instructions means drop.
+func flowMod(cookie uint64, table uint8, priority uint16, m openflow.Match, insts ...openflow.Instruction) *openflow.FlowMod {
+	return &openflow.FlowMod{
 		Command: openflow.FlowAdd, Cookie: cookie, Table: table, Priority: priority,
 		Match: m, Instructions: insts,
 	}
-	id := FlowID(fm)
-	if r.seen[id] {
-		return
-	}
-	r.seen[id] = true
-	r.flows = append(r.flows, fm)
 }
 
 // FlowID identifies a flow on a switch: OpenFlow allows one flow per table,
 // priority and match.
 func FlowID(fm *openflow.FlowMod) string {
-	match, _ := fm.Match.MarshalBinary()
-	return string([]byte{fm.Table, byte(fm.Priority >> 8), byte(fm.Priority)}) + string(match)
+	return string(appendFlowID(nil, fm.Table, fm.Priority, &fm.Match))
+}
+
+// appendFlowID appends a flow's FlowID bytes: table, priority, then the
+// match's wire form (parseFlowID reads them back).
+func appendFlowID(b []byte, table uint8, priority uint16, m *openflow.Match) []byte {
+	b = append(b, table, byte(priority>>8), byte(priority))
+	b, _ = m.AppendBinary(b) // only unencodable values fail; ours encode
+	return b
 }
 
 // ipMatch matches the family of addr (eth_type) and, unless field is

@@ -3,9 +3,6 @@ package dataplane
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/test/ovstest"
 	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
 )
@@ -120,20 +118,8 @@ func TestFlowsOnRealPackets(t *testing.T) {
 		t.Helper()
 		cfg := NodeConfig{Name: n.Name, ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
 		uplink := n.PortNumber(t, topology.UplinkPort)
-		var text []string
-		for _, f := range Flows(Compute(cfg, cluster, tables), Ports{Uplink: uplink}) {
-			text = append(text, f.String())
-		}
 		n.Ofctl(t, "del-flows", n.Bridge, "cookie=0xef10000000000000/0xffff000000000000")
-		file := filepath.Join(t.TempDir(), "flows")
-		if err := os.WriteFile(file, []byte(strings.Join(text, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "--bundle", "add-flows", n.Bridge, file)
-		cmd.Env = n.Env()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("ovs-ofctl add-flows on %s: %v: %s\nflows:\n%s", n.Name, err, out, strings.Join(text, "\n"))
-		}
+		n.BundleAddFlows(t, ovstest.WriteFlowFile(t, Flows(Compute(cfg, cluster, tables), Ports{Uplink: uplink})))
 	}
 	for _, n := range topo.Nodes {
 		install(n)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"strings"
@@ -55,9 +56,18 @@ func ParsePrefixes(name, value string) ([]netip.Prefix, error) {
 // Check is a health check: nil means healthy.
 type Check func(*http.Request) error
 
-// Handler serves /metrics from reg and the two health endpoints.
-func Handler(reg *prometheus.Registry, healthz, readyz Check) http.Handler {
+// Handler serves /metrics from reg and the two health endpoints, and with
+// profiling Go's /debug/pprof/ (heap, CPU, goroutines: for diagnosing a
+// running component; off by default, as it exposes internals).
+func Handler(reg *prometheus.Registry, healthz, readyz Check, profiling bool) http.Handler {
 	m := http.NewServeMux()
+	if profiling {
+		m.HandleFunc("/debug/pprof/", pprof.Index)
+		m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	m.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	check := func(f Check) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {

@@ -23,7 +23,6 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -35,7 +34,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -49,12 +47,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/egressflow/egressflow/controller/agent"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -81,6 +80,7 @@ var (
 	// worst, more cost one full node sync each (see BenchmarkAgent).
 	latencySamples = flag.Int("latency-samples", 200, "endpoint additions timed for p50/p99")
 	setupWorkers   = flag.Int("setup-workers", 16, "goroutines creating the API objects")
+	heapProfile    = flag.String("heap-profile", "", "write the agent binary's heap profile (go tool pprof) here, taken after it settled")
 )
 
 // The shape of the cluster. Every constant trades realism for setup time or
@@ -193,7 +193,12 @@ func BenchmarkAgent(b *testing.B) {
 	if len(flowSet) != wantFlows {
 		b.Fatalf("the agent's first bundle has %d flows, the cluster needs %d", len(flowSet), wantFlows)
 	}
-	flowFile := writeFlowFile(b, flowSet)
+	for _, fm := range flowSet {
+		if fm.Command != openflow.FlowAdd {
+			b.Fatalf("the first bundle into an empty bridge holds a %v", fm.Command)
+		}
+	}
+	flowFile := ovstest.WriteFlowFile(b, flowSet)
 	out("flow set: %d flows (%d adds in the agent's first bundle), written to %s for ovs-ofctl", wantFlows, len(flowSet), flowFile)
 
 	// Rounds: ovs-ofctl, then the agent, each into the emptied bridge.
@@ -201,7 +206,7 @@ func BenchmarkAgent(b *testing.B) {
 	var last *runningAgent
 	for round := 1; round <= *rounds; round++ {
 		e.clearFlows(b)
-		d := e.ofctlInstall(b, flowFile)
+		d := e.sw.BundleAddFlows(b, flowFile)
 		e.expectFlowCount(b, wantFlows)
 		ofctlTime = append(ofctlTime, d)
 
@@ -217,10 +222,10 @@ func BenchmarkAgent(b *testing.B) {
 		agentSync = append(agentSync, healthyAt.Sub(synced))
 		agentInformers = append(agentInformers, synced.Sub(r.started))
 		agentBundle = append(agentBundle, bundle)
-		out("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s; of which compute %v, bundle %v)",
+		out("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s; of which recompute and diff %v, bundle %v)",
 			round, d.Round(time.Millisecond), rate(wantFlows, d),
 			synced.Sub(r.started).Round(time.Millisecond), healthyAt.Sub(synced).Round(time.Millisecond), rate(wantFlows, healthyAt.Sub(synced)),
-			r.sw.firstCall().Sub(synced).Round(time.Millisecond), bundle.Round(time.Millisecond))
+			r.sw.firstBundleStart().Sub(synced).Round(time.Millisecond), bundle.Round(time.Millisecond))
 		if round < *rounds {
 			r.stop()
 		} else {
@@ -334,16 +339,13 @@ func newEnv(b *testing.B) *env {
 	setup := api.Config(kubetest.Admin)
 	setup.QPS, setup.Burst = setupQPS, setupBurst
 	// Protobuf for the built-in types costs the API server less CPU than
-	// JSON, and the setup is bound by the API server's CPU (CRDs speak JSON
-	// only). The agents keep the default (JSON), as cmd/egressflow-agent.
-	setupProto := rest.CopyConfig(setup)
-	setupProto.ContentType = "application/vnd.kubernetes.protobuf"
-	setupProto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	// JSON, and the setup is bound by the API server's CPU. The agents
+	// speak it too, as cmd/egressflow-agent does.
 	e := &env{
 		api:         api,
-		admin:       kubernetes.NewForConfigOrDie(setupProto),
+		admin:       kubernetes.NewForConfigOrDie(agent.CoreClientConfig(setup)),
 		adminES:     versioned.NewForConfigOrDie(setup),
-		agentKube:   kubernetes.NewForConfigOrDie(api.Config(kubetest.Agent)),
+		agentKube:   kubernetes.NewForConfigOrDie(agent.CoreClientConfig(api.Config(kubetest.Agent))),
 		agentEgress: versioned.NewForConfigOrDie(api.Config(kubetest.Agent)),
 		sw:          ovstest.Start(b),
 	}
@@ -501,50 +503,9 @@ func (e *env) clearFlows(b *testing.B) {
 
 func (e *env) expectFlowCount(b *testing.B, want int) {
 	b.Helper()
-	out := e.sw.Ofctl(b, "dump-aggregate", e.sw.Bridge, cookieFilter)
-	i := strings.Index(out, "flow_count=")
-	if i < 0 {
-		b.Fatalf("dump-aggregate: %s", out)
-	}
-	var n int
-	fmt.Sscanf(out[i+len("flow_count="):], "%d", &n)
-	if n != want {
+	if n := e.sw.FlowCount(b, cookieFilter); n != want {
 		b.Fatalf("%d egressflow flows on the bridge, want %d", n, want)
 	}
-}
-
-// writeFlowFile writes the flows in ovs-ofctl's text form, one per line.
-func writeFlowFile(b *testing.B, flows []*openflow.FlowMod) string {
-	path := filepath.Join(b.TempDir(), "flows.txt")
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := bufio.NewWriter(f)
-	for _, fm := range flows {
-		if fm.Command != openflow.FlowAdd {
-			b.Fatalf("the first bundle into an empty bridge holds a %v", fm.Command)
-		}
-		fmt.Fprintln(w, fm.String())
-	}
-	if err := w.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		b.Fatal(err)
-	}
-	return path
-}
-
-// ofctlInstall times `ovs-ofctl -O OpenFlow15 --bundle add-flows` of file.
-func (e *env) ofctlInstall(b *testing.B, file string) time.Duration {
-	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "--bundle", "add-flows", e.sw.Bridge, file)
-	cmd.Env = e.sw.Env()
-	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("ovs-ofctl --bundle add-flows: %v\n%s", err, out)
-	}
-	return time.Since(start)
 }
 
 // probeSwitch wraps the agent's switch: it counts flow mods, times the first
@@ -556,7 +517,7 @@ type probeSwitch struct {
 	capture bool
 
 	mu        sync.Mutex
-	first     time.Time // first PortNumber: the first sync has computed its state
+	bundleAt  time.Time // the first bundle's start: the first sync has diffed
 	bundleDur time.Duration
 	bundled   bool
 	captured  []*openflow.FlowMod
@@ -570,16 +531,7 @@ type endpointWatch struct {
 	done chan time.Time // buffered 1
 }
 
-func (s *probeSwitch) PortNumber(ctx context.Context, name string) (uint32, error) {
-	s.mu.Lock()
-	if s.first.IsZero() {
-		s.first = time.Now()
-	}
-	s.mu.Unlock()
-	return s.Switch.PortNumber(ctx, name)
-}
-
-func (s *probeSwitch) Bundle(ctx context.Context, mods []*openflow.FlowMod) error {
+func (s *probeSwitch) Bundle(ctx context.Context, mods []openflow.Message) error {
 	start := time.Now()
 	err := s.Switch.Bundle(ctx, mods)
 	acked := time.Now()
@@ -589,16 +541,33 @@ func (s *probeSwitch) Bundle(ctx context.Context, mods []*openflow.FlowMod) erro
 	s.mods.Add(int64(len(mods)))
 	s.mu.Lock()
 	if !s.bundled {
-		s.bundled, s.bundleDur = true, acked.Sub(start)
+		s.bundled, s.bundleAt, s.bundleDur = true, start, acked.Sub(start)
 		if s.capture {
-			s.captured = mods
+			s.captured = flowMods(mods)
 		}
 	}
 	s.mu.Unlock()
-	if w := s.watch.Load(); w != nil && carries(mods, w.ip) && s.watch.CompareAndSwap(w, nil) {
+	if w := s.watch.Load(); w != nil && carries(flowMods(mods), w.ip) && s.watch.CompareAndSwap(w, nil) {
 		w.done <- acked
 	}
 	return nil
+}
+
+// flowMods decodes what the agent bundled (flow mods, some encoded ahead).
+func flowMods(msgs []openflow.Message) []*openflow.FlowMod {
+	out := make([]*openflow.FlowMod, 0, len(msgs))
+	for _, m := range msgs {
+		if raw, ok := m.(*openflow.RawMessage); ok {
+			var err error
+			if m, err = raw.Decode(); err != nil {
+				panic(fmt.Sprintf("the agent bundled an undecodable %v: %v", raw.Type, err))
+			}
+		}
+		if fm, ok := m.(*openflow.FlowMod); ok {
+			out = append(out, fm)
+		}
+	}
+	return out
 }
 
 // carries reports whether one of mods adds a flow matching source ip.
@@ -611,10 +580,10 @@ func carries(mods []*openflow.FlowMod, ip []byte) bool {
 	return false
 }
 
-func (s *probeSwitch) firstCall() time.Time {
+func (s *probeSwitch) firstBundleStart() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.first
+	return s.bundleAt
 }
 
 func (s *probeSwitch) firstBundleTime() time.Duration {
@@ -820,13 +789,14 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 	if err := e.api.WriteKubeconfigVia(kubeconfig, kubetest.Agent, "https://"+topology.Forward(b, e.sw.Netns, apiURL.Host)); err != nil {
 		b.Fatal(err)
 	}
-	// `ip netns exec` execs the agent: the process's pid is the agent's.
+	// `ip netns exec` and env exec the agent: the process's pid is the
+	// agent's. It runs with the DaemonSet's GOMEMLIMIT.
 	started := time.Now()
-	agent := proc.Start(b, "ip", "netns", "exec", e.sw.Netns, bin,
+	agent := proc.Start(b, "ip", "netns", "exec", e.sw.Netns, "env", "GOMEMLIMIT="+deployedGoMemLimit(b), bin,
 		"--kubeconfig="+kubeconfig, "--node-name="+benchNode, "--namespace="+kubetest.SystemNamespace,
 		"--bridge="+e.sw.Bridge, "--ovs-rundir="+e.sw.Dir, "--uplink=eth0",
 		"--pod-cidrs="+clusterPodCIDR.String(), "--service-cidrs="+serviceCIDR.String(),
-		"--rt-tables="+e.rtTables, "--metrics-bind-address="+binaryMetricsAddr)
+		"--rt-tables="+e.rtTables, "--metrics-bind-address="+binaryMetricsAddr, "--profiling")
 
 	client := topology.HTTPClient(e.sw.Netns)
 	get := func(path string) (int, string, error) {
@@ -884,6 +854,15 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 		*dst = int64(v)
 	}
 
+	if *heapProfile != "" {
+		_, profile, err := get("/debug/pprof/heap?gc=1")
+		if err == nil {
+			err = os.WriteFile(*heapProfile, []byte(profile), 0o644)
+		}
+		if err != nil {
+			b.Errorf("heap profile: %v", err)
+		}
+	}
 	if err := agent.Stop(syscall.SIGTERM); err != nil {
 		b.Errorf("the agent binary's exit after SIGTERM: %v", err)
 	}
@@ -989,3 +968,29 @@ func secs(d time.Duration) string         { return fmt.Sprintf("%.3f", d.Seconds
 func ms(d time.Duration) string           { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
 func mb(bytes int64) float64              { return float64(bytes) / 1e6 }
 func ptr[T any](v T) *T                   { return &v }
+
+// deployedGoMemLimit reads the GOMEMLIMIT deploy/agent/daemonset.yaml gives
+// the agent, so the memory measured is that of the agent as deployed.
+func deployedGoMemLimit(b *testing.B) string {
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "deploy/agent/daemonset.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(raw, &ds); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		for _, env := range c.Env {
+			if env.Name == "GOMEMLIMIT" {
+				return env.Value
+			}
+		}
+	}
+	b.Fatal("deploy/agent/daemonset.yaml sets no GOMEMLIMIT")
+	return ""
+}

@@ -1,0 +1,425 @@
+package dataplane
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/endpoints"
+	"github.com/egressflow/egressflow/controller/iprule"
+)
+
+// ServiceInputs are the API objects one EgressService's part of the
+// dataplane is computed from, besides the nodes and the host's Lease.
+type ServiceInputs struct {
+	// EgressService is nil when it does not exist (any more).
+	EgressService *esv1.EgressService
+	// Service is the LoadBalancer Service of the same namespace and name.
+	Service *corev1.Service
+	// EndpointSlices are the Service's slices.
+	EndpointSlices []*discoveryv1.EndpointSlice
+}
+
+// Planner holds the State that Compute would return, and keeps it current
+// as one EgressService's inputs change at a time, recomputing only that
+// service and the few others it shares an endpoint or LB IP with. The node
+// agent uses it so that one endpoint added costs one service's work, not a
+// pass over every service of the cluster.
+//
+// A Planner is deterministic: its State depends only on the inputs it was
+// last given, never on the order they came in (TestPlannerMatchesCompute).
+// It is not safe for concurrent use.
+type Planner struct {
+	node   NodeConfig
+	tables TableResolver
+
+	exempt   []netip.Prefix
+	hostMACs map[string]net.HardwareAddr // by node name
+
+	services map[string]*planned // by key: every EgressService given
+	// endpointClaims lists, for each endpoint IP, the keys of the active
+	// services that have it, sorted: the first owns it.
+	endpointClaims map[netip.Addr][]string
+	// replyClaims lists, for each LB IP, the keys of the services hosted on
+	// this node that would send its replies through conntrack, sorted: the
+	// first renders the flow.
+	replyClaims map[netip.Addr][]string
+	// byHost holds the keys of the active services hosted on each node, to
+	// find those a new bridge MAC concerns.
+	byHost map[string]map[string]bool
+	// withTable holds the keys of the services that have ip rules.
+	withTable map[string]bool
+	// acting counts the services in State by role.
+	acting map[Role]int
+}
+
+// planned is one EgressService's inputs and what came of them.
+type planned struct {
+	es *esv1.EgressService
+	// active: the service has a host that fits its mode and a LoadBalancer
+	// Service, so it claims its endpoints (on every node alike).
+	active   bool
+	all      []endpoints.Endpoint // cluster-network endpoints, when active
+	lbIPs    []netip.Addr
+	mismatch bool // status.host does not fit sourceIPBy
+
+	result   Service // what the node does; in State if len(Endpoints) > 0
+	problems []Problem
+	replyIPs []netip.Addr // LB IPs this service claims in replyClaims
+}
+
+func (p *planned) inState() bool { return len(p.result.Endpoints) > 0 }
+
+// NewPlanner returns an empty Planner for node.
+func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
+	return &Planner{
+		node:           node,
+		tables:         tables,
+		exempt:         exemptions(node, nil),
+		hostMACs:       map[string]net.HardwareAddr{},
+		services:       map[string]*planned{},
+		endpointClaims: map[netip.Addr][]string{},
+		replyClaims:    map[netip.Addr][]string{},
+		byHost:         map[string]map[string]bool{},
+		withTable:      map[string]bool{},
+		acting:         map[Role]int{},
+	}
+}
+
+// SetNodes takes the cluster's nodes, whose addresses are exempt, and
+// reports whether the exemptions changed.
+func (p *Planner) SetNodes(nodes []*corev1.Node) bool {
+	exempt := exemptions(p.node, nodes)
+	if slices.Equal(exempt, p.exempt) {
+		return false
+	}
+	p.exempt = exempt
+	return true
+}
+
+// SetLeases takes the agents' heartbeat Leases by node name and returns the
+// keys of the services whose Service changed with a host's bridge MAC.
+func (p *Planner) SetLeases(leases map[string]*coordinationv1.Lease) []string {
+	macs := make(map[string]net.HardwareAddr, len(leases))
+	for nodeName, l := range leases {
+		if mac := hostMAC(l); mac != nil {
+			macs[nodeName] = mac
+		}
+	}
+	var dirty []string
+	for nodeName := range p.byHost {
+		if !bytes.Equal(macs[nodeName], p.hostMACs[nodeName]) {
+			dirty = slices.AppendSeq(dirty, maps.Keys(p.byHost[nodeName]))
+		}
+	}
+	p.hostMACs = macs
+	return p.resolve(dirty)
+}
+
+// Update takes key's current inputs (a zero ServiceInputs when its
+// EgressService is gone) and returns the keys of the services whose Service
+// or Problems may have changed: key itself, and those it shares an
+// endpoint or an LB IP with.
+func (p *Planner) Update(key string, in ServiceInputs) []string {
+	old := p.services[key]
+	next := p.plan(in)
+	dirty := []string{key}
+	if old != nil {
+		dirty = append(dirty, p.unclaim(key, old)...)
+		if old.active {
+			delete(p.byHost[old.es.Status.Host], key)
+			if len(p.byHost[old.es.Status.Host]) == 0 {
+				delete(p.byHost, old.es.Status.Host)
+			}
+		}
+		if next != nil {
+			// The old result stays until resolve replaces it, so the
+			// counts by role stay right.
+			next.result, next.problems = old.result, old.problems
+		}
+	}
+	if next == nil {
+		if old != nil {
+			p.setResult(key, old, Service{}, nil)
+			delete(p.services, key)
+		}
+		return p.resolve(dirty)
+	}
+	p.services[key] = next
+	if next.active {
+		for _, ep := range next.all {
+			dirty = append(dirty, claim(p.endpointClaims, ep.IP, key)...)
+		}
+		host := next.es.Status.Host
+		if p.byHost[host] == nil {
+			p.byHost[host] = map[string]bool{}
+		}
+		p.byHost[host][key] = true
+	}
+	return p.resolve(dirty)
+}
+
+// plan reads key's inputs; nil when there is no EgressService.
+func (p *Planner) plan(in ServiceInputs) *planned {
+	es := in.EgressService
+	if es == nil {
+		return nil
+	}
+	pl := &planned{es: es}
+	svc := in.Service
+	if es.Status.Host == "" || svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return pl // no host: endpoints egress normally
+	}
+	if (es.Spec.SourceIPBy == esv1.SourceIPByNetwork) != (es.Status.Host == esv1.HostAll) {
+		pl.mismatch = true
+		return pl
+	}
+	pl.active = true
+	pl.all = endpoints.OnClusterNetwork(in.EndpointSlices, p.node.ClusterPodCIDRs)
+	pl.lbIPs = lbIPs(svc)
+	return pl
+}
+
+// unclaim withdraws key's claims on its endpoints and LB IPs, returning
+// the other claimants, whose share may grow.
+func (p *Planner) unclaim(key string, pl *planned) []string {
+	var others []string
+	if pl.active {
+		for _, ep := range pl.all {
+			others = append(others, unclaim(p.endpointClaims, ep.IP, key)...)
+		}
+	}
+	return append(others, p.unclaimReplies(key, pl)...)
+}
+
+// unclaimReplies withdraws key's claims on LB IPs, returning the other
+// claimants.
+func (p *Planner) unclaimReplies(key string, pl *planned) []string {
+	var others []string
+	for _, lb := range pl.replyIPs {
+		others = append(others, unclaim(p.replyClaims, lb, key)...)
+	}
+	pl.replyIPs = nil
+	return others
+}
+
+// claim adds key to the claimants of addr and returns the others.
+func claim(claims map[netip.Addr][]string, addr netip.Addr, key string) []string {
+	keys := claims[addr]
+	i, found := slices.BinarySearch(keys, key)
+	if !found {
+		keys = slices.Insert(keys, i, key)
+		claims[addr] = keys
+	}
+	return others(keys, key)
+}
+
+// unclaim removes key from the claimants of addr and returns the others.
+func unclaim(claims map[netip.Addr][]string, addr netip.Addr, key string) []string {
+	keys := claims[addr]
+	if i, found := slices.BinarySearch(keys, key); found {
+		keys = slices.Delete(keys, i, i+1)
+	}
+	if len(keys) == 0 {
+		delete(claims, addr)
+		return nil
+	}
+	claims[addr] = keys
+	return others(keys, key)
+}
+
+func others(keys []string, key string) []string {
+	if len(keys) == 1 && keys[0] == key {
+		return nil // the common case: nobody else
+	}
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == key })
+}
+
+// resolve recomputes the Service and Problems of the dirty keys from their
+// inputs and the claims, and returns them, sorted and without repeats, with
+// the keys whose reply flows moved as a result.
+func (p *Planner) resolve(dirty []string) []string {
+	slices.Sort(dirty)
+	dirty = slices.Compact(dirty)
+	// Endpoint claims do not depend on any result, so one pass settles
+	// every Service but its ReplyLBIPs; reply claims come second.
+	var replyDirty []string
+	for _, k := range dirty {
+		pl := p.services[k]
+		if pl == nil {
+			continue
+		}
+		s, problems := p.compute(k, pl)
+		replyDirty = append(replyDirty, p.unclaimReplies(k, pl)...)
+		if s.Role == RoleHost && len(s.Endpoints) > 0 {
+			pl.replyIPs = s.LoadBalancerIPs
+			for _, lb := range pl.replyIPs {
+				replyDirty = append(replyDirty, claim(p.replyClaims, lb, k)...)
+			}
+		}
+		s.ReplyLBIPs = p.ownedReplies(k, pl)
+		p.setResult(k, pl, s, problems)
+	}
+	for _, k := range replyDirty {
+		if pl := p.services[k]; pl != nil {
+			s := pl.result
+			s.ReplyLBIPs = p.ownedReplies(k, pl)
+			p.setResult(k, pl, s, pl.problems)
+		}
+	}
+	dirty = append(dirty, replyDirty...)
+	slices.Sort(dirty)
+	return slices.Compact(dirty)
+}
+
+// ownedReplies are the LB IPs of pl whose first claimant is key.
+func (p *Planner) ownedReplies(key string, pl *planned) []netip.Addr {
+	var out []netip.Addr
+	for _, lb := range pl.replyIPs {
+		if keys := p.replyClaims[lb]; len(keys) > 0 && keys[0] == key {
+			out = append(out, lb)
+		}
+	}
+	return out
+}
+
+// compute is Compute's rule for one service, given the claims.
+func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
+	var problems []Problem
+	problem := func(reason, format string, args ...any) {
+		problems = append(problems, Problem{Service: k, Reason: reason, Message: fmt.Sprintf(format, args...)})
+	}
+	es := pl.es
+	if pl.mismatch {
+		problem(ReasonHostMismatch, "status.host %q does not fit sourceIPBy %q", es.Status.Host, sourceIPBy(es))
+	}
+	if !pl.active {
+		return Service{}, problems
+	}
+	// Claims are made on the full endpoint set, so every node agrees on
+	// which service owns a pod shared by several.
+	mine := make([]endpoints.Endpoint, 0, len(pl.all))
+	for _, ep := range pl.all {
+		if owner := p.endpointClaims[ep.IP][0]; owner != k {
+			problem(ReasonEndpointClaimed, "endpoint %s already egresses through EgressService %s", ep.IP, owner)
+			continue
+		}
+		mine = append(mine, ep)
+	}
+
+	s := Service{Key: k}
+	switch {
+	case es.Status.Host == esv1.HostAll:
+		s.Role = RoleNetwork
+		s.Endpoints = addresses(mine, func(ep endpoints.Endpoint) bool { return ep.Node == p.node.Name })
+	case es.Status.Host == p.node.Name:
+		s.Role = RoleHost
+		s.LoadBalancerIPs = pl.lbIPs
+		s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
+	default:
+		s.Role = RoleSteer
+		s.LoadBalancerIPs = pl.lbIPs
+		// Every endpoint, not only local ones: a former host still
+		// receives packets that slower nodes steer to it, and must pass
+		// them on to the new host rather than let them out unSNATed.
+		s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
+		s.HostMAC = p.hostMACs[es.Status.Host]
+		if s.HostMAC == nil && len(s.Endpoints) > 0 {
+			problem(ReasonHostUnknown, "host %s has not published its bridge MAC; dropping local endpoints' egress until it does", es.Status.Host)
+		}
+	}
+	// The host routes (steered packets cross its stack), so a steering
+	// node needs no table.
+	if es.Spec.Network != "" && s.Role != RoleSteer && len(s.Endpoints) > 0 {
+		table, err := p.tables(es.Spec.Network)
+		if err != nil {
+			problem(ReasonUnknownNetwork, "spec.network %q: %v; using default routing", es.Spec.Network, err)
+		} else {
+			s.Table = table
+		}
+	}
+	return s, problems
+}
+
+// setResult records key's new Service and Problems, keeping the indexes.
+func (p *Planner) setResult(key string, pl *planned, s Service, problems []Problem) {
+	if pl.inState() {
+		p.acting[pl.result.Role]--
+	}
+	pl.result, pl.problems = s, problems
+	if pl.inState() {
+		p.acting[s.Role]++
+	}
+	if pl.inState() && s.Table != 0 {
+		p.withTable[key] = true
+	} else {
+		delete(p.withTable, key)
+	}
+}
+
+// Service returns key's part of the node's dataplane; false when the node
+// does nothing for it (no such service, no host, no endpoint to act on).
+func (p *Planner) Service(key string) (Service, bool) {
+	pl := p.services[key]
+	if pl == nil || !pl.inState() {
+		return Service{}, false
+	}
+	return pl.result, true
+}
+
+// Problems returns why key is not programmed as asked, if it is not.
+func (p *Planner) Problems(key string) []Problem {
+	if pl := p.services[key]; pl != nil {
+		return pl.problems
+	}
+	return nil
+}
+
+// Keys returns the keys of every EgressService given, sorted.
+func (p *Planner) Keys() []string {
+	return slices.Sorted(maps.Keys(p.services))
+}
+
+// Exempt returns the destinations never rewritten (State.Exempt).
+func (p *Planner) Exempt() []netip.Prefix { return p.exempt }
+
+// Acting returns how many services of role the node acts on.
+func (p *Planner) Acting(role Role) int { return p.acting[role] }
+
+// Rules returns the policy-routing rules of every service (State.Rules).
+func (p *Planner) Rules() []iprule.Rule {
+	var out []iprule.Rule
+	for k := range p.withTable {
+		out = appendRules(out, p.services[k].result)
+	}
+	slices.SortFunc(out, iprule.Rule.Compare)
+	return out
+}
+
+func appendRules(out []iprule.Rule, s Service) []iprule.Rule {
+	for _, ep := range s.Endpoints {
+		out = append(out, iprule.Rule{Source: ep, Table: s.Table})
+	}
+	return out
+}
+
+// State assembles the whole desired dataplane, as Compute returns it.
+func (p *Planner) State() State {
+	state := State{Exempt: p.exempt, Rules: p.Rules()}
+	for _, k := range p.Keys() {
+		pl := p.services[k]
+		state.Problems = append(state.Problems, pl.problems...)
+		if pl.inState() {
+			state.Services = append(state.Services, pl.result)
+		}
+	}
+	return state
+}

@@ -1,0 +1,170 @@
+package dataplane
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+)
+
+// randomInputs draws one EgressService's inputs from small pools, so that
+// services often share endpoints and LB IPs, hosts move between nodes,
+// modes and hosts disagree, and objects go missing.
+func randomInputs(r *rand.Rand, key string) ServiceInputs {
+	ns, name := key[:1], key[2:]
+	pick := func(options ...string) string { return options[r.IntN(len(options))] }
+	mode := esv1.SourceIPMode(pick("", string(esv1.SourceIPByLoadBalancerIP), string(esv1.SourceIPByNetwork)))
+	host := pick("", "n1", "n2", "n3", esv1.HostAll)
+	if r.IntN(4) > 0 { // mostly consistent, sometimes a mismatch
+		host = pick("n1", "n2", "n3")
+		if mode == esv1.SourceIPByNetwork {
+			host = esv1.HostAll
+		}
+	}
+	in := ServiceInputs{EgressService: egressService(ns, name, mode, pick("", "blue", "7", "nosuch"), host)}
+	if r.IntN(8) > 0 {
+		in.Service = lbService(ns, name, pick("192.0.2.1", "192.0.2.2", "192.0.2.3"), pick("2001:db8::1", "2001:db8::2"))
+		if r.IntN(8) == 0 {
+			in.Service.Spec.Type = corev1.ServiceTypeClusterIP
+		}
+	}
+	var pairs []string
+	for range r.IntN(5) {
+		pairs = append(pairs, pick("n1", "n2", "n3"), fmt.Sprintf("10.244.%d.%d", r.IntN(3)+1, r.IntN(6)))
+	}
+	in.EndpointSlices = []*discoveryv1.EndpointSlice{endpointSlice(pairs...)}
+	if r.IntN(3) == 0 {
+		in.EndpointSlices = append(in.EndpointSlices, &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{fmt.Sprintf("fd00:10:244:%d::%d", r.IntN(3)+1, r.IntN(4))}, NodeName: ptr(pick("n1", "n2"))},
+		}})
+	}
+	if r.IntN(10) == 0 {
+		in = ServiceInputs{} // deleted
+	}
+	return in
+}
+
+// TestPlannerMatchesCompute drives a Planner through random histories of
+// single-service updates, lease and node changes, and checks after every
+// step that it holds exactly what Compute returns for the current objects,
+// and that the keys each step returned include every service whose part
+// changed (the agent re-renders only those).
+func TestPlannerMatchesCompute(t *testing.T) {
+	keys := []string{"a/x", "a/y", "b/x", "b/z", "c/w", "c/x"}
+	macs := []string{"02:00:00:00:00:01", "02:00:00:00:00:02", ""}
+	for seed := range uint64(200) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		for _, cfg := range []NodeConfig{n1Config, n2Config} {
+			inputs := map[string]ServiceInputs{}
+			leases := map[string]*coordinationv1.Lease{"n1": agentLease(macs[0]), "n2": agentLease(macs[1])}
+			nodes := []*corev1.Node{node("n1", "172.18.0.11")}
+			p := NewPlanner(cfg, tables)
+			p.SetNodes(nodes)
+			p.SetLeases(leases)
+			before := p.State()
+			for step := range 60 {
+				var changed []string
+				switch r.IntN(10) {
+				case 0:
+					name := fmt.Sprintf("n%d", r.IntN(3)+1)
+					if i := r.IntN(len(macs) + 1); i < len(macs) {
+						leases[name] = agentLease(macs[i]) // "": no MAC published
+					} else {
+						delete(leases, name)
+					}
+					changed = p.SetLeases(leases)
+				case 1:
+					nodes = append(nodes, node(fmt.Sprintf("n%d", len(nodes)+1), fmt.Sprintf("172.18.0.%d", 11+len(nodes))))
+					if !p.SetNodes(nodes) {
+						t.Fatalf("seed %d step %d: a new node's address did not change the exemptions", seed, step)
+					}
+				default:
+					k := keys[r.IntN(len(keys))]
+					inputs[k] = randomInputs(r, k)
+					changed = p.Update(k, inputs[k])
+				}
+				want := Compute(cfg, clusterOf(inputs, nodes, leases), tables)
+				got := p.State()
+				if !reflect.DeepEqual(normalize(got), normalize(want)) {
+					t.Fatalf("seed %d node %s step %d: planner\n%+v\nCompute\n%+v", seed, cfg.Name, step, got, want)
+				}
+				for _, k := range keys {
+					if !slices.Contains(changed, k) && !reflect.DeepEqual(partOf(before, k), partOf(got, k)) {
+						t.Fatalf("seed %d node %s step %d: %s changed but was not returned (returned %v)", seed, cfg.Name, step, k, changed)
+					}
+				}
+				before = got
+			}
+		}
+	}
+}
+
+// clusterOf turns per-service inputs into the Cluster Compute reads.
+func clusterOf(inputs map[string]ServiceInputs, nodes []*corev1.Node, leases map[string]*coordinationv1.Lease) Cluster {
+	c := Cluster{Services: map[string]*corev1.Service{}, EndpointSlices: map[string][]*discoveryv1.EndpointSlice{}, Nodes: nodes, Leases: leases}
+	for _, k := range slices.Sorted(maps.Keys(inputs)) {
+		in := inputs[k]
+		if in.EgressService == nil {
+			continue
+		}
+		c.EgressServices = append(c.EgressServices, in.EgressService)
+		c.Services[k] = in.Service
+		c.EndpointSlices[k] = in.EndpointSlices
+	}
+	return c
+}
+
+// partOf is one service's Service and Problems in a State.
+func partOf(s State, key string) any {
+	var svc *Service
+	for i := range s.Services {
+		if s.Services[i].Key == key {
+			svc = &s.Services[i]
+		}
+	}
+	var problems []Problem
+	for _, p := range s.Problems {
+		if p.Service == key {
+			problems = append(problems, p)
+		}
+	}
+	return fmt.Sprintf("%+v %+v", svc, problems)
+}
+
+// normalize makes nil and empty slices compare equal.
+func normalize(s State) string { return fmt.Sprintf("%+v", s) }
+
+// TestPlannerSharedLBIP: of two services hosted here with one LB IP, the
+// first by key renders the reply flow; when it goes, the second takes over.
+func TestPlannerSharedLBIP(t *testing.T) {
+	p := NewPlanner(n1Config, tables)
+	for _, name := range []string{"b", "a"} {
+		p.Update("shop/"+name, ServiceInputs{
+			EgressService:  egressService("shop", name, "", "", "n1"),
+			Service:        lbService("shop", name, "192.0.2.10"),
+			EndpointSlices: []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1."+map[string]string{"a": "1", "b": "2"}[name])},
+		})
+	}
+	a, _ := p.Service("shop/a")
+	b, _ := p.Service("shop/b")
+	if fmt.Sprint(a.ReplyLBIPs) != "[192.0.2.10]" || len(b.ReplyLBIPs) != 0 {
+		t.Fatalf("reply LB IPs: a %v, b %v; want a to have it", a.ReplyLBIPs, b.ReplyLBIPs)
+	}
+	if changed := p.Update("shop/a", ServiceInputs{}); !slices.Equal(changed, []string{"shop/a", "shop/b"}) {
+		t.Fatalf("deleting a returned %v, want a and b", changed)
+	}
+	if b, _ := p.Service("shop/b"); fmt.Sprint(b.ReplyLBIPs) != "[192.0.2.10]" {
+		t.Fatalf("b did not take over the reply flow: %v", b.ReplyLBIPs)
+	}
+	if p.Acting(RoleHost) != 1 {
+		t.Fatalf("%d services hosted, want 1", p.Acting(RoleHost))
+	}
+}
