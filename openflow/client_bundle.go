@@ -72,7 +72,13 @@ func (e *BundleError) Unwrap() error {
 // naming every refused message and why. If the connection dies first, the
 // switch drops the bundle and nothing changes; the error says so.
 func (c *Client) Bundle(ctx context.Context, msgs ...Message) error {
-	if len(msgs) == 0 {
+	return c.BundleSequence(ctx, List[Message](msgs))
+}
+
+// BundleSequence is Bundle for messages held in a Sequence, such as a
+// Batch encoded in advance; a *MessageError's Index counts in msgs.
+func (c *Client) BundleSequence(ctx context.Context, msgs Sequence) error {
+	if msgs.Len() == 0 {
 		return nil
 	}
 	s, err := c.session()
@@ -80,7 +86,7 @@ func (c *Client) Bundle(ctx context.Context, msgs ...Message) error {
 		return &BundleError{Phase: "open", Err: err, Discarded: true}
 	}
 	id := c.bundleID.Add(1)
-	n := len(msgs)
+	n := msgs.Len()
 	first := c.reserveXids(n + 3)
 	openX, closeX, finX := first, first+1+uint32(n), first+2+uint32(n)
 	r := &xidRange{first: first + 1, n: uint32(n)}
@@ -99,10 +105,10 @@ func (c *Client) Bundle(ctx context.Context, msgs ...Message) error {
 		case n + 1:
 			return AppendMessage(b, xid, &closeMsg)
 		}
-		add.Message = msgs[i-1]
+		add.Message = msgs.At(i - 1)
 		out, err := AppendMessage(b, xid, &add)
 		if err != nil {
-			return b, &MessageError{Index: i - 1, Message: msgs[i-1], Err: nil}
+			return b, &MessageError{Index: i - 1, Message: add.Message, Err: nil}
 		}
 		return out, nil
 	})

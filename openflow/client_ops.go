@@ -137,10 +137,10 @@ func (c *Client) sendThenBarrier(ctx context.Context, msgs []Message) ([]*Messag
 	if err := s.wait(ctx, bxid, w); err != nil {
 		return nil, err
 	}
-	return rangeErrors(r, msgs), nil
+	return rangeErrors(r, List[Message](msgs)), nil
 }
 
-func rangeErrors(r *xidRange, msgs []Message) []*MessageError {
+func rangeErrors(r *xidRange, msgs Sequence) []*MessageError {
 	errs := r.errors()
 	if len(errs) == 0 {
 		return nil
@@ -148,8 +148,8 @@ func rangeErrors(r *xidRange, msgs []Message) []*MessageError {
 	var out []*MessageError
 	for xid, e := range errs {
 		i := int(xid - r.first)
-		if i >= 0 && i < len(msgs) {
-			out = append(out, &MessageError{Index: i, Message: msgs[i], Err: e})
+		if i >= 0 && i < msgs.Len() {
+			out = append(out, &MessageError{Index: i, Message: msgs.At(i), Err: e})
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })

@@ -185,25 +185,38 @@ func TestBundleWithInvalidFlowChangesNothing(t *testing.T) {
 		mustParseFlow(t, "cookie=0x2, table=1, priority=20,in_port=5 actions=ct(commit,zone=5)"),
 		mustParseFlow(t, "cookie=0x2, table=1, priority=20,ip,nw_src=10.0.0.4 actions=output:4"),
 	}
-	err := c.Bundle(ctx, bundle...)
-	var be *BundleError
-	if !errors.As(err, &be) {
-		t.Fatalf("Bundle returned %v, want a *BundleError", err)
-	}
-	if be.Phase != "add" || !be.Discarded || len(be.Failed) != 1 || be.Failed[0].Index != 2 {
-		t.Fatalf("BundleError %+v: want phase add, discarded, message 2 failed", be)
-	}
-	if !errors.Is(err, &Error{Type: ErrBadAction, Code: 10}) { // OFPBAC_MATCH_INCONSISTENT
-		t.Errorf("error %v does not say OFPBAC_MATCH_INCONSISTENT", err)
-	}
-	for _, want := range []string{"message 2", "in_port=5 actions=ct(commit,zone=5)", "OFPBAC_MATCH_INCONSISTENT", "nothing changed"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error text %q lacks %q", err.Error(), want)
+	// The same messages, the last two encoded ahead in a Batch: the error
+	// names the message in the Batch as it names it in the plain bundle.
+	var batch Batch
+	for _, m := range bundle[2:] {
+		if err := batch.Add(m); err != nil {
+			t.Fatal(err)
 		}
 	}
-	after := ofctlFlows(t, sw, "--no-stats")
-	if strings.Join(before, "\n") != strings.Join(after, "\n") {
-		t.Fatalf("the switch changed:\n%s", lineDiff(after, before))
+	for form, send := range map[string]func() error{
+		"messages":        func() error { return c.Bundle(ctx, bundle...) },
+		"joined to batch": func() error { return c.BundleSequence(ctx, Join(List[Message](bundle[:2]), &batch)) },
+	} {
+		err := send()
+		var be *BundleError
+		if !errors.As(err, &be) {
+			t.Fatalf("%s: Bundle returned %v, want a *BundleError", form, err)
+		}
+		if be.Phase != "add" || !be.Discarded || len(be.Failed) != 1 || be.Failed[0].Index != 2 {
+			t.Fatalf("%s: BundleError %+v: want phase add, discarded, message 2 failed", form, be)
+		}
+		if !errors.Is(err, &Error{Type: ErrBadAction, Code: 10}) { // OFPBAC_MATCH_INCONSISTENT
+			t.Errorf("%s: error %v does not say OFPBAC_MATCH_INCONSISTENT", form, err)
+		}
+		for _, want := range []string{"message 2", "in_port=5 actions=ct(commit,zone=5)", "OFPBAC_MATCH_INCONSISTENT", "nothing changed"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error text %q lacks %q", form, err.Error(), want)
+			}
+		}
+		after := ofctlFlows(t, sw, "--no-stats")
+		if strings.Join(before, "\n") != strings.Join(after, "\n") {
+			t.Fatalf("%s: the switch changed:\n%s", form, lineDiff(after, before))
+		}
 	}
 	// The same bundle without the bad flow applies completely.
 	good := append(append([]Message(nil), bundle[:2]...), bundle[3])

@@ -318,36 +318,77 @@ func TestOpaqueMessages(t *testing.T) {
 	}
 }
 
-// TestEncodeAhead: a message encoded in advance sends the same bytes as the
-// message itself, and decodes back to it.
-func TestEncodeAhead(t *testing.T) {
-	fm := mustParseFlow(t, "cookie=0xef1003eb78a54401,table=41,priority=200,ip,nw_src=10.244.1.5,actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1")
-	raw, err := Encode(fm)
-	if err != nil {
-		t.Fatal(err)
+// TestBatch: messages encoded ahead in a Batch send the same bytes as the
+// messages themselves and decode back to them; a message that cannot be
+// encoded ahead is refused and leaves the batch as it was.
+func TestBatch(t *testing.T) {
+	msgs := []Message{
+		mustParseFlow(t, "cookie=0xef1003eb78a54401,table=41,priority=200,ip,nw_src=10.244.1.5,actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1"),
+		&EchoRequest{Data: []byte("ping")},
+		mustParseFlow(t, "delete_strict cookie=0x1/-1,table=1,priority=10,ip,nw_src=10.0.0.2"),
 	}
-	direct, err := MarshalMessage(7, fm)
-	if err != nil {
-		t.Fatal(err)
+	var b Batch
+	for _, m := range msgs {
+		if err := b.Add(m); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ahead, err := MarshalMessage(7, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(direct, ahead) {
-		t.Fatalf("encoded ahead differs:\n%s", hexDiff(ahead, direct))
-	}
-	back, err := raw.Decode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, ok := back.(*FlowMod); !ok || got.String() != fm.String() {
-		t.Fatalf("decoded %v, want %s", back, fm)
-	}
-	if _, err := Encode(&BundleAdd{Message: fm}); err == nil {
+	if err := b.Add(&BundleAdd{Message: msgs[0]}); err == nil {
 		t.Error("a BundleAdd was encoded ahead, though its body holds its xid")
+	}
+	if b.Len() != len(msgs) {
+		t.Fatalf("Len %d, want %d", b.Len(), len(msgs))
+	}
+	for i, m := range msgs {
+		direct, err := MarshalMessage(7, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ahead, err := MarshalMessage(7, b.At(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(direct, ahead) {
+			t.Fatalf("message %d encoded ahead differs:\n%s", i, hexDiff(ahead, direct))
+		}
+		back, err := b.At(i).(*RawMessage).Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if describe(back) != describe(m) {
+			t.Errorf("message %d decoded as %s, want %s", i, describe(back), describe(m))
+		}
+	}
+	// Join keeps the order of its parts; empty parts vanish.
+	j := Join(List[Message](msgs[:1]), nil, List[*FlowMod]{}, &b, List[Message](msgs[1:2]))
+	if j.Len() != 5 || j.At(0) != msgs[0] || describe(j.At(3)) != describe(msgs[2]) || j.At(4) != msgs[1] {
+		t.Errorf("Join: %d messages, in the wrong order", j.Len())
 	}
 	if _, err := (&RawMessage{Type: TypeFlowMod, Body: []byte{1, 2, 3}}).Decode(); err == nil {
 		t.Error("a truncated flow mod decoded")
+	}
+
+	// Enough flows to fill several of the batch's buffers: each comes back
+	// whole, wherever a buffer ended.
+	var big Batch
+	const n = 50000
+	for i := range n {
+		fm := &FlowMod{Command: FlowAdd, Table: 1, Priority: 10, Cookie: uint64(i)}
+		fm.Match.Set(FieldEthType, []byte{0x08, 0x00})
+		if err := big.Add(fm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if big.Len() != n || big.Size() < 2*batchChunk {
+		t.Fatalf("%d messages in %d bytes: want %d in more than two buffers", big.Len(), big.Size(), n)
+	}
+	for i := range n {
+		m, err := big.At(i).(*RawMessage).Decode()
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if fm, ok := m.(*FlowMod); !ok || fm.Cookie != uint64(i) {
+			t.Fatalf("message %d decoded as %v", i, m)
+		}
 	}
 }

@@ -151,6 +151,29 @@ func ExampleDial() {
 }
 
 // Dump the flows of one owner, every multipart part collected.
+// A large transaction held encoded, in one buffer, until it is sent: the
+// deletes as they are, then the adds, as one atomic bundle.
+func ExampleBatch() {
+	var adds openflow.Batch
+	for i := range 3 {
+		fm, _ := openflow.ParseFlow(fmt.Sprintf("cookie=0x100, priority=100,ip,nw_src=10.1.0.%d actions=output:2", i+1))
+		if err := adds.Add(fm); err != nil {
+			log.Fatal(err)
+		}
+	}
+	deletes := openflow.List[*openflow.FlowMod]{{Command: openflow.FlowDelete, Table: openflow.TableAll, Cookie: 0x200, CookieMask: ^uint64(0)}}
+	bundle := openflow.Join(deletes, &adds)
+	fmt.Println(bundle.Len(), "messages,", adds.Size(), "bytes of adds")
+	raw := bundle.At(1).(*openflow.RawMessage)
+	back, _ := raw.Decode()
+	fmt.Println(back)
+	// With a connected client c: err := c.BundleSequence(ctx, bundle)
+
+	// Output:
+	// 4 messages, 264 bytes of adds
+	// cookie=0x100, priority=100,ip,nw_src=10.1.0.1 actions=output:2
+}
+
 func ExampleClient_DumpFlows() {
 	ctx := context.Background()
 	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")

@@ -183,7 +183,7 @@ func decodeBody(h Header, body []byte) (Message, error) {
 }
 
 // RawMessage is a message this package does not model, or one encoded in
-// advance by Encode. It re-encodes byte for byte.
+// advance (Batch.At). It re-encodes byte for byte.
 type RawMessage struct {
 	Type MessageType
 	Body []byte
@@ -192,24 +192,6 @@ type RawMessage struct {
 func (m *RawMessage) MsgType() MessageType { return m.Type }
 
 func (m *RawMessage) AppendBody(b []byte, _ uint32) ([]byte, error) { return append(b, m.Body...), nil }
-
-// Encode encodes m's body once, into a RawMessage that can be sent later
-// (as itself or inside a bundle) without being encoded again. It is the
-// compact way to hold many messages before sending them: a flow mod takes
-// about a hundred bytes this way, several times less than the *FlowMod it
-// came from, which counts in a bundle of hundreds of thousands. Messages
-// whose body depends on their transaction id (BundleAdd) cannot be encoded
-// in advance.
-func Encode(m Message) (*RawMessage, error) {
-	if _, ok := m.(*BundleAdd); ok {
-		return nil, encodeErr("message", "a BundleAdd's body depends on its xid")
-	}
-	body, err := m.AppendBody(nil, 0)
-	if err != nil {
-		return nil, err
-	}
-	return &RawMessage{Type: m.MsgType(), Body: body}, nil
-}
 
 // Decode decodes the body as the message its type names (a *FlowMod for a
 // FLOW_MOD, ...); a type this package does not model decodes to a copy of

@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
@@ -58,7 +59,7 @@ type Switch interface {
 	DumpFlows(ctx context.Context, cookie, mask uint64) ([]*openflow.Flow, error)
 	// Bundle applies the messages (flow mods, some encoded ahead) as one
 	// atomic, ordered transaction.
-	Bundle(ctx context.Context, msgs []openflow.Message) error
+	Bundle(ctx context.Context, msgs openflow.Sequence) error
 	// PortNumber returns the OpenFlow port number of a port by name.
 	PortNumber(ctx context.Context, name string) (uint32, error)
 	// FlushConntrack removes the connections the filter selects.
@@ -131,14 +132,26 @@ type Agent struct {
 	dirty map[string]bool
 
 	// Owned by the single worker.
-	planner   *dataplane.Planner
-	installed *dataplane.Installed // nil: unknown, dump first
-	uplink    uint32
+	planner *dataplane.Planner
+	// onBridge: the bridge holds, of egressflow's flows, exactly those of
+	// flowsOf and sharedOnBridge, as the last bundle on this connection left
+	// it. False: unknown (first sync, reconnection, a failed bundle), so the
+	// next sync reads the bridge and diffs every flow.
+	onBridge bool
+	uplink   uint32
 	// unapplied holds the keys whose desired part may differ from what the
 	// node holds: recomputed, not yet converged by a successful sync.
 	unapplied map[string]bool
-	// applied is each service's part as of the last successful sync.
-	applied map[string]dataplane.Service
+	// flowsOf is each service's part as its flows on the bridge render it:
+	// a changed service is diffed against these flows, re-rendered, so no
+	// index of the node's hundreds of thousands of flows is kept.
+	flowsOf map[string]dataplane.Service
+	// sharedOnBridge are the shared flows as last sent.
+	sharedOnBridge []*openflow.FlowMod
+	// unflushed holds the part of each unapplied service as it was before
+	// its flows last changed, until its stale conntrack entries are
+	// flushed (only then does a sync succeed).
+	unflushed map[string]dataplane.Service
 	// byGroup holds the keys in the planner by cookie service hash (two
 	// keys share a group only when their hashes collide).
 	byGroup  map[uint32]map[string]bool
@@ -174,7 +187,8 @@ func New(cfg Config) *Agent {
 		dirty:     map[string]bool{},
 		planner:   dataplane.NewPlanner(cfg.Node, cfg.Tables),
 		unapplied: map[string]bool{},
-		applied:   map[string]dataplane.Service{},
+		flowsOf:   map[string]dataplane.Service{},
+		unflushed: map[string]dataplane.Service{},
 		byGroup:   map[uint32]map[string]bool{},
 		reported:  map[string][]dataplane.Problem{},
 	}
@@ -300,7 +314,7 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	}
 	defer a.queue.Done(key)
 	if key == reconnectKey {
-		a.installed = nil
+		a.onBridge = false
 		a.queue.Forget(key)
 		a.queue.Add(syncKey)
 		return true
@@ -446,16 +460,20 @@ func slim(obj any) (any, error) {
 	case *discoveryv1.EndpointSlice:
 		return slimSlice(o), nil
 	case *corev1.Service:
-		out := &corev1.Service{ObjectMeta: slimMeta(o.ObjectMeta), Spec: corev1.ServiceSpec{Type: o.Spec.Type}}
+		out := &corev1.Service{ObjectMeta: identity(o.ObjectMeta), Spec: corev1.ServiceSpec{Type: o.Spec.Type}}
 		for _, ing := range o.Status.LoadBalancer.Ingress {
 			out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ing.IP})
 		}
 		return out, nil
 	case *corev1.Node:
-		return &corev1.Node{ObjectMeta: slimMeta(o.ObjectMeta), Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}, nil
+		return &corev1.Node{ObjectMeta: identity(o.ObjectMeta), Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}, nil
+	case *esv1.EgressService:
+		// Its annotations may hold a kubectl last-applied-configuration,
+		// a copy of the whole object.
+		return &esv1.EgressService{ObjectMeta: identity(o.ObjectMeta), Spec: o.Spec, Status: o.Status}, nil
 	}
 	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil) // EgressServices and Leases: small, kept whole
+		m.SetManagedFields(nil) // Leases: their annotations carry the agents' facts
 	}
 	return obj, nil
 }
@@ -466,7 +484,9 @@ func slim(obj any) (any, error) {
 // which endpoints.OnClusterNetwork reads exactly as the original. At ten
 // endpoints a slice this is about a tenth of the memory.
 func slimSlice(o *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
-	out := &discoveryv1.EndpointSlice{ObjectMeta: slimMeta(o.ObjectMeta), AddressType: o.AddressType}
+	meta := identity(o.ObjectMeta)
+	meta.Labels = o.Labels // the Service's name, for the index
+	out := &discoveryv1.EndpointSlice{ObjectMeta: meta, AddressType: o.AddressType}
 	byNode := map[string]int{} // node name -> index in out.Endpoints
 	for _, ep := range o.Endpoints {
 		node := ""
@@ -481,12 +501,18 @@ func slimSlice(o *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 		}
 		out.Endpoints[i].Addresses = append(out.Endpoints[i].Addresses, ep.Addresses...)
 	}
+	// Exactly sized copies: appends leave up to twice the room, in a cache
+	// that lives as long as the agent.
+	for i := range out.Endpoints {
+		out.Endpoints[i].Addresses = slices.Clone(out.Endpoints[i].Addresses)
+	}
+	out.Endpoints = slices.Clone(out.Endpoints)
 	return out
 }
 
-// slimMeta keeps an object's identity and labels.
-func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels}
+// identity keeps of an object's metadata what names it (in Events too).
+func identity(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }
 
 func nodeAddressesChanged(old, new any) bool {

@@ -26,8 +26,8 @@ func (s OpenFlowSwitch) DumpFlows(ctx context.Context, cookie, mask uint64) ([]*
 }
 
 // Bundle sends the messages as one atomic bundle.
-func (s OpenFlowSwitch) Bundle(ctx context.Context, msgs []openflow.Message) error {
-	return s.Client.Bundle(ctx, msgs...)
+func (s OpenFlowSwitch) Bundle(ctx context.Context, msgs openflow.Sequence) error {
+	return s.Client.BundleSequence(ctx, msgs)
 }
 
 // PortNumber looks a port up by name.

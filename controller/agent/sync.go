@@ -38,8 +38,10 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 		return fmt.Errorf("read the informer caches: %w", err)
 	}
 
-	full := a.installed == nil
-	if full {
+	// bridge is what a full sync reads; nil when the flows on the bridge
+	// are known: those of flowsOf and sharedOnBridge.
+	var bridge *dataplane.Installed
+	if !a.onBridge {
 		// First sync, or the connection came back: what is on the bridge is
 		// unknown (OVS may have restarted empty). Read it, then replay the
 		// difference; flows that are already right are left alone.
@@ -50,15 +52,15 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 		if read.err != nil {
 			return read.err
 		}
-		a.uplink, a.installed = read.uplink, read.installed
+		a.uplink, bridge = read.uplink, read.installed
 		for _, k := range a.planner.Keys() {
 			a.unapplied[k] = true
 		}
-		for k := range a.applied {
+		for k := range a.flowsOf {
 			a.unapplied[k] = true
 		}
 	}
-	changes, err := a.diff(full)
+	changes, shared, err := a.diff(bridge)
 	if err != nil {
 		return err
 	}
@@ -67,11 +69,23 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 		if err := a.cfg.Switch.Bundle(ctx, mods); err != nil {
 			// The bundle is atomic, but a lost connection leaves us unsure
 			// whether it committed: read the bridge again next time.
-			a.installed = nil
-			return fmt.Errorf("apply %d flow changes: %w", len(mods), err)
+			a.onBridge = false
+			return fmt.Errorf("apply %d flow changes: %w", mods.Len(), err)
 		}
-		m.flowMods.Add(float64(len(mods)))
-		changes.ApplyTo(a.installed)
+		m.flowMods.Add(float64(mods.Len()))
+	}
+	a.onBridge, a.sharedOnBridge = true, shared
+	for k := range a.unapplied {
+		if _, pending := a.unflushed[k]; !pending {
+			if old, ok := a.flowsOf[k]; ok {
+				a.unflushed[k] = old
+			}
+		}
+		if s, ok := a.planner.Service(k); ok {
+			a.flowsOf[k] = s
+		} else {
+			delete(a.flowsOf, k)
+		}
 	}
 
 	if _, _, err := a.cfg.Rules.Sync(a.planner.Rules()); err != nil {
@@ -81,24 +95,18 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 	// address) can their old translations go: a connection flushed before
 	// would be re-created with the old mapping.
 	before, after := conntrack.Translations{}, conntrack.Translations{}
+	for _, s := range a.unflushed {
+		s.AddTranslations(before)
+	}
 	for k := range a.unapplied {
-		a.applied[k].AddTranslations(before)
-		if s, ok := a.planner.Service(k); ok {
-			s.AddTranslations(after)
-		}
+		a.flowsOf[k].AddTranslations(after)
 	}
 	flushed, err := conntrack.FlushSources(ctx, a.cfg.Switch, conntrack.SNATZone, conntrack.Stale(before, after))
 	m.ctFlushes.Add(float64(flushed))
 	if err != nil {
 		return err
 	}
-	for k := range a.unapplied {
-		if s, ok := a.planner.Service(k); ok {
-			a.applied[k] = s
-		} else {
-			delete(a.applied, k)
-		}
-	}
+	clear(a.unflushed)
 	clear(a.unapplied)
 	return nil
 }
@@ -200,37 +208,58 @@ func (a *Agent) recompute() error {
 	return nil
 }
 
-// diff renders the unapplied services' flow groups (every group when full)
-// and the shared flows, and compares them with the installed flows,
-// encoding each group's adds as it goes (Changes.Compact) so that a full
-// sync never holds every new flow decoded at once. It also sets the
-// per-service flow gauge of what it rendered.
-func (a *Agent) diff(full bool) (dataplane.Changes, error) {
+// diff renders the unapplied services' flow groups and the shared flows
+// and compares them with the bridge's flows: those read from it (a full
+// sync, when every group is diffed) or else those last sent, re-rendered.
+// It encodes each group's adds as it goes (Changes.Compact) so that a full
+// sync never holds every new flow decoded at once, sets the per-service
+// flow gauge of what it rendered, and returns the shared flows too.
+func (a *Agent) diff(bridge *dataplane.Installed) (dataplane.Changes, []*openflow.FlowMod, error) {
 	ports := dataplane.Ports{Uplink: a.uplink}
-	groups := map[uint32]bool{}
+	changed := map[uint32][]string{} // unapplied keys by group
 	for k := range a.unapplied {
-		groups[dataplane.ServiceHash(k)] = true
+		g := dataplane.ServiceHash(k)
+		changed[g] = append(changed[g], k)
 	}
-	if full {
-		for _, g := range a.installed.Groups() {
-			groups[g] = true
+	if bridge != nil {
+		for _, g := range bridge.Groups() {
+			if _, ok := changed[g]; !ok {
+				changed[g] = nil
+			}
 		}
 	}
 	var changes dataplane.Changes
-	for g := range groups {
+	for g, unapplied := range changed {
 		if g == 0 {
 			continue
 		}
-		var desired []*openflow.FlowMod
-		for _, k := range slices.Sorted(maps.Keys(a.byGroup[g])) {
-			s, _ := a.planner.Service(k)
-			flows := dataplane.ServiceFlows(s, ports)
-			a.cfg.Metrics.flows.WithLabelValues(k).Set(float64(len(flows)))
-			desired = append(desired, flows...)
+		// Every key with flows in the group, desired or on the bridge: a
+		// key on the bridge but no longer in the planner is unapplied.
+		keys := slices.Sorted(maps.Keys(a.byGroup[g]))
+		for _, k := range unapplied {
+			if !a.byGroup[g][k] {
+				keys = append(keys, k)
+			}
 		}
-		changes.DiffGroup(g, desired, a.installed)
+		slices.Sort(keys)
+		var desired, sent []*openflow.FlowMod
+		for _, k := range keys {
+			if s, ok := a.planner.Service(k); ok {
+				flows := dataplane.ServiceFlows(s, ports)
+				a.cfg.Metrics.flows.WithLabelValues(k).Set(float64(len(flows)))
+				desired = append(desired, flows...)
+			}
+			if s, ok := a.flowsOf[k]; ok && bridge == nil {
+				sent = append(sent, dataplane.ServiceFlows(s, ports)...)
+			}
+		}
+		installed := bridge
+		if installed == nil {
+			installed = dataplane.InstalledOf(sent)
+		}
+		changes.DiffGroup(g, desired, installed)
 		if err := changes.Compact(); err != nil {
-			return changes, err
+			return changes, nil, err
 		}
 	}
 	for k := range a.unapplied {
@@ -240,8 +269,12 @@ func (a *Agent) diff(full bool) (dataplane.Changes, error) {
 	}
 	shared := dataplane.SharedFlows(a.planner.Exempt(), a.planner.Acting(dataplane.RoleHost), a.planner.Acting(dataplane.RoleSteer), ports)
 	a.cfg.Metrics.flows.WithLabelValues("").Set(float64(len(shared)))
-	changes.DiffGroup(0, shared, a.installed)
-	return changes, nil
+	installed := bridge
+	if installed == nil {
+		installed = dataplane.InstalledOf(a.sharedOnBridge)
+	}
+	changes.DiffGroup(0, shared, installed)
+	return changes, shared, nil
 }
 
 // report logs each new problem of the changed services once and records an

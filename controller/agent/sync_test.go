@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 )
@@ -84,6 +85,14 @@ func TestSlimKeepsWhatTheAgentReads(t *testing.T) {
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
 		Status:     corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}}},
 	}
+	es := &esv1.EgressService{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u2", ResourceVersion: "9",
+			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 1000)},
+			Labels:      map[string]string{"team": "shop"}},
+		Spec:   esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "100", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"egress": "yes"}}},
+		Status: esv1.EgressServiceStatus{Host: esv1.HostAll},
+	}
+	wantES := &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u2", ResourceVersion: "9"}, Spec: es.Spec, Status: es.Status}
 	// What the dataplane reads of it is the same.
 	cidrs := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
 	slimmed, _ := slim(slice)
@@ -91,7 +100,7 @@ func TestSlimKeepsWhatTheAgentReads(t *testing.T) {
 		endpoints.OnClusterNetwork([]*discoveryv1.EndpointSlice{slice}, cidrs); !slices.Equal(got, want) {
 		t.Errorf("endpoints of the slimmed slice %v, of the slice %v", got, want)
 	}
-	for _, c := range []struct{ in, want any }{{slice, wantSlice}, {svc, wantSvc}} {
+	for _, c := range []struct{ in, want any }{{slice, wantSlice}, {svc, wantSvc}, {es, wantES}} {
 		once, _ := slim(c.in)
 		twice, _ := slim(once)
 		if !equality.Semantic.DeepEqual(once, c.want) || !equality.Semantic.DeepEqual(twice, c.want) {

@@ -41,9 +41,7 @@ var benchConfig = NodeConfig{Name: "n1", ClusterPodCIDRs: []netip.Prefix{netip.M
 // 10 endpoints: Compute, Flows and Diff against what is installed.
 func BenchmarkFullSync(b *testing.B) {
 	cluster := benchCluster(10000)
-	installed := NewInstalled(nil)
-	changes := Diff(Flows(Compute(benchConfig, cluster, tables), Ports{Uplink: 1}), installed)
-	changes.ApplyTo(installed)
+	installed := InstalledOf(Flows(Compute(benchConfig, cluster, tables), Ports{Uplink: 1}))
 	if want := 10000 * 10 * 2; installed.Len() < want { // a redirect and a SNAT or steer flow per endpoint
 		b.Fatalf("%d flows installed, want at least %d", installed.Len(), want)
 	}
@@ -70,8 +68,6 @@ func BenchmarkEndpointAdded(b *testing.B) {
 		k := es.Namespace + "/" + es.Name
 		p.Update(k, ServiceInputs{EgressService: es, Service: cluster.Services[k], EndpointSlices: cluster.EndpointSlices[k]})
 	}
-	installed := NewInstalled(nil)
-	Diff(Flows(p.State(), Ports{Uplink: 1}), installed).ApplyTo(installed)
 
 	const key = "shop/svc-42"
 	es := cluster.EgressServices[42]
@@ -82,19 +78,27 @@ func BenchmarkEndpointAdded(b *testing.B) {
 		{EgressService: es, Service: cluster.Services[key], EndpointSlices: []*discoveryv1.EndpointSlice{grown}},
 		{EgressService: es, Service: cluster.Services[key], EndpointSlices: cluster.EndpointSlices[key]},
 	}
+	// As the agent does, each changed service's new flows are diffed
+	// against its flows as last applied, re-rendered.
+	ports := Ports{Uplink: 1}
+	applied := map[string]Service{}
+	applied[key], _ = p.Service(key)
+	shared := SharedFlows(p.Exempt(), p.Acting(RoleHost), p.Acting(RoleSteer), ports)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		var c Changes
 		for _, k := range p.Update(key, inputs[i%2]) {
 			s, _ := p.Service(k)
-			c.DiffGroup(ServiceHash(k), ServiceFlows(s, Ports{Uplink: 1}), installed)
+			c.DiffGroup(ServiceHash(k), ServiceFlows(s, ports), InstalledOf(ServiceFlows(applied[k], ports)))
+			applied[k] = s
 		}
-		c.DiffGroup(0, SharedFlows(p.Exempt(), p.Acting(RoleHost), p.Acting(RoleSteer), Ports{Uplink: 1}), installed)
+		next := SharedFlows(p.Exempt(), p.Acting(RoleHost), p.Acting(RoleSteer), ports)
+		c.DiffGroup(0, next, InstalledOf(shared))
+		shared = next
 		if len(c.Add) != 2-2*(i%2) || len(c.Delete) != 2*(i%2) {
 			b.Fatalf("round %d: %d adds %d deletes, want the endpoint's two flows added or deleted", i, len(c.Add), len(c.Delete))
 		}
-		c.ApplyTo(installed)
 		i++
 	}
 }

@@ -207,8 +207,20 @@ func lbIPs(svc *corev1.Service) []netip.Addr {
 	return out
 }
 
+// addresses returns the IPs of the endpoints keep accepts, in a slice of
+// just that size: the planner holds one per service, 100,000 addresses at
+// 10,000 services.
 func addresses(eps []endpoints.Endpoint, keep func(endpoints.Endpoint) bool) []netip.Addr {
-	var out []netip.Addr
+	n := 0
+	for _, ep := range eps {
+		if keep(ep) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]netip.Addr, 0, n)
 	for _, ep := range eps {
 		if keep(ep) {
 			out = append(out, ep.IP)

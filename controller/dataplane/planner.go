@@ -45,13 +45,13 @@ type Planner struct {
 	hostMACs map[string]net.HardwareAddr // by node name
 
 	services map[string]*planned // by key: every EgressService given
-	// endpointClaims lists, for each endpoint IP, the keys of the active
-	// services that have it, sorted: the first owns it.
-	endpointClaims map[netip.Addr][]string
-	// replyClaims lists, for each LB IP, the keys of the services hosted on
-	// this node that would send its replies through conntrack, sorted: the
-	// first renders the flow.
-	replyClaims map[netip.Addr][]string
+	// endpointClaims holds, for each endpoint IP, the keys of the active
+	// services that have it: the first owns it.
+	endpointClaims claims
+	// replyClaims holds, for each LB IP, the keys of the services hosted on
+	// this node that would send its replies through conntrack: the first
+	// renders the flow.
+	replyClaims claims
 	// byHost holds the keys of the active services hosted on each node, to
 	// find those a new bridge MAC concerns.
 	byHost map[string]map[string]bool
@@ -86,8 +86,8 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 		exempt:         exemptions(node, nil),
 		hostMACs:       map[string]net.HardwareAddr{},
 		services:       map[string]*planned{},
-		endpointClaims: map[netip.Addr][]string{},
-		replyClaims:    map[netip.Addr][]string{},
+		endpointClaims: newClaims(),
+		replyClaims:    newClaims(),
 		byHost:         map[string]map[string]bool{},
 		withTable:      map[string]bool{},
 		acting:         map[Role]int{},
@@ -156,7 +156,7 @@ func (p *Planner) Update(key string, in ServiceInputs) []string {
 	p.services[key] = next
 	if next.active {
 		for _, ep := range next.all {
-			dirty = append(dirty, claim(p.endpointClaims, ep.IP, key)...)
+			dirty = append(dirty, p.endpointClaims.add(ep.IP, key)...)
 		}
 		host := next.es.Status.Host
 		if p.byHost[host] == nil {
@@ -194,7 +194,7 @@ func (p *Planner) unclaim(key string, pl *planned) []string {
 	var others []string
 	if pl.active {
 		for _, ep := range pl.all {
-			others = append(others, unclaim(p.endpointClaims, ep.IP, key)...)
+			others = append(others, p.endpointClaims.remove(ep.IP, key)...)
 		}
 	}
 	return append(others, p.unclaimReplies(key, pl)...)
@@ -205,34 +205,81 @@ func (p *Planner) unclaim(key string, pl *planned) []string {
 func (p *Planner) unclaimReplies(key string, pl *planned) []string {
 	var others []string
 	for _, lb := range pl.replyIPs {
-		others = append(others, unclaim(p.replyClaims, lb, key)...)
+		others = append(others, p.replyClaims.remove(lb, key)...)
 	}
 	pl.replyIPs = nil
 	return others
 }
 
-// claim adds key to the claimants of addr and returns the others.
-func claim(claims map[netip.Addr][]string, addr netip.Addr, key string) []string {
-	keys := claims[addr]
-	i, found := slices.BinarySearch(keys, key)
-	if !found {
+// claims lists, for each address, the keys that claim it, in order. Nearly
+// every address has one claimant (a pod is an endpoint of one service), so
+// that case is kept without a slice: at 100,000 endpoints this is most of
+// the planner's index.
+type claims struct {
+	sole   map[netip.Addr]string   // addresses with one claimant
+	shared map[netip.Addr][]string // addresses with several, sorted
+}
+
+func newClaims() claims {
+	return claims{sole: map[netip.Addr]string{}, shared: map[netip.Addr][]string{}}
+}
+
+// owner returns the first claimant of addr ("" if none).
+func (c claims) owner(addr netip.Addr) string {
+	if k, ok := c.sole[addr]; ok {
+		return k
+	}
+	if keys := c.shared[addr]; len(keys) > 0 {
+		return keys[0]
+	}
+	return ""
+}
+
+// add adds key to the claimants of addr and returns the others.
+func (c claims) add(addr netip.Addr, key string) []string {
+	if k, ok := c.sole[addr]; ok {
+		if k == key {
+			return nil
+		}
+		delete(c.sole, addr)
+		c.shared[addr] = slices.Sorted(slices.Values([]string{k, key}))
+		return []string{k}
+	}
+	keys, ok := c.shared[addr]
+	if !ok {
+		c.sole[addr] = key
+		return nil
+	}
+	if i, found := slices.BinarySearch(keys, key); !found {
 		keys = slices.Insert(keys, i, key)
-		claims[addr] = keys
+		c.shared[addr] = keys
 	}
 	return others(keys, key)
 }
 
-// unclaim removes key from the claimants of addr and returns the others.
-func unclaim(claims map[netip.Addr][]string, addr netip.Addr, key string) []string {
-	keys := claims[addr]
+// remove removes key from the claimants of addr and returns the others.
+func (c claims) remove(addr netip.Addr, key string) []string {
+	if k, ok := c.sole[addr]; ok {
+		if k == key {
+			delete(c.sole, addr)
+			return nil
+		}
+		return []string{k}
+	}
+	keys := c.shared[addr]
 	if i, found := slices.BinarySearch(keys, key); found {
 		keys = slices.Delete(keys, i, i+1)
 	}
-	if len(keys) == 0 {
-		delete(claims, addr)
+	switch len(keys) {
+	case 0:
+		delete(c.shared, addr)
 		return nil
+	case 1:
+		delete(c.shared, addr)
+		c.sole[addr] = keys[0]
+	default:
+		c.shared[addr] = keys
 	}
-	claims[addr] = keys
 	return others(keys, key)
 }
 
@@ -262,7 +309,7 @@ func (p *Planner) resolve(dirty []string) []string {
 		if s.Role == RoleHost && len(s.Endpoints) > 0 {
 			pl.replyIPs = s.LoadBalancerIPs
 			for _, lb := range pl.replyIPs {
-				replyDirty = append(replyDirty, claim(p.replyClaims, lb, k)...)
+				replyDirty = append(replyDirty, p.replyClaims.add(lb, k)...)
 			}
 		}
 		s.ReplyLBIPs = p.ownedReplies(k, pl)
@@ -284,7 +331,7 @@ func (p *Planner) resolve(dirty []string) []string {
 func (p *Planner) ownedReplies(key string, pl *planned) []netip.Addr {
 	var out []netip.Addr
 	for _, lb := range pl.replyIPs {
-		if keys := p.replyClaims[lb]; len(keys) > 0 && keys[0] == key {
+		if p.replyClaims.owner(lb) == key {
 			out = append(out, lb)
 		}
 	}
@@ -308,7 +355,7 @@ func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
 	// which service owns a pod shared by several.
 	mine := make([]endpoints.Endpoint, 0, len(pl.all))
 	for _, ep := range pl.all {
-		if owner := p.endpointClaims[ep.IP][0]; owner != k {
+		if owner := p.endpointClaims.owner(ep.IP); owner != k {
 			problem(ReasonEndpointClaimed, "endpoint %s already egresses through EgressService %s", ep.IP, owner)
 			continue
 		}

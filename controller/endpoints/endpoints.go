@@ -39,7 +39,21 @@ func (e Endpoint) Compare(o Endpoint) int {
 // FQDN slices and unparseable addresses are skipped. The result is sorted
 // and free of duplicates (an address listed in two slices counts once).
 func OnClusterNetwork(endpointSlices []*discoveryv1.EndpointSlice, podCIDRs []netip.Prefix) []Endpoint {
-	var out []Endpoint
+	// Sized for every address up front: the node agent keeps the result of
+	// each service, and growing by appends would leave it up to twice as
+	// large.
+	n := 0
+	for _, s := range endpointSlices {
+		if s != nil {
+			for _, ep := range s.Endpoints {
+				n += len(ep.Addresses)
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Endpoint, 0, n)
 	for _, s := range endpointSlices {
 		if s == nil || s.AddressType == discoveryv1.AddressTypeFQDN {
 			continue

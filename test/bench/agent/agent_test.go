@@ -531,14 +531,14 @@ type endpointWatch struct {
 	done chan time.Time // buffered 1
 }
 
-func (s *probeSwitch) Bundle(ctx context.Context, mods []openflow.Message) error {
+func (s *probeSwitch) Bundle(ctx context.Context, mods openflow.Sequence) error {
 	start := time.Now()
 	err := s.Switch.Bundle(ctx, mods)
 	acked := time.Now()
 	if err != nil {
 		return err
 	}
-	s.mods.Add(int64(len(mods)))
+	s.mods.Add(int64(mods.Len()))
 	s.mu.Lock()
 	if !s.bundled {
 		s.bundled, s.bundleAt, s.bundleDur = true, start, acked.Sub(start)
@@ -554,9 +554,10 @@ func (s *probeSwitch) Bundle(ctx context.Context, mods []openflow.Message) error
 }
 
 // flowMods decodes what the agent bundled (flow mods, some encoded ahead).
-func flowMods(msgs []openflow.Message) []*openflow.FlowMod {
-	out := make([]*openflow.FlowMod, 0, len(msgs))
-	for _, m := range msgs {
+func flowMods(msgs openflow.Sequence) []*openflow.FlowMod {
+	out := make([]*openflow.FlowMod, 0, msgs.Len())
+	for i := range msgs.Len() {
+		m := msgs.At(i)
 		if raw, ok := m.(*openflow.RawMessage); ok {
 			var err error
 			if m, err = raw.Decode(); err != nil {
@@ -790,13 +791,14 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 		b.Fatal(err)
 	}
 	// `ip netns exec` and env exec the agent: the process's pid is the
-	// agent's. It runs with the DaemonSet's GOMEMLIMIT.
+	// agent's. It runs with the DaemonSet's Go runtime settings.
+	args := slices.Concat([]string{"netns", "exec", e.sw.Netns, "env"}, deployedGoRuntimeEnv(b), []string{bin,
+		"--kubeconfig=" + kubeconfig, "--node-name=" + benchNode, "--namespace=" + kubetest.SystemNamespace,
+		"--bridge=" + e.sw.Bridge, "--ovs-rundir=" + e.sw.Dir, "--uplink=eth0",
+		"--pod-cidrs=" + clusterPodCIDR.String(), "--service-cidrs=" + serviceCIDR.String(),
+		"--rt-tables=" + e.rtTables, "--metrics-bind-address=" + binaryMetricsAddr, "--profiling"})
 	started := time.Now()
-	agent := proc.Start(b, "ip", "netns", "exec", e.sw.Netns, "env", "GOMEMLIMIT="+deployedGoMemLimit(b), bin,
-		"--kubeconfig="+kubeconfig, "--node-name="+benchNode, "--namespace="+kubetest.SystemNamespace,
-		"--bridge="+e.sw.Bridge, "--ovs-rundir="+e.sw.Dir, "--uplink=eth0",
-		"--pod-cidrs="+clusterPodCIDR.String(), "--service-cidrs="+serviceCIDR.String(),
-		"--rt-tables="+e.rtTables, "--metrics-bind-address="+binaryMetricsAddr, "--profiling")
+	agent := proc.Start(b, "ip", args...)
 
 	client := topology.HTTPClient(e.sw.Netns)
 	get := func(path string) (int, string, error) {
@@ -969,9 +971,10 @@ func ms(d time.Duration) string           { return fmt.Sprintf("%.1f", float64(d
 func mb(bytes int64) float64              { return float64(bytes) / 1e6 }
 func ptr[T any](v T) *T                   { return &v }
 
-// deployedGoMemLimit reads the GOMEMLIMIT deploy/agent/daemonset.yaml gives
-// the agent, so the memory measured is that of the agent as deployed.
-func deployedGoMemLimit(b *testing.B) string {
+// deployedGoRuntimeEnv reads the Go runtime settings (GOMEMLIMIT, GOGC)
+// deploy/agent/daemonset.yaml gives the agent, as NAME=value, so the
+// memory measured is that of the agent as deployed.
+func deployedGoRuntimeEnv(b *testing.B) []string {
 	root, err := kubetest.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
@@ -984,13 +987,16 @@ func deployedGoMemLimit(b *testing.B) string {
 	if err := yaml.Unmarshal(raw, &ds); err != nil {
 		b.Fatal(err)
 	}
+	var out []string
 	for _, c := range ds.Spec.Template.Spec.Containers {
 		for _, env := range c.Env {
-			if env.Name == "GOMEMLIMIT" {
-				return env.Value
+			if env.Name == "GOMEMLIMIT" || env.Name == "GOGC" {
+				out = append(out, env.Name+"="+env.Value)
 			}
 		}
 	}
-	b.Fatal("deploy/agent/daemonset.yaml sets no GOMEMLIMIT")
-	return ""
+	if len(out) == 0 {
+		b.Fatal("deploy/agent/daemonset.yaml sets no GOMEMLIMIT or GOGC")
+	}
+	return out
 }
