@@ -484,9 +484,9 @@ func slim(obj any) (any, error) {
 // which endpoints.OnClusterNetwork reads exactly as the original. At ten
 // endpoints a slice this is about a tenth of the memory.
 func slimSlice(o *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
-	meta := identity(o.ObjectMeta)
-	meta.Labels = o.Labels // the Service's name, for the index
-	out := &discoveryv1.EndpointSlice{ObjectMeta: meta, AddressType: o.AddressType}
+	id := identity(o.ObjectMeta)
+	id.Labels = o.Labels // the Service's name, for the index
+	out := &discoveryv1.EndpointSlice{ObjectMeta: id, AddressType: o.AddressType}
 	byNode := map[string]int{} // node name -> index in out.Endpoints
 	for _, ep := range o.Endpoints {
 		node := ""
