@@ -17,11 +17,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
@@ -63,7 +63,7 @@ func TestBinary(t *testing.T) {
 		kubetest.Apply(t, admin, filepath.Join(root, m))
 	}
 	kube := kubernetes.NewForConfigOrDie(admin)
-	egress := versioned.NewForConfigOrDie(admin)
+	objects := &clustertest.Env{Cluster: api, Kube: kube, ES: versioned.NewForConfigOrDie(admin)}
 	ctx := context.Background()
 
 	// One OVS node, two pods on it, and the external host's source server.
@@ -213,7 +213,8 @@ func TestBinary(t *testing.T) {
 
 	// An EgressService hosted here: the pod leaves with the LB IP.
 	lb := netip.MustParseAddr("192.0.2.10")
-	createEgressService(t, kube, egress, "web", &lb, esv1.EgressServiceSpec{}, n.Name, pod)
+	objects.CreateHostedService(t, clustertest.Service{Namespace: "shop", Name: "web", IngressIPs: []string{lb.String()}, Endpoints: clustertest.PodEndpoints(pod)},
+		esv1.EgressServiceSpec{}, n.Name)
 	topo.External.Exec(t, "ip", "route", "replace", lb.String(), "via", n.IP.String())
 	until(t, timeout, source(pod, "udp", lb))
 	until(t, timeout, source(pod, "tcp", lb))
@@ -227,8 +228,8 @@ func TestBinary(t *testing.T) {
 
 	// An EgressService this node cannot program: a Warning Event on it, and
 	// the agent stays healthy and keeps serving the other one.
-	createEgressService(t, kube, egress, "bad", nil,
-		esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "no-such-table"}, esv1.HostAll, other)
+	objects.CreateHostedService(t, clustertest.Service{Namespace: "shop", Name: "bad", Endpoints: clustertest.PodEndpoints(other)},
+		esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "no-such-table"}, esv1.HostAll)
 	until(t, timeout, func() error {
 		events, err := kube.CoreV1().Events("shop").List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -295,45 +296,6 @@ func TestBinary(t *testing.T) {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
 	t.Logf("exited %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
-}
-
-// createEgressService makes a LoadBalancer Service (with ingress IP lb, if
-// not nil), its EndpointSlice with the pods, and its EgressService with
-// status.host.
-func createEgressService(t *testing.T, kube kubernetes.Interface, egress versioned.Interface, name string, lb *netip.Addr, spec esv1.EgressServiceSpec, host string, pods ...*topology.Pod) {
-	t.Helper()
-	ctx := context.Background()
-	svc, err := kube.CoreV1().Services("shop").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lb != nil {
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lb.String()}}
-		if _, err := kube.CoreV1().Services("shop").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-	}
-	for _, p := range pods {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IP.String()}, NodeName: &p.Node.Name})
-	}
-	if _, err := kube.DiscoveryV1().EndpointSlices("shop").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	es, err := egress.K8sV1().EgressServices("shop").Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	es.Status.Host = host
-	if _, err := egress.K8sV1().EgressServices("shop").UpdateStatus(ctx, es, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // freeAddr returns a free port on the loopback of network namespace ns.

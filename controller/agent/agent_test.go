@@ -17,12 +17,12 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
@@ -59,8 +59,7 @@ func (s *countingSwitch) Bundle(ctx context.Context, mods openflow.Sequence) err
 type env struct {
 	t      *testing.T
 	topo   *topology.Topology
-	kube   kubernetes.Interface
-	egress versioned.Interface
+	admin  *clustertest.Env // admin clients, and the test objects' helpers
 	server *topology.SourceServer
 	// rtTables names routing table 100 "blue", as /etc/iproute2/rt_tables would.
 	rtTables string
@@ -84,10 +83,10 @@ func newEnv(t *testing.T, nodes int) *env {
 		kubetest.Apply(t, api.Config(kubetest.Admin), filepath.Join(root, m))
 	}
 	e := &env{
-		t:           t,
-		topo:        topology.New(t, nodes),
-		kube:        kubernetes.NewForConfigOrDie(api.Config(kubetest.Admin)),
-		egress:      versioned.NewForConfigOrDie(api.Config(kubetest.Admin)),
+		t:    t,
+		topo: topology.New(t, nodes),
+		admin: &clustertest.Env{Cluster: api, Kube: kubernetes.NewForConfigOrDie(api.Config(kubetest.Admin)),
+			ES: versioned.NewForConfigOrDie(api.Config(kubetest.Admin))},
 		agentKube:   kubernetes.NewForConfigOrDie(api.Config(kubetest.Agent)),
 		agentEgress: versioned.NewForConfigOrDie(api.Config(kubetest.Agent)),
 	}
@@ -127,7 +126,7 @@ func newEnv(t *testing.T, nodes int) *env {
 	ctx := context.Background()
 	for _, n := range e.topo.Nodes {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
-		created, err := e.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		created, err := e.admin.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +134,7 @@ func newEnv(t *testing.T, nodes int) *env {
 			{Type: corev1.NodeInternalIP, Address: n.IP.String()},
 			{Type: corev1.NodeInternalIP, Address: n.IP6.String()},
 		}
-		if _, err := e.kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		if _, err := e.admin.Kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		// The heartbeat, as the agent's main publishes it: the bridge MAC.
@@ -151,7 +150,7 @@ func newEnv(t *testing.T, nodes int) *env {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -244,74 +243,17 @@ func (e *env) createService(name string, lb netip.Addr, host string, pods ...*to
 // createEgressService is createService with any LB IPs (none: an LB Service
 // without ingress IP) and spec.
 func (e *env) createEgressService(name string, lbs []netip.Addr, spec esv1.EgressServiceSpec, host string, pods ...*topology.Pod) {
-	t, ctx := e.t, context.Background()
-	svc, err := e.kube.CoreV1().Services("shop").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := clustertest.Service{Namespace: "shop", Name: name, Endpoints: clustertest.PodEndpoints(pods...)}
 	for _, lb := range lbs {
-		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: lb.String()})
+		svc.IngressIPs = append(svc.IngressIPs, lb.String())
 	}
-	if _, err := e.kube.CoreV1().Services("shop").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.setEndpoints(name, pods...)
-	es, err := e.egress.K8sV1().EgressServices("shop").Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	es.Status.Host = host
-	if _, err := e.egress.K8sV1().EgressServices("shop").UpdateStatus(ctx, es, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.admin.CreateHostedService(e.t, svc, spec, host)
 }
 
 // setEndpoints makes the pods the service's endpoints, each with both its
-// addresses: one EndpointSlice per family, as the EndpointSlice controller
-// writes them.
+// addresses.
 func (e *env) setEndpoints(name string, pods ...*topology.Pod) {
-	t, ctx := e.t, context.Background()
-	for _, family := range []struct {
-		addressType discoveryv1.AddressType
-		addr        func(*topology.Pod) netip.Addr
-	}{
-		{discoveryv1.AddressTypeIPv4, func(p *topology.Pod) netip.Addr { return p.IP }},
-		{discoveryv1.AddressTypeIPv6, func(p *topology.Pod) netip.Addr { return p.IP6 }},
-	} {
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: name + "-" + strings.ToLower(string(family.addressType)), Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-			AddressType: family.addressType,
-		}
-		for _, p := range pods {
-			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{family.addr(p).String()}, NodeName: &p.Node.Name})
-		}
-		slices := e.kube.DiscoveryV1().EndpointSlices("shop")
-		if existing, err := slices.Get(ctx, slice.Name, metav1.GetOptions{}); err == nil {
-			existing.Endpoints = slice.Endpoints
-			if _, err := slices.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func (e *env) setHost(name, host string) {
-	t, ctx := e.t, context.Background()
-	es, err := e.egress.K8sV1().EgressServices("shop").Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	es.Status.Host = host
-	if _, err := e.egress.K8sV1().EgressServices("shop").UpdateStatus(ctx, es, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.admin.SetEndpoints(e.t, "shop", name, clustertest.PodEndpoints(pods...))
 }
 
 // announce routes the LB IP to a node from the external host, as an LB
@@ -432,7 +374,7 @@ func TestAgentsSNATAndSteer(t *testing.T) {
 	// Move the host to node 2 and back while both endpoints keep sending.
 	stopProbes := e.probe(a, b)
 	for _, host := range []*topology.Node{n2, n1} {
-		e.setHost("web", host.Name)
+		e.admin.SetHost(e.t, "shop", "web", host.Name)
 		for _, lb := range lbs {
 			e.announce(lb, host)
 		}
@@ -675,8 +617,8 @@ func TestAgentNetworkMode(t *testing.T) {
 
 	// Back to LoadBalancerIP: the rules go, and the endpoints leave through
 	// the underlay again.
-	e.setHost("num", "")
-	e.setHost("name", "")
+	e.admin.SetHost(e.t, "shop", "num", "")
+	e.admin.SetHost(e.t, "shop", "name", "")
 	eventually(t, "rules removed", func() error {
 		for _, family := range []string{"-4", "-6"} {
 			if rules := n.Exec(t, "ip", family, "rule", "show"); strings.Contains(rules, "lookup 100") {
@@ -713,7 +655,7 @@ func TestHeartbeatFollowsDataplane(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	fresh := func() (bool, error) {
-		l, err := e.kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(ctx, n.Name, metav1.GetOptions{})
+		l, err := e.admin.Kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}

@@ -27,12 +27,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -120,7 +120,7 @@ func TestDemo(t *testing.T) {
 	}
 
 	say("== Creating LoadBalancer Service %s/%s (ingress %s, %s), its endpoints and its EgressService", namespace, serviceName, loadBalancerIPs[0], loadBalancerIPs[1])
-	createService(t, kube, egress, pods)
+	createService(t, &clustertest.Env{Cluster: api, Kube: kube, ES: egress}, pods)
 	announcer := startAnnouncer(t, kube, topo)
 
 	host := waitForHost(t, egress, topo, "")
@@ -179,43 +179,16 @@ func createNode(t *testing.T, kube kubernetes.Interface, n *topology.Node) {
 // createService writes what a load-balancer provider and the EndpointSlice
 // controller would (the Service's ingress IPs, one slice per family), and
 // the EgressService a user would.
-func createService(t *testing.T, kube kubernetes.Interface, egress versioned.Interface, pods []*topology.Pod) {
-	ctx := context.Background()
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+func createService(t *testing.T, objects *clustertest.Env, pods []*topology.Pod) {
+	if _, err := objects.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := kube.CoreV1().Services(namespace).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: serviceName},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := clustertest.Service{Namespace: namespace, Name: serviceName, Endpoints: clustertest.PodEndpoints(pods...)}
 	for _, lb := range loadBalancerIPs {
-		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: lb.String()})
+		svc.IngressIPs = append(svc.IngressIPs, lb.String())
 	}
-	if _, err := kube.CoreV1().Services(namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: serviceName + "-" + strings.ToLower(string(family)), Labels: map[string]string{discoveryv1.LabelServiceName: serviceName}},
-			AddressType: family,
-		}
-		for _, p := range pods {
-			ip := p.IP
-			if family == discoveryv1.AddressTypeIPv6 {
-				ip = p.IP6
-			}
-			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip.String()}, NodeName: &p.Node.Name})
-		}
-		if _, err := kube.DiscoveryV1().EndpointSlices(namespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := egress.K8sV1().EgressServices(namespace).Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Name: serviceName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	objects.CreateService(t, svc)
+	objects.CreateEgressService(t, namespace, serviceName, esv1.EgressServiceSpec{})
 }
 
 // waitForHost waits until the EgressService has a host other than not and

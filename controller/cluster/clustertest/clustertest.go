@@ -35,6 +35,7 @@ import (
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -246,35 +247,68 @@ func (e *Env) setIngress(t testing.TB, svc *corev1.Service, ips []string) {
 	}
 }
 
-// SetEndpoints creates or replaces the Service's EndpointSlice (named after
-// the Service) with the given endpoints.
+// SetEndpoints creates or replaces the Service's EndpointSlices with the
+// given endpoints, one slice per family as the EndpointSlice controller
+// writes them: the IPv4 slice is named after the Service and always written
+// (empty when there is no endpoint), the IPv6 one ("<name>-ipv6") once an
+// endpoint has an IPv6 address.
 func (e *Env) SetEndpoints(t testing.TB, ns, name string, eps []Endpoint) {
 	t.Helper()
 	ctx := context.Background()
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
-	}
-	for _, ep := range eps {
-		endpoint := discoveryv1.Endpoint{Addresses: []string{ep.IP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}
-		if ep.Node != "" {
-			endpoint.NodeName = ptr(ep.Node)
-		}
-		slice.Endpoints = append(slice.Endpoints, endpoint)
-	}
 	client := e.Kube.DiscoveryV1().EndpointSlices(ns)
-	cur, err := client.Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = client.Create(ctx, slice, metav1.CreateOptions{})
-	case err == nil:
-		slice.ResourceVersion = cur.ResourceVersion
-		_, err = client.Update(ctx, slice, metav1.UpdateOptions{})
+	for _, family := range []struct {
+		sliceName   string
+		addressType discoveryv1.AddressType
+		is4         bool
+	}{
+		{name, discoveryv1.AddressTypeIPv4, true},
+		{name + "-ipv6", discoveryv1.AddressTypeIPv6, false},
+	} {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: family.sliceName, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: family.addressType,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
+		}
+		for _, ep := range eps {
+			if addr, err := netip.ParseAddr(ep.IP); err != nil {
+				t.Fatalf("endpoint %q: %v", ep.IP, err)
+			} else if addr.Is4() != family.is4 {
+				continue
+			}
+			endpoint := discoveryv1.Endpoint{Addresses: []string{ep.IP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}
+			if ep.Node != "" {
+				endpoint.NodeName = ptr(ep.Node)
+			}
+			slice.Endpoints = append(slice.Endpoints, endpoint)
+		}
+		cur, err := client.Get(ctx, slice.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) && !family.is4 && len(slice.Endpoints) == 0:
+			continue // no IPv6 endpoint, ever
+		case apierrors.IsNotFound(err):
+			_, err = client.Create(ctx, slice, metav1.CreateOptions{})
+		case err == nil:
+			slice.ResourceVersion = cur.ResourceVersion
+			_, err = client.Update(ctx, slice, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err != nil {
-		t.Fatal(err)
+}
+
+// PodEndpoints are the test pods as endpoints: each of their addresses (IPv4
+// and IPv6) on their node.
+func PodEndpoints(pods ...*topology.Pod) []Endpoint {
+	var out []Endpoint
+	for _, p := range pods {
+		for _, ip := range []netip.Addr{p.IP, p.IP6} {
+			if ip.IsValid() {
+				out = append(out, Endpoint{IP: ip.String(), Node: p.Node.Name})
+			}
+		}
 	}
+	return out
 }
 
 // CreateEgressService creates an EgressService.
@@ -282,6 +316,27 @@ func (e *Env) CreateEgressService(t testing.TB, ns, name string, spec esv1.Egres
 	t.Helper()
 	es := &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
 	if _, err := e.ES.K8sV1().EgressServices(ns).Create(context.Background(), es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CreateHostedService creates the Service s, its EgressService with spec
+// and status.host host: what a user, the load-balancer provider and the
+// cluster component would write, for tests of the node side alone.
+func (e *Env) CreateHostedService(t testing.TB, s Service, spec esv1.EgressServiceSpec, host string) {
+	t.Helper()
+	e.CreateService(t, s)
+	e.CreateEgressService(t, s.Namespace, s.Name, spec)
+	e.SetHost(t, s.Namespace, s.Name, host)
+}
+
+// SetHost writes an EgressService's status.host, as the cluster component
+// would.
+func (e *Env) SetHost(t testing.TB, ns, name, host string) {
+	t.Helper()
+	es := e.GetEgressService(t, ns, name)
+	es.Status.Host = host
+	if _, err := e.ES.K8sV1().EgressServices(ns).UpdateStatus(context.Background(), es, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
