@@ -228,6 +228,14 @@ func (a *Agent) diff(bridge *dataplane.Installed) (dataplane.Changes, []*openflo
 			}
 		}
 	}
+	// against is what a group is diffed with: the bridge as read, or else
+	// the group's flows as last sent.
+	against := func(sent []*openflow.FlowMod) *dataplane.Installed {
+		if bridge != nil {
+			return bridge
+		}
+		return dataplane.InstalledOf(sent)
+	}
 	var changes dataplane.Changes
 	for g, unapplied := range changed {
 		if g == 0 {
@@ -253,11 +261,7 @@ func (a *Agent) diff(bridge *dataplane.Installed) (dataplane.Changes, []*openflo
 				sent = append(sent, dataplane.ServiceFlows(s, ports)...)
 			}
 		}
-		installed := bridge
-		if installed == nil {
-			installed = dataplane.InstalledOf(sent)
-		}
-		changes.DiffGroup(g, desired, installed)
+		changes.DiffGroup(g, desired, against(sent))
 		if err := changes.Compact(); err != nil {
 			return changes, nil, err
 		}
@@ -269,11 +273,7 @@ func (a *Agent) diff(bridge *dataplane.Installed) (dataplane.Changes, []*openflo
 	}
 	shared := dataplane.SharedFlows(a.planner.Exempt(), a.planner.Acting(dataplane.RoleHost), a.planner.Acting(dataplane.RoleSteer), ports)
 	a.cfg.Metrics.flows.WithLabelValues("").Set(float64(len(shared)))
-	installed := bridge
-	if installed == nil {
-		installed = dataplane.InstalledOf(a.sharedOnBridge)
-	}
-	changes.DiffGroup(0, shared, installed)
+	changes.DiffGroup(0, shared, against(a.sharedOnBridge))
 	return changes, shared, nil
 }
 
