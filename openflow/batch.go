@@ -110,5 +110,17 @@ func (b *Batch) At(i int) Message {
 	return &RawMessage{Type: sp.typ, Body: b.chunks[sp.chunk][sp.start:end:end]}
 }
 
+// Reset empties the batch for reuse, keeping its first buffer: a batch
+// filled and sent over and over allocates once.
+func (b *Batch) Reset() {
+	if len(b.chunks) > 0 {
+		clear(b.chunks[1:])
+		b.chunks = b.chunks[:1]
+		b.chunks[0] = b.chunks[0][:0]
+	}
+	b.spans = b.spans[:0]
+	b.size = 0
+}
+
 // Size returns the bytes the batch's message bodies take.
 func (b *Batch) Size() int { return b.size }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -76,70 +77,165 @@ func (c *Client) Bundle(ctx context.Context, msgs ...Message) error {
 }
 
 // BundleSequence is Bundle for messages held in a Sequence, such as a
-// Batch encoded in advance; a *MessageError's Index counts in msgs.
+// Batch encoded in advance; a *MessageError's Index counts in msgs and its
+// Message is msgs.At(Index).
 func (c *Client) BundleSequence(ctx context.Context, msgs Sequence) error {
 	if msgs.Len() == 0 {
 		return nil
 	}
+	t, err := c.BeginBundle(ctx)
+	if err != nil {
+		return err
+	}
+	if err = t.Add(ctx, msgs); err == nil {
+		err = t.Commit(ctx)
+	}
+	// Name the refused messages as the caller holds them rather than as
+	// the switch echoed them.
+	var be *BundleError
+	if errors.As(err, &be) {
+		for _, f := range be.Failed {
+			if f.Index < msgs.Len() {
+				f.Message = msgs.At(f.Index)
+			}
+		}
+	}
+	return err
+}
+
+// Transaction is an atomic bundle built on the switch in parts: each Add
+// sends its messages at once, and the switch holds them until Commit
+// applies them all or none. A caller that computes a large change in
+// pieces (a full sync of hundreds of thousands of flows) sends each piece
+// as it is ready, so the whole change is never held in memory, and its
+// computing overlaps with the switch's checking.
+//
+// Open vSwitch discards a bundle left idle for long (its
+// bundle-idle-timeout, 10 s by default): Add the parts without long pauses.
+// A Transaction is not safe for concurrent use.
+type Transaction struct {
+	c      *Client
+	s      *session
+	id     uint32
+	open   uint32  // OPEN's xid
+	opened *waiter // OPEN's reply
+	// parts holds each Add's xid range with the index of its first message
+	// in the transaction; adjacent Adds share a part.
+	parts []transactionPart
+	errs  *errorSink // what the switch refused, by xid
+	added int
+	// over is set once the transaction committed, failed or was
+	// discarded: Add and Commit return it from then on.
+	over error
+}
+
+type transactionPart struct {
+	xids  *xidRange
+	first int // index of the part's first message
+}
+
+// errTransactionDone is what a finished Transaction's calls return.
+var errTransactionDone = errors.New("openflow: the bundle transaction is over (committed or discarded)")
+
+// BeginBundle opens an atomic, ordered bundle transaction on the switch.
+// It does not wait for the switch's answer: a refused OPEN fails Commit.
+func (c *Client) BeginBundle(ctx context.Context) (*Transaction, error) {
 	s, err := c.session()
 	if err != nil {
-		return &BundleError{Phase: "open", Err: err, Discarded: true}
+		return nil, &BundleError{Phase: "open", Err: err, Discarded: true}
 	}
-	id := c.bundleID.Add(1)
-	n := msgs.Len()
-	first := c.reserveXids(n + 3)
-	openX, closeX, finX := first, first+1+uint32(n), first+2+uint32(n)
-	r := &xidRange{first: first + 1, n: uint32(n)}
-	s.addRange(r)
-	defer s.removeRange(r)
-	wOpen := s.register(openX, false)
-	wClose := s.register(closeX, false)
+	t := &Transaction{c: c, s: s, id: c.bundleID.Add(1), open: c.nextXid(), errs: &errorSink{}}
+	t.opened = s.register(t.open, false)
+	if err := s.encodeAndWrite(ctx, []uint32{t.open}, []Message{t.control(BundleOpenRequest)}); err != nil {
+		s.unregister(t.open)
+		return nil, &BundleError{Phase: "open", Err: err, Discarded: true}
+	}
+	return t, nil
+}
 
-	open := BundleControl{BundleID: id, Type: BundleOpenRequest, Flags: bundleFlags}
-	closeMsg := BundleControl{BundleID: id, Type: BundleCloseRequest, Flags: bundleFlags}
-	add := BundleAdd{BundleID: id, Flags: bundleFlags}
-	written, err := s.writeBatched(ctx, first, n+2, func(b []byte, xid uint32, i int) ([]byte, error) {
-		switch i {
-		case 0:
-			return AppendMessage(b, xid, &open)
-		case n + 1:
-			return AppendMessage(b, xid, &closeMsg)
-		}
-		add.Message = msgs.At(i - 1)
+func (t *Transaction) control(typ BundleControlType) *BundleControl {
+	return &BundleControl{BundleID: t.id, Type: typ, Flags: bundleFlags}
+}
+
+// Len returns how many messages were added so far.
+func (t *Transaction) Len() int { return t.added }
+
+// Add sends msgs as the transaction's next messages; it returns once they
+// are written, without waiting for the switch, and keeps no reference to
+// msgs. A *MessageError's Index counts from the transaction's first
+// message.
+//
+// An error ends the transaction (the switch discards the bundle): the
+// connection failed, a message does not encode, or the switch has already
+// refused a message added before.
+func (t *Transaction) Add(ctx context.Context, msgs Sequence) error {
+	if t.over != nil {
+		return t.over
+	}
+	n := msgs.Len()
+	if n == 0 {
+		return nil
+	}
+	first := t.c.reserveXids(n)
+	if last := len(t.parts) - 1; last >= 0 && t.s.extendRange(t.parts[last].xids, first, n) {
+		// No other call took an xid since the last Add: one range.
+	} else {
+		r := &xidRange{first: first, n: uint32(n), errs: t.errs}
+		t.s.addRange(r)
+		t.parts = append(t.parts, transactionPart{xids: r, first: t.added})
+	}
+	add := BundleAdd{BundleID: t.id, Flags: bundleFlags}
+	base := t.added
+	_, err := t.s.writeBatched(ctx, first, n, func(b []byte, xid uint32, i int) ([]byte, error) {
+		add.Message = msgs.At(i)
 		out, err := AppendMessage(b, xid, &add)
 		if err != nil {
-			return b, &MessageError{Index: i - 1, Message: add.Message, Err: nil}
+			return b, fmt.Errorf("cannot encode message %d (%s): %w", base+i, describe(add.Message), err)
 		}
 		return out, nil
 	})
 	if err != nil {
-		s.unregister(openX)
-		s.unregister(closeX)
-		if written > 0 {
-			c.abandon(s, id)
-		}
-		var me *MessageError
-		if errors.As(err, &me) {
-			return &BundleError{Phase: "write", Err: fmt.Errorf("cannot encode message %d (%s)", me.Index, describe(me.Message)), Discarded: true}
-		}
-		return &BundleError{Phase: "write", Err: err, Discarded: true}
+		return t.end(&BundleError{Phase: "write", Err: err, Discarded: true})
 	}
-	if err := s.wait(ctx, openX, wOpen); err != nil {
+	t.added += n
+	if t.errs.any() {
+		return t.end(&BundleError{Phase: "add", Failed: t.failed(), Discarded: true})
+	}
+	return nil
+}
+
+// Commit closes the bundle, waits until the switch has checked every
+// message, and commits it if it refused none; otherwise it discards it and
+// returns a *BundleError naming every refused message and why.
+func (t *Transaction) Commit(ctx context.Context) error {
+	if t.over != nil {
+		return t.over
+	}
+	s := t.s
+	closeX := t.c.nextXid()
+	wClose := s.register(closeX, false)
+	if err := s.encodeAndWrite(ctx, []uint32{closeX}, []Message{t.control(BundleCloseRequest)}); err != nil {
 		s.unregister(closeX)
-		return c.bundleFailure(s, id, "open", err)
+		return t.end(&BundleError{Phase: "write", Err: err, Discarded: true})
+	}
+	if err := s.wait(ctx, t.open, t.opened); err != nil {
+		s.unregister(closeX)
+		return t.end(&BundleError{Phase: "open", Err: err, Discarded: true})
 	}
 	if err := s.wait(ctx, closeX, wClose); err != nil {
-		return c.bundleFailure(s, id, "close", err)
+		return t.end(&BundleError{Phase: "close", Err: err, Discarded: true})
 	}
+	defer t.release()
+	t.over = errTransactionDone
 	// Every add error arrived before the CLOSE reply.
-	if failed := rangeErrors(r, msgs); len(failed) > 0 {
-		c.finish(ctx, s, id, finX, BundleDiscardRequest)
-		return &BundleError{Phase: "add", Failed: failed, Discarded: true}
+	if t.errs.any() {
+		t.c.finish(ctx, s, t.id, t.c.nextXid(), BundleDiscardRequest)
+		return &BundleError{Phase: "add", Failed: t.failed(), Discarded: true}
 	}
-	if err := c.finish(ctx, s, id, finX, BundleCommitRequest); err != nil {
+	if err := t.c.finish(ctx, s, t.id, t.c.nextXid(), BundleCommitRequest); err != nil {
 		// Open vSwitch reports the message that failed at commit under
 		// its own xid, before the COMMIT error.
-		be := &BundleError{Phase: "commit", Err: err, Failed: rangeErrors(r, msgs)}
+		be := &BundleError{Phase: "commit", Err: err, Failed: t.failed()}
 		switch {
 		case errors.Is(err, ErrConnectionLost), ctx.Err() != nil:
 			be.Uncertain = true
@@ -147,6 +243,62 @@ func (c *Client) BundleSequence(ctx context.Context, msgs Sequence) error {
 			be.Discarded = true // an atomic bundle that fails to commit changes nothing
 		}
 		return be
+	}
+	return nil
+}
+
+// Discard abandons the transaction: the switch drops the bundle (a
+// DISCARD is sent in the background). It does nothing once the
+// transaction is over.
+func (t *Transaction) Discard() {
+	if t.over == nil {
+		t.end(errTransactionDone)
+	}
+}
+
+// end finishes a transaction that will not commit and returns err, which
+// its calls return from then on.
+func (t *Transaction) end(err error) error {
+	t.over = err
+	t.s.unregister(t.open)
+	t.release()
+	if !errors.Is(err, ErrConnectionLost) {
+		t.c.abandon(t.s, t.id)
+	}
+	return err
+}
+
+// release stops collecting errors for the transaction's messages.
+func (t *Transaction) release() {
+	for _, p := range t.parts {
+		t.s.removeRange(p.xids)
+	}
+	t.parts = nil
+}
+
+// failed lists the refused messages in order. As the transaction keeps
+// none of its messages, each is decoded from the switch's error, which
+// echoes it (Open vSwitch echoes it whole).
+func (t *Transaction) failed() []*MessageError {
+	var out []*MessageError
+	for xid, e := range t.errs.all() {
+		for _, p := range t.parts {
+			if p.xids.contains(xid) {
+				out = append(out, &MessageError{Index: p.first + int(xid-p.xids.first), Message: echoed(e), Err: e})
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
+}
+
+// echoed returns the message a bundle add error echoes, or nil.
+func echoed(e *Error) Message {
+	if _, m, err := UnmarshalMessage(e.Data); err == nil {
+		if add, ok := m.(*BundleAdd); ok {
+			return add.Message
+		}
 	}
 	return nil
 }
@@ -164,16 +316,6 @@ func (c *Client) finish(ctx context.Context, s *session, id, xid uint32, typ Bun
 		return err
 	}
 	return s.wait(ctx, xid, w)
-}
-
-// bundleFailure turns a failed OPEN or CLOSE into a BundleError, after a
-// best-effort DISCARD if the connection is still up.
-func (c *Client) bundleFailure(s *session, id uint32, phase string, err error) error {
-	be := &BundleError{Phase: phase, Err: err, Discarded: true}
-	if !errors.Is(err, ErrConnectionLost) {
-		c.abandon(s, id)
-	}
-	return be
 }
 
 // abandon discards, in the background, a bundle that will not be

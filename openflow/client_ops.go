@@ -125,7 +125,7 @@ func (c *Client) sendThenBarrier(ctx context.Context, msgs []Message) ([]*Messag
 	}
 	n := len(msgs)
 	first := c.reserveXids(n + 1)
-	r := &xidRange{first: first, n: uint32(n)}
+	r := &xidRange{first: first, n: uint32(n), errs: &errorSink{}}
 	s.addRange(r)
 	defer s.removeRange(r)
 	bxid := first + uint32(n)
@@ -141,7 +141,7 @@ func (c *Client) sendThenBarrier(ctx context.Context, msgs []Message) ([]*Messag
 }
 
 func rangeErrors(r *xidRange, msgs Sequence) []*MessageError {
-	errs := r.errors()
+	errs := r.errs.all()
 	if len(errs) == 0 {
 		return nil
 	}

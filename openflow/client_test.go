@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -228,6 +229,117 @@ func TestBundleWithInvalidFlowChangesNothing(t *testing.T) {
 		"cookie=0x2, table=1, priority=20,ip,nw_src=10.0.0.4 actions=output:4"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("after a good bundle:\n%s", lineDiff(got, want))
+	}
+}
+
+// TestTransactionInParts builds bundles part by part on a real switch: the
+// parts commit as one and show nothing before; a message refused in one
+// part fails the transaction at the next Add, named by its index in the
+// transaction and by the flow the switch echoed, and changes nothing;
+// Discard leaves the switch as it was.
+func TestTransactionInParts(t *testing.T) {
+	sw := ovstest.Start(t)
+	c := dialSwitch(t, sw)
+	ctx := testCtx(t, 30*time.Second)
+	flow := func(i int) *FlowMod {
+		return mustParseFlow(t, fmt.Sprintf("cookie=0x3, table=2, priority=10,ip,nw_src=10.0.1.%d actions=output:%d", i, i))
+	}
+
+	tx, err := c.BeginBundle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for part := range 3 {
+		var batch Batch
+		for i := range 10 {
+			fm := flow(part*10 + i + 1)
+			if err := batch.Add(fm); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, fm.String())
+		}
+		if err := tx.Add(ctx, &batch); err != nil {
+			t.Fatalf("Add part %d: %v", part, err)
+		}
+		if part == 1 {
+			// Another call's xid comes between two parts' ranges.
+			if err := c.Barrier(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if tx.Len() != 30 {
+		t.Errorf("Len %d after 3 parts of 10", tx.Len())
+	}
+	if got := ofctlFlows(t, sw, "--no-stats", "table=2"); len(got) != 0 {
+		t.Fatalf("before Commit the switch already shows:\n%s", strings.Join(got, "\n"))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	slices.Sort(want)
+	got := ofctlFlows(t, sw, "--no-stats", "table=2")
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("after Commit:\n%s", lineDiff(got, want))
+	}
+	if err := tx.Add(ctx, List[*FlowMod]{flow(99)}); err == nil {
+		t.Error("Add after Commit succeeded")
+	}
+
+	before := got
+	tx, err = c.BeginBundle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := mustParseFlow(t, "cookie=0x3, table=2, priority=20,in_port=5 actions=ct(commit,zone=5)") // ct needs an IP match
+	for i, part := range []List[*FlowMod]{
+		{mustParseFlow(t, "delete cookie=0x3/-1, table=2")}, // message 0
+		{flow(40), bad}, // messages 1 and 2
+	} {
+		if err := tx.Add(ctx, part); err != nil {
+			t.Fatalf("Add part %d: %v", i, err)
+		}
+		// Between the parts, another call's xid: the refused message is
+		// counted across two ranges. After them, the switch has checked
+		// both parts, so the refusal is known.
+		if err := c.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = tx.Add(ctx, List[*FlowMod]{flow(41)})
+	var be *BundleError
+	if !errors.As(err, &be) || be.Phase != "add" || !be.Discarded || len(be.Failed) != 1 || be.Failed[0].Index != 2 {
+		t.Fatalf("Add after a refused message: %v (%+v), want a discarded add-phase BundleError for message 2", err, be)
+	}
+	for _, want := range []string{"message 2", "in_port=5 actions=ct(commit,zone=5)", "OFPBAC_MATCH_INCONSISTENT"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if again := tx.Commit(ctx); again != err {
+		t.Errorf("Commit after the failure: %v, want the same error", again)
+	}
+	if after := ofctlFlows(t, sw, "--no-stats", "table=2"); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("the failed transaction changed the switch:\n%s", lineDiff(after, before))
+	}
+
+	tx, err = c.BeginBundle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Add(ctx, List[*FlowMod]{mustParseFlow(t, "delete table=2")}); err != nil {
+		t.Fatal(err)
+	}
+	tx.Discard()
+	if err := tx.Commit(ctx); err == nil {
+		t.Error("Commit after Discard succeeded")
+	}
+	if err := c.Bundle(ctx, flow(42)); err != nil {
+		t.Fatalf("a bundle after a discarded one: %v", err)
+	}
+	if after := ofctlFlows(t, sw, "--no-stats", "table=2"); len(after) != len(before)+1 {
+		t.Fatalf("after Discard and one more flow: %d flows, want %d:\n%s", len(after), len(before)+1, strings.Join(after, "\n"))
 	}
 }
 

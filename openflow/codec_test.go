@@ -391,4 +391,20 @@ func TestBatch(t *testing.T) {
 			t.Fatalf("message %d decoded as %v", i, m)
 		}
 	}
+
+	// Reset empties it for reuse; what is added next reads back as added.
+	big.Reset()
+	if big.Len() != 0 || big.Size() != 0 {
+		t.Fatalf("after Reset: %d messages, %d bytes", big.Len(), big.Size())
+	}
+	for _, m := range msgs {
+		if err := big.Add(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range msgs {
+		if describe(big.At(i)) != describe(m) {
+			t.Errorf("after Reset, message %d is %s, want %s", i, describe(big.At(i)), describe(m))
+		}
+	}
 }

@@ -123,8 +123,16 @@ func (m *Match) SetMasked(f Field, value, mask []byte) *Match {
 	return m
 }
 
+// matchStartFields is the room a match gets with its first field: most
+// matches have a few fields, so one allocation instead of growing from
+// one field by doubling (three allocations for three or four fields).
+const matchStartFields = 4
+
 // put inserts or replaces an entry, keeping canonical order.
 func (m *Match) put(e matchEntry) {
+	if m.entries == nil {
+		m.entries = make([]matchEntry, 0, matchStartFields)
+	}
 	ko := e.field.info().order
 	for i := range m.entries {
 		x := &m.entries[i]

@@ -53,17 +53,38 @@ type waiter struct {
 // xidRange collects the errors the switch sends for a block of pipelined
 // messages that have no reply of their own (bundle adds, flow mods).
 type xidRange struct {
-	first, n uint32
-	mu       sync.Mutex
-	errs     map[uint32]*Error
+	first, n uint32 // n grows under the session's mu (extendRange)
+	errs     *errorSink
 }
 
 func (r *xidRange) contains(xid uint32) bool { return xid-r.first < r.n }
 
-func (r *xidRange) errors() map[uint32]*Error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.errs
+// errorSink holds the errors the switch sent for one or more xid ranges.
+type errorSink struct {
+	mu   sync.Mutex
+	errs map[uint32]*Error
+}
+
+func (e *errorSink) put(xid uint32, err *Error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.errs == nil {
+		e.errs = map[uint32]*Error{}
+	}
+	e.errs[xid] = err
+}
+
+func (e *errorSink) any() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.errs) > 0
+}
+
+// all returns the errors by xid; the caller must not modify the map.
+func (e *errorSink) all() map[uint32]*Error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.errs
 }
 
 type session struct {
@@ -141,6 +162,17 @@ func (s *session) addRange(r *xidRange) {
 	s.mu.Lock()
 	s.ranges = append(s.ranges, r)
 	s.mu.Unlock()
+}
+
+// extendRange grows r by the n xids from first, if they follow it.
+func (s *session) extendRange(r *xidRange, first uint32, n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.first+r.n != first {
+		return false
+	}
+	r.n += uint32(n)
+	return true
 }
 
 func (s *session) removeRange(r *xidRange) {
@@ -289,12 +321,7 @@ func (s *session) dispatch(h Header, msg []byte) bool {
 			}
 			if h.Type == TypeError {
 				if _, m, err := UnmarshalMessage(msg); err == nil {
-					r.mu.Lock()
-					if r.errs == nil {
-						r.errs = map[uint32]*Error{}
-					}
-					r.errs[h.Xid] = m.(*Error)
-					r.mu.Unlock()
+					r.errs.put(h.Xid, m.(*Error))
 				}
 			}
 			s.mu.Unlock()

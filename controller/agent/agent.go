@@ -57,9 +57,9 @@ import (
 type Switch interface {
 	// DumpFlows returns every flow whose cookie matches cookie under mask.
 	DumpFlows(ctx context.Context, cookie, mask uint64) ([]*openflow.Flow, error)
-	// Bundle applies the messages (flow mods, some encoded ahead) as one
-	// atomic, ordered transaction.
-	Bundle(ctx context.Context, msgs openflow.Sequence) error
+	// BeginBundle opens an atomic, ordered transaction that messages are
+	// added to in parts.
+	BeginBundle(ctx context.Context) (Bundle, error)
 	// PortNumber returns the OpenFlow port number of a port by name.
 	PortNumber(ctx context.Context, name string) (uint32, error)
 	// FlushConntrack removes the connections the filter selects.

@@ -50,9 +50,24 @@ type countingSwitch struct {
 	mods atomic.Int64
 }
 
-func (s *countingSwitch) Bundle(ctx context.Context, mods openflow.Sequence) error {
-	s.mods.Add(int64(mods.Len()))
-	return s.Switch.Bundle(ctx, mods)
+func (s *countingSwitch) BeginBundle(ctx context.Context) (Bundle, error) {
+	b, err := s.Switch.BeginBundle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return countingBundle{Bundle: b, mods: &s.mods}, nil
+}
+
+// countingBundle counts the flow mods added to a bundle (sent, whether or
+// not it commits).
+type countingBundle struct {
+	Bundle
+	mods *atomic.Int64
+}
+
+func (b countingBundle) Add(ctx context.Context, msgs openflow.Sequence) error {
+	b.mods.Add(int64(msgs.Len()))
+	return b.Bundle.Add(ctx, msgs)
 }
 
 // env is a cluster: an API server, nodes with OVS, pods, an external host.

@@ -25,9 +25,13 @@ func (s OpenFlowSwitch) DumpFlows(ctx context.Context, cookie, mask uint64) ([]*
 	return out, nil
 }
 
-// Bundle sends the messages as one atomic bundle.
-func (s OpenFlowSwitch) Bundle(ctx context.Context, msgs openflow.Sequence) error {
-	return s.Client.BundleSequence(ctx, msgs)
+// BeginBundle opens an atomic bundle transaction.
+func (s OpenFlowSwitch) BeginBundle(ctx context.Context) (Bundle, error) {
+	t, err := s.Client.BeginBundle(ctx)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return t, nil
 }
 
 // PortNumber looks a port up by name.

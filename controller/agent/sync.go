@@ -60,20 +60,24 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 			a.unapplied[k] = true
 		}
 	}
-	changes, shared, err := a.diff(bridge)
-	if err != nil {
-		return err
+	// The changes go to the bridge as the diff produces them, in one
+	// atomic bundle.
+	stream := bundleStream{sw: a.cfg.Switch}
+	shared, err := a.diff(ctx, bridge, &stream)
+	sent := 0
+	if err == nil {
+		sent, err = stream.commit(ctx)
 	}
-	if !changes.Empty() {
-		mods := changes.Mods()
-		if err := a.cfg.Switch.Bundle(ctx, mods); err != nil {
+	if err != nil {
+		stream.discard()
+		if stream.opened() {
 			// The bundle is atomic, but a lost connection leaves us unsure
 			// whether it committed: read the bridge again next time.
 			a.onBridge = false
-			return fmt.Errorf("apply %d flow changes: %w", mods.Len(), err)
 		}
-		m.flowMods.Add(float64(mods.Len()))
+		return fmt.Errorf("apply %d flow changes: %w", stream.sent, err)
 	}
+	m.flowMods.Add(float64(sent))
 	a.onBridge, a.sharedOnBridge = true, shared
 	for k := range a.unapplied {
 		if _, pending := a.unflushed[k]; !pending {
@@ -98,8 +102,10 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 	for _, s := range a.unflushed {
 		s.AddTranslations(before)
 	}
-	for k := range a.unapplied {
-		a.flowsOf[k].AddTranslations(after)
+	if len(before) > 0 { // else nothing is stale: a first sync has no past
+		for k := range a.unapplied {
+			a.flowsOf[k].AddTranslations(after)
+		}
 	}
 	flushed, err := conntrack.FlushSources(ctx, a.cfg.Switch, conntrack.SNATZone, conntrack.Stale(before, after))
 	m.ctFlushes.Add(float64(flushed))
@@ -211,10 +217,10 @@ func (a *Agent) recompute() error {
 // diff renders the unapplied services' flow groups and the shared flows
 // and compares them with the bridge's flows: those read from it (a full
 // sync, when every group is diffed) or else those last sent, re-rendered.
-// It encodes each group's adds as it goes (Changes.Compact) so that a full
-// sync never holds every new flow decoded at once, sets the per-service
-// flow gauge of what it rendered, and returns the shared flows too.
-func (a *Agent) diff(bridge *dataplane.Installed) (dataplane.Changes, []*openflow.FlowMod, error) {
+// Each group's changes go to stream as they are found, so a full sync
+// never holds every new flow at once. It sets the per-service flow gauge
+// of what it rendered and returns the shared flows.
+func (a *Agent) diff(ctx context.Context, bridge *dataplane.Installed, stream *bundleStream) ([]*openflow.FlowMod, error) {
 	ports := dataplane.Ports{Uplink: a.uplink}
 	changed := map[uint32][]string{} // unapplied keys by group
 	for k := range a.unapplied {
@@ -237,10 +243,12 @@ func (a *Agent) diff(bridge *dataplane.Installed) (dataplane.Changes, []*openflo
 		return dataplane.InstalledOf(sent)
 	}
 	var changes dataplane.Changes
-	for g, unapplied := range changed {
+	// In a stable order, so that the same sync sends the same bundle.
+	for _, g := range slices.Sorted(maps.Keys(changed)) {
 		if g == 0 {
 			continue
 		}
+		unapplied := changed[g]
 		// Every key with flows in the group, desired or on the bridge: a
 		// key on the bridge but no longer in the planner is unapplied.
 		keys := slices.Sorted(maps.Keys(a.byGroup[g]))
@@ -262,8 +270,8 @@ func (a *Agent) diff(bridge *dataplane.Installed) (dataplane.Changes, []*openflo
 			}
 		}
 		changes.DiffGroup(g, desired, against(sent))
-		if err := changes.Compact(); err != nil {
-			return changes, nil, err
+		if err := stream.add(ctx, &changes); err != nil {
+			return nil, err
 		}
 	}
 	for k := range a.unapplied {
@@ -274,7 +282,7 @@ func (a *Agent) diff(bridge *dataplane.Installed) (dataplane.Changes, []*openflo
 	shared := dataplane.SharedFlows(a.planner.Exempt(), a.planner.Acting(dataplane.RoleHost), a.planner.Acting(dataplane.RoleSteer), ports)
 	a.cfg.Metrics.flows.WithLabelValues("").Set(float64(len(shared)))
 	changes.DiffGroup(0, shared, against(a.sharedOnBridge))
-	return changes, shared, nil
+	return shared, stream.add(ctx, &changes)
 }
 
 // report logs each new problem of the changed services once and records an

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 
@@ -9,46 +8,21 @@ import (
 )
 
 // Changes turn the flows on the bridge into the desired ones. Sent as one
-// atomic bundle, deletes first, they move only what differs: a flow already
-// right is not touched, so its counters and the traffic through it are
-// undisturbed.
+// atomic bundle, they move only what differs: a flow already right is not
+// touched, so its counters and the traffic through it are undisturbed.
 type Changes struct {
 	// Add holds new flows and flows whose cookie or actions changed (an ADD
 	// with the same table, priority and match replaces the old flow).
 	Add []*openflow.FlowMod
 	// Delete holds strict deletes of egressflow's flows that are no longer
 	// desired, each restricted to the cookie it had, so a foreign flow with
-	// the same match is never removed.
+	// the same match is never removed, nor a flow that moved to another
+	// service's group (same match, new cookie), whichever is sent first.
 	Delete []*openflow.FlowMod
-
-	// encoded holds the adds Compact encoded, which come before Add.
-	encoded openflow.Batch
 }
 
 // Empty reports whether there is nothing to send.
-func (c *Changes) Empty() bool { return c.encoded.Len()+len(c.Add)+len(c.Delete) == 0 }
-
-// Compact encodes the adds gathered so far into one buffer (openflow.Batch)
-// and lets go of their *FlowMods, leaving Add empty; Mods still returns
-// them, in order. A full sync into an empty bridge, 200,000 adds at 10,000
-// services, holds about 22 MB of adds this way when it compacts after each
-// group, instead of some 200 MB of FlowMods.
-func (c *Changes) Compact() error {
-	for _, fm := range c.Add {
-		if err := c.encoded.Add(fm); err != nil {
-			return fmt.Errorf("encode %s: %w", fm, err)
-		}
-	}
-	c.Add = nil
-	return nil
-}
-
-// Mods returns the messages to send, deletes first: a flow moving from one
-// service to another (same match, new cookie) is deleted under its old
-// cookie before it is added under the new one.
-func (c *Changes) Mods() openflow.Sequence {
-	return openflow.Join(openflow.List[*openflow.FlowMod](c.Delete), &c.encoded, openflow.List[*openflow.FlowMod](c.Add))
-}
+func (c *Changes) Empty() bool { return len(c.Add)+len(c.Delete) == 0 }
 
 // Installed indexes egressflow's flows on the bridge by the service hash of
 // their cookie (0: the shared flows) and by FlowID. It keeps only what a

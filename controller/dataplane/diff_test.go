@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 
 	"github.com/egressflow/egressflow/openflow"
@@ -62,49 +61,5 @@ func TestDiff(t *testing.T) {
 	got = Diff(Flows(Compute(n1Config, c, tables), Ports{Uplink: 1}), installed)
 	if len(got.Add) != 0 || len(got.Delete) != len(desired) {
 		t.Fatalf("service removed: %d adds %d deletes, want %d deletes", len(got.Add), len(got.Delete), len(desired))
-	}
-}
-
-// TestChangesCompact: adds encoded by Compact are sent as they were, after
-// the deletes and before the adds gathered since.
-func TestChangesCompact(t *testing.T) {
-	c := baseCluster()
-	desired := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
-	installed := NewInstalled(dumpedAs(desired))
-	c.Services["shop/web"] = lbService("shop", "web", "192.0.2.77", "2001:db8::10")
-	next := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
-	plain := Diff(next, installed)
-
-	var compacted Changes
-	compacted.DiffGroup(0, nil, NewInstalled(nil)) // nothing: stays empty
-	if !compacted.Empty() {
-		t.Fatal("an empty diff is not Empty")
-	}
-	compacted.Add = append(compacted.Add, plain.Add[:1]...)
-	if err := compacted.Compact(); err != nil {
-		t.Fatal(err)
-	}
-	if len(compacted.Add) != 0 || compacted.Empty() {
-		t.Fatalf("after Compact: %d adds left, Empty %v", len(compacted.Add), compacted.Empty())
-	}
-	compacted.Add = append(compacted.Add, plain.Add[1:]...)
-	compacted.Delete = plain.Delete
-
-	want := slices.Concat(plain.Delete, plain.Add)
-	got := compacted.Mods()
-	if got.Len() != len(want) {
-		t.Fatalf("Mods: %d messages, want %d", got.Len(), len(want))
-	}
-	for i, fm := range want {
-		m := got.At(i)
-		if raw, ok := m.(*openflow.RawMessage); ok {
-			var err error
-			if m, err = raw.Decode(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if m.(*openflow.FlowMod).String() != fm.String() {
-			t.Errorf("message %d is %v, want %v", i, m, fm)
-		}
 	}
 }

@@ -116,7 +116,9 @@ func (p *Planner) SetLeases(leases map[string]*coordinationv1.Lease) []string {
 	}
 	var dirty []string
 	for nodeName := range p.byHost {
-		if !bytes.Equal(macs[nodeName], p.hostMACs[nodeName]) {
+		// Only steering renders a host's MAC: this node's own MAC never
+		// changes its flows (it is published after the first sync).
+		if nodeName != p.node.Name && !bytes.Equal(macs[nodeName], p.hostMACs[nodeName]) {
 			dirty = slices.AppendSeq(dirty, maps.Keys(p.byHost[nodeName]))
 		}
 	}

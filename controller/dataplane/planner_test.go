@@ -168,3 +168,32 @@ func TestPlannerSharedLBIP(t *testing.T) {
 		t.Fatalf("%d services hosted, want 1", p.Acting(RoleHost))
 	}
 }
+
+// TestPlannerOwnMACChangesNothing: only steering renders a host's bridge
+// MAC, so a new MAC for this node (published after its first sync) leaves
+// the services it hosts alone, while one for another host re-renders the
+// services steered to it.
+func TestPlannerOwnMACChangesNothing(t *testing.T) {
+	p := NewPlanner(n1Config, tables)
+	leases := map[string]*coordinationv1.Lease{"n1": agentLease(""), "n2": agentLease("02:00:00:00:00:02")}
+	p.SetLeases(leases)
+	for _, host := range []string{"n1", "n2"} {
+		k := "shop/web-" + host
+		p.Update(k, ServiceInputs{
+			EgressService:  egressService("shop", "web-"+host, esv1.SourceIPByLoadBalancerIP, "", host),
+			Service:        lbService("shop", "web-"+host, "192.0.2.1"+host[1:], "2001:db8::1"+host[1:]),
+			EndpointSlices: []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1."+host[1:])},
+		})
+		if _, ok := p.Service(k); !ok {
+			t.Fatalf("%s: no part on n1", k)
+		}
+	}
+	leases["n1"] = agentLease("02:00:00:00:00:01")
+	if changed := p.SetLeases(leases); len(changed) != 0 {
+		t.Errorf("this node's own MAC appeared: %v re-rendered, want none", changed)
+	}
+	leases["n2"] = agentLease("02:00:00:00:00:22")
+	if changed := p.SetLeases(leases); !slices.Equal(changed, []string{"shop/web-n2"}) {
+		t.Errorf("the other host's MAC changed: %v re-rendered, want shop/web-n2", changed)
+	}
+}

@@ -81,6 +81,7 @@ var (
 	latencySamples = flag.Int("latency-samples", 200, "endpoint additions timed for p50/p99")
 	setupWorkers   = flag.Int("setup-workers", 16, "goroutines creating the API objects")
 	heapProfile    = flag.String("heap-profile", "", "write the agent binary's heap profile (go tool pprof) here, taken after it settled")
+	binaryLog      = flag.String("binary-log", "", "write what the agent binary logged here (with GODEBUG=gctrace=1 in the bench's environment, its collector's trace too)")
 )
 
 // The shape of the cluster. Every constant trades realism for setup time or
@@ -222,7 +223,7 @@ func BenchmarkAgent(b *testing.B) {
 		agentSync = append(agentSync, healthyAt.Sub(synced))
 		agentInformers = append(agentInformers, synced.Sub(r.started))
 		agentBundle = append(agentBundle, bundle)
-		out("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s; of which recompute and diff %v, bundle %v)",
+		out("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s; of which recompute and diff up to the bundle's first part %v, bundle from first part to commit acked %v, the diff of later parts overlapping it)",
 			round, d.Round(time.Millisecond), rate(wantFlows, d),
 			synced.Sub(r.started).Round(time.Millisecond), healthyAt.Sub(synced).Round(time.Millisecond), rate(wantFlows, healthyAt.Sub(synced)),
 			r.sw.firstBundleStart().Sub(synced).Round(time.Millisecond), bundle.Round(time.Millisecond))
@@ -234,7 +235,7 @@ func BenchmarkAgent(b *testing.B) {
 	}
 	syncMed, ofctlMed := median(agentSync), median(ofctlTime)
 	ratio := ofctlMed.Seconds() / syncMed.Seconds()
-	out("full sync (median of %d): agent %v = %.0f flows/s (bundle alone %v = %.0f flows/s), ovs-ofctl %v = %.0f flows/s: ratio agent/ofctl %.2f",
+	out("full sync (median of %d): agent %v = %.0f flows/s (bundle open %v = %.0f flows/s), ovs-ofctl %v = %.0f flows/s: ratio agent/ofctl %.2f",
 		*rounds, syncMed.Round(time.Millisecond), rate(wantFlows, syncMed), median(agentBundle).Round(time.Millisecond), rate(wantFlows, median(agentBundle)),
 		ofctlMed.Round(time.Millisecond), rate(wantFlows, ofctlMed), ratio)
 
@@ -287,7 +288,7 @@ func BenchmarkAgent(b *testing.B) {
 	row("informer sync of the agent, median (s)", secs(median(agentInformers)), "", true)
 	row("full sync, agent: sync start to Healthy, median (s)", secs(syncMed), "", true)
 	row("full sync, agent (flows/s)", fmt.Sprintf("%.0f", rate(wantFlows, syncMed)), "", true)
-	row("  of which the bundle alone, median (s)", secs(median(agentBundle)), "", true)
+	row("  of which the bundle open, first part to commit, median (s)", secs(median(agentBundle)), "", true)
 	row("same flows, ovs-ofctl --bundle add-flows, median (s)", secs(ofctlMed), "", true)
 	row("same flows, ovs-ofctl --bundle add-flows (flows/s)", fmt.Sprintf("%.0f", rate(wantFlows, ofctlMed)), "", true)
 	row("ratio agent / ovs-ofctl (flows/s)", fmt.Sprintf("%.2f", ratio), fmt.Sprintf(">= %.1f", goalRatio), ratio >= goalRatio)
@@ -299,6 +300,8 @@ func BenchmarkAgent(b *testing.B) {
 	row("agent binary RSS when healthy (MB)", fmt.Sprintf("%.1f", mb(mem.rssHealthy)), fmt.Sprintf("<= %d", goalRSSMegabytes), mb(mem.rssHealthy) <= goalRSSMegabytes)
 	row(fmt.Sprintf("agent binary RSS %v later (MB)", binarySettle), fmt.Sprintf("%.1f", mb(mem.rssSettled)), fmt.Sprintf("<= %d", goalRSSMegabytes), mb(mem.rssSettled) <= goalRSSMegabytes)
 	row("agent binary peak RSS, VmHWM (MB)", fmt.Sprintf("%.1f", mb(mem.peak)), fmt.Sprintf("<= %d", goalRSSMegabytes), mb(mem.peak) <= goalRSSMegabytes)
+	row("  peak while the informers listed, before the first sync (MB)", fmt.Sprintf("%.1f", mb(mem.peakListing)), "", true)
+	row("  of RSS when healthy, the binary's file pages (MB)", fmt.Sprintf("%.1f", mb(mem.fileHealthy)), "", true)
 	row("  Go heap in use then (MB)", fmt.Sprintf("%.1f", mb(mem.heapInuse)), "", true)
 	row("  Go's next GC target then (MB; about twice the live heap)", fmt.Sprintf("%.1f", mb(mem.nextGC)), "", true)
 
@@ -509,15 +512,15 @@ func (e *env) expectFlowCount(b *testing.B, want int) {
 }
 
 // probeSwitch wraps the agent's switch: it counts flow mods, times the first
-// calls of a sync, keeps the first bundle, and signals the bundle that
-// carries a watched endpoint.
+// bundle of a sync, keeps the first bundle's flow mods, and signals the
+// bundle that carries a watched endpoint.
 type probeSwitch struct {
 	agent.Switch
 	mods    atomic.Int64
 	capture bool
 
 	mu        sync.Mutex
-	bundleAt  time.Time // the first bundle's start: the first sync has diffed
+	bundleAt  time.Time // the first bundle's first part: the diff is under way
 	bundleDur time.Duration
 	bundled   bool
 	captured  []*openflow.FlowMod
@@ -531,24 +534,57 @@ type endpointWatch struct {
 	done chan time.Time // buffered 1
 }
 
-func (s *probeSwitch) Bundle(ctx context.Context, mods openflow.Sequence) error {
+func (s *probeSwitch) BeginBundle(ctx context.Context) (agent.Bundle, error) {
 	start := time.Now()
-	err := s.Switch.Bundle(ctx, mods)
+	inner, err := s.Switch.BeginBundle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	first := !s.bundled
+	s.bundled = true
+	s.mu.Unlock()
+	return &probeBundle{Bundle: inner, sw: s, start: start, first: first}, nil
+}
+
+// probeBundle is one bundle through a probeSwitch.
+type probeBundle struct {
+	agent.Bundle
+	sw       *probeSwitch
+	start    time.Time
+	first    bool // the switch's first bundle
+	mods     int
+	captured []*openflow.FlowMod // when first and capturing
+	watched  *endpointWatch      // carried by this bundle
+}
+
+func (b *probeBundle) Add(ctx context.Context, msgs openflow.Sequence) error {
+	b.mods += msgs.Len()
+	// The agent reuses msgs once Add returns: decode what is kept now.
+	if b.first && b.sw.capture {
+		b.captured = append(b.captured, flowMods(msgs)...)
+	}
+	if w := b.sw.watch.Load(); w != nil && b.watched == nil && carries(flowMods(msgs), w.ip) {
+		b.watched = w
+	}
+	return b.Bundle.Add(ctx, msgs)
+}
+
+func (b *probeBundle) Commit(ctx context.Context) error {
+	err := b.Bundle.Commit(ctx)
 	acked := time.Now()
 	if err != nil {
 		return err
 	}
-	s.mods.Add(int64(mods.Len()))
-	s.mu.Lock()
-	if !s.bundled {
-		s.bundled, s.bundleAt, s.bundleDur = true, start, acked.Sub(start)
-		if s.capture {
-			s.captured = flowMods(mods)
-		}
+	s := b.sw
+	s.mods.Add(int64(b.mods))
+	if b.first {
+		s.mu.Lock()
+		s.bundleAt, s.bundleDur, s.captured = b.start, acked.Sub(b.start), b.captured
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
-	if w := s.watch.Load(); w != nil && carries(flowMods(mods), w.ip) && s.watch.CompareAndSwap(w, nil) {
-		w.done <- acked
+	if b.watched != nil && s.watch.CompareAndSwap(b.watched, nil) {
+		b.watched.done <- acked
 	}
 	return nil
 }
@@ -773,7 +809,11 @@ type binaryMemory struct {
 	healthy                      time.Duration
 	flowMods                     int
 	rssHealthy, rssSettled, peak int64 // bytes, from /proc
-	heapInuse, nextGC            int64 // bytes, from the Go collector's metrics, after binarySettle
+	// peakListing is the peak while the informers listed, before the first
+	// sync (sampled every poll); fileHealthy is the part of rssHealthy that
+	// is the binary's own pages, not its heap.
+	peakListing, fileHealthy int64
+	heapInuse, nextGC        int64 // bytes, from the Go collector's metrics, after binarySettle
 }
 
 // runBinary runs the agent binary for benchNode inside the switch's network
@@ -812,11 +852,21 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 	}
 	var m binaryMemory
 	deadline := started.Add(waitLimit)
+	listing := true // until the binary logs that its informers synced
 	for {
 		select {
 		case <-agent.Exited():
 			b.Fatalf("the agent binary exited: %v", agent.Err())
 		default:
+		}
+		// The peak so far, sampled: it tells listing from syncing.
+		if listing {
+			// Read before the log is: a peak read while the message is not
+			// yet logged was reached while listing.
+			hwm := procMemory(b, agent.Cmd.Process.Pid).peak
+			if listing = !strings.Contains(agent.Output(), cachesSyncedMessage); listing {
+				m.peakListing = hwm
+			}
 		}
 		// /readyz is the agent's Healthy (flows synced on the current
 		// connection); /healthz is liveness only and answers at once.
@@ -829,7 +879,8 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	m.rssHealthy, _ = procMemory(b, agent.Cmd.Process.Pid)
+	healthy := procMemory(b, agent.Cmd.Process.Pid)
+	m.rssHealthy, m.fileHealthy = healthy.rss, healthy.file
 	_, metrics, err := get("/metrics")
 	if err != nil {
 		b.Fatal(err)
@@ -844,7 +895,8 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 	}
 	e.expectFlowCount(b, wantMods)
 	time.Sleep(binarySettle)
-	m.rssSettled, m.peak = procMemory(b, agent.Cmd.Process.Pid)
+	settled := procMemory(b, agent.Cmd.Process.Pid)
+	m.rssSettled, m.peak = settled.rss, settled.peak
 	if _, metrics, err = get("/metrics"); err != nil {
 		b.Fatal(err)
 	}
@@ -868,36 +920,46 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods int) binaryMemory {
 	if err := agent.Stop(syscall.SIGTERM); err != nil {
 		b.Errorf("the agent binary's exit after SIGTERM: %v", err)
 	}
+	if *binaryLog != "" {
+		if err := os.WriteFile(*binaryLog, []byte(agent.Output()), 0o644); err != nil {
+			b.Errorf("binary log: %v", err)
+		}
+	}
 	return m
 }
 
-// procMemory reads VmRSS and VmHWM (the peak) of pid, in bytes.
-func procMemory(b *testing.B, pid int) (rss, hwm int64) {
+// procMemory reads a process's resident memory from /proc/<pid>/status.
+func procMemory(b *testing.B, pid int) residentMemory {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
+	var r residentMemory
+	fields := map[string]*int64{"VmRSS": &r.rss, "VmHWM": &r.peak, "RssFile": &r.file}
+	found := 0
 	for _, line := range strings.Split(string(data), "\n") {
 		key, value, ok := strings.Cut(line, ":")
-		if !ok {
+		dst, wanted := fields[key]
+		if !ok || !wanted {
 			continue
 		}
-		fields := strings.Fields(value)
-		if len(fields) != 2 || fields[1] != "kB" {
-			continue
-		}
-		kb, _ := strconv.ParseInt(fields[0], 10, 64)
-		switch key {
-		case "VmRSS":
-			rss = kb << 10
-		case "VmHWM":
-			hwm = kb << 10
+		if kb, ok := strings.CutSuffix(strings.TrimSpace(value), " kB"); ok {
+			n, _ := strconv.ParseInt(kb, 10, 64)
+			*dst = n << 10
+			found++
 		}
 	}
-	if rss == 0 || hwm == 0 {
-		b.Fatalf("no VmRSS/VmHWM in /proc/%d/status:\n%s", pid, data)
+	if found != len(fields) {
+		b.Fatalf("no VmRSS, VmHWM or RssFile in /proc/%d/status:\n%s", pid, data)
 	}
-	return rss, hwm
+	return r
+}
+
+// residentMemory is what procMemory reads, in bytes.
+type residentMemory struct {
+	rss  int64 // VmRSS: resident now
+	peak int64 // VmHWM: the most ever resident
+	file int64 // RssFile: of rss, pages of files (the binary's code and data)
 }
 
 // cachesSyncedMessage is what controller/agent logs once its informers
