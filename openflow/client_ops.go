@@ -226,20 +226,53 @@ func (c *Client) SendFlowMods(ctx context.Context, fms ...*FlowMod) error {
 
 // multipart sends a multipart request and returns every part of the reply.
 func (c *Client) multipart(ctx context.Context, req Message) ([][]byte, error) {
+	var parts [][]byte
+	err := c.multipartEach(ctx, req, func(part []byte) error {
+		parts = append(parts, part)
+		return nil
+	})
+	return parts, err
+}
+
+// multipartEach sends a multipart request and calls fn with each part of
+// the reply, in order, as it arrives: a large reply is never held whole.
+// An error from fn stops it (the rest of the reply is dropped).
+func (c *Client) multipartEach(ctx context.Context, req Message, fn func(part []byte) error) error {
 	s, err := c.session()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	xid := c.nextXid()
-	w := s.register(xid, true)
+	w := s.add(xid, &waiter{multipart: true, done: make(chan struct{}), more: make(chan struct{}, 1)})
 	if err := s.encodeAndWrite(ctx, []uint32{xid}, []Message{req}); err != nil {
 		s.unregister(xid)
-		return nil, err
+		return err
 	}
-	if err := s.wait(ctx, xid, w); err != nil {
-		return nil, err
+	each := func() error {
+		for _, p := range s.takeParts(w) {
+			if err := fn(p); err != nil {
+				s.unregister(xid)
+				return err
+			}
+		}
+		return nil
 	}
-	return w.msgs, nil
+	for {
+		if err := each(); err != nil {
+			return err
+		}
+		select {
+		case <-w.more:
+		case <-w.done:
+			if w.err != nil {
+				return w.err
+			}
+			return each() // the parts that came with the last one
+		case <-ctx.Done():
+			s.unregister(xid)
+			return ctx.Err()
+		}
+	}
 }
 
 // DumpFlows returns the flows matching req (nil: every flow in every
@@ -248,29 +281,38 @@ func (c *Client) multipart(ctx context.Context, req Message) ([][]byte, error) {
 // To dump one owner's flows, filter by cookie: Cookie and CookieMask. To
 // dump one table, set Table (TableAll for all).
 func (c *Client) DumpFlows(ctx context.Context, req *FlowDescRequest) ([]Flow, error) {
+	var flows []Flow
+	err := c.DumpFlowsFunc(ctx, req, func(f *Flow) error {
+		flows = append(flows, *f)
+		return nil
+	})
+	return flows, err
+}
+
+// DumpFlowsFunc is DumpFlows calling fn with each flow as its part of the
+// reply arrives, so that a dump of any size is never held whole: a caller
+// that keeps a digest of each flow needs memory for the digests only. fn
+// may keep f; an error from it stops the dump and is returned.
+func (c *Client) DumpFlowsFunc(ctx context.Context, req *FlowDescRequest, fn func(f *Flow) error) error {
 	if req == nil {
 		req = &FlowDescRequest{Table: TableAll}
 	}
-	parts, err := c.multipart(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	var flows []Flow
-	for _, p := range parts {
-		_, m, err := UnmarshalMessage(p)
+	return c.multipartEach(ctx, req, func(part []byte) error {
+		_, m, err := UnmarshalMessage(part)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r, ok := m.(*FlowDescReply)
 		if !ok {
-			return nil, fmt.Errorf("openflow: flow dump answered with %T", m)
+			return fmt.Errorf("openflow: flow dump answered with %T", m)
 		}
-		if flows == nil {
-			flows = make([]Flow, 0, len(r.Flows)*len(parts))
+		for i := range r.Flows {
+			if err := fn(&r.Flows[i]); err != nil {
+				return err
+			}
 		}
-		flows = append(flows, r.Flows...)
-	}
-	return flows, nil
+		return nil
+	})
 }
 
 // Ports returns the switch's port descriptions.

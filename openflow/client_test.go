@@ -382,4 +382,21 @@ func TestDumpCollectsEveryPart(t *testing.T) {
 		t.Fatalf("%d flows missing from the dump", len(want))
 	}
 	t.Logf("%d flows in %d multipart replies", n, len(parts))
+
+	// DumpFlowsFunc stops at fn's error, mid-dump, and returns it; the
+	// rest of the reply confuses no later call.
+	stop := errors.New("enough")
+	seen := 0
+	err = c.DumpFlowsFunc(ctx, req, func(*Flow) error {
+		if seen++; seen == 10 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || seen != 10 {
+		t.Fatalf("DumpFlowsFunc after fn's error: %v, %d flows seen; want fn's error after 10", err, seen)
+	}
+	if flows, err := c.DumpFlows(ctx, req); err != nil || len(flows) != n {
+		t.Fatalf("a dump after a stopped one: %d flows (%v), want %d", len(flows), err, n)
+	}
 }

@@ -48,6 +48,19 @@ type waiter struct {
 	msgs      [][]byte // whole messages, header included
 	err       error
 	done      chan struct{}
+	// more, if not nil, is signalled (never blocking) as each part of a
+	// multipart reply arrives, for a caller that takes them as they come
+	// (takeParts) rather than all at the end.
+	more chan struct{}
+}
+
+// takeParts hands over the messages w has received so far.
+func (s *session) takeParts(w *waiter) [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	parts := w.msgs
+	w.msgs = nil
+	return parts
 }
 
 // xidRange collects the errors the switch sends for a block of pipelined
@@ -140,7 +153,11 @@ func (s *session) isDead() bool {
 }
 
 func (s *session) register(xid uint32, multipart bool) *waiter {
-	w := &waiter{multipart: multipart, done: make(chan struct{})}
+	return s.add(xid, &waiter{multipart: multipart, done: make(chan struct{})})
+}
+
+// add registers w as the waiter for xid's reply.
+func (s *session) add(xid uint32, w *waiter) *waiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.isDead() {
@@ -350,6 +367,11 @@ func (s *session) dispatch(h Header, msg []byte) bool {
 	s.mu.Unlock()
 	if complete {
 		close(w.done)
+	} else if w.more != nil {
+		select {
+		case w.more <- struct{}{}:
+		default: // already signalled: the caller takes every part so far
+		}
 	}
 	return true
 }

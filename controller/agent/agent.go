@@ -55,8 +55,9 @@ import (
 
 // Switch is what the agent needs of its bridge's OpenFlow connection.
 type Switch interface {
-	// DumpFlows returns every flow whose cookie matches cookie under mask.
-	DumpFlows(ctx context.Context, cookie, mask uint64) ([]*openflow.Flow, error)
+	// DumpFlows calls fn with every flow whose cookie matches cookie under
+	// mask, as the dump arrives.
+	DumpFlows(ctx context.Context, cookie, mask uint64, fn func(*openflow.Flow)) error
 	// BeginBundle opens an atomic, ordered transaction that messages are
 	// added to in parts.
 	BeginBundle(ctx context.Context) (Bundle, error)

@@ -12,17 +12,11 @@ type OpenFlowSwitch struct {
 	Client *openflow.Client
 }
 
-// DumpFlows reads every flow of the bridge whose cookie matches.
-func (s OpenFlowSwitch) DumpFlows(ctx context.Context, cookie, mask uint64) ([]*openflow.Flow, error) {
-	flows, err := s.Client.DumpFlows(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: cookie, CookieMask: mask})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*openflow.Flow, len(flows))
-	for i := range flows {
-		out[i] = &flows[i]
-	}
-	return out, nil
+// DumpFlows reads every flow of the bridge whose cookie matches, handing
+// each to fn as its part of the dump arrives.
+func (s OpenFlowSwitch) DumpFlows(ctx context.Context, cookie, mask uint64, fn func(*openflow.Flow)) error {
+	return s.Client.DumpFlowsFunc(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: cookie, CookieMask: mask},
+		func(f *openflow.Flow) error { fn(f); return nil })
 }
 
 // BeginBundle opens an atomic bundle transaction.

@@ -133,12 +133,11 @@ func (a *Agent) readBridge(ctx context.Context) *bridgeRead {
 		r.err = fmt.Errorf("uplink port %q: %w", a.cfg.UplinkPort, err)
 		return r
 	}
-	dumped, err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask)
-	if err != nil {
+	// Indexed as the dump arrives: only the index is ever held.
+	r.installed = dataplane.NewInstalled(nil)
+	if err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, r.installed.AddDumped); err != nil {
 		r.err = fmt.Errorf("read egressflow's flows from the bridge: %w", err)
-		return r
 	}
-	r.installed = dataplane.NewInstalled(dumped)
 	return r
 }
 

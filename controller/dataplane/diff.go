@@ -28,7 +28,8 @@ func (c *Changes) Empty() bool { return len(c.Add)+len(c.Delete) == 0 }
 // their cookie (0: the shared flows) and by FlowID. It keeps only what a
 // diff needs, a cookie and a digest of the instructions per flow.
 type Installed struct {
-	groups map[uint32]map[string]flowState
+	groups  map[uint32]map[string]flowState
+	scratch []byte
 }
 
 // flowState is what Installed remembers of one flow.
@@ -44,16 +45,22 @@ type flowState struct {
 }
 
 // NewInstalled indexes the flows dumped from the bridge, keeping only
-// egressflow's (by cookie prefix): the rest belong to someone else.
+// egressflow's (see AddDumped).
 func NewInstalled(flows []*openflow.Flow) *Installed {
 	in := &Installed{groups: map[uint32]map[string]flowState{}}
-	var scratch []byte
 	for _, f := range flows {
-		if f.Cookie&CookiePrefixMask == CookiePrefix {
-			scratch = in.add(scratch, f.Table, f.Priority, &f.Match, f.Cookie, f.Instructions)
-		}
+		in.AddDumped(f)
 	}
 	return in
+}
+
+// AddDumped indexes one flow dumped from the bridge if it is egressflow's
+// (by cookie prefix): the rest belong to someone else. It keeps nothing of
+// f, so a dump can be indexed as it arrives.
+func (in *Installed) AddDumped(f *openflow.Flow) {
+	if f.Cookie&CookiePrefixMask == CookiePrefix {
+		in.add(f.Table, f.Priority, &f.Match, f.Cookie, f.Instructions)
+	}
 }
 
 // InstalledOf indexes flows known to be on the bridge because they were
@@ -62,26 +69,24 @@ func NewInstalled(flows []*openflow.Flow) *Installed {
 // flow of the node.
 func InstalledOf(flows []*openflow.FlowMod) *Installed {
 	in := &Installed{groups: map[uint32]map[string]flowState{}}
-	var scratch []byte
 	for _, fm := range flows {
-		scratch = in.add(scratch, fm.Table, fm.Priority, &fm.Match, fm.Cookie, fm.Instructions)
+		in.add(fm.Table, fm.Priority, &fm.Match, fm.Cookie, fm.Instructions)
 	}
 	return in
 }
 
-// add indexes one flow, using scratch as a buffer and returning it.
-func (in *Installed) add(scratch []byte, table uint8, priority uint16, m *openflow.Match, cookie uint64, insts []openflow.Instruction) []byte {
-	scratch = appendFlowID(scratch[:0], table, priority, m)
+// add indexes one flow.
+func (in *Installed) add(table uint8, priority uint16, m *openflow.Match, cookie uint64, insts []openflow.Instruction) {
+	in.scratch = appendFlowID(in.scratch[:0], table, priority, m)
 	g := in.groups[cookieGroup(cookie)]
 	if g == nil {
 		g = map[string]flowState{}
 		in.groups[cookieGroup(cookie)] = g
-	} else if _, ok := g[string(scratch)]; ok {
-		return scratch // a repeat, as DiffGroup treats it: the first one stands
+	} else if _, ok := g[string(in.scratch)]; ok {
+		return // a repeat, as DiffGroup treats it: the first one stands
 	}
-	id := string(scratch)
-	g[id], scratch = stateOf(scratch[:0], cookie, insts)
-	return scratch
+	id := string(in.scratch)
+	g[id], in.scratch = stateOf(in.scratch[:0], cookie, insts)
 }
 
 // Len returns how many flows are indexed.

@@ -49,7 +49,7 @@ func TestDiff(t *testing.T) {
 	// The index of flows as sent is the index of their dump, so diffing
 	// against flows as last applied is diffing against the bridge.
 	sent := InstalledOf(next)
-	if want := NewInstalled(dumpedAs(next)); !reflect.DeepEqual(sent, want) {
+	if want := NewInstalled(dumpedAs(next)); !reflect.DeepEqual(sent.groups, want.groups) {
 		t.Fatalf("InstalledOf: %d flows indexed, want the %d of a dump", sent.Len(), want.Len())
 	}
 	if again := Diff(next, sent); !again.Empty() {
