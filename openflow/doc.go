@@ -56,15 +56,18 @@
 // silent switch with echoes, and reconnects with capped exponential backoff
 // when the connection dies, failing every call in flight at once. Bundle
 // applies many flow mods atomically (OPEN, pipelined ADDs, CLOSE, then
-// COMMIT only if no message failed, else DISCARD), DumpFlows collects every
-// part of a flow dump, and FlushConntrack/FlushConntrackZone clear
-// conntrack entries (confirmed with a barrier, as the switch answers
-// nothing on success).
+// COMMIT only if no message failed, else DISCARD); BeginBundle does the same
+// in parts (a Transaction), for a change too large to hold at once, each
+// Add sent as it is ready. DumpFlows collects every part of a flow dump and
+// DumpFlowsFunc hands each flow over as its part arrives. FlushConntrack and
+// FlushConntrackZone clear conntrack entries (confirmed with a barrier, as
+// the switch answers nothing on success).
 //
 // Open vSwitch specifics this package follows: in OpenFlow 1.5 the switch
 // reports flows as OFPMP_FLOW_DESC entries with OXS statistics; it sends
 // registers in matches as 64-bit xreg pairs; it refuses the Nicira
 // reg_load/reg_move actions (so loads and moves are set_field with a mask
-// and copy_field); and it drops a connection's open bundles with the
-// connection.
+// and copy_field); it echoes a refused message whole in its error, which is
+// how a Transaction names the message without keeping it; and it drops a
+// connection's open bundles with the connection.
 package openflow

@@ -150,7 +150,6 @@ func ExampleDial() {
 	}()
 }
 
-// Dump the flows of one owner, every multipart part collected.
 // A large transaction held encoded, in one buffer, until it is sent: the
 // deletes as they are, then the adds, as one atomic bundle.
 func ExampleBatch() {
@@ -174,6 +173,40 @@ func ExampleBatch() {
 	// cookie=0x100, priority=100,ip,nw_src=10.1.0.1 actions=output:2
 }
 
+// Install a change too large to hold at once as one atomic bundle, sending
+// each part as soon as it is computed: the switch holds the parts until
+// the commit, which applies all of them or none.
+func ExampleClient_BeginBundle() {
+	ctx := context.Background()
+	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	tx, err := c.BeginBundle(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var part openflow.Batch
+	for block := range 100 {
+		for i := range 1000 {
+			fm, _ := openflow.ParseFlow(fmt.Sprintf("cookie=0x100, priority=100,ip,nw_src=10.%d.%d.%d actions=output:2", block, i/256, i%256))
+			if err := part.Add(fm); err != nil {
+				tx.Discard()
+				log.Fatal(err)
+			}
+		}
+		if err := tx.Add(ctx, &part); err != nil { // sent now; part can be reused
+			log.Fatal(err) // the transaction is over: the switch discards it
+		}
+		part.Reset()
+	}
+	if err := tx.Commit(ctx); err != nil {
+		log.Fatal(err) // a *openflow.BundleError naming any refused flow
+	}
+}
+
+// Dump the flows of one owner, every multipart part collected.
 func ExampleClient_DumpFlows() {
 	ctx := context.Background()
 	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
@@ -188,6 +221,26 @@ func ExampleClient_DumpFlows() {
 	for i := range flows {
 		fmt.Println(flows[i].String()) // as ovs-ofctl dump-flows prints it
 	}
+}
+
+// Count one owner's flows by table as the dump arrives, without holding it.
+func ExampleClient_DumpFlowsFunc() {
+	ctx := context.Background()
+	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	byTable := map[uint8]int{}
+	err = c.DumpFlowsFunc(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: 0x100, CookieMask: 0xffff},
+		func(f *openflow.Flow) error {
+			byTable[f.Table]++
+			return nil
+		})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(byTable)
 }
 
 // Clear the conntrack state of one connection, then of a whole zone.

@@ -56,8 +56,8 @@ import (
 // Switch is what the agent needs of its bridge's OpenFlow connection.
 type Switch interface {
 	// DumpFlows calls fn with every flow whose cookie matches cookie under
-	// mask, as the dump arrives.
-	DumpFlows(ctx context.Context, cookie, mask uint64, fn func(*openflow.Flow)) error
+	// mask, as the dump arrives; an error from fn stops it.
+	DumpFlows(ctx context.Context, cookie, mask uint64, fn func(*openflow.Flow) error) error
 	// BeginBundle opens an atomic, ordered transaction that messages are
 	// added to in parts.
 	BeginBundle(ctx context.Context) (Bundle, error)

@@ -553,12 +553,41 @@ func TestAgentRestartAndRepair(t *testing.T) {
 		t.Errorf("a restart after incremental syncs sent %d flow mods, want 0", mods)
 	}
 
+	// A service deleted while no agent runs leaves stale flows: the next
+	// agent deletes exactly those (the second dump finds them) and leaves
+	// a foreign flow on the same match alone.
+	third.stop()
+	ours := "cookie=0xef10000000000000/0xffff000000000000"
+	countOurs := func() int {
+		return len(strings.Split(strings.TrimSpace(n.Ofctl(t, "dump-flows", n.Bridge, ours, "--no-stats")), "\n")) - 1
+	}
+	foreign := fmt.Sprintf("cookie=0x1234,table=60,priority=1,ip,nw_src=%s", other.IP)
+	n.Ofctl(t, "add-flow", n.Bridge, foreign+",actions=drop")
+	if err := e.admin.ES.K8sV1().EgressServices("shop").Delete(context.Background(), "other", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	withOther := countOurs()
+	fourth := e.startAgent(n)
+	fourth.waitHealthy(t)
+	eventually(t, "the deleted service's flows gone", func() error {
+		if flows := n.Ofctl(t, "dump-flows", n.Bridge, ours); strings.Contains(flows, other.IP.String()) || strings.Contains(flows, lbOther.String()) {
+			return fmt.Errorf("flows of the deleted service remain:\n%s", flows)
+		}
+		return nil
+	})
+	if mods, deleted := fourth.sw.mods.Load(), withOther-countOurs(); mods == 0 || mods != int64(deleted) {
+		t.Errorf("restart after a deletion: %d flow mods for %d flows gone; want one delete per stale flow", mods, deleted)
+	}
+	if !strings.Contains(n.Ofctl(t, "dump-flows", n.Bridge, "table=60"), "nw_src="+other.IP.String()) {
+		t.Error("the foreign flow was removed")
+	}
+	e.expectSource(other, "udp", other.IP) // no longer an endpoint: its own source
+
 	// ovs-vswitchd restarts with an empty flow table.
 	n.StopVswitchd(t)
 	restarted := time.Now()
 	n.StartVswitchd(t)
 	e.expectSource(a, "udp", lb)
-	e.expectSource(other, "udp", lbOther)
 	t.Logf("traffic SNATed again %v after ovs-vswitchd was started again", time.Since(restarted).Round(time.Millisecond))
 }
 

@@ -135,7 +135,8 @@ func (a *Agent) readBridge(ctx context.Context) *bridgeRead {
 	}
 	// Indexed as the dump arrives: only the index is ever held.
 	r.installed = dataplane.NewInstalled(nil)
-	if err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, r.installed.AddDumped); err != nil {
+	index := func(f *openflow.Flow) error { r.installed.AddDumped(f); return nil }
+	if err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, index); err != nil {
 		r.err = fmt.Errorf("read egressflow's flows from the bridge: %w", err)
 	}
 	return r
@@ -281,7 +282,25 @@ func (a *Agent) diff(ctx context.Context, bridge *dataplane.Installed, stream *b
 	shared := dataplane.SharedFlows(a.planner.Exempt(), a.planner.Acting(dataplane.RoleHost), a.planner.Acting(dataplane.RoleSteer), ports)
 	a.cfg.Metrics.flows.WithLabelValues("").Set(float64(len(shared)))
 	changes.DiffGroup(0, shared, against(a.sharedOnBridge))
-	return shared, stream.add(ctx, &changes)
+	if err := stream.add(ctx, &changes); err != nil {
+		return nil, err
+	}
+	if len(changes.Stale) > 0 {
+		// The index of a dump keeps no matches: the flows no longer
+		// desired are deleted as a second dump finds them.
+		err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, func(f *openflow.Flow) error {
+			if del := changes.DeleteStale(f); del != nil {
+				changes.Delete = append(changes.Delete, del)
+				return stream.add(ctx, &changes)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read the stale flows from the bridge: %w", err)
+		}
+		// Any left went from the bridge between the dumps: nothing to do.
+	}
+	return shared, nil
 }
 
 // report logs each new problem of the changed services once and records an

@@ -181,7 +181,7 @@ func FlowID(fm *openflow.FlowMod) string {
 }
 
 // appendFlowID appends a flow's FlowID bytes: table, priority, then the
-// match's wire form (parseFlowID reads them back).
+// match's wire form.
 func appendFlowID(b []byte, table uint8, priority uint16, m *openflow.Match) []byte {
 	b = append(b, table, byte(priority>>8), byte(priority))
 	b, _ = m.AppendBinary(b) // only unencodable values fail; ours encode
