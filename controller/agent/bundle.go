@@ -81,15 +81,15 @@ func (s *bundleStream) flush(ctx context.Context) error {
 }
 
 // commit sends the last part and commits the bundle, if anything was
-// sent, and returns how many flow mods it held.
-func (s *bundleStream) commit(ctx context.Context) (int, error) {
+// sent.
+func (s *bundleStream) commit(ctx context.Context) error {
 	if err := s.flush(ctx); err != nil {
-		return s.sent, err
+		return err
 	}
 	if s.bundle == nil {
-		return 0, nil
+		return nil
 	}
-	return s.sent, s.bundle.Commit(ctx)
+	return s.bundle.Commit(ctx)
 }
 
 // opened reports whether a bundle was begun: whether the bridge may have

@@ -75,8 +75,8 @@ func TestBundleStream(t *testing.T) {
 	if err := stream.add(ctx, &c); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := stream.commit(ctx); n != 0 || err != nil || len(sw.bundles) != 0 || stream.opened() {
-		t.Fatalf("no changes: sent %d (%v), %d bundles opened", n, err, len(sw.bundles))
+	if err := stream.commit(ctx); stream.sent != 0 || err != nil || len(sw.bundles) != 0 || stream.opened() {
+		t.Fatalf("no changes: sent %d (%v), %d bundles opened", stream.sent, err, len(sw.bundles))
 	}
 
 	// Enough groups for several parts.
@@ -100,9 +100,8 @@ func TestBundleStream(t *testing.T) {
 			t.Fatalf("group %d: add left %d adds %d deletes in the changes", g, len(c.Add), len(c.Delete))
 		}
 	}
-	n, err := stream.commit(ctx)
-	if err != nil || n != len(want) {
-		t.Fatalf("commit: %d sent (%v), want %d", n, err, len(want))
+	if err := stream.commit(ctx); err != nil || stream.sent != len(want) {
+		t.Fatalf("commit: %d sent (%v), want %d", stream.sent, err, len(want))
 	}
 	if len(sw.bundles) != 1 || !sw.bundles[0].committed || sw.bundles[0].discarded {
 		t.Fatalf("%d bundles, want one, committed", len(sw.bundles))
@@ -132,7 +131,7 @@ func TestBundleStream(t *testing.T) {
 	if err := stream.add(ctx, &c); err != nil {
 		t.Fatal(err) // below a part's worth: not sent yet
 	}
-	if _, err := stream.commit(ctx); !errors.Is(err, refused) {
+	if err := stream.commit(ctx); !errors.Is(err, refused) {
 		t.Fatalf("commit after a refused part: %v", err)
 	}
 	stream.discard()

@@ -64,9 +64,8 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 	// atomic bundle.
 	stream := bundleStream{sw: a.cfg.Switch}
 	shared, err := a.diff(ctx, bridge, &stream)
-	sent := 0
 	if err == nil {
-		sent, err = stream.commit(ctx)
+		err = stream.commit(ctx)
 	}
 	if err != nil {
 		stream.discard()
@@ -77,7 +76,7 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 		}
 		return fmt.Errorf("apply %d flow changes: %w", stream.sent, err)
 	}
-	m.flowMods.Add(float64(sent))
+	m.flowMods.Add(float64(stream.sent))
 	a.onBridge, a.sharedOnBridge = true, shared
 	for k := range a.unapplied {
 		if _, pending := a.unflushed[k]; !pending {
