@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -93,11 +94,11 @@ func (e *errorSink) any() bool {
 	return len(e.errs) > 0
 }
 
-// all returns the errors by xid; the caller must not modify the map.
+// all returns a copy of the errors by xid: more may still arrive.
 func (e *errorSink) all() map[uint32]*Error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.errs
+	return maps.Clone(e.errs)
 }
 
 type session struct {
