@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 )
 
@@ -280,17 +279,14 @@ func (t *Transaction) release() {
 // none of its messages, each is decoded from the switch's error, which
 // echoes it (Open vSwitch echoes it whole).
 func (t *Transaction) failed() []*MessageError {
-	var out []*MessageError
-	for xid, e := range t.errs.all() {
+	return t.errs.refused(func(xid uint32, e *Error) *MessageError {
 		for _, p := range t.parts {
 			if p.xids.contains(xid) {
-				out = append(out, &MessageError{Index: p.first + int(xid-p.xids.first), Message: echoed(e), Err: e})
-				break
+				return &MessageError{Index: p.first + int(xid-p.xids.first), Message: echoed(e), Err: e}
 			}
 		}
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
-	return out
+		return nil
+	})
 }
 
 // echoed returns the message a bundle add error echoes, or nil.

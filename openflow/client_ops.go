@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 )
@@ -141,19 +140,13 @@ func (c *Client) sendThenBarrier(ctx context.Context, msgs []Message) ([]*Messag
 }
 
 func rangeErrors(r *xidRange, msgs Sequence) []*MessageError {
-	errs := r.errs.all()
-	if len(errs) == 0 {
-		return nil
-	}
-	var out []*MessageError
-	for xid, e := range errs {
+	return r.errs.refused(func(xid uint32, e *Error) *MessageError {
 		i := int(xid - r.first)
-		if i >= 0 && i < msgs.Len() {
-			out = append(out, &MessageError{Index: i, Message: msgs.At(i), Err: e})
+		if i < 0 || i >= msgs.Len() {
+			return nil
 		}
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
-	return out
+		return &MessageError{Index: i, Message: msgs.At(i), Err: e}
+	})
 }
 
 // writeBatched encodes count messages, message i by encode(b, xid, i)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,11 +95,21 @@ func (e *errorSink) any() bool {
 	return len(e.errs) > 0
 }
 
-// all returns a copy of the errors by xid: more may still arrive.
-func (e *errorSink) all() map[uint32]*Error {
+// refused turns the errors so far into MessageErrors in message order:
+// as maps an xid and its error to one, or to nil when the xid is not one
+// of the caller's messages.
+func (e *errorSink) refused(as func(xid uint32, err *Error) *MessageError) []*MessageError {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return maps.Clone(e.errs)
+	errs := maps.Clone(e.errs) // more may still arrive
+	e.mu.Unlock()
+	var out []*MessageError
+	for xid, err := range errs {
+		if me := as(xid, err); me != nil {
+			out = append(out, me)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
 }
 
 type session struct {
