@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -129,6 +130,32 @@ func TestClientFlowsRoundTrip(t *testing.T) {
 		}
 		dumpedText = append(dumpedText, volatileStats.ReplaceAllString(f.String(), ""))
 	}
+	// Read in place, each entry holds the match and instructions exactly
+	// as this package encoded them: what lets a caller index a dump by
+	// digests of its bytes.
+	entries := 0
+	err = c.DumpFlowEntries(ctx, &FlowDescRequest{Table: TableAll, Cookie: testCookie, CookieMask: ^uint64(0)}, func(e FlowEntry) error {
+		entries++
+		f, err := e.Decode()
+		if err != nil {
+			return err
+		}
+		orig := byText[f.FlowMod().String()]
+		if orig == nil || e.Table() != orig.Table || e.Priority() != orig.Priority || e.Cookie() != orig.Cookie {
+			t.Errorf("entry %q: table, priority or cookie differ from what was installed", f.String())
+			return nil
+		}
+		match, _ := orig.Match.AppendBinary(nil)
+		insts, _ := AppendInstructions(nil, orig.Instructions)
+		if !bytes.Equal(e.Match(), match) || !bytes.Equal(e.Instructions(), insts) {
+			t.Errorf("entry %q: match or instructions are not the bytes sent:\n%s\n%s", orig, hexDiff(e.Match(), match), hexDiff(e.Instructions(), insts))
+		}
+		return nil
+	})
+	if err != nil || entries != len(fms) {
+		t.Fatalf("DumpFlowEntries: %d entries, %v; want %d", entries, err, len(fms))
+	}
+
 	// Flow.String is the dump-flows line, statistics included.
 	sort.Strings(dumpedText)
 	var ofctl []string

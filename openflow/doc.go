@@ -58,10 +58,12 @@
 // applies many flow mods atomically (OPEN, pipelined ADDs, CLOSE, then
 // COMMIT only if no message failed, else DISCARD); BeginBundle does the same
 // in parts (a Transaction), for a change too large to hold at once, each
-// Add sent as it is ready. DumpFlows collects every part of a flow dump and
-// DumpFlowsFunc hands each flow over as its part arrives. FlushConntrack and
-// FlushConntrackZone clear conntrack entries (confirmed with a barrier, as
-// the switch answers nothing on success).
+// Add sent as it is ready. DumpFlows collects every part of a flow dump,
+// DumpFlowsFunc hands each flow over as its part arrives, and
+// DumpFlowEntries hands each over undecoded, read in place (a FlowEntry),
+// for callers that index a large table by digests of its bytes.
+// FlushConntrack and FlushConntrackZone clear conntrack entries (confirmed
+// with a barrier, as the switch answers nothing on success).
 //
 // Open vSwitch specifics this package follows: in OpenFlow 1.5 the switch
 // reports flows as OFPMP_FLOW_DESC entries with OXS statistics; it sends

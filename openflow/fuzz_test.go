@@ -25,9 +25,24 @@ func FuzzUnmarshalMessage(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// Flow entries read in place (DumpFlowEntries) must not panic
+		// either, and agree with the decoder on what they accept.
+		entries, entriesErr := 0, error(nil)
+		if len(data) >= HeaderLen+8 {
+			entriesErr = eachFlowEntry(data[HeaderLen+8:], func(e FlowEntry) error {
+				_, _, _ = e.Table(), e.Priority(), e.Cookie()
+				_, _ = e.Match(), e.Instructions()
+				entries++
+				_, err := e.Decode()
+				return err
+			})
+		}
 		h, m, err := UnmarshalMessage(data)
 		if err != nil {
 			return
+		}
+		if r, ok := m.(*FlowDescReply); ok && (entriesErr != nil || entries != len(r.Flows)) {
+			t.Fatalf("the decoder read %d flows, the entries %d (%v)", len(r.Flows), entries, entriesErr)
 		}
 		b, err := MarshalMessage(h.Xid, m)
 		if err != nil {

@@ -329,6 +329,15 @@ func (m Match) Equal(o Match) bool {
 	return true
 }
 
+// Reset empties m (it then matches every packet) but keeps its storage
+// for the fields set next, so that code rendering many matches in turn
+// into one Match allocates only for the first. Copies of m made before
+// share that storage: Reset m only once they are no longer used.
+func (m *Match) Reset() {
+	m.entries = m.entries[:0]
+	m.unknown = m.unknown[:0]
+}
+
 // Clone returns a deep copy.
 func (m Match) Clone() Match {
 	return Match{entries: append([]matchEntry(nil), m.entries...), unknown: cloneBytes(m.unknown)}
@@ -416,21 +425,31 @@ func (m *Match) UnmarshalBinary(b []byte) error {
 // ParseMatch decodes the ofp_match at the start of b and returns it with the
 // number of bytes it occupies, padding included.
 func ParseMatch(b []byte) (Match, int, error) {
-	if len(b) < 4 {
-		return Match{}, 0, decodeErr("match", 0, "need 4 bytes, have %d", len(b))
-	}
-	typ, n := be.Uint16(b), int(be.Uint16(b[2:]))
-	if typ != matchTypeOXM {
-		return Match{}, 0, decodeErr("match", 0, "match type %d is not OXM (1)", typ)
-	}
-	if n < 4 || pad8(n) > len(b) {
-		return Match{}, 0, decodeErr("match", 2, "length %d (padded %d) does not fit in %d bytes", n, pad8(n), len(b))
+	n, err := matchLen(b)
+	if err != nil {
+		return Match{}, 0, err
 	}
 	var m Match
 	if err := m.decodeTLVs(b[4:n], 4); err != nil {
 		return Match{}, 0, err
 	}
 	return m, pad8(n), nil
+}
+
+// matchLen checks the header of the ofp_match at the start of b and
+// returns its length without padding; the padded match fits in b.
+func matchLen(b []byte) (int, error) {
+	if len(b) < 4 {
+		return 0, decodeErr("match", 0, "need 4 bytes, have %d", len(b))
+	}
+	typ, n := be.Uint16(b), int(be.Uint16(b[2:]))
+	if typ != matchTypeOXM {
+		return 0, decodeErr("match", 0, "match type %d is not OXM (1)", typ)
+	}
+	if n < 4 || pad8(n) > len(b) {
+		return 0, decodeErr("match", 2, "length %d (padded %d) does not fit in %d bytes", n, pad8(n), len(b))
+	}
+	return n, nil
 }
 
 // oxmTLV splits the OXM TLV at the start of b into its normalized header

@@ -180,16 +180,16 @@ func (m *FlowDescReply) AppendBody(b []byte, _ uint32) ([]byte, error) {
 
 func decodeFlowDescReply(flags uint16, b []byte) (Message, error) {
 	m := &FlowDescReply{Flags: flags}
-	for off := 0; off < len(b); {
-		f, n, err := decodeFlowEntry(b[off:])
+	err := eachFlowEntry(b, func(e FlowEntry) error {
+		f, err := e.Decode()
 		if err != nil {
-			if de, ok := err.(*DecodeError); ok && de.Offset >= 0 {
-				de.Offset += off
-			}
-			return nil, err
+			return err
 		}
 		m.Flows = append(m.Flows, f)
-		off += n
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -246,37 +246,6 @@ func (f *Flow) AppendBinary(b []byte) ([]byte, error) {
 }
 
 const flowDescFixedLen = 24
-
-func decodeFlowEntry(b []byte) (Flow, int, error) {
-	if len(b) < flowDescFixedLen {
-		return Flow{}, 0, decodeErr("flow entry", 0, "%d bytes, want at least %d", len(b), flowDescFixedLen)
-	}
-	n := int(be.Uint16(b))
-	if n < flowDescFixedLen || n > len(b) {
-		return Flow{}, 0, decodeErr("flow entry", 0, "length %d does not fit in %d bytes", n, len(b))
-	}
-	p := b[:n]
-	f := Flow{
-		Table: p[4], Priority: be.Uint16(p[6:]), IdleTimeout: be.Uint16(p[8:]), HardTimeout: be.Uint16(p[10:]),
-		Flags: FlowModFlags(be.Uint16(p[12:])), Importance: be.Uint16(p[14:]), Cookie: be.Uint64(p[16:]),
-	}
-	off := flowDescFixedLen
-	match, k, err := ParseMatch(p[off:])
-	if err != nil {
-		return Flow{}, 0, err
-	}
-	f.Match = match
-	off += k
-	k, err = f.Stats.decode(p[off:])
-	if err != nil {
-		return Flow{}, 0, err
-	}
-	off += k
-	if f.Instructions, err = ParseInstructions(p[off:]); err != nil {
-		return Flow{}, 0, err
-	}
-	return f, n, nil
-}
 
 // Statistics fields (OXS), as bits of Stats.Present.
 const (
@@ -344,13 +313,23 @@ func (s *Stats) appendTo(b []byte) []byte {
 	return padTo8(b, start)
 }
 
-func (s *Stats) decode(b []byte) (int, error) {
+// statsLen checks the header of the ofp_stats at the start of b and
+// returns its length without padding; the padded statistics fit in b.
+func statsLen(b []byte) (int, error) {
 	if len(b) < 4 {
 		return 0, decodeErr("stats", 0, "need 4 bytes, have %d", len(b))
 	}
 	n := int(be.Uint16(b[2:]))
 	if n < 4 || pad8(n) > len(b) {
 		return 0, decodeErr("stats", 2, "length %d (padded %d) does not fit in %d bytes", n, pad8(n), len(b))
+	}
+	return n, nil
+}
+
+func (s *Stats) decode(b []byte) (int, error) {
+	n, err := statsLen(b)
+	if err != nil {
+		return 0, err
 	}
 	*s = Stats{}
 	for off := 4; off < n; {
