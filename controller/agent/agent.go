@@ -56,8 +56,9 @@ import (
 // Switch is what the agent needs of its bridge's OpenFlow connection.
 type Switch interface {
 	// DumpFlows calls fn with every flow whose cookie matches cookie under
-	// mask, as the dump arrives; an error from fn stops it.
-	DumpFlows(ctx context.Context, cookie, mask uint64, fn func(*openflow.Flow) error) error
+	// mask, read in place as the dump arrives (fn keeps no entry); an
+	// error from fn stops it.
+	DumpFlows(ctx context.Context, cookie, mask uint64, fn func(openflow.FlowEntry) error) error
 	// BeginBundle opens an atomic, ordered transaction that messages are
 	// added to in parts.
 	BeginBundle(ctx context.Context) (Bundle, error)
@@ -153,14 +154,14 @@ type Agent struct {
 	// its flows last changed, until its stale conntrack entries are
 	// flushed (only then does a sync succeed).
 	unflushed map[string]dataplane.Service
-	// byGroup holds the keys in the planner by cookie service hash (two
-	// keys share a group only when their hashes collide).
-	byGroup  map[uint32]map[string]bool
+	// byGroup holds the keys in the planner by cookie service hash.
+	byGroup  groupKeys
 	reported map[string][]dataplane.Problem
+	// prefetched delivers the bridge read that Run starts beside the
+	// informers' initial list; nil once the first full sync took it.
+	prefetched <-chan *bridgeRead
 
-	mu sync.Mutex
-	// prefetched is the bridge read during the informers' initial list.
-	prefetched  *bridgeRead
+	mu          sync.Mutex
 	lastSyncErr error
 	everSynced  bool
 	// syncedGeneration is the connection generation the last successful
@@ -190,7 +191,7 @@ func New(cfg Config) *Agent {
 		unapplied: map[string]bool{},
 		flowsOf:   map[string]dataplane.Service{},
 		unflushed: map[string]dataplane.Service{},
-		byGroup:   map[uint32]map[string]bool{},
+		byGroup:   groupKeys{},
 		reported:  map[string][]dataplane.Problem{},
 	}
 	// Each handler marks the EgressService an object feeds (if any) and
@@ -270,15 +271,15 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.kubeFactory.Start(ctx.Done())
 	a.leaseFactory.Start(ctx.Done())
 	a.esFactory.Start(ctx.Done())
-	prefetched := make(chan struct{})
-	go func() {
-		defer close(prefetched)
-		a.prefetch(ctx)
-	}()
+	// The bridge is read while the cluster is listed: on a restart at
+	// 10,000 services the two take about as long as each other. The first
+	// sync waits for the read only once it has computed what it wants.
+	prefetched := make(chan *bridgeRead, 1)
+	a.prefetched = prefetched
+	go func() { prefetched <- a.readBridge(ctx) }()
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return errors.New("informer caches did not sync")
 	}
-	<-prefetched // a dead OpenFlow connection fails it fast: the sync retries
 	klog.InfoS("Caches synced; starting the node sync", "node", a.cfg.Node.Name)
 	// Handlers have marked every object so far; the first sync reads them
 	// all, as the bridge is dumped and diffed in full anyway.

@@ -13,9 +13,9 @@ type OpenFlowSwitch struct {
 }
 
 // DumpFlows reads every flow of the bridge whose cookie matches, handing
-// each to fn as its part of the dump arrives.
-func (s OpenFlowSwitch) DumpFlows(ctx context.Context, cookie, mask uint64, fn func(*openflow.Flow) error) error {
-	return s.Client.DumpFlowsFunc(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: cookie, CookieMask: mask}, fn)
+// each to fn, in place, as its part of the dump arrives.
+func (s OpenFlowSwitch) DumpFlows(ctx context.Context, cookie, mask uint64, fn func(openflow.FlowEntry) error) error {
+	return s.Client.DumpFlowEntries(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: cookie, CookieMask: mask}, fn)
 }
 
 // BeginBundle opens an atomic bundle transaction.

@@ -45,7 +45,7 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 		// First sync, or the connection came back: what is on the bridge is
 		// unknown (OVS may have restarted empty). Read it, then replay the
 		// difference; flows that are already right are left alone.
-		read := a.takePrefetched()
+		read := a.takePrefetched(ctx)
 		if read == nil {
 			read = a.readBridge(ctx)
 		}
@@ -133,31 +133,31 @@ func (a *Agent) readBridge(ctx context.Context) *bridgeRead {
 		return r
 	}
 	// Indexed as the dump arrives: only the index is ever held.
+	start := time.Now()
 	r.installed = dataplane.NewInstalled(nil)
-	index := func(f *openflow.Flow) error { r.installed.AddDumped(f); return nil }
+	index := func(e openflow.FlowEntry) error { r.installed.AddDumped(e); return nil }
 	if err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, index); err != nil {
 		r.err = fmt.Errorf("read egressflow's flows from the bridge: %w", err)
+		return r
 	}
+	klog.InfoS("Read egressflow's flows from the bridge", "node", a.cfg.Node.Name, "flows", r.installed.Len(), "duration", time.Since(start).Round(time.Millisecond))
 	return r
 }
 
-// prefetch reads the bridge while the informers list the cluster (Run), so
-// that the first sync after a start need not: on a restart at 10,000
-// services the two take about as long as each other.
-func (a *Agent) prefetch(ctx context.Context) {
-	r := a.readBridge(ctx)
-	a.mu.Lock()
-	a.prefetched = r
-	a.mu.Unlock()
-}
-
-// takePrefetched returns the prefetched read if it is still valid: it
-// succeeded, on the connection that is still up.
-func (a *Agent) takePrefetched() *bridgeRead {
-	a.mu.Lock()
-	r := a.prefetched
+// takePrefetched waits for the bridge read Run started, the first time it
+// is called, and returns it if it is still valid: it succeeded, on the
+// connection that is still up. Otherwise (a later call, a failed read, a
+// reconnection since) it returns nil, and the bridge is read again.
+func (a *Agent) takePrefetched(ctx context.Context) *bridgeRead {
+	if a.prefetched == nil {
+		return nil
+	}
+	var r *bridgeRead
+	select {
+	case r = <-a.prefetched:
+	case <-ctx.Done():
+	}
 	a.prefetched = nil
-	a.mu.Unlock()
 	if r == nil || r.err != nil || r.generation != a.cfg.Switch.Generation() {
 		return nil
 	}
@@ -198,15 +198,9 @@ func (a *Agent) recompute() error {
 		a.unapplied[k] = true
 		group := dataplane.ServiceHash(k)
 		if _, ok := a.planner.Service(k); ok {
-			if a.byGroup[group] == nil {
-				a.byGroup[group] = map[string]bool{}
-			}
-			a.byGroup[group][k] = true
-		} else if a.byGroup[group] != nil {
-			delete(a.byGroup[group], k)
-			if len(a.byGroup[group]) == 0 {
-				delete(a.byGroup, group)
-			}
+			a.byGroup.add(group, k)
+		} else {
+			a.byGroup.remove(group, k)
 		}
 	}
 	a.report(changed)
@@ -226,73 +220,83 @@ func (a *Agent) diff(ctx context.Context, bridge *dataplane.Installed, stream *b
 		g := dataplane.ServiceHash(k)
 		changed[g] = append(changed[g], k)
 	}
-	if bridge != nil {
-		for _, g := range bridge.Groups() {
-			if _, ok := changed[g]; !ok {
-				changed[g] = nil
-			}
-		}
-	}
-	// against is what a group is diffed with: the bridge as read, or else
-	// the group's flows as last sent.
-	against := func(sent []*openflow.FlowMod) *dataplane.Installed {
-		if bridge != nil {
-			return bridge
-		}
-		return dataplane.InstalledOf(sent)
-	}
 	var changes dataplane.Changes
+	// diffGroup diffs a group's flows against the bridge as read (a full
+	// sync: what is left of it once every group is diffed must go), or else
+	// against the group's flows as last sent (what is left of those goes
+	// now).
+	diffGroup := func(desired, sent []*openflow.FlowMod) {
+		if bridge != nil {
+			changes.DiffFlows(desired, bridge)
+			return
+		}
+		installed := dataplane.InstalledOf(sent)
+		changes.DiffFlows(desired, installed)
+		changes.DeleteRest(installed)
+	}
+	// Each group is rendered into these, diffed, and its changes encoded
+	// before the next group reuses them.
+	var desiredBuf, sentBuf dataplane.FlowBuffer
+	var desired, sent []*openflow.FlowMod
 	// In a stable order, so that the same sync sends the same bundle.
 	for _, g := range slices.Sorted(maps.Keys(changed)) {
 		if g == 0 {
 			continue
 		}
 		unapplied := changed[g]
-		// Every key with flows in the group, desired or on the bridge: a
-		// key on the bridge but no longer in the planner is unapplied.
-		keys := slices.Sorted(maps.Keys(a.byGroup[g]))
+		// Every key with flows in the group, desired or last sent: a key
+		// whose flows were sent but that is no longer in the planner is
+		// unapplied.
+		keys := slices.Clone(a.byGroup[g])
 		for _, k := range unapplied {
-			if !a.byGroup[g][k] {
+			if !slices.Contains(a.byGroup[g], k) {
 				keys = append(keys, k)
 			}
 		}
 		slices.Sort(keys)
-		var desired, sent []*openflow.FlowMod
+		desiredBuf.Reset()
+		sentBuf.Reset()
+		desired, sent = desired[:0], sent[:0]
 		for _, k := range keys {
 			if s, ok := a.planner.Service(k); ok {
-				flows := dataplane.ServiceFlows(s, ports)
-				a.cfg.Metrics.flows.WithLabelValues(k).Set(float64(len(flows)))
-				desired = append(desired, flows...)
+				n := len(desired)
+				desired = desiredBuf.AppendService(desired, s, ports)
+				a.cfg.Metrics.flows.set(k, len(desired)-n)
 			}
 			if s, ok := a.flowsOf[k]; ok && bridge == nil {
-				sent = append(sent, dataplane.ServiceFlows(s, ports)...)
+				sent = sentBuf.AppendService(sent, s, ports)
 			}
 		}
-		changes.DiffGroup(g, desired, against(sent))
+		diffGroup(desired, sent)
+		// Encodes the group's changes: the buffers are free again.
 		if err := stream.add(ctx, &changes); err != nil {
 			return nil, err
 		}
 	}
 	for k := range a.unapplied {
 		if _, ok := a.planner.Service(k); !ok {
-			a.cfg.Metrics.flows.DeleteLabelValues(k)
+			a.cfg.Metrics.flows.remove(k)
 		}
 	}
 	shared := dataplane.SharedFlows(a.planner.Exempt(), a.planner.Acting(dataplane.RoleHost), a.planner.Acting(dataplane.RoleSteer), ports)
-	a.cfg.Metrics.flows.WithLabelValues("").Set(float64(len(shared)))
-	changes.DiffGroup(0, shared, against(a.sharedOnBridge))
+	a.cfg.Metrics.flows.set("", len(shared))
+	diffGroup(shared, a.sharedOnBridge)
 	if err := stream.add(ctx, &changes); err != nil {
 		return nil, err
+	}
+	if bridge != nil {
+		changes.DeleteRest(bridge) // flows of no service any more, to Stale
 	}
 	if len(changes.Stale) > 0 {
 		// The index of a dump keeps no matches: the flows no longer
 		// desired are deleted as a second dump finds them.
-		err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, func(f *openflow.Flow) error {
-			if del := changes.DeleteStale(f); del != nil {
-				changes.Delete = append(changes.Delete, del)
-				return stream.add(ctx, &changes)
+		err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, func(e openflow.FlowEntry) error {
+			del, err := changes.DeleteStale(e)
+			if del == nil || err != nil {
+				return err
 			}
-			return nil
+			changes.Delete = append(changes.Delete, del)
+			return stream.add(ctx, &changes)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("read the stale flows from the bridge: %w", err)
@@ -333,4 +337,28 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// groupKeys holds keys by the service hash of their flows' cookies, each
+// group's sorted. Two keys share a group only when their hashes collide,
+// so nearly every group is one key: a slice of them costs a tenth of a set.
+type groupKeys map[uint32][]string
+
+// add puts key in group, if it is not there yet.
+func (g groupKeys) add(group uint32, key string) {
+	if i, found := slices.BinarySearch(g[group], key); !found {
+		g[group] = slices.Insert(g[group], i, key)
+	}
+}
+
+// remove takes key out of group, and drops the group once it is empty.
+func (g groupKeys) remove(group uint32, key string) {
+	i, found := slices.BinarySearch(g[group], key)
+	switch {
+	case !found:
+	case len(g[group]) == 1:
+		delete(g, group)
+	default:
+		g[group] = slices.Delete(g[group], i, i+1)
+	}
 }

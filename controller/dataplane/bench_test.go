@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/egressflow/egressflow/openflow"
 )
 
 // benchCluster is n services of 10 endpoints each, on 10 nodes, hosted on
@@ -88,13 +90,18 @@ func BenchmarkEndpointAdded(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		var c Changes
+		diff := func(desired, sent []*openflow.FlowMod) {
+			installed := InstalledOf(sent)
+			c.DiffFlows(desired, installed)
+			c.DeleteRest(installed)
+		}
 		for _, k := range p.Update(key, inputs[i%2]) {
 			s, _ := p.Service(k)
-			c.DiffGroup(ServiceHash(k), ServiceFlows(s, ports), InstalledOf(ServiceFlows(applied[k], ports)))
+			diff(ServiceFlows(s, ports), ServiceFlows(applied[k], ports))
 			applied[k] = s
 		}
 		next := SharedFlows(p.Exempt(), p.Acting(RoleHost), p.Acting(RoleSteer), ports)
-		c.DiffGroup(0, next, InstalledOf(shared))
+		diff(next, shared)
 		shared = next
 		if len(c.Add) != 2-2*(i%2) || len(c.Delete) != 2*(i%2) {
 			b.Fatalf("round %d: %d adds %d deletes, want the endpoint's two flows added or deleted", i, len(c.Add), len(c.Delete))

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -24,7 +25,10 @@ type Changes struct {
 	// their deletes are built from a second dump (DeleteStale).
 	Stale map[uint64]uint64
 
+	// Reused by every DiffFlows and DeleteRest.
 	scratch []byte
+	wanted  map[uint64]bool
+	gone    []uint64
 }
 
 // Empty reports whether there is nothing to send.
@@ -32,18 +36,23 @@ func (c *Changes) Empty() bool { return len(c.Add)+len(c.Delete)+len(c.Stale) ==
 
 // DeleteStale returns the strict delete of a dumped flow if it is one of
 // Stale, which it then forgets; otherwise nil. Fed a second dump of the
-// bridge, it turns Stale into deletes without ever holding the dump.
-func (c *Changes) DeleteStale(f *openflow.Flow) *openflow.FlowMod {
+// bridge, it turns Stale into deletes without ever holding the dump. Only
+// a stale flow's match is decoded, which fails only if the switch sent a
+// malformed one.
+func (c *Changes) DeleteStale(e openflow.FlowEntry) (*openflow.FlowMod, error) {
 	if len(c.Stale) == 0 {
-		return nil
+		return nil, nil
 	}
-	var id uint64
-	id, c.scratch = flowHash(c.scratch, f.Table, f.Priority, &f.Match)
-	if cookie, ok := c.Stale[id]; !ok || cookie != f.Cookie {
-		return nil
+	id := entryHash(e)
+	if cookie, ok := c.Stale[id]; !ok || cookie != e.Cookie() {
+		return nil, nil
+	}
+	m, _, err := openflow.ParseMatch(e.Match())
+	if err != nil {
+		return nil, fmt.Errorf("stale flow with cookie %#x: %w", e.Cookie(), err)
 	}
 	delete(c.Stale, id)
-	return strictDelete(f.Table, f.Priority, f.Match, f.Cookie)
+	return strictDelete(e.Table(), e.Priority(), m, e.Cookie()), nil
 }
 
 func strictDelete(table uint8, priority uint16, m openflow.Match, cookie uint64) *openflow.FlowMod {
@@ -53,24 +62,22 @@ func strictDelete(table uint8, priority uint16, m openflow.Match, cookie uint64)
 	}
 }
 
-// Installed indexes egressflow's flows on the bridge by the service hash of
-// their cookie (0: the shared flows) and by a 64-bit hash of their FlowID.
-// It keeps only what a diff needs, a cookie and a digest of the
-// instructions per flow (and, for flows it was given as sent, the flow, to
-// delete it by): about 30 bytes a flow, so a restart indexes 200,000 flows
-// in some 6 MB. Two FlowIDs of one group with equal hashes would pass for
-// one flow; at tens of flows a group, that takes luck of about one in 10^17.
+// Installed indexes egressflow's flows on the bridge by a 64-bit hash of
+// their FlowID: a switch holds one flow per FlowID, so the hash names the
+// flow. It keeps only what a diff needs, a cookie and a digest of the
+// instructions per flow, in a map without pointers that the garbage
+// collector never scans: some 32 bytes a flow, 7 MB for the 200,000 flows
+// a restart indexes. Two of 200,000 FlowIDs share a hash with odds of about
+// one in 10^9; those two would pass for one flow.
+//
+// A diff takes out of the index every flow it finds desired, so what
+// remains once every desired flow was diffed is what must go (DeleteRest).
 type Installed struct {
-	groups  map[uint32]map[uint64]installedFlow
+	flows map[uint64]flowState
+	// sent holds the flows InstalledOf was given, which a delete is built
+	// from; a dump's flows are not kept.
+	sent    map[uint64]*openflow.FlowMod
 	scratch []byte
-}
-
-// installedFlow is what Installed remembers of one flow.
-type installedFlow struct {
-	state flowState
-	// sent is the flow as sent (InstalledOf), which a delete is built from;
-	// nil for a flow read from a dump, whose match is not kept.
-	sent *openflow.FlowMod
 }
 
 // flowState is what Installed remembers of one flow.
@@ -85,22 +92,23 @@ type flowState struct {
 	actions uint64
 }
 
-// NewInstalled indexes the flows dumped from the bridge, keeping only
+// NewInstalled indexes flows dumped from the bridge, keeping only
 // egressflow's (see AddDumped).
-func NewInstalled(flows []*openflow.Flow) *Installed {
-	in := &Installed{groups: map[uint32]map[uint64]installedFlow{}}
-	for _, f := range flows {
-		in.AddDumped(f)
+func NewInstalled(dump []openflow.FlowEntry) *Installed {
+	in := &Installed{flows: map[uint64]flowState{}}
+	for _, e := range dump {
+		in.AddDumped(e)
 	}
 	return in
 }
 
 // AddDumped indexes one flow dumped from the bridge if it is egressflow's
-// (by cookie prefix): the rest belong to someone else. It keeps nothing of
-// f, so a dump can be indexed as it arrives.
-func (in *Installed) AddDumped(f *openflow.Flow) {
-	if f.Cookie&CookiePrefixMask == CookiePrefix {
-		in.add(f.Table, f.Priority, &f.Match, f.Cookie, f.Instructions, nil)
+// (by cookie prefix): the rest belong to someone else. It digests the
+// entry's bytes in place and keeps nothing of it, so a dump is indexed as
+// it arrives without being decoded.
+func (in *Installed) AddDumped(e openflow.FlowEntry) {
+	if e.Cookie()&CookiePrefixMask == CookiePrefix {
+		in.flows[entryHash(e)] = flowState{cookie: e.Cookie(), actions: fnv64(fnvOffset64, e.Instructions())}
 	}
 }
 
@@ -109,110 +117,95 @@ func (in *Installed) AddDumped(f *openflow.Flow) {
 // flows as last applied, re-rendered, instead of keeping an index of every
 // flow of the node.
 func InstalledOf(flows []*openflow.FlowMod) *Installed {
-	in := &Installed{groups: map[uint32]map[uint64]installedFlow{}}
+	in := &Installed{flows: make(map[uint64]flowState, len(flows)), sent: make(map[uint64]*openflow.FlowMod, len(flows))}
 	for _, fm := range flows {
-		in.add(fm.Table, fm.Priority, &fm.Match, fm.Cookie, fm.Instructions, fm)
+		var id uint64
+		var st flowState
+		id, in.scratch = flowHash(in.scratch, fm.Table, fm.Priority, &fm.Match)
+		if _, repeat := in.flows[id]; repeat {
+			continue // as the switch would hold it: the first one stands
+		}
+		st, in.scratch = stateOf(in.scratch, fm.Cookie, fm.Instructions)
+		in.flows[id], in.sent[id] = st, fm
 	}
 	return in
 }
 
-// add indexes one flow.
-func (in *Installed) add(table uint8, priority uint16, m *openflow.Match, cookie uint64, insts []openflow.Instruction, sent *openflow.FlowMod) {
-	var id uint64
-	id, in.scratch = flowHash(in.scratch, table, priority, m)
-	g := in.groups[cookieGroup(cookie)]
-	if g == nil {
-		g = map[uint64]installedFlow{}
-		in.groups[cookieGroup(cookie)] = g
-	} else if _, ok := g[id]; ok {
-		return // a repeat, as DiffGroup treats it: the first one stands
-	}
-	f := installedFlow{sent: sent}
-	f.state, in.scratch = stateOf(in.scratch[:0], cookie, insts)
-	g[id] = f
-}
-
 // Len returns how many flows are indexed.
-func (in *Installed) Len() int {
-	n := 0
-	for _, g := range in.groups {
-		n += len(g)
-	}
-	return n
-}
+func (in *Installed) Len() int { return len(in.flows) }
 
-// Groups returns the service hashes that have flows.
-func (in *Installed) Groups() []uint32 { return slices.Sorted(maps.Keys(in.groups)) }
-
-// Diff compares every desired flow with every installed one.
+// Diff compares every desired flow with every installed one. It leaves
+// installed as it was.
 func Diff(desired []*openflow.FlowMod, installed *Installed) Changes {
-	byGroup := map[uint32][]*openflow.FlowMod{}
-	for _, fm := range desired {
-		g := cookieGroup(fm.Cookie)
-		byGroup[g] = append(byGroup[g], fm)
-	}
+	rest := &Installed{flows: maps.Clone(installed.flows), sent: installed.sent}
 	var c Changes
-	for _, g := range installed.Groups() {
-		if _, ok := byGroup[g]; !ok {
-			c.DiffGroup(g, nil, installed)
-		}
-	}
-	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
-		c.DiffGroup(g, byGroup[g], installed)
-	}
+	c.DiffFlows(desired, rest)
+	c.DeleteRest(rest)
 	return c
 }
 
-// DiffGroup adds to c what turns the installed flows of one service hash
-// group (see ServiceHash; 0 for the shared flows) into desired, the whole
-// of that group's desired flows. Other groups are not looked at, so a sync
-// that changed one service costs that service's flows only.
-func (c *Changes) DiffGroup(group uint32, desired []*openflow.FlowMod, installed *Installed) {
-	have := installed.groups[group]
-	wanted := make(map[uint64]bool, len(desired))
+// DiffFlows adds to c the desired flows the bridge lacks or holds
+// otherwise, and takes every desired flow out of installed: what remains
+// there once every desired flow was diffed is what must go (DeleteRest).
+// The desired flows may come in parts, in any number of calls (the agent
+// diffs group by group); a FlowID repeated within one call counts once,
+// the first one standing.
+func (c *Changes) DiffFlows(desired []*openflow.FlowMod, installed *Installed) {
+	if c.wanted == nil {
+		c.wanted = map[uint64]bool{}
+	}
+	wanted := c.wanted
+	clear(wanted)
 	for _, fm := range desired {
 		var id uint64
 		id, c.scratch = flowHash(c.scratch, fm.Table, fm.Priority, &fm.Match)
 		if wanted[id] {
-			continue // a repeat within the group: the first one stands
+			continue
 		}
 		wanted[id] = true
 		var st flowState
-		st, c.scratch = stateOf(c.scratch[:0], fm.Cookie, fm.Instructions)
-		if old, ok := have[id]; ok && old.state == st {
+		st, c.scratch = stateOf(c.scratch, fm.Cookie, fm.Instructions)
+		old, ok := installed.flows[id]
+		delete(installed.flows, id)
+		// A flow found under another cookie (it moved to this service's
+		// group) is replaced by the add, which sets the new cookie.
+		if ok && old == st {
 			continue
 		}
 		c.Add = append(c.Add, fm)
 	}
-	var gone []uint64
-	for id := range have {
-		if !wanted[id] {
-			gone = append(gone, id)
-		}
+}
+
+// DeleteRest turns the flows left in installed after DiffFlows, those no
+// longer desired, into strict deletes if installed holds them as sent, or
+// else into Stale; installed is empty afterwards.
+func (c *Changes) DeleteRest(installed *Installed) {
+	gone := c.gone[:0]
+	for id := range installed.flows {
+		gone = append(gone, id)
 	}
 	// Map order is random; a stable order makes bundles reproducible.
 	slices.Sort(gone)
+	c.gone = gone
 	for _, id := range gone {
-		f := have[id]
-		if f.sent == nil {
-			if c.Stale == nil {
-				c.Stale = map[uint64]uint64{}
-			}
-			c.Stale[id] = f.state.cookie
+		st := installed.flows[id]
+		if f := installed.sent[id]; f != nil {
+			c.Delete = append(c.Delete, strictDelete(f.Table, f.Priority, f.Match, st.cookie))
 			continue
 		}
-		c.Delete = append(c.Delete, strictDelete(f.sent.Table, f.sent.Priority, f.sent.Match, f.state.cookie))
+		if c.Stale == nil {
+			c.Stale = map[uint64]uint64{}
+		}
+		c.Stale[id] = st.cookie
 	}
+	clear(installed.flows)
 }
-
-// cookieGroup is the service hash a cookie carries.
-func cookieGroup(cookie uint64) uint32 { return uint32(cookie >> 8) }
 
 // stateOf digests a flow's cookie and instructions, using scratch for the
 // wire form and returning it for reuse.
 func stateOf(scratch []byte, cookie uint64, insts []openflow.Instruction) (flowState, []byte) {
-	scratch, _ = openflow.AppendInstructions(scratch, insts) // ours encode
-	return flowState{cookie: cookie, actions: fnv64(scratch)}, scratch
+	scratch, _ = openflow.AppendInstructions(scratch[:0], insts) // ours encode
+	return flowState{cookie: cookie, actions: fnv64(fnvOffset64, scratch)}, scratch
 }
 
 // FNV-1a, 64 bits (hash/fnv's constants; inlined to keep the per-flow
@@ -222,15 +215,27 @@ const (
 	fnvPrime64  = 1099511628211
 )
 
-// flowHash is the FNV-64a hash of a flow's FlowID, using scratch for its
-// bytes and returning it for reuse.
+// flowHash is the FNV-64a hash of a flow's FlowID, using scratch for the
+// match's wire form and returning it for reuse.
 func flowHash(scratch []byte, table uint8, priority uint16, m *openflow.Match) (uint64, []byte) {
-	scratch = appendFlowID(scratch[:0], table, priority, m)
-	return fnv64(scratch), scratch
+	scratch, _ = m.AppendBinary(scratch[:0]) // only unencodable values fail; ours encode
+	return idHash(table, priority, scratch), scratch
 }
 
-func fnv64(b []byte) uint64 {
-	h := uint64(fnvOffset64)
+// entryHash is flowHash of a dumped flow, read in place: the switch holds
+// egressflow's matches in the wire form it was sent them in (openflow's
+// TestClientFlowsRoundTrip checks it on a real switch).
+func entryHash(e openflow.FlowEntry) uint64 { return idHash(e.Table(), e.Priority(), e.Match()) }
+
+// idHash hashes the bytes of a FlowID (appendFlowID) without gathering
+// them.
+func idHash(table uint8, priority uint16, match []byte) uint64 {
+	prefix := [3]byte{table, byte(priority >> 8), byte(priority)}
+	return fnv64(fnv64(fnvOffset64, prefix[:]), match)
+}
+
+// fnv64 continues the FNV-1a hash h over b.
+func fnv64(h uint64, b []byte) uint64 {
 	for _, c := range b {
 		h = (h ^ uint64(c)) * fnvPrime64
 	}

@@ -1,17 +1,25 @@
 package dataplane
 
 import (
-	"reflect"
+	"maps"
+	"slices"
 	"testing"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/egressflow/egressflow/openflow"
 )
 
 // dumpedAs turns flow mods into what a dump of the bridge would return.
-func dumpedAs(fms []*openflow.FlowMod) []*openflow.Flow {
-	var out []*openflow.Flow
+func dumpedAs(t *testing.T, fms []*openflow.FlowMod) []openflow.FlowEntry {
+	t.Helper()
+	var out []openflow.FlowEntry
 	for _, fm := range fms {
-		out = append(out, &openflow.Flow{Table: fm.Table, Priority: fm.Priority, Cookie: fm.Cookie, Match: fm.Match, Instructions: fm.Instructions})
+		e, err := (&openflow.Flow{Table: fm.Table, Priority: fm.Priority, Cookie: fm.Cookie, Match: fm.Match, Instructions: fm.Instructions}).Entry()
+		if err != nil {
+			t.Fatalf("%v: %v", fm, err)
+		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -19,10 +27,14 @@ func dumpedAs(fms []*openflow.FlowMod) []*openflow.Flow {
 // resolveStale turns the stale flows of a diff against a dump into their
 // deletes, as the agent does with a second dump, and checks that every one
 // was found there.
-func resolveStale(t *testing.T, c *Changes, dump []*openflow.Flow) {
+func resolveStale(t *testing.T, c *Changes, dump []openflow.FlowEntry) {
 	t.Helper()
-	for _, f := range dump {
-		if del := c.DeleteStale(f); del != nil {
+	for _, e := range dump {
+		del, err := c.DeleteStale(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if del != nil {
 			c.Delete = append(c.Delete, del)
 		}
 	}
@@ -31,29 +43,16 @@ func resolveStale(t *testing.T, c *Changes, dump []*openflow.Flow) {
 	}
 }
 
-// states is an index's flows without how they were given.
-func states(in *Installed) map[uint32]map[uint64]flowState {
-	out := map[uint32]map[uint64]flowState{}
-	for g, flows := range in.groups {
-		out[g] = map[uint64]flowState{}
-		for id, f := range flows {
-			out[g][id] = f.state
-		}
-	}
-	return out
-}
-
 func TestDiff(t *testing.T) {
 	c := baseCluster()
 	desired := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
 	if got := Diff(desired, NewInstalled(nil)); len(got.Add) != len(desired) || len(got.Delete) != 0 {
 		t.Fatalf("into an empty bridge: %d adds %d deletes, want %d adds", len(got.Add), len(got.Delete), len(desired))
 	}
-	dumped := dumpedAs(desired)
 	// Someone else's flow with the same match as one of ours is not ours.
-	foreign := *dumped[0]
+	foreign := *desired[0]
 	foreign.Cookie = 0x1234
-	dump := append(dumped, &foreign)
+	dump := dumpedAs(t, append(slices.Clone(desired), &foreign))
 	installed := NewInstalled(dump)
 	if got := Diff(desired, installed); !got.Empty() {
 		t.Fatalf("nothing changed, yet %d adds %d deletes", len(got.Add), len(got.Delete))
@@ -81,7 +80,7 @@ func TestDiff(t *testing.T) {
 	// The index of flows as sent is the index of their dump, so diffing
 	// against flows as last applied is diffing against the bridge.
 	sent := InstalledOf(next)
-	if want := NewInstalled(dumpedAs(next)); !reflect.DeepEqual(states(sent), states(want)) {
+	if want := NewInstalled(dumpedAs(t, next)); !maps.Equal(sent.flows, want.flows) {
 		t.Fatalf("InstalledOf: %d flows indexed, want the %d of a dump", sent.Len(), want.Len())
 	}
 	if again := Diff(next, sent); !again.Empty() {
@@ -110,5 +109,46 @@ func TestDiff(t *testing.T) {
 		if !deletes[d.String()] || d.Command != openflow.FlowDeleteStrict || d.CookieMask != ^uint64(0) {
 			t.Errorf("delete from the dump %v: want a strict, cookie-exact delete, as from the flows as sent", d)
 		}
+	}
+}
+
+// The agent diffs a full sync group by group against one index of the
+// bridge: the same changes as one Diff of every flow. A flow that moved to
+// another group (same FlowID, new cookie) is replaced by its add alone.
+func TestDiffInParts(t *testing.T) {
+	c := baseCluster()
+	c.EgressServices = append(c.EgressServices, egressService("shop", "db", "", "", "n1"))
+	c.Services["shop/db"] = lbService("shop", "db", "192.0.2.20")
+	c.EndpointSlices["shop/db"] = []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1.9")}
+	before := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
+	dump := dumpedAs(t, before)
+
+	// One service's flows go, and one flow changes group.
+	c.EgressServices = c.EgressServices[:1]
+	desired := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
+	moved := *desired[0]
+	moved.Cookie = Cookie(FlowKind(moved.Cookie>>40&0xff), "other/service")
+	desired[0] = &moved
+	whole := Diff(desired, NewInstalled(dump))
+
+	bridge := NewInstalled(dump)
+	var parts Changes
+	byGroup := map[uint64][]*openflow.FlowMod{}
+	for _, fm := range desired {
+		g := fm.Cookie & ServiceCookieMask
+		byGroup[g] = append(byGroup[g], fm)
+	}
+	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
+		parts.DiffFlows(byGroup[g], bridge)
+	}
+	parts.DeleteRest(bridge)
+	if bridge.Len() != 0 {
+		t.Fatalf("DeleteRest left %d flows in the index", bridge.Len())
+	}
+	if len(whole.Add) != 1 || whole.Add[0] != &moved || len(whole.Delete) != 0 {
+		t.Fatalf("Diff: %d adds %d deletes, want the moved flow's add alone", len(whole.Add), len(whole.Delete))
+	}
+	if len(whole.Stale) == 0 || !maps.Equal(parts.Stale, whole.Stale) || !slices.Equal(parts.Add, whole.Add) || len(parts.Delete) != 0 {
+		t.Fatalf("in parts: %d adds %d stale, at once: %d adds %d stale; want the same, some stale", len(parts.Add), len(parts.Stale), len(whole.Add), len(whole.Stale))
 	}
 }

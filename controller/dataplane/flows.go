@@ -89,9 +89,10 @@ type Ports struct {
 // endpoint and each reply LB IP to one service only.
 func Flows(state State, ports Ports) []*openflow.FlowMod {
 	var out []*openflow.FlowMod
+	var buf FlowBuffer // never reset: the flows are the caller's
 	acting := map[Role]int{}
 	for _, s := range state.Services {
-		out = append(out, ServiceFlows(s, ports)...)
+		out = buf.AppendService(out, s, ports)
 		acting[s.Role]++
 	}
 	return append(out, SharedFlows(state.Exempt, acting[RoleHost], acting[RoleSteer], ports)...)
@@ -100,38 +101,115 @@ func Flows(state State, ports Ports) []*openflow.FlowMod {
 // ServiceFlows renders one service's flows, all carrying its hash in their
 // cookie.
 func ServiceFlows(s Service, ports Ports) []*openflow.FlowMod {
-	var out []*openflow.FlowMod
-	add := func(kind FlowKind, table uint8, m openflow.Match, insts ...openflow.Instruction) {
-		out = append(out, flowMod(Cookie(kind, s.Key), table, priorityService, m, insts...))
+	var buf FlowBuffer
+	return buf.AppendService(nil, s, ports)
+}
+
+// FlowBuffer is storage for rendered flows that is used again after Reset:
+// the agent renders each group of services into one, diffs the group and
+// encodes its changes, then resets it for the next group, so that
+// rendering a node's 200,000 flows to compare them with the bridge
+// allocates for one group's flows, not for all of them. Flows rendered
+// into it stay valid (and unchanged) until Reset, however it grows; flows
+// of one service share their instructions, which must not be modified.
+type FlowBuffer struct {
+	chunks [][]openflow.FlowMod // never moved once made, so handed-out flows stay put
+	chunk  int                  // the chunk the next flow goes in
+	used   int                  // flows used of that chunk
+}
+
+// Chunk sizes of a FlowBuffer: it grows by chunks as large as what it
+// holds so far, between these bounds. Small first chunks keep a buffer for
+// one service small; the cap bounds what a buffer holds beyond its need.
+const (
+	flowBufferMinChunk = 8
+	flowBufferMaxChunk = 1024
+)
+
+// Reset makes b's storage free for reuse: every flow rendered into it
+// before becomes invalid.
+func (b *FlowBuffer) Reset() { b.chunk, b.used = 0, 0 }
+
+// add renders one flow mod into the buffer.
+func (b *FlowBuffer) add(cookie uint64, table uint8, priority uint16, insts []openflow.Instruction) *openflow.FlowMod {
+	if b.chunk < len(b.chunks) && b.used == len(b.chunks[b.chunk]) {
+		b.chunk, b.used = b.chunk+1, 0
+	}
+	if b.chunk == len(b.chunks) {
+		held := 0
+		for _, c := range b.chunks {
+			held += len(c)
+		}
+		b.chunks = append(b.chunks, make([]openflow.FlowMod, min(max(held, flowBufferMinChunk), flowBufferMaxChunk)))
+	}
+	fm := &b.chunks[b.chunk][b.used]
+	b.used++
+	m := fm.Match
+	m.Reset() // its fields' storage serves the new flow
+	*fm = openflow.FlowMod{
+		Command: openflow.FlowAdd, Cookie: cookie, Table: table, Priority: priority,
+		Match: m, Instructions: insts,
+	}
+	return fm
+}
+
+// Instructions that are the same in every flow of their kind, shared by
+// them all (and never modified).
+var (
+	gotoEgress = []openflow.Instruction{openflow.GotoTable{Table: TableEgress}}
+	// replyThroughCT un-NATs a packet to an LB IP (a reply to a SNATed
+	// connection) and continues in TableReply.
+	replyThroughCT = []openflow.Instruction{openflow.Apply(
+		openflow.CT{Zone: conntrack.SNATZone, Recirculate: true, Table: TableReply, Actions: []openflow.Action{openflow.NAT{}}})}
+)
+
+// AppendService renders s's flows (ServiceFlows) into b and appends them to
+// dst. The flows of one kind share their instructions.
+func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Ports) []*openflow.FlowMod {
+	add := func(kind FlowKind, table uint8, insts []openflow.Instruction) *openflow.Match {
+		fm := b.add(Cookie(kind, s.Key), table, priorityService, insts)
+		dst = append(dst, fm)
+		return &fm.Match
 	}
 	switch s.Role {
 	case RoleHost:
+		var snat [2][]openflow.Instruction // by family, IPv4 first
 		for _, ep := range s.Endpoints {
-			lb, _ := s.LoadBalancerIP(ep)
-			add(KindRedirect, TableClassify, redirectMatch(ep), openflow.GotoTable{Table: TableEgress})
-			add(KindSNAT, TableEgress, ipMatch(ep, srcField(ep)), openflow.Apply(
-				openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Actions: []openflow.Action{
-					openflow.NAT{Flags: openflow.NATSrc, MinAddr: lb},
-				}},
-				openflow.Output{Port: ports.Uplink}))
+			family := 0
+			if ep.Is6() {
+				family = 1
+			}
+			if snat[family] == nil {
+				lb, _ := s.LoadBalancerIP(ep)
+				snat[family] = []openflow.Instruction{openflow.Apply(
+					openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Actions: []openflow.Action{
+						openflow.NAT{Flags: openflow.NATSrc, MinAddr: lb},
+					}},
+					openflow.Output{Port: ports.Uplink})}
+			}
+			setRedirect(add(KindRedirect, TableClassify, gotoEgress), ep)
+			setIP(add(KindSNAT, TableEgress, snat[family]), ep, srcField(ep))
 		}
 		for _, lb := range s.ReplyLBIPs {
-			m := ipMatch(lb, dstField(lb))
+			m := add(KindReplyCT, TableClassify, replyThroughCT)
+			setIP(m, lb, dstField(lb))
 			m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
-			add(KindReplyCT, TableClassify, m, openflow.Apply(
-				openflow.CT{Zone: conntrack.SNATZone, Recirculate: true, Table: TableReply, Actions: []openflow.Action{openflow.NAT{}}}))
 		}
 	case RoleSteer:
+		var steer []openflow.Instruction
+		if s.HostMAC != nil { // else the shared drop catches it: fail closed
+			steer = []openflow.Instruction{openflow.Apply(
+				openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(s.HostMAC)},
+				openflow.Output{Port: ports.Uplink})}
+		}
 		for _, ep := range s.Endpoints {
-			add(KindRedirect, TableClassify, redirectMatch(ep), openflow.GotoTable{Table: TableEgress})
-			if s.HostMAC != nil { // else the shared drop catches it: fail closed
-				add(KindSteer, TableEgress, ipMatch(ep, srcField(ep)), openflow.Apply(
-					openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(s.HostMAC)},
-					openflow.Output{Port: ports.Uplink}))
+			setRedirect(add(KindRedirect, TableClassify, gotoEgress), ep)
+			if steer != nil {
+				setIP(add(KindSteer, TableEgress, steer), ep, srcField(ep))
 			}
 		}
 	}
-	return out
+	return dst
 }
 
 // SharedFlows renders the flows no one service owns: with any service to
@@ -142,36 +220,34 @@ func SharedFlows(exempt []netip.Prefix, hosting, steering int, ports Ports) []*o
 	if hosting+steering == 0 {
 		return out
 	}
-	for _, p := range exempt {
-		m := ipMatch(p.Addr(), dstField(p.Addr()))
-		m.SetPrefix(dstField(p.Addr()), p)
-		out = append(out, flowMod(Cookie(KindExempt, ""), TableEgress, priorityExempt, m, openflow.Apply(openflow.Output{Port: openflow.PortNormal})))
+	var buf FlowBuffer
+	add := func(kind FlowKind, table uint8, priority uint16, insts ...openflow.Instruction) *openflow.Match {
+		fm := buf.add(Cookie(kind, ""), table, priority, insts)
+		out = append(out, fm)
+		return &fm.Match
 	}
-	out = append(out, flowMod(Cookie(KindDrop, ""), TableEgress, priorityFallback, openflow.Match{}))
+	for _, p := range exempt {
+		m := add(KindExempt, TableEgress, priorityExempt, openflow.Apply(openflow.Output{Port: openflow.PortNormal}))
+		setIP(m, p.Addr(), openflow.FieldNone)
+		m.SetPrefix(dstField(p.Addr()), p)
+	}
+	add(KindDrop, TableEgress, priorityFallback) // no instructions: drop
 	if hosting == 0 {
 		return out
 	}
 	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
-		m := ipMatch(family, openflow.FieldNone)
+		m := add(KindDeliver, TableReply, priorityService, openflow.Apply(openflow.Output{Port: openflow.PortLocal}))
+		setIP(m, family, openflow.FieldNone)
 		m.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk|openflow.CTStateNew))
-		out = append(out, flowMod(Cookie(KindDeliver, ""), TableReply, priorityService, m, openflow.Apply(openflow.Output{Port: openflow.PortLocal})))
 	}
-	return append(out, flowMod(Cookie(KindDeliver, ""), TableReply, priorityFallback, openflow.Match{}, openflow.Apply(openflow.Output{Port: openflow.PortNormal})))
+	add(KindDeliver, TableReply, priorityFallback, openflow.Apply(openflow.Output{Port: openflow.PortNormal}))
+	return out
 }
 
-// redirectMatch selects an endpoint's packets coming from the host stack.
-func redirectMatch(ep netip.Addr) openflow.Match {
-	m := ipMatch(ep, srcField(ep))
+// setRedirect matches an endpoint's packets coming from the host stack.
+func setRedirect(m *openflow.Match, ep netip.Addr) {
+	setIP(m, ep, srcField(ep))
 	m.SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
-	return m
-}
-
-// flowMod is an OFPFC_ADD; no instructions means drop.
-func flowMod(cookie uint64, table uint8, priority uint16, m openflow.Match, insts ...openflow.Instruction) *openflow.FlowMod {
-	return &openflow.FlowMod{
-		Command: openflow.FlowAdd, Cookie: cookie, Table: table, Priority: priority,
-		Match: m, Instructions: insts,
-	}
 }
 
 // FlowID identifies a flow on a switch: OpenFlow allows one flow per table,
@@ -188,10 +264,9 @@ func appendFlowID(b []byte, table uint8, priority uint16, m *openflow.Match) []b
 	return b
 }
 
-// ipMatch matches the family of addr (eth_type) and, unless field is
+// setIP matches the family of addr (eth_type) and, unless field is
 // FieldNone, addr itself in field.
-func ipMatch(addr netip.Addr, field openflow.Field) openflow.Match {
-	var m openflow.Match
+func setIP(m *openflow.Match, addr netip.Addr, field openflow.Field) {
 	ethType := uint64(0x0800)
 	if addr.Is6() {
 		ethType = 0x86dd
@@ -200,7 +275,6 @@ func ipMatch(addr netip.Addr, field openflow.Field) openflow.Match {
 	if field != openflow.FieldNone {
 		m.SetAddr(field, addr)
 	}
-	return m
 }
 
 func srcField(a netip.Addr) openflow.Field {

@@ -84,6 +84,7 @@ var (
 	latencySamples = flag.Int("latency-samples", 200, "endpoint additions timed for p50/p99")
 	setupWorkers   = flag.Int("setup-workers", 16, "goroutines creating the API objects")
 	heapProfile    = flag.String("heap-profile", "", "write the agent binary's heap profile (go tool pprof) here, taken after it settled (its restart's: .restart appended)")
+	cpuProfile     = flag.String("cpu-profile", "", "write a CPU profile (go tool pprof) of the agent binary's first seconds here, from just after its start until it is healthy (its restart's: .restart appended)")
 	binaryLog      = flag.String("binary-log", "", "write what the agent binary logged here (with GODEBUG=gctrace=1 in the bench's environment, its collector's trace too; its restart's: .restart appended)")
 )
 
@@ -873,6 +874,15 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods, wantFlows int, fileS
 		body, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body), err
 	}
+	profiled := make(chan struct{})
+	if *cpuProfile != "" {
+		go func() {
+			defer close(profiled)
+			profileStart(b, get, *cpuProfile+fileSuffix)
+		}()
+	} else {
+		close(profiled)
+	}
 	var m binaryMemory
 	deadline := started.Add(waitLimit)
 	listing := true // until the binary logs that its informers synced
@@ -942,6 +952,7 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods, wantFlows int, fileS
 			b.Errorf("heap profile: %v", err)
 		}
 	}
+	<-profiled
 	if err := agent.Stop(syscall.SIGTERM); err != nil {
 		b.Errorf("the agent binary's exit after SIGTERM: %v", err)
 	}
@@ -951,6 +962,32 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods, wantFlows int, fileS
 		}
 	}
 	return m
+}
+
+// startProfileSeconds is how long the CPU profile of a binary's start runs:
+// about as long as a start to Healthy takes at 10,000 services, and within
+// the bench's HTTP client's timeout (topology.HTTPClient, 5 s).
+const startProfileSeconds = 4
+
+// profileStart writes a CPU profile of the agent binary's first seconds to
+// path, asking for it as soon as its metrics server answers (a few
+// milliseconds after its start).
+func profileStart(b *testing.B, get func(path string) (int, string, error), path string) {
+	deadline := time.Now().Add(waitLimit)
+	for {
+		code, profile, err := get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", startProfileSeconds))
+		if err == nil && code == http.StatusOK {
+			if err := os.WriteFile(path, []byte(profile), 0o644); err != nil {
+				b.Errorf("CPU profile: %v", err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Errorf("no CPU profile from the agent binary: %d %v", code, err)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // procMemory reads a process's resident memory from /proc/<pid>/status.
