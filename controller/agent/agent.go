@@ -177,14 +177,14 @@ func New(cfg Config) *Agent {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryBaseDelay, retryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressflow-agent"}),
-		kubeFactory: informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.Resync,
+		kubeFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
 			informers.WithTransform(slim)),
-		leaseFactory: informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.Resync,
+		leaseFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
 			informers.WithNamespace(cfg.Namespace), informers.WithTransform(slim),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = heartbeat.LeaseLabel + "=" + heartbeat.LeaseLabelValue
 			})),
-		esFactory: esinformers.NewSharedInformerFactoryWithOptions(cfg.Egress, cfg.Resync,
+		esFactory: esinformers.NewSharedInformerFactoryWithOptions(listingEgress{cfg.Egress}, cfg.Resync,
 			esinformers.WithTransform(slim)),
 		dirty:     map[string]bool{},
 		planner:   dataplane.NewPlanner(cfg.Node, cfg.Tables),
