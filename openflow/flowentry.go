@@ -17,9 +17,14 @@ type FlowEntry struct {
 	matchBytes int    // the match's length without its padding
 }
 
-func (e FlowEntry) Table() uint8     { return e.b[4] }
+// Table is the table the flow is in.
+func (e FlowEntry) Table() uint8 { return e.b[4] }
+
+// Priority is the flow's priority.
 func (e FlowEntry) Priority() uint16 { return be.Uint16(e.b[6:]) }
-func (e FlowEntry) Cookie() uint64   { return be.Uint64(e.b[16:]) }
+
+// Cookie is the flow's cookie.
+func (e FlowEntry) Cookie() uint64 { return be.Uint64(e.b[16:]) }
 
 // Match returns the entry's ofp_match as the switch encoded it, header and
 // padding included: for a flow this package installed, the bytes
