@@ -11,10 +11,9 @@ package openflow
 // FlowEntry aliases the reply it was read from: it is valid only while the
 // callback it was handed to runs (see Client.DumpFlowEntries).
 type FlowEntry struct {
-	b          []byte // the whole entry
-	matchEnd   int    // offset just past the match's padding
-	statsEnd   int    // offset just past the statistics' padding
-	matchBytes int    // the match's length without its padding
+	b        []byte // the whole entry
+	matchEnd int    // offset just past the match's padding
+	statsEnd int    // offset just past the statistics' padding
 }
 
 // Table is the table the flow is in.
@@ -43,13 +42,13 @@ func (e FlowEntry) Decode() (Flow, error) {
 		Table: p[4], Priority: be.Uint16(p[6:]), IdleTimeout: be.Uint16(p[8:]), HardTimeout: be.Uint16(p[10:]),
 		Flags: FlowModFlags(be.Uint16(p[12:])), Importance: be.Uint16(p[14:]), Cookie: be.Uint64(p[16:]),
 	}
-	if err := f.Match.decodeTLVs(p[flowDescFixedLen+4:flowDescFixedLen+e.matchBytes], 4); err != nil {
+	var err error
+	if f.Match, _, err = ParseMatch(e.Match()); err != nil {
 		return Flow{}, err
 	}
 	if _, err := f.Stats.decode(p[e.matchEnd:]); err != nil {
 		return Flow{}, err
 	}
-	var err error
 	if f.Instructions, err = ParseInstructions(e.Instructions()); err != nil {
 		return Flow{}, err
 	}
@@ -83,7 +82,7 @@ func splitFlowEntry(b []byte) (FlowEntry, int, error) {
 	if err != nil {
 		return FlowEntry{}, 0, err
 	}
-	e.matchBytes, e.matchEnd = m, flowDescFixedLen+pad8(m)
+	e.matchEnd = flowDescFixedLen + pad8(m)
 	s, err := statsLen(e.b[e.matchEnd:])
 	if err != nil {
 		return FlowEntry{}, 0, err

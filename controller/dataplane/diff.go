@@ -230,7 +230,7 @@ func entryHash(e openflow.FlowEntry) uint64 { return idHash(e.Table(), e.Priorit
 // idHash hashes the bytes of a FlowID (appendFlowID) without gathering
 // them.
 func idHash(table uint8, priority uint16, match []byte) uint64 {
-	prefix := [3]byte{table, byte(priority >> 8), byte(priority)}
+	prefix := flowIDPrefix(table, priority)
 	return fnv64(fnv64(fnvOffset64, prefix[:]), match)
 }
 

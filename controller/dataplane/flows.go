@@ -259,9 +259,16 @@ func FlowID(fm *openflow.FlowMod) string {
 // appendFlowID appends a flow's FlowID bytes: table, priority, then the
 // match's wire form.
 func appendFlowID(b []byte, table uint8, priority uint16, m *openflow.Match) []byte {
-	b = append(b, table, byte(priority>>8), byte(priority))
+	prefix := flowIDPrefix(table, priority)
+	b = append(b, prefix[:]...)
 	b, _ = m.AppendBinary(b) // only unencodable values fail; ours encode
 	return b
+}
+
+// flowIDPrefix is what a FlowID holds before the match: table, then
+// priority, big-endian.
+func flowIDPrefix(table uint8, priority uint16) [3]byte {
+	return [3]byte{table, byte(priority >> 8), byte(priority)}
 }
 
 // setIP matches the family of addr (eth_type) and, unless field is
