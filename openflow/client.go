@@ -39,11 +39,12 @@ type Client struct {
 	gens    uint64
 	closed  bool
 
-	reconnected chan struct{}
-	closing     chan struct{}
-	loopDone    chan struct{}
-	unsol       chan unsolicitedMsg
-	dropped     atomic.Uint64
+	reconnected  chan struct{}
+	disconnected chan struct{}
+	closing      chan struct{}
+	loopDone     chan struct{}
+	unsol        chan unsolicitedMsg
+	dropped      atomic.Uint64
 }
 
 type unsolicitedMsg struct {
@@ -74,6 +75,13 @@ const (
 	// while bounding how stale the switch can get once it is back.
 	DefaultMinBackoff = 100 * time.Millisecond
 	DefaultMaxBackoff = 5 * time.Second
+	// DefaultLocalBackoff is the wait between reconnection attempts to a
+	// unix socket (a local switch, unless WithReconnectBackoff says
+	// otherwise): a failed attempt there is one connect(2) that fails at
+	// once, so trying every 20 ms costs nothing measurable, while a
+	// doubling backoff would leave a restarted vswitchd without its flows
+	// for up to DefaultMaxBackoff.
+	DefaultLocalBackoff = 20 * time.Millisecond
 	// unsolicitedQueue bounds the messages waiting for the unsolicited
 	// handler; beyond it they are dropped (and counted), never blocking
 	// the reader.
@@ -86,6 +94,7 @@ type options struct {
 	handshakeTimeout time.Duration
 	minBackoff       time.Duration
 	maxBackoff       time.Duration
+	backoffSet       bool
 	logger           *slog.Logger
 	onUnsolicited    func(Header, Message)
 	dialer           func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -110,9 +119,10 @@ func WithHandshakeTimeout(d time.Duration) Option {
 }
 
 // WithReconnectBackoff sets the minimum and maximum wait between
-// reconnection attempts (DefaultMinBackoff, DefaultMaxBackoff).
+// reconnection attempts (DefaultMinBackoff, DefaultMaxBackoff; for a unix
+// socket DefaultLocalBackoff for both).
 func WithReconnectBackoff(min, max time.Duration) Option {
-	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
+	return func(o *options) { o.minBackoff, o.maxBackoff, o.backoffSet = min, max, true }
 }
 
 // WithLogger sets where the client logs connection changes (none by default).
@@ -153,15 +163,20 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 		var d net.Dialer
 		o.dialer = d.DialContext
 	}
+	network, _, err := splitTarget(target)
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix" && !o.backoffSet {
+		o.minBackoff, o.maxBackoff = DefaultLocalBackoff, DefaultLocalBackoff
+	}
 	if o.maxBackoff < o.minBackoff {
 		o.maxBackoff = o.minBackoff
 	}
-	if _, _, err := splitTarget(target); err != nil {
-		return nil, err
-	}
 	c := &Client{
 		target: target, o: o, log: o.logger,
-		reconnected: make(chan struct{}, 1), closing: make(chan struct{}), loopDone: make(chan struct{}),
+		reconnected: make(chan struct{}, 1), disconnected: make(chan struct{}, 1),
+		closing: make(chan struct{}), loopDone: make(chan struct{}),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -313,6 +328,10 @@ func (c *Client) run(s *session) {
 		c.cur, c.lastErr = nil, s.deadErr
 		c.mu.Unlock()
 		c.log.Warn("openflow: connection lost; reconnecting", "target", c.target, "error", s.deadErr)
+		select {
+		case c.disconnected <- struct{}{}:
+		default: // a notification is already pending
+		}
 		backoff := c.o.minBackoff
 		for {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -365,6 +384,12 @@ func (c *Client) run(s *session) {
 // Notifications coalesce: a slow reader sees one pending value, never a
 // blocked client.
 func (c *Client) Reconnected() <-chan struct{} { return c.reconnected }
+
+// Disconnected receives a value each time the connection is lost, before
+// the client tries to reconnect: the switch may be restarting, and an
+// owner that must prepare for that (see controller/ovsdb) learns it at
+// once. Notifications coalesce, as Reconnected's do.
+func (c *Client) Disconnected() <-chan struct{} { return c.disconnected }
 
 // Generation counts successful connections, starting at 1.
 func (c *Client) Generation() uint64 {

@@ -70,6 +70,17 @@ func TestReconnectAfterVswitchdRestart(t *testing.T) {
 		t.Errorf("Barrier with the switch down took %v", d)
 	}
 
+	select {
+	case <-c.Disconnected():
+	default:
+		t.Error("no disconnection notification once the switch died")
+	}
+	select {
+	case <-c.Reconnected():
+		t.Fatal("reconnection notified while the switch is down")
+	default:
+	}
+
 	sw.StartVswitchd(t)
 	select {
 	case <-c.Reconnected():

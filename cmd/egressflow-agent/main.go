@@ -37,6 +37,7 @@ import (
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/iprule"
+	"github.com/egressflow/egressflow/controller/ovsdb"
 	"github.com/egressflow/egressflow/openflow"
 )
 
@@ -72,6 +73,8 @@ func run() error {
 	fs.DurationVar(&renewInterval, "heartbeat-renew-interval", renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
 	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time after this agent or its dataplane dies")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8081", "address serving /metrics, /healthz and /readyz; empty disables")
+	var ovsdbTarget string
+	fs.StringVar(&ovsdbTarget, "ovsdb", "", "Open vSwitch database (unix:PATH or tcp:HOST:PORT; default unix:<ovs-rundir>/db.sock) where the agent holds a restarting ovs-vswitchd's forwarding until its flows are replayed (other_config:flow-restore-wait); \"none\" disables the hold, and then a vswitchd restart forwards pods' packets unchanged until the agent has reconnected")
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	flag.Parse()
@@ -114,6 +117,14 @@ func run() error {
 		return fmt.Errorf("connect to bridge %s: %w", bridge, err)
 	}
 	defer ofClient.Close()
+	var forwarding agent.ForwardingGate
+	switch ovsdbTarget {
+	case "none":
+	case "":
+		forwarding = ovsdb.Database{Target: "unix:" + filepath.Join(ovsRundir, "db.sock")}
+	default:
+		forwarding = ovsdb.Database{Target: ovsdbTarget}
+	}
 	handle, err := netlink.NewHandle()
 	if err != nil {
 		return err
@@ -123,13 +134,15 @@ func run() error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a := agent.New(agent.Config{
-		Node:       node,
-		UplinkPort: uplink,
-		Namespace:  namespace,
-		Kube:       kube,
-		Egress:     egress,
-		Switch:     agent.OpenFlowSwitch{Client: ofClient},
-		Rules:      iprule.NewManager(handle),
+		Node:         node,
+		UplinkPort:   uplink,
+		Namespace:    namespace,
+		Kube:         kube,
+		Egress:       egress,
+		Switch:       agent.OpenFlowSwitch{Client: ofClient},
+		Forwarding:   forwarding,
+		Disconnected: ofClient.Disconnected(),
+		Rules:        iprule.NewManager(handle),
 		Tables: iprule.TableResolver{
 			Files:      strings.Split(rtTables, ","),
 			LinkByName: handle.LinkByName,

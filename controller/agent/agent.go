@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -62,8 +63,8 @@ type Switch interface {
 	// BeginBundle opens an atomic, ordered transaction that messages are
 	// added to in parts.
 	BeginBundle(ctx context.Context) (Bundle, error)
-	// PortNumber returns the OpenFlow port number of a port by name.
-	PortNumber(ctx context.Context, name string) (uint32, error)
+	// Ports describes the bridge's ports, LOCAL included.
+	Ports(ctx context.Context) ([]openflow.Port, error)
 	// FlushConntrack removes the connections the filter selects.
 	FlushConntrack(ctx context.Context, filter *openflow.CTFlush) error
 	// Connected reports whether the connection is up now.
@@ -72,6 +73,22 @@ type Switch interface {
 	// reconnection, after which the bridge may have lost its flows.
 	Generation() uint64
 }
+
+// ForwardingGate holds back a restarting ovs-vswitchd's forwarding until
+// egressflow's flows are back (controller/ovsdb's Database, through
+// other_config:flow-restore-wait).
+type ForwardingGate interface {
+	// HoldForwarding makes an ovs-vswitchd that starts from now on forward
+	// nothing until ReleaseForwarding; a running one is not affected.
+	HoldForwarding(ctx context.Context) error
+	// ReleaseForwarding lets a waiting ovs-vswitchd forward.
+	ReleaseForwarding(ctx context.Context) error
+}
+
+// holdTimeout bounds one write to the Open vSwitch database. It is a local
+// socket that answers in milliseconds; the bound only keeps a wedged
+// ovsdb-server from stalling the agent.
+const holdTimeout = 5 * time.Second
 
 // RuleSyncer converges the policy-routing rules (iprule.Manager).
 type RuleSyncer interface {
@@ -104,10 +121,15 @@ type Config struct {
 	Kube      kubernetes.Interface
 	Egress    versioned.Interface
 	Switch    Switch
-	Rules     RuleSyncer
-	Tables    dataplane.TableResolver
-	Recorder  record.EventRecorder
-	Metrics   *Metrics
+	// Forwarding, if not nil, holds a restarting ovs-vswitchd until the
+	// agent has replayed its flows; Disconnected signals each loss of the
+	// OpenFlow connection (openflow.Client.Disconnected), when it holds.
+	Forwarding   ForwardingGate
+	Disconnected <-chan struct{}
+	Rules        RuleSyncer
+	Tables       dataplane.TableResolver
+	Recorder     record.EventRecorder
+	Metrics      *Metrics
 	// Resync is the informers' resync period (0: none). A resync only
 	// re-runs the level-triggered sync; nothing is written unless it differs.
 	Resync time.Duration
@@ -140,7 +162,8 @@ type Agent struct {
 	// it. False: unknown (first sync, reconnection, a failed bundle), so the
 	// next sync reads the bridge and diffs every flow.
 	onBridge bool
-	uplink   uint32
+	// ports are the bridge's facts the flows name, read on every sync.
+	ports dataplane.Ports
 	// unapplied holds the keys whose desired part may differ from what the
 	// node holds: recomputed, not yet converged by a successful sync.
 	unapplied map[string]bool
@@ -160,6 +183,16 @@ type Agent struct {
 	// prefetched delivers the bridge read that Run starts beside the
 	// informers' initial list; nil once the first full sync took it.
 	prefetched <-chan *bridgeRead
+	// released is the connection generation on which forwarding was last
+	// released; 0 after a hold, so that the next sync releases again.
+	released atomic.Uint64
+
+	// applyMu serializes what writes to the bridge: the worker's syncs
+	// and, until the caches have synced, the cold guard.
+	applyMu sync.Mutex
+	// cachesSynced: the informers have listed the cluster, the worker runs
+	// and the cold guard is no longer needed.
+	cachesSynced atomic.Bool
 
 	mu          sync.Mutex
 	lastSyncErr error
@@ -265,25 +298,31 @@ func New(cfg Config) *Agent {
 // Run starts the informers, waits for them, and syncs until ctx ends.
 // Reconnected, if not nil, signals that the OpenFlow connection was
 // re-established: the bridge's flows are read again and replayed.
+//
+// Before the informers have listed the cluster, a bridge without
+// egressflow's flows (a vswitchd that has just started) gets the cold
+// guard (dataplane.ColdGuardFlows) and is released at once: the agent
+// cannot tell endpoints yet, so every pod is held to the fail-closed
+// pipeline rather than left to leave with its pod IP, and the node's own
+// traffic flows, so the cluster can be listed even when the API server is
+// reached through this bridge.
 func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	defer utilruntime.HandleCrash()
 	defer a.queue.ShutDown()
 	a.kubeFactory.Start(ctx.Done())
 	a.leaseFactory.Start(ctx.Done())
 	a.esFactory.Start(ctx.Done())
+	go a.holdOnDisconnect(ctx)
+	if err := a.guardCold(ctx); err != nil {
+		klog.ErrorS(err, "Could not guard a fresh bridge before the first sync; retrying on reconnection", "node", a.cfg.Node.Name)
+	}
 	// The bridge is read while the cluster is listed: on a restart at
 	// 10,000 services the two take about as long as each other. The first
 	// sync waits for the read only once it has computed what it wants.
 	prefetched := make(chan *bridgeRead, 1)
 	a.prefetched = prefetched
 	go func() { prefetched <- a.readBridge(ctx) }()
-	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
-		return errors.New("informer caches did not sync")
-	}
-	klog.InfoS("Caches synced; starting the node sync", "node", a.cfg.Node.Name)
-	// Handlers have marked every object so far; the first sync reads them
-	// all, as the bridge is dumped and diffed in full anyway.
-	a.queue.Add(syncKey)
+	coldWake := make(chan struct{}, 1)
 	go func() {
 		for {
 			select {
@@ -294,15 +333,126 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 					return
 				}
 				a.queue.Add(reconnectKey)
+				select {
+				case coldWake <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}()
+	go func() {
+		for !a.cachesSynced.Load() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-coldWake:
+			}
+			if err := a.guardCold(ctx); err != nil {
+				klog.ErrorS(err, "Could not guard a fresh bridge before the first sync", "node", a.cfg.Node.Name)
+			}
+		}
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+		return errors.New("informer caches did not sync")
+	}
+	a.cachesSynced.Store(true)
+	klog.InfoS("Caches synced; starting the node sync", "node", a.cfg.Node.Name)
+	// Handlers have marked every object so far; the first sync reads them
+	// all, as the bridge is dumped and diffed in full anyway.
+	a.queue.Add(syncKey)
 	go func() {
 		<-ctx.Done()
 		a.queue.ShutDown()
 	}()
 	for a.processNext(ctx) {
 	}
+	return nil
+}
+
+// holdOnDisconnect holds forwarding each time the bridge is lost: if
+// ovs-vswitchd is restarting, the new one forwards nothing until the first
+// sync on the new connection has replayed egressflow's flows and released
+// it. Held only while the bridge is away, never across a node's reboot
+// (see docs/dataplane.md).
+func (a *Agent) holdOnDisconnect(ctx context.Context) {
+	if a.cfg.Forwarding == nil || a.cfg.Disconnected == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-a.cfg.Disconnected:
+			if !ok {
+				return
+			}
+		}
+		holdCtx, cancel := context.WithTimeout(ctx, holdTimeout)
+		err := a.cfg.Forwarding.HoldForwarding(holdCtx)
+		cancel()
+		a.released.Store(0)
+		if err != nil {
+			klog.ErrorS(err, "Lost the OpenFlow connection to the bridge, and could not hold a restarting ovs-vswitchd's forwarding", "node", a.cfg.Node.Name)
+		} else {
+			klog.InfoS("Lost the OpenFlow connection to the bridge; a restarting ovs-vswitchd will forward nothing until egressflow's flows are replayed", "node", a.cfg.Node.Name)
+		}
+		a.queue.Add(syncKey) // releases once the bridge is back, whatever raced the hold
+	}
+}
+
+// guardCold installs the cold guard on a bridge that holds none of
+// egressflow's flows (its marker is missing), then releases forwarding,
+// unless the caches have synced (the worker's full sync does both then).
+func (a *Agent) guardCold(ctx context.Context) error {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	if a.cachesSynced.Load() {
+		return nil
+	}
+	generation := a.cfg.Switch.Generation()
+	marked := false
+	err := a.cfg.Switch.DumpFlows(ctx, dataplane.MarkerCookie, ^uint64(0), func(openflow.FlowEntry) error {
+		marked = true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("look for egressflow's marker flow: %w", err)
+	}
+	if marked {
+		// Programmed before, by this agent's predecessor: the first sync
+		// diffs against it (and releases a vswitchd still held).
+		return nil
+	}
+	ports, err := a.readPorts(ctx)
+	if err != nil {
+		return err
+	}
+	var changes dataplane.Changes
+	changes.Add = dataplane.ColdGuardFlows(a.cfg.Node, ports)
+	stream := bundleStream{sw: a.cfg.Switch}
+	err = stream.add(ctx, &changes)
+	if err == nil {
+		err = stream.commit(ctx)
+	}
+	if err != nil {
+		stream.discard()
+		return fmt.Errorf("install the cold guard: %w", err)
+	}
+	klog.InfoS("The bridge holds none of egressflow's flows: every pod is held to the fail-closed pipeline until the first sync", "node", a.cfg.Node.Name, "flows", stream.sent)
+	return a.release(ctx, generation)
+}
+
+// release lets a waiting ovs-vswitchd forward, once per connection.
+func (a *Agent) release(ctx context.Context, generation uint64) error {
+	if a.cfg.Forwarding == nil || a.released.Load() == generation {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
+	defer cancel()
+	if err := a.cfg.Forwarding.ReleaseForwarding(ctx); err != nil {
+		return fmt.Errorf("release ovs-vswitchd's forwarding: %w", err)
+	}
+	a.released.Store(generation)
 	return nil
 }
 
@@ -322,7 +472,9 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		return true
 	}
 	generation := a.cfg.Switch.Generation()
-	err := a.sync(ctx)
+	a.applyMu.Lock()
+	err := a.sync(ctx, generation)
+	a.applyMu.Unlock()
 	a.mu.Lock()
 	a.lastSyncErr = err
 	if err == nil {

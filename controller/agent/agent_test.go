@@ -27,6 +27,7 @@ import (
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/iprule"
+	"github.com/egressflow/egressflow/controller/ovsdb"
 	"github.com/egressflow/egressflow/openflow"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/topology"
@@ -203,14 +204,16 @@ func (e *env) startAgent(n *topology.Node) *runningAgent {
 			ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix, topology.ClusterPodPrefix6},
 			ServiceCIDRs:    serviceCIDRs,
 		},
-		UplinkPort: topology.UplinkPort,
-		Namespace:  kubetest.SystemNamespace,
-		Kube:       e.agentKube,
-		Egress:     e.agentEgress,
-		Switch:     sw,
-		Rules:      iprule.NewManager(handle),
-		Tables:     iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
-		Metrics:    NewMetrics(nil),
+		UplinkPort:   topology.UplinkPort,
+		Namespace:    kubetest.SystemNamespace,
+		Kube:         e.agentKube,
+		Egress:       e.agentEgress,
+		Switch:       sw,
+		Forwarding:   ovsdb.Database{Target: "unix:" + filepath.Join(n.Dir, "db.sock")},
+		Disconnected: client.Disconnected(),
+		Rules:        iprule.NewManager(handle),
+		Tables:       iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
+		Metrics:      NewMetrics(nil),
 	})
 	done := make(chan struct{})
 	go func() {
@@ -398,7 +401,7 @@ func TestAgentsSNATAndSteer(t *testing.T) {
 		eventually(t, "roles switched to host "+host.Name, func() error {
 			for _, n := range e.topo.Nodes {
 				flows := n.Ofctl(t, "dump-flows", n.Bridge)
-				snat, steer := strings.Contains(flows, "nat(src="), strings.Contains(flows, "set_field:"+host.BridgeMAC(t)+"->eth_dst")
+				snat, steer := strings.Contains(flows, "nat(src="), strings.Contains(flows, "set_field:"+host.BridgeMAC(t)+"->eth_dst,output:")
 				if (n == host) != snat || (n == host) == steer {
 					return fmt.Errorf("%s: SNAT flows %v, steering to %s %v", n.Name, snat, host.Name, steer)
 				}

@@ -27,9 +27,9 @@ func (s OpenFlowSwitch) BeginBundle(ctx context.Context) (Bundle, error) {
 	return t, nil
 }
 
-// PortNumber looks a port up by name.
-func (s OpenFlowSwitch) PortNumber(ctx context.Context, name string) (uint32, error) {
-	return s.Client.PortByName(ctx, name)
+// Ports describes the bridge's ports.
+func (s OpenFlowSwitch) Ports(ctx context.Context) ([]openflow.Port, error) {
+	return s.Client.Ports(ctx)
 }
 
 // FlushConntrack removes the connections the filter selects.

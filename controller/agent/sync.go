@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -21,7 +22,7 @@ import (
 // sync converges the node to the desired dataplane: it recomputes the
 // services marked dirty, then sends what differs for every service not yet
 // converged (all of them after a (re)connection).
-func (a *Agent) sync(ctx context.Context) (err error) {
+func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 	start := time.Now()
 	m := a.cfg.Metrics
 	defer func() {
@@ -38,6 +39,15 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 		return fmt.Errorf("read the informer caches: %w", err)
 	}
 
+	ports, err := a.readPorts(ctx)
+	if err != nil {
+		return err
+	}
+	if ports.Uplink != a.ports.Uplink {
+		a.onBridge = false // every SNAT, steer and reply flow names it
+	}
+	a.ports = ports
+
 	// bridge is what a full sync reads; nil when the flows on the bridge
 	// are known: those of flowsOf and sharedOnBridge.
 	var bridge *dataplane.Installed
@@ -52,7 +62,7 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 		if read.err != nil {
 			return read.err
 		}
-		a.uplink, bridge = read.uplink, read.installed
+		bridge = read.installed
 		for _, k := range a.planner.Keys() {
 			a.unapplied[k] = true
 		}
@@ -78,6 +88,10 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 	}
 	m.flowMods.Add(float64(stream.sent))
 	a.onBridge, a.sharedOnBridge = true, shared
+	// The flows are in place: a vswitchd waiting for them may forward.
+	if err := a.release(ctx, generation); err != nil {
+		return err
+	}
 	for k := range a.unapplied {
 		if _, pending := a.unflushed[k]; !pending {
 			if old, ok := a.flowsOf[k]; ok {
@@ -119,19 +133,36 @@ func (a *Agent) sync(ctx context.Context) (err error) {
 // bridgeRead is what a full sync reads from the bridge first.
 type bridgeRead struct {
 	generation uint64 // of the connection it was read on
-	uplink     uint32
 	installed  *dataplane.Installed
 	err        error
 }
 
-// readBridge looks the uplink up and indexes egressflow's flows.
+// readPorts reads the uplink's port number and the bridge's own MAC.
+func (a *Agent) readPorts(ctx context.Context) (dataplane.Ports, error) {
+	var out dataplane.Ports
+	ports, err := a.cfg.Switch.Ports(ctx)
+	if err != nil {
+		return out, fmt.Errorf("read the bridge's ports: %w", err)
+	}
+	var names []string
+	for _, p := range ports {
+		switch {
+		case p.Name == a.cfg.UplinkPort:
+			out.Uplink = p.PortNo
+		case p.PortNo == openflow.PortLocal:
+			out.BridgeMAC = p.HWAddr
+		}
+		names = append(names, p.Name)
+	}
+	if out.Uplink == 0 {
+		return out, fmt.Errorf("uplink port %q: %w (the bridge has %s)", a.cfg.UplinkPort, openflow.ErrNoSuchPort, strings.Join(names, ", "))
+	}
+	return out, nil
+}
+
+// readBridge indexes egressflow's flows.
 func (a *Agent) readBridge(ctx context.Context) *bridgeRead {
 	r := &bridgeRead{generation: a.cfg.Switch.Generation()}
-	var err error
-	if r.uplink, err = a.cfg.Switch.PortNumber(ctx, a.cfg.UplinkPort); err != nil {
-		r.err = fmt.Errorf("uplink port %q: %w", a.cfg.UplinkPort, err)
-		return r
-	}
 	// Indexed as the dump arrives: only the index is ever held.
 	start := time.Now()
 	r.installed = dataplane.NewInstalled(nil)
@@ -214,7 +245,7 @@ func (a *Agent) recompute() error {
 // never holds every new flow at once. It sets the per-service flow gauge
 // of what it rendered and returns the shared flows.
 func (a *Agent) diff(ctx context.Context, bridge *dataplane.Installed, stream *bundleStream) ([]*openflow.FlowMod, error) {
-	ports := dataplane.Ports{Uplink: a.uplink}
+	ports := a.ports
 	changed := map[uint32][]string{} // unapplied keys by group
 	for k := range a.unapplied {
 		g := dataplane.ServiceHash(k)

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"hash/fnv"
+	"net"
 	"net/netip"
 
 	"github.com/egressflow/egressflow/conntrack"
@@ -12,13 +13,25 @@ import (
 // flows that carry its cookie, above OVS's own priority-0 NORMAL flow).
 const (
 	// TableClassify is OpenFlow's first table, where egressflow diverts the
-	// packets it handles.
+	// packets it handles: every IP packet with an endpoint's source,
+	// whatever port it entered the bridge from.
 	TableClassify uint8 = 0
+	// TableOrigin sorts an endpoint's packet by where it entered the
+	// bridge: from the host stack (LOCAL) it goes on to TableEgress; from
+	// the uplink (steered here by another node) it is the host stack's;
+	// from any other port (a pod attached to the bridge) it may go
+	// straight to another pod or node, but never past the host stack to
+	// the outside (a pod that accepted an ICMP redirect sends so).
+	TableOrigin uint8 = 40
 	// TableEgress decides what happens to an endpoint's packet on its way
 	// from the host stack to the uplink: exempt, SNAT, steer or drop.
 	TableEgress uint8 = 41
 	// TableReply delivers un-SNATed replies to the host stack.
 	TableReply uint8 = 42
+	// TableMarker holds one flow that no packet reaches: its presence
+	// tells a starting agent that this ovs-vswitchd has been programmed by
+	// egressflow (see ColdGuardFlows).
+	TableMarker uint8 = 43
 )
 
 // Priorities, highest first within a table.
@@ -27,6 +40,13 @@ const (
 	priorityExempt uint16 = 300
 	// priorityService is every per-service flow.
 	priorityService uint16 = 200
+	// priorityColdGuard diverts every pod's packet before the first sync,
+	// below the per-endpoint flows that replace it.
+	priorityColdGuard uint16 = 150
+	// priorityMulticast passes a pod's link-scope traffic (neighbour
+	// discovery, broadcasts) in TableOrigin: it is never SNATed, and other
+	// pods on the bridge must see it.
+	priorityMulticast uint16 = 250
 	// priorityFallback is the fail-closed drop in TableEgress and the
 	// NORMAL of non-reply traffic in TableReply.
 	priorityFallback uint16 = 100
@@ -41,20 +61,25 @@ const (
 	CookiePrefixMask uint64 = 0xffff << 48
 	// CookieLayout is bumped when the pipeline changes shape, so that an
 	// upgraded agent can find flows of an older layout by mask.
-	CookieLayout uint64 = 1
+	// Layout 2: the classifying flows match an endpoint on every port, and
+	// TableOrigin sorts by port (layout 1 matched in_port=LOCAL only).
+	CookieLayout uint64 = 2
 )
 
 // FlowKind is the role of a flow in the pipeline, bits 47..40 of its cookie.
 type FlowKind uint8
 
 const (
-	KindRedirect FlowKind = 1 // TableClassify: an endpoint's packet from LOCAL to TableEgress
-	KindExempt   FlowKind = 2 // TableEgress: a destination inside the cluster
-	KindSNAT     FlowKind = 3 // TableEgress: SNAT to the LB IP and out the uplink
-	KindSteer    FlowKind = 4 // TableEgress: to the host node's bridge MAC
-	KindDrop     FlowKind = 5 // TableEgress: fail closed
-	KindReplyCT  FlowKind = 6 // TableClassify: traffic to an LB IP through conntrack
-	KindDeliver  FlowKind = 7 // TableReply: un-SNATed replies to LOCAL, the rest NORMAL
+	KindRedirect  FlowKind = 1  // TableClassify: an endpoint's packet, from any port, to TableOrigin
+	KindExempt    FlowKind = 2  // TableOrigin, TableEgress: a destination inside the cluster
+	KindSNAT      FlowKind = 3  // TableEgress: SNAT to the LB IP and out the uplink
+	KindSteer     FlowKind = 4  // TableEgress: to the host node's bridge MAC
+	KindDrop      FlowKind = 5  // TableEgress: fail closed
+	KindReplyCT   FlowKind = 6  // TableClassify: traffic to an LB IP through conntrack
+	KindDeliver   FlowKind = 7  // TableReply: un-SNATed replies to LOCAL, the rest NORMAL
+	KindOrigin    FlowKind = 8  // TableOrigin: by in_port; other ports' packets through the host stack
+	KindMarker    FlowKind = 9  // TableMarker: this vswitchd has egressflow's flows
+	KindColdGuard FlowKind = 10 // TableClassify: every pod's packet, until the first sync
 )
 
 // Cookie is the cookie of a flow of kind for service key ("" for shared).
@@ -77,10 +102,14 @@ func ServiceHash(service string) uint32 {
 	return max(h.Sum32(), 1)
 }
 
-// Ports are the OpenFlow port numbers Flows needs.
+// Ports are the facts of the bridge Flows needs.
 type Ports struct {
 	// Uplink is the port of the node's uplink interface on br-ex.
 	Uplink uint32
+	// BridgeMAC is the MAC of br-ex's LOCAL port, the pods' gateway: a
+	// pod's packet that tries to pass the host stack is readdressed to it.
+	// Nil while unknown: such packets are dropped instead.
+	BridgeMAC net.HardwareAddr
 }
 
 // Flows renders the desired state into flow additions, in a stable order:
@@ -156,7 +185,9 @@ func (b *FlowBuffer) add(cookie uint64, table uint8, priority uint16, insts []op
 // Instructions that are the same in every flow of their kind, shared by
 // them all (and never modified).
 var (
+	gotoOrigin = []openflow.Instruction{openflow.GotoTable{Table: TableOrigin}}
 	gotoEgress = []openflow.Instruction{openflow.GotoTable{Table: TableEgress}}
+	normal     = []openflow.Instruction{openflow.Apply(openflow.Output{Port: openflow.PortNormal})}
 	// replyThroughCT un-NATs a packet to an LB IP (a reply to a SNATed
 	// connection) and continues in TableReply.
 	replyThroughCT = []openflow.Instruction{openflow.Apply(
@@ -187,7 +218,7 @@ func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Por
 					}},
 					openflow.Output{Port: ports.Uplink})}
 			}
-			setRedirect(add(KindRedirect, TableClassify, gotoEgress), ep)
+			setIP(add(KindRedirect, TableClassify, gotoOrigin), ep, srcField(ep))
 			setIP(add(KindSNAT, TableEgress, snat[family]), ep, srcField(ep))
 		}
 		for _, lb := range s.ReplyLBIPs {
@@ -203,7 +234,7 @@ func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Por
 				openflow.Output{Port: ports.Uplink})}
 		}
 		for _, ep := range s.Endpoints {
-			setRedirect(add(KindRedirect, TableClassify, gotoEgress), ep)
+			setIP(add(KindRedirect, TableClassify, gotoOrigin), ep, srcField(ep))
 			if steer != nil {
 				setIP(add(KindSteer, TableEgress, steer), ep, srcField(ep))
 			}
@@ -212,43 +243,95 @@ func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Por
 	return dst
 }
 
-// SharedFlows renders the flows no one service owns: with any service to
-// divert (hosting or steering), the exemptions and the fail-closed drop;
-// with any service hosted, the delivery of un-SNATed replies.
+// SharedFlows renders the flows no one service owns: always the marker;
+// with any service to divert (hosting or steering), TableOrigin, the
+// exemptions and the fail-closed drop; with any service hosted, the
+// delivery of un-SNATed replies.
 func SharedFlows(exempt []netip.Prefix, hosting, steering int, ports Ports) []*openflow.FlowMod {
-	var out []*openflow.FlowMod
+	var buf FlowBuffer
+	out := []*openflow.FlowMod{buf.add(Cookie(KindMarker, ""), TableMarker, 0, nil)}
 	if hosting+steering == 0 {
 		return out
 	}
-	var buf FlowBuffer
-	add := func(kind FlowKind, table uint8, priority uint16, insts ...openflow.Instruction) *openflow.Match {
+	add := func(kind FlowKind, table uint8, priority uint16, insts []openflow.Instruction) *openflow.Match {
 		fm := buf.add(Cookie(kind, ""), table, priority, insts)
 		out = append(out, fm)
 		return &fm.Match
 	}
-	for _, p := range exempt {
-		m := add(KindExempt, TableEgress, priorityExempt, openflow.Apply(openflow.Output{Port: openflow.PortNormal}))
+	// TableOrigin, by where the packet entered the bridge.
+	add(KindOrigin, TableOrigin, priorityExempt, gotoEgress).SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
+	add(KindOrigin, TableOrigin, priorityExempt, normal).SetUint(openflow.FieldInPort, uint64(ports.Uplink))
+	for _, p := range linkScope {
+		m := add(KindOrigin, TableOrigin, priorityMulticast, normal)
 		setIP(m, p.Addr(), openflow.FieldNone)
 		m.SetPrefix(dstField(p.Addr()), p)
 	}
-	add(KindDrop, TableEgress, priorityFallback) // no instructions: drop
+	// In TableOrigin the exemptions come below the in_port flows: a
+	// packet from LOCAL goes on to TableEgress, which exempts them too.
+	for _, at := range []struct {
+		table    uint8
+		priority uint16
+	}{{TableOrigin, priorityService}, {TableEgress, priorityExempt}} {
+		for _, p := range exempt {
+			m := add(KindExempt, at.table, at.priority, normal)
+			setIP(m, p.Addr(), openflow.FieldNone)
+			m.SetPrefix(dstField(p.Addr()), p)
+		}
+	}
+	// A pod's packet to the outside that did not come through the host
+	// stack goes to it, so that it comes back through LOCAL like any
+	// routed packet (and is SNATed, steered or dropped in TableEgress).
+	var throughHost []openflow.Instruction // nil: drop
+	if ports.BridgeMAC != nil {
+		throughHost = []openflow.Instruction{openflow.Apply(
+			openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(ports.BridgeMAC)},
+			openflow.Output{Port: openflow.PortLocal})}
+	}
+	add(KindOrigin, TableOrigin, priorityFallback, throughHost)
+	add(KindDrop, TableEgress, priorityFallback, nil) // no instructions: drop
 	if hosting == 0 {
 		return out
 	}
 	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
-		m := add(KindDeliver, TableReply, priorityService, openflow.Apply(openflow.Output{Port: openflow.PortLocal}))
+		m := add(KindDeliver, TableReply, priorityService, []openflow.Instruction{openflow.Apply(openflow.Output{Port: openflow.PortLocal})})
 		setIP(m, family, openflow.FieldNone)
 		m.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk|openflow.CTStateNew))
 	}
-	add(KindDeliver, TableReply, priorityFallback, openflow.Apply(openflow.Output{Port: openflow.PortNormal}))
+	add(KindDeliver, TableReply, priorityFallback, normal)
 	return out
 }
 
-// setRedirect matches an endpoint's packets coming from the host stack.
-func setRedirect(m *openflow.Match, ep netip.Addr) {
-	setIP(m, ep, srcField(ep))
-	m.SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
+// linkScope are the destinations of a pod's traffic that stays on its
+// link: IPv4 multicast and the limited broadcast, IPv6 multicast (neighbour
+// discovery among them).
+var linkScope = []netip.Prefix{
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("255.255.255.255/32"),
+	netip.MustParsePrefix("ff00::/8"),
 }
+
+// ColdGuardFlows are what an agent installs on an ovs-vswitchd that holds
+// none of egressflow's flows (it has just started) before it can compute
+// the desired ones: without the cluster's objects it cannot tell endpoints
+// from other pods, so every pod of the cluster CIDRs is held to the
+// fail-closed pipeline, with only cluster-internal destinations exempt.
+// Pods cannot reach the outside until the first sync replaces these flows;
+// none leaves with its pod IP.
+func ColdGuardFlows(node NodeConfig, ports Ports) []*openflow.FlowMod {
+	out := SharedFlows(exemptions(node, nil), 0, 1, ports)
+	var buf FlowBuffer
+	for _, p := range node.ClusterPodCIDRs {
+		fm := buf.add(Cookie(KindColdGuard, ""), TableClassify, priorityColdGuard, gotoOrigin)
+		setIP(&fm.Match, p.Addr(), openflow.FieldNone)
+		fm.Match.SetPrefix(srcField(p.Addr()), p.Masked())
+		out = append(out, fm)
+	}
+	return out
+}
+
+// MarkerCookie is the cookie of the marker flow: a dump for it alone tells
+// whether the switch holds egressflow's flows.
+var MarkerCookie = Cookie(KindMarker, "")
 
 // FlowID identifies a flow on a switch: OpenFlow allows one flow per table,
 // priority and match.

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -40,27 +41,40 @@ func TestCookieLayout(t *testing.T) {
 func TestFlowsText(t *testing.T) {
 	c := baseCluster()
 	var host []string
-	for _, f := range Flows(Compute(n1Config, c, tables), Ports{Uplink: 1}) {
+	ports := Ports{Uplink: 1, BridgeMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
+	for _, f := range Flows(Compute(n1Config, c, tables), ports) {
 		host = append(host, f.String())
 	}
 	want := []string{
-		"cookie=0xef1001eb78a54401, priority=200,ip,in_port=LOCAL,nw_src=10.244.1.5 actions=goto_table:41",
-		"cookie=0xef1003eb78a54401, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
-		"cookie=0xef1001eb78a54401, priority=200,ip,in_port=LOCAL,nw_src=10.244.2.5 actions=goto_table:41",
-		"cookie=0xef1003eb78a54401, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
-		"cookie=0xef1001eb78a54401, priority=200,ipv6,in_port=LOCAL,ipv6_src=fd00:10:244:2::5 actions=goto_table:41",
-		"cookie=0xef1003eb78a54401, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,zone=61189,nat(src=2001:db8::10)),output:1",
-		"cookie=0xef1006eb78a54401, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
-		"cookie=0xef1006eb78a54401, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
-		"cookie=0xef10020000000001, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000001, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000001, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
-		"cookie=0xef10020000000001, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
-		"cookie=0xef10020000000001, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
-		"cookie=0xef10050000000001, table=41, priority=100 actions=drop",
-		"cookie=0xef10070000000001, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
-		"cookie=0xef10070000000001, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
-		"cookie=0xef10070000000001, table=42, priority=100 actions=NORMAL",
+		"cookie=0xef1001eb78a54402, priority=200,ip,nw_src=10.244.1.5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54402, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
+		"cookie=0xef1001eb78a54402, priority=200,ip,nw_src=10.244.2.5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54402, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
+		"cookie=0xef1001eb78a54402, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54402, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,zone=61189,nat(src=2001:db8::10)),output:1",
+		"cookie=0xef1006eb78a54402, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef1006eb78a54402, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef10090000000002, table=43, priority=0 actions=drop",
+		"cookie=0xef10080000000002, table=40, priority=300,in_port=LOCAL actions=goto_table:41",
+		"cookie=0xef10080000000002, table=40, priority=300,in_port=1 actions=NORMAL",
+		"cookie=0xef10080000000002, table=40, priority=250,ip,nw_dst=224.0.0.0/4 actions=NORMAL",
+		"cookie=0xef10080000000002, table=40, priority=250,ip,nw_dst=255.255.255.255 actions=NORMAL",
+		"cookie=0xef10080000000002, table=40, priority=250,ipv6,ipv6_dst=ff00::/8 actions=NORMAL",
+		"cookie=0xef10020000000002, table=40, priority=200,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000002, table=40, priority=200,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000002, table=40, priority=200,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000002, table=40, priority=200,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000002, table=40, priority=200,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10020000000002, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000002, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000002, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000002, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000002, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10080000000002, table=40, priority=100 actions=set_field:02:00:00:00:00:01->eth_dst,LOCAL",
+		"cookie=0xef10050000000002, table=41, priority=100 actions=drop",
+		"cookie=0xef10070000000002, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
+		"cookie=0xef10070000000002, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
+		"cookie=0xef10070000000002, table=42, priority=100 actions=NORMAL",
 	}
 	if strings.Join(host, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("host flows:\n%s\nwant:\n%s", strings.Join(host, "\n"), strings.Join(want, "\n"))
@@ -117,9 +131,9 @@ func TestFlowsOnRealPackets(t *testing.T) {
 	install := func(n *topology.Node) {
 		t.Helper()
 		cfg := NodeConfig{Name: n.Name, ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
-		uplink := n.PortNumber(t, topology.UplinkPort)
+		ports := Ports{Uplink: n.PortNumber(t, topology.UplinkPort), BridgeMAC: bridgeMAC(t, n)}
 		n.Ofctl(t, "del-flows", n.Bridge, "cookie=0xef10000000000000/0xffff000000000000")
-		n.BundleAddFlows(t, ovstest.WriteFlowFile(t, Flows(Compute(cfg, cluster, tables), Ports{Uplink: uplink})))
+		n.BundleAddFlows(t, ovstest.WriteFlowFile(t, Flows(Compute(cfg, cluster, tables), ports)))
 	}
 	for _, n := range topo.Nodes {
 		install(n)
@@ -167,4 +181,14 @@ func TestFlowsOnRealPackets(t *testing.T) {
 			t.Errorf("the external host saw an endpoint's pod IP %s", src)
 		}
 	}
+}
+
+// bridgeMAC is the MAC of n's br-ex LOCAL port.
+func bridgeMAC(t *testing.T, n *topology.Node) net.HardwareAddr {
+	t.Helper()
+	mac, err := net.ParseMAC(n.BridgeMAC(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mac
 }
