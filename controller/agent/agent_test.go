@@ -677,6 +677,43 @@ func TestAgentNetworkMode(t *testing.T) {
 	e.expectSourceVia(byNumber, "udp", e.server.At(internet[0]), e.server, byNumber.IP)
 }
 
+// TestAgentNetworkModeKeepsClusterTraffic: an endpoint whose table holds
+// nothing but a default route through the second segment still reaches
+// what is inside the cluster through the node's own routes, in both
+// families: a pod on another node, a ClusterIP (keeping its pod IP as
+// source) and another node's IP; only the rest leaves through the table.
+func TestAgentNetworkModeKeepsClusterTraffic(t *testing.T) {
+	e := newEnv(t, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	ep, peer := n1.AddPod(t, "ep"), n2.AddPod(t, "peer")
+	segment := e.topo.AddSegment()
+	for _, via := range []netip.Addr{segment.Host.IP, segment.Host.IP6} {
+		n1.Exec(t, "ip", "route", "add", "default", "via", via.String(), "dev", topology.SegmentInterface, "table", "100")
+	}
+	viaSegment := segment.Host.Serve(t)
+	e.startAgent(n1).waitHealthy(t)
+	e.createEgressService("net", nil, esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "100"}, esv1.HostAll, ep)
+	eventually(t, "the endpoint's rules, both families", func() error {
+		for i, family := range []string{"-4", "-6"} {
+			if rules := n1.Exec(t, "ip", family, "rule", "show"); !strings.Contains(rules, fmt.Sprintf("from %s lookup 100", ep.Addrs()[i])) {
+				return fmt.Errorf("no rule for %s in:\n%s", ep.Addrs()[i], rules)
+			}
+		}
+		return nil
+	})
+	for i, family := range []netip.Addr{segment.Host.IP, segment.Host.IP6} {
+		// The table is in force: the outside is reached through the segment.
+		e.expectSourceVia(ep, "udp", netip.AddrPortFrom(family, viaSegment.Addr.Port()), viaSegment, segment.NodeIP(n1, family))
+		// Inside the cluster, the node's own routes.
+		for _, dst := range []netip.Addr{peer.Addrs()[i], []netip.Addr{n2.IP, n2.IP6}[i]} {
+			if err := ep.Ping(dst, 1); err != nil {
+				t.Errorf("endpoint to %s inside the cluster: %v", dst, err)
+			}
+		}
+		e.expectSourceAt(ep, "tcp", e.server.At(clusterIPs[i]), ep.Addrs()[i])
+	}
+}
+
 // TestHeartbeatFollowsDataplane: the agent's Lease is renewed only while its
 // dataplane is healthy. Killing ovs-vswitchd lets the Lease expire, so the
 // cluster component fails the node over; once OVS is back and the agent has

@@ -188,17 +188,27 @@ func TestComputeNetworks(t *testing.T) {
 	rule := func(src string, table int) iprule.Rule {
 		return iprule.Rule{Source: netip.MustParseAddr(src), Table: table}
 	}
+	// Destinations inside the cluster skip the route rules, in each family
+	// that has some: the pod and service CIDRs and the node IPs.
+	exempt := func(prefix string) iprule.Rule {
+		return iprule.Rule{Kind: iprule.ExemptRule, Destination: netip.MustParsePrefix(prefix)}
+	}
+	landing := func(zero string) iprule.Rule {
+		return iprule.Rule{Kind: iprule.LandingRule, Destination: netip.MustParsePrefix(zero)}
+	}
+	exempt4 := []iprule.Rule{exempt("10.96.0.0/16"), exempt("10.244.0.0/16"), exempt("172.18.0.11/32"), exempt("172.18.0.12/32")}
 	n1 := Compute(n1Config, c, tables)
 	// web's host routes every SNATed endpoint through table 7; db routes
 	// n1's own endpoint through blue (100).
-	wantN1 := []iprule.Rule{rule("10.244.1.5", 7), rule("10.244.1.20", 100), rule("10.244.2.5", 7), rule("fd00:10:244:2::5", 7)}
+	wantN1 := slices.Concat([]iprule.Rule{rule("10.244.1.5", 7), rule("10.244.1.20", 100), rule("10.244.2.5", 7), rule("fd00:10:244:2::5", 7)},
+		exempt4, []iprule.Rule{exempt("fd00:10:244::/48"), landing("0.0.0.0/0"), landing("::/0")})
 	if !slices.Equal(n1.Rules, wantN1) {
 		t.Errorf("n1 rules %v, want %v", n1.Rules, wantN1)
 	}
 	n2 := Compute(n2Config, c, tables)
 	// n2 steers web (no table there) and routes db's local endpoint; typo's
 	// table is unknown: a problem, default routing.
-	if want := []iprule.Rule{rule("10.244.2.20", 100)}; !slices.Equal(n2.Rules, want) {
+	if want := slices.Concat([]iprule.Rule{rule("10.244.2.20", 100)}, exempt4, []iprule.Rule{landing("0.0.0.0/0")}); !slices.Equal(n2.Rules, want) {
 		t.Errorf("n2 rules %v, want %v", n2.Rules, want)
 	}
 	if len(n2.Problems) != 1 || n2.Problems[0].Service != "shop/typo" || n2.Problems[0].Reason != ReasonUnknownNetwork {

@@ -449,13 +449,15 @@ func (p *Planner) Rules() []iprule.Rule {
 	for k := range p.withTable {
 		out = appendRules(out, p.services[k].result)
 	}
+	// Traffic to the cluster itself is never rerouted.
+	out = append(out, iprule.Exemptions(out, p.exempt)...)
 	slices.SortFunc(out, iprule.Rule.Compare)
 	return out
 }
 
 func appendRules(out []iprule.Rule, s Service) []iprule.Rule {
 	for _, ep := range s.Endpoints {
-		out = append(out, iprule.Rule{Source: ep, Table: s.Table})
+		out = append(out, iprule.Route(ep, s.Table))
 	}
 	return out
 }

@@ -1,7 +1,12 @@
 // Package iprule owns the policy-routing rules that send the traffic of an
 // EgressService's endpoints through the routing table its `network` field
 // names: one `ip rule from <endpoint IP> lookup <table>` per local endpoint,
-// at priority Priority, for IPv4 and IPv6.
+// at priority Priority, for IPv4 and IPv6. Traffic inside the cluster (to
+// pods, ClusterIPs and nodes) is never rerouted: while any such rule
+// exists, `ip rule to <cluster prefix> goto LandingPriority` rules at
+// ExemptPriority jump over them, to a `nop` rule at LandingPriority, so
+// that this traffic meets every other rule of the node as if egressflow's
+// were not there.
 //
 // It resolves `network` to a table id (a number, a name from the rt_tables
 // files, or a VRF device's table), computes the difference between the rules
@@ -25,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,17 +41,96 @@ import (
 // component that needs to overrule egressflow uses a priority below 5000.
 const Priority = 5000
 
-// Rule sends packets from Source through routing table Table.
+// ExemptPriority and LandingPriority surround Priority: an exemption jumps
+// from just before egressflow's route rules to just after them.
+const (
+	ExemptPriority  = Priority - 1
+	LandingPriority = Priority + 1
+)
+
+// RuleKind tells egressflow's kinds of rules apart.
+type RuleKind uint8
+
+const (
+	// RouteRule is `from Source lookup Table` at Priority.
+	RouteRule RuleKind = iota
+	// ExemptRule is `to Destination goto LandingPriority` at
+	// ExemptPriority: a destination inside the cluster skips the route
+	// rules.
+	ExemptRule
+	// LandingRule is `nop` at LandingPriority, in the family of
+	// Destination (its zero prefix): the exemptions' goto needs a rule at
+	// the priority it jumps to, and a nop changes nothing.
+	LandingRule
+)
+
+// Rule is one of egressflow's policy-routing rules.
 type Rule struct {
-	Source netip.Addr
-	Table  int
+	Kind        RuleKind
+	Source      netip.Addr   // RouteRule
+	Table       int          // RouteRule
+	Destination netip.Prefix // ExemptRule; LandingRule: the family's zero prefix
 }
 
-func (r Rule) String() string { return fmt.Sprintf("from %s lookup %d", r.Source, r.Table) }
+// Route is the rule that sends source's packets through table.
+func Route(source netip.Addr, table int) Rule {
+	return Rule{Kind: RouteRule, Source: source, Table: table}
+}
 
-// Compare orders rules by source, then table.
+// Exemptions are the rules that keep the cluster's own destinations on the
+// node's other rules (ExemptRule, LandingRule), for the families that have
+// route rules among routes.
+func Exemptions(routes []Rule, cluster []netip.Prefix) []Rule {
+	var v4, v6 bool
+	for _, r := range routes {
+		if r.Kind == RouteRule {
+			v4, v6 = v4 || r.Source.Is4(), v6 || r.Source.Is6()
+		}
+	}
+	var out []Rule
+	for _, p := range cluster {
+		if (p.Addr().Is4() && v4) || (p.Addr().Is6() && v6) {
+			out = append(out, Rule{Kind: ExemptRule, Destination: p.Masked()})
+		}
+	}
+	if v4 {
+		out = append(out, Rule{Kind: LandingRule, Destination: netip.PrefixFrom(netip.IPv4Unspecified(), 0)})
+	}
+	if v6 {
+		out = append(out, Rule{Kind: LandingRule, Destination: netip.PrefixFrom(netip.IPv6Unspecified(), 0)})
+	}
+	return out
+}
+
+func (r Rule) String() string {
+	switch r.Kind {
+	case ExemptRule:
+		return fmt.Sprintf("%d: to %s goto %d", ExemptPriority, r.Destination, LandingPriority)
+	case LandingRule:
+		return fmt.Sprintf("%d: %s nop", LandingPriority, familyName(r.Destination.Addr()))
+	}
+	return fmt.Sprintf("%d: from %s lookup %d", Priority, r.Source, r.Table)
+}
+
+func familyName(a netip.Addr) string {
+	if a.Is6() {
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+// Compare orders rules by kind, then source, destination and table.
 func (r Rule) Compare(o Rule) int {
+	if c := int(r.Kind) - int(o.Kind); c != 0 {
+		return c
+	}
 	if c := r.Source.Compare(o.Source); c != 0 {
+		return c
+	}
+	if c := r.Destination.Addr().Compare(o.Destination.Addr()); c != 0 {
+		return c
+	}
+	if c := r.Destination.Bits() - o.Destination.Bits(); c != 0 {
 		return c
 	}
 	return r.Table - o.Table
@@ -93,7 +178,7 @@ func (m *Manager) Installed() ([]Rule, error) {
 			return nil, fmt.Errorf("list ip rules: %w", err)
 		}
 		for _, r := range list {
-			if rule, ok := owned(r); ok {
+			if rule, ok := owned(r, family); ok {
 				rules = append(rules, rule)
 			}
 		}
@@ -129,30 +214,62 @@ func (m *Manager) Sync(desired []Rule) (added, removed int, err error) {
 	return added, removed, errors.Join(errs...)
 }
 
-// owned recognises egressflow's rules: priority Priority, lookup in a table,
-// a single-address source, and no other selector.
-func owned(r netlink.Rule) (Rule, bool) {
-	if r.Priority != Priority || r.Src == nil || r.Dst != nil || r.Table <= 0 ||
-		r.Mark != 0 || r.IifName != "" || r.OifName != "" || r.Invert || r.Goto > 0 || r.Tos != 0 {
+// owned recognises egressflow's rules by their priority and shape: at
+// Priority a lookup in a table from a single-address source; at
+// ExemptPriority a goto LandingPriority to a destination; at
+// LandingPriority a nop. Each has no other selector.
+func owned(r netlink.Rule, family int) (Rule, bool) {
+	if r.Mark != 0 || r.IifName != "" || r.OifName != "" || r.Invert || r.Tos != 0 {
 		return Rule{}, false
 	}
-	ones, bits := r.Src.Mask.Size()
-	addr, ok := netip.AddrFromSlice(r.Src.IP)
-	if !ok || ones != bits {
-		return Rule{}, false
+	switch {
+	case r.Priority == Priority && r.Src != nil && r.Dst == nil && r.Table > 0 && r.Goto < 0:
+		if addr, ok := hostAddr(r.Src); ok {
+			return Route(addr, r.Table), true
+		}
+	case r.Priority == ExemptPriority && r.Src == nil && r.Dst != nil && r.Goto == LandingPriority:
+		ones, _ := r.Dst.Mask.Size()
+		if addr, ok := netip.AddrFromSlice(r.Dst.IP); ok {
+			return Rule{Kind: ExemptRule, Destination: netip.PrefixFrom(addr.Unmap(), ones)}, true
+		}
+	case r.Priority == LandingPriority && r.Src == nil && r.Dst == nil && r.Table <= 0 && r.Goto < 0:
+		zero := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if family == netlink.FAMILY_V6 {
+			zero = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
+		return Rule{Kind: LandingRule, Destination: zero}, true
 	}
-	return Rule{Source: addr.Unmap(), Table: r.Table}, true
+	return Rule{}, false
+}
+
+// hostAddr is the address of a single-address prefix.
+func hostAddr(n *net.IPNet) (netip.Addr, bool) {
+	ones, bits := n.Mask.Size()
+	addr, ok := netip.AddrFromSlice(n.IP)
+	return addr.Unmap(), ok && ones == bits
 }
 
 func toNetlink(r Rule) *netlink.Rule {
 	rule := netlink.NewRule()
-	rule.Priority = Priority
-	rule.Table = r.Table
-	bits := r.Source.BitLen()
-	rule.Src = &net.IPNet{IP: r.Source.AsSlice(), Mask: net.CIDRMask(bits, bits)}
 	rule.Family = netlink.FAMILY_V4
-	if r.Source.Is6() {
+	if r.Source.Is6() || r.Destination.Addr().Is6() {
 		rule.Family = netlink.FAMILY_V6
+	}
+	switch r.Kind {
+	case RouteRule:
+		rule.Priority = Priority
+		rule.Table = r.Table
+		bits := r.Source.BitLen()
+		rule.Src = &net.IPNet{IP: r.Source.AsSlice(), Mask: net.CIDRMask(bits, bits)}
+	case ExemptRule:
+		rule.Priority = ExemptPriority
+		rule.Goto = LandingPriority
+		p := r.Destination
+		rule.Dst = &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+	case LandingRule:
+		rule.Priority = LandingPriority
+		rule.Table = -1
+		rule.Type = nl.FR_ACT_NOP
 	}
 	return rule
 }

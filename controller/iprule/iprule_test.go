@@ -164,3 +164,97 @@ func TestSyncInNamespace(t *testing.T) {
 		t.Fatalf("after emptying:\n%s", v4)
 	}
 }
+
+// TestExemptionsInNamespace: with an endpoint's route rule in place, the
+// exemption and landing rules make route lookups to the cluster's own
+// prefixes use the node's other rules (here: main), in both families, while
+// other destinations still use the endpoint's table; they read back as
+// installed, a second Sync writes nothing, and a foreign rule at the
+// exemptions' priority is left alone.
+func TestExemptionsInNamespace(t *testing.T) {
+	ovstest.RequireRoot(t)
+	ns := ovstest.NewNetns(t, "rule")
+	nsHandle, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsHandle.Close()
+	handle, err := netlink.NewHandleAt(nsHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer handle.Close()
+	ip := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	// cluster0 leads to the cluster (main table), other0 to the other
+	// network (table 100's default route).
+	for _, dev := range []string{"cluster0", "other0"} {
+		ip("link", "add", dev, "type", "veth", "peer", "name", dev+"p") // no dummy module here
+		ip("link", "set", dev, "up")
+		ip("link", "set", dev+"p", "up")
+	}
+	ip("addr", "add", "10.244.1.2/32", "dev", "cluster0")
+	ip("-6", "addr", "add", "fd00:10:244:1::2/128", "dev", "cluster0", "nodad")
+	ip("route", "add", "10.244.0.0/16", "dev", "cluster0")
+	ip("-6", "route", "add", "fd00:10:244::/48", "dev", "cluster0")
+	ip("route", "add", "default", "dev", "other0", "table", "100")
+	ip("-6", "route", "add", "default", "dev", "other0", "table", "100")
+	ip("rule", "add", "priority", "4999", "from", "10.9.9.9", "lookup", "300") // not ours
+
+	endpoints := []Rule{Route(netip.MustParseAddr("10.244.1.2"), 100), Route(netip.MustParseAddr("fd00:10:244:1::2"), 100)}
+	cluster := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
+	desired := append(slices.Clone(endpoints), Exemptions(endpoints, cluster)...)
+	if len(desired) != 6 {
+		t.Fatalf("Exemptions of two families' routes: %v, want an exemption and a landing per family", desired)
+	}
+	m := NewManager(handle)
+	if added, removed, err := m.Sync(desired); err != nil || added != 6 || removed != 0 {
+		t.Fatalf("Sync: added %d removed %d err %v; want 6, 0", added, removed, err)
+	}
+	routeVia := func(family, dst, src string) string {
+		t.Helper()
+		out := ip(family, "route", "get", dst, "from", src)
+		for _, dev := range []string{"cluster0", "other0"} {
+			if strings.Contains(out, "dev "+dev) {
+				return dev
+			}
+		}
+		t.Fatalf("route get %s from %s: %s", dst, src, out)
+		return ""
+	}
+	for _, c := range []struct{ family, dst, src, want string }{
+		{"-4", "10.244.7.7", "10.244.1.2", "cluster0"},
+		{"-4", "192.0.2.1", "10.244.1.2", "other0"},
+		{"-6", "fd00:10:244:7::7", "fd00:10:244:1::2", "cluster0"},
+		{"-6", "2001:db8::1", "fd00:10:244:1::2", "other0"},
+	} {
+		if got := routeVia(c.family, c.dst, c.src); got != c.want {
+			t.Errorf("%s from the endpoint %s goes out %s, want %s", c.dst, c.src, got, c.want)
+		}
+	}
+	installed, err := m.Installed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(installed, Rule.Compare)
+	slices.SortFunc(desired, Rule.Compare)
+	if !slices.Equal(installed, desired) {
+		t.Fatalf("installed %v, want %v", installed, desired)
+	}
+	if added, removed, err := m.Sync(desired); err != nil || added+removed != 0 {
+		t.Fatalf("second Sync: added %d removed %d err %v; want no change", added, removed, err)
+	}
+	if _, _, err := m.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+	if v4, v6 := ip("rule", "show"), ip("-6", "rule", "show"); strings.Contains(v4+v6, "goto") || strings.Contains(v4+v6, "nop") ||
+		!strings.Contains(v4, "4999:\tfrom 10.9.9.9 lookup 300") {
+		t.Fatalf("after emptying, ours gone and the foreign rule kept:\n%s%s", v4, v6)
+	}
+}
