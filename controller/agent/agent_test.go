@@ -443,6 +443,116 @@ func TestAgentsSNATAndSteer(t *testing.T) {
 	t.Logf("%d packets captured on the external host, %d probes sent across two host changes: no pod IP among their sources", len(packets), sent)
 }
 
+// TestAgentRedirectedEndpointsStayClosed: pods attached to br-ex send
+// their packets to the node, which routes them back out of br-ex and so
+// sends them ICMP redirects; a pod that accepts one sends straight to the
+// external host's MAC, past the host stack and past table 0's flows for
+// LOCAL. With the pods set to accept redirects in both families, an
+// endpoint on the host and one steered from another node (with a foreign
+// flow on the host's bridge) must still leave only with the LB IP, for TCP,
+// UDP and ICMP: the capture on the external host sees no pod IP.
+func TestAgentRedirectedEndpointsStayClosed(t *testing.T) {
+	e := newEnv(t, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	a, b := n1.AddPod(t, "a"), n2.AddPod(t, "b")
+	lbs := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
+	n1.Ofctl(t, "add-flow", n1.Bridge, "cookie=0x1234,priority=10,arp,actions=NORMAL") // another controller's
+	for _, p := range []*topology.Pod{a, b} {
+		// IPv6 pods accept redirects by default; IPv4 ones here only once
+		// the "all" switch is on too (a new namespace has it off).
+		p.Exec(t, "sysctl", "-qw", "net.ipv4.conf.all.accept_redirects=1", "net.ipv4.conf.eth0.accept_redirects=1", "net.ipv6.conf.eth0.accept_redirects=1")
+	}
+	for _, n := range e.topo.Nodes {
+		e.startAgent(n).waitHealthy(t)
+	}
+	for _, lb := range lbs {
+		e.announce(lb, n1)
+	}
+	e.createEgressService("web", lbs, esv1.EgressServiceSpec{}, n1.Name, a, b)
+	for _, lb := range lbs {
+		e.expectSource(a, "udp", lb)
+		e.expectSource(b, "udp", lb)
+	}
+
+	capture := e.topo.External.Capture(t)
+	externals := []netip.Addr{e.topo.External.IP, e.topo.External.IP6}
+	// Long-lived connections keep the route a redirect installs.
+	var conns []*topology.Conn
+	for _, p := range []*topology.Pod{a, b} {
+		for _, server := range []netip.AddrPort{e.server.Addr, e.server.Addr6} {
+			conn, err := p.Connect("tcp", server)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			conns = append(conns, conn)
+		}
+	}
+	// redirected reports whether p's route to dst has lost its gateway:
+	// it accepted a redirect to the external host itself.
+	redirected := func(p *topology.Pod, dst netip.Addr) bool {
+		gateway := p.Node.Gateway
+		if dst.Is6() {
+			gateway = p.Node.Gateway6
+		}
+		return !strings.Contains(p.Exec(t, "ip", "route", "get", dst.String()), "via "+gateway.String())
+	}
+	eventually(t, "every pod redirected in both families", func() error {
+		for _, c := range conns {
+			if _, err := c.Probe(); err != nil {
+				return err
+			}
+		}
+		for _, p := range []*topology.Pod{a, b} {
+			for _, dst := range externals {
+				if !redirected(p, dst) {
+					return fmt.Errorf("%s to %s still via its gateway: %s", p.Name, dst, p.Exec(t, "ip", "route", "get", dst.String()))
+				}
+			}
+		}
+		return nil
+	})
+	for i, c := range conns {
+		if got, err := c.Probe(); err != nil || got != lbs[i%2] {
+			t.Errorf("TCP connection %d after the redirect: seen as %v, %v; want %s", i, got, err, lbs[i%2])
+		}
+	}
+	for i, lb := range lbs {
+		for _, p := range []*topology.Pod{a, b} {
+			if !redirected(p, externals[i]) {
+				t.Fatalf("%s's redirect to %s expired during the test", p.Name, externals[i])
+			}
+			for _, network := range []string{"udp", "tcp"} {
+				if got, err := p.Dial(network, netip.AddrPortFrom(externals[i], e.server.Addr.Port())); err != nil || got != lb {
+					t.Errorf("%s from redirected %s: seen as %v, %v; want %s", network, p.Name, got, err, lb)
+				}
+			}
+			if err := p.Ping(externals[i], 1); err != nil {
+				t.Errorf("ICMP from redirected %s to %s: %v", p.Name, externals[i], err)
+			}
+		}
+	}
+	endpointIPs := map[netip.Addr]bool{a.IP: true, a.IP6: true, b.IP: true, b.IP6: true}
+	var leaked []topology.Packet
+	icmp := 0
+	packets := capture.Stop()
+	for _, p := range packets {
+		if endpointIPs[p.Src] && (p.Dst == externals[0] || p.Dst == externals[1]) {
+			leaked = append(leaked, p)
+		}
+		if slices.Contains(lbs, p.Src) && strings.Contains(p.Line, "echo request") {
+			icmp++
+		}
+	}
+	for _, p := range leaked[:min(len(leaked), 10)] {
+		t.Logf("leaked: %v", p)
+	}
+	if len(leaked) > 0 || icmp < 4 {
+		t.Fatalf("after redirects: %d packets from endpoint pod IPs, %d ICMP echo requests from LB IPs (want 0 and 4)", len(leaked), icmp)
+	}
+	t.Logf("%d packets captured with both pods redirected in both families: none from a pod IP", len(packets))
+}
+
 // probe sends a UDP datagram from each pod, in each family, every few
 // milliseconds, without waiting for answers, until the returned function is
 // called; that function returns how many datagrams were sent.
