@@ -36,7 +36,7 @@ FUZZTIME ?= 50000x
 FUZZTIME_LONG ?= 10m
 
 .PHONY: all build generate manifests lint test test-deps demo fuzz-smoke fuzz \
-	bench-openflow bench-controller bench-agent clean
+	bench-openflow bench-controller bench-agent bench-restart clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
 # the cluster up until Ctrl-C; `make test` runs it that way, as a test.
@@ -116,6 +116,11 @@ bench-controller: test-deps
 ## bench-agent: the node agent at 10,000 services x 10 endpoints against a real API server and OVS.
 bench-agent: test-deps
 	bash test/bench/agent.sh
+
+## bench-restart: ovs-vswitchd killed and restarted under traffic (at once and after 3 s,
+## 10 rounds each): time from vswitchd answering to the first LB-IP packet, pod-IP packets seen.
+bench-restart: test-deps
+	go test -run '^$$' -bench BenchmarkVswitchdRestart -benchtime 10x -timeout 20m ./controller/agent/
 
 clean:
 	go clean -testcache

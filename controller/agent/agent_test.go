@@ -73,7 +73,7 @@ func (b countingBundle) Add(ctx context.Context, msgs openflow.Sequence) error {
 
 // env is a cluster: an API server, nodes with OVS, pods, an external host.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	topo   *topology.Topology
 	admin  *clustertest.Env // admin clients, and the test objects' helpers
 	server *topology.SourceServer
@@ -83,13 +83,17 @@ type env struct {
 	// account, with only the deploy/agent RBAC.
 	agentKube   kubernetes.Interface
 	agentEgress versioned.Interface
+	// unguarded starts agents as before the restart guard: no hold of a
+	// restarting vswitchd, and the remote reconnect backoff (100 ms
+	// doubling to 5 s) on the local socket. For comparison only.
+	unguarded bool
 }
 
 // agentManifests are applied to every test API server: the agent runs with
 // exactly these permissions (and the DaemonSet is validated by the server).
 var agentManifests = []string{"deploy/controller/namespace.yaml", "deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml", "deploy/agent/daemonset.yaml"}
 
-func newEnv(t *testing.T, nodes int) *env {
+func newEnv(t testing.TB, nodes int) *env {
 	api := kubetest.Start(t)
 	root, err := kubetest.RepoRoot()
 	if err != nil {
@@ -185,7 +189,13 @@ type runningAgent struct {
 func (e *env) startAgent(n *topology.Node) *runningAgent {
 	t := e.t
 	ctx, cancel := context.WithCancel(context.Background())
-	client, err := openflow.Dial(ctx, "unix:"+n.MgmtSocket)
+	var forwarding ForwardingGate = ovsdb.Database{Target: "unix:" + filepath.Join(n.Dir, "db.sock")}
+	var opts []openflow.Option
+	if e.unguarded {
+		forwarding = nil
+		opts = append(opts, openflow.WithReconnectBackoff(openflow.DefaultMinBackoff, openflow.DefaultMaxBackoff))
+	}
+	client, err := openflow.Dial(ctx, "unix:"+n.MgmtSocket, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +219,7 @@ func (e *env) startAgent(n *topology.Node) *runningAgent {
 		Kube:         e.agentKube,
 		Egress:       e.agentEgress,
 		Switch:       sw,
-		Forwarding:   ovsdb.Database{Target: "unix:" + filepath.Join(n.Dir, "db.sock")},
+		Forwarding:   forwarding,
 		Disconnected: client.Disconnected(),
 		Rules:        iprule.NewManager(handle),
 		Tables:       iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
@@ -237,12 +247,12 @@ func (e *env) startAgent(n *topology.Node) *runningAgent {
 }
 
 // waitHealthy waits until the agent has synced successfully.
-func (r *runningAgent) waitHealthy(t *testing.T) {
+func (r *runningAgent) waitHealthy(t testing.TB) {
 	t.Helper()
 	eventually(t, "agent healthy", func() error { return r.Healthy(context.Background()) })
 }
 
-func eventually(t *testing.T, what string, f func() error) {
+func eventually(t testing.TB, what string, f func() error) {
 	t.Helper()
 	wait.Until(t, convergeTimeout, func() error {
 		if err := f(); err != nil {
@@ -557,6 +567,11 @@ func TestAgentRedirectedEndpointsStayClosed(t *testing.T) {
 // milliseconds, without waiting for answers, until the returned function is
 // called; that function returns how many datagrams were sent.
 func (e *env) probe(pods ...*topology.Pod) func() int {
+	return e.probeEvery(2*time.Millisecond, pods...)
+}
+
+// probeEvery is probe with datagrams every interval.
+func (e *env) probeEvery(interval time.Duration, pods ...*topology.Pod) func() int {
 	done := make(chan struct{})
 	var sent atomic.Int64
 	var wg sync.WaitGroup
@@ -574,7 +589,7 @@ func (e *env) probe(pods ...*topology.Pod) func() int {
 					select {
 					case <-done:
 						return
-					case <-time.After(2 * time.Millisecond):
+					case <-time.After(interval):
 					}
 					if _, err := conn.Write([]byte("probe\n")); err == nil { // losses are fine; leaks are not
 						sent.Add(1)

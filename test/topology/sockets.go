@@ -29,6 +29,7 @@ type SourceServer struct {
 
 	mu      sync.Mutex
 	sources []netip.Addr
+	times   []time.Time // when each source was seen
 }
 
 // At is the server's port on another of the addresses it serves.
@@ -43,9 +44,22 @@ func (s *SourceServer) Sources() []netip.Addr {
 	return append([]netip.Addr(nil), s.sources...)
 }
 
+// FirstFrom returns when the server first saw src as a source after since.
+func (s *SourceServer) FirstFrom(src netip.Addr, since time.Time) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, a := range s.sources {
+		if a == src && s.times[i].After(since) {
+			return s.times[i], true
+		}
+	}
+	return time.Time{}, false
+}
+
 func (s *SourceServer) record(addr netip.AddrPort) string {
 	s.mu.Lock()
 	s.sources = append(s.sources, addr.Addr().Unmap())
+	s.times = append(s.times, time.Now())
 	s.mu.Unlock()
 	return addr.Addr().Unmap().String()
 }
