@@ -61,6 +61,7 @@ func run() error {
 	)
 	fs := flag.CommandLine
 	klog.InitFlags(fs)
+	version := cli.VersionFlag(fs)
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&namespace, "namespace", cli.EnvOr("POD_NAMESPACE", defaultNamespace), "namespace of the heartbeat Leases")
 	fs.StringVar(&nodeName, "node-name", cli.EnvOr("NODE_NAME", cli.Hostname()), "this node's name, as in its Node object")
@@ -78,6 +79,9 @@ func run() error {
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	flag.Parse()
+	if cli.PrintVersion(version) {
+		return nil
+	}
 
 	node := dataplane.NodeConfig{Name: nodeName}
 	var err error

@@ -51,6 +51,7 @@ func run() error {
 	)
 	fs := flag.CommandLine
 	klog.InitFlags(fs)
+	version := cli.VersionFlag(fs)
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&opts.Namespace, "namespace", cli.EnvOr("POD_NAMESPACE", cluster.DefaultNamespace), "namespace of the agent heartbeat Leases and of the leader Lease")
 	fs.StringVar(&opts.Identity, "identity", cli.EnvOr("POD_NAME", cli.Hostname()), "this replica's name in the leader Lease")
@@ -71,6 +72,9 @@ func run() error {
 	fs.Float64Var(&qps, "kube-api-qps", defaultQPS, "API client requests per second")
 	fs.IntVar(&burst, "kube-api-burst", defaultBurst, "API client burst")
 	flag.Parse()
+	if cli.PrintVersion(version) {
+		return nil
+	}
 
 	var err error
 	if opts.PodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {

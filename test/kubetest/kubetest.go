@@ -115,10 +115,57 @@ func Start(t testing.TB) *Cluster {
 	return c
 }
 
+// Options shape a control plane. The zero value is what Launch starts: an
+// API server on loopback for tests of the API surface, with egressflow's
+// CRDs and namespace already there.
+type Options struct {
+	// Address is where the API server listens and what it advertises
+	// (default 127.0.0.1); its serving certificate names it.
+	Address string
+	// Users are static-token identities besides Admin, Agent and
+	// Controller (the token file is read only at start).
+	Users []User
+	// Cluster makes the control plane of a real cluster, whose kubelets
+	// join it: the Node authorizer and NodeRestriction and ServiceAccount
+	// admission are on, kube-controller-manager and kube-scheduler run
+	// beside the API server (as KubeControllerManager and KubeScheduler),
+	// and nothing of egressflow is installed (kubectl apply -k does that).
+	Cluster bool
+	// ServiceCIDRs are the ClusterIP ranges (default 10.96.0.0/16).
+	ServiceCIDRs string
+}
+
+// Identities of a real cluster's control-plane components, which the
+// default RBAC policy binds to their roles.
+var (
+	KubeControllerManager = User{Name: "system:kube-controller-manager", Token: "kcm-token"}
+	KubeScheduler         = User{Name: "system:kube-scheduler", Token: "scheduler-token"}
+	KubeProxy             = User{Name: "system:kube-proxy", Token: "kube-proxy-token"}
+)
+
+// NodeUser is the identity of node's kubelet, which the Node authorizer
+// recognises by its name and group.
+func NodeUser(node string) User {
+	return User{Name: "system:node:" + node, Token: "node-token-" + node, Groups: []string{"system:nodes", "system:authenticated"}}
+}
+
 // Launch starts a control plane that lives until Stop; use it from TestMain
 // to share one API server among a package's tests.
-func Launch() (c *Cluster, err error) {
-	bins, err := binaries()
+func Launch() (*Cluster, error) { return LaunchWith(Options{}) }
+
+// LaunchWith starts a control plane shaped by opts.
+func LaunchWith(opts Options) (c *Cluster, err error) {
+	if opts.Address == "" {
+		opts.Address = "127.0.0.1"
+	}
+	if opts.ServiceCIDRs == "" {
+		opts.ServiceCIDRs = "10.96.0.0/16"
+	}
+	var buildArgs []string
+	if opts.Cluster {
+		buildArgs = append(buildArgs, "--with-cluster")
+	}
+	bins, err := binaries(buildArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,34 +203,51 @@ func Launch() (c *Cluster, err error) {
 		return c, err
 	}
 	tokens := filepath.Join(dir, "tokens.csv")
-	if err := writeTokenFile(tokens, Admin, Agent, Controller); err != nil {
+	users := append([]User{Admin, Agent, Controller}, opts.Users...)
+	if opts.Cluster {
+		users = append(users, KubeControllerManager, KubeScheduler, KubeProxy)
+	}
+	if err := writeTokenFile(tokens, users...); err != nil {
 		return c, err
 	}
 	certDir := filepath.Join(dir, "certs")
-	if err := c.start("kube-apiserver", bins["kube-apiserver"],
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(apiPort),
-		"--cert-dir="+certDir,
-		"--token-auth-file="+tokens,
+	apiArgs := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + opts.Address, "--advertise-address=" + opts.Address,
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--cert-dir=" + certDir,
+		"--token-auth-file=" + tokens,
 		// Unauthenticated requests get 401, as the API reference documents,
 		// instead of being let in as system:anonymous.
 		"--anonymous-auth=false",
-		"--authorization-mode=RBAC",
-		"--service-account-key-file="+saKey,
-		"--service-account-signing-key-file="+saKey,
+		"--service-account-key-file=" + saKey,
+		"--service-account-signing-key-file=" + saKey,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-cluster-ip-range=10.96.0.0/16",
-		// No kube-controller-manager runs, so nothing would create the
-		// default ServiceAccount that this admission plugin waits for.
-		"--disable-admission-plugins=ServiceAccount",
-		// Priority and fairness would queue the benchmarks' request bursts
-		// and adds start-up work; a test API server has one tenant.
-		"--enable-priority-and-fairness=false",
-		"--v=1"); err != nil {
+		"--service-cluster-ip-range=" + opts.ServiceCIDRs,
+		"--v=1",
+	}
+	if opts.Cluster {
+		apiArgs = append(apiArgs,
+			"--authorization-mode=Node,RBAC",
+			"--enable-admission-plugins=NodeRestriction",
+			// Kubelets are reached by their addresses (logs, exec):
+			// nothing resolves node names here.
+			"--kubelet-preferred-address-types=InternalIP,Hostname")
+	} else {
+		apiArgs = append(apiArgs,
+			"--authorization-mode=RBAC",
+			// No kube-controller-manager runs, so nothing would create the
+			// default ServiceAccount that this admission plugin waits for.
+			"--disable-admission-plugins=ServiceAccount",
+			// Priority and fairness would queue the benchmarks' request
+			// bursts and adds start-up work; a test API server has one
+			// tenant.
+			"--enable-priority-and-fairness=false")
+	}
+	if err := c.start("kube-apiserver", bins["kube-apiserver"], apiArgs...); err != nil {
 		return c, err
 	}
-	c.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	c.URL = "https://" + net.JoinHostPort(opts.Address, strconv.Itoa(apiPort))
 
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
@@ -217,15 +281,49 @@ func Launch() (c *Cluster, err error) {
 	}); err != nil {
 		return c, fmt.Errorf("kube-apiserver not ready: %w", err)
 	}
+	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := c.WriteKubeconfig(c.Kubeconfig, Admin); err != nil {
+		return c, err
+	}
+	if opts.Cluster {
+		return c, c.startControllers(bins, saKey, filepath.Join(certDir, "apiserver.crt"), opts.ServiceCIDRs)
+	}
 	if err := c.installCRDs(ctx); err != nil {
 		return c, err
 	}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}}, metav1.CreateOptions{}); err != nil {
-		return c, err
-	}
-	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
-	return c, c.WriteKubeconfig(c.Kubeconfig, Admin)
+	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}}, metav1.CreateOptions{})
+	return c, err
 }
+
+// startControllers runs kube-controller-manager and kube-scheduler, each
+// as its own identity. Every controller of kube-controller-manager acts as
+// its own service account (--use-service-account-credentials), as kubeadm
+// sets it up; the root CA it publishes in every namespace is what pods
+// verify the API server with.
+func (c *Cluster) startControllers(bins map[string]string, saKey, rootCA, serviceCIDRs string) error {
+	kcm, scheduler := filepath.Join(c.Dir, "kcm.kubeconfig"), filepath.Join(c.Dir, "scheduler.kubeconfig")
+	if err := c.WriteKubeconfig(kcm, KubeControllerManager); err != nil {
+		return err
+	}
+	if err := c.WriteKubeconfig(scheduler, KubeScheduler); err != nil {
+		return err
+	}
+	if err := c.start("kube-controller-manager", bins["kube-controller-manager"],
+		"--kubeconfig="+kcm, "--authentication-kubeconfig="+kcm, "--authorization-kubeconfig="+kcm,
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+saKey, "--root-ca-file="+rootCA,
+		"--service-cluster-ip-range="+serviceCIDRs,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"); err != nil {
+		return err
+	}
+	return c.start("kube-scheduler", bins["kube-scheduler"],
+		"--kubeconfig="+scheduler, "--authentication-kubeconfig="+scheduler, "--authorization-kubeconfig="+scheduler,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=1")
+}
+
+// CAData is the API server's (self-signed) certificate, which clients
+// verify it with.
+func (c *Cluster) CAData() []byte { return c.caData }
 
 // Config returns a client configuration that authenticates as user. Its rate
 // limits are raised so that tests are not slowed by client-side throttling.
@@ -367,13 +465,14 @@ func (c *Cluster) logTail(name string) string {
 }
 
 // binaries builds (once, then from the cache) and locates etcd and
-// kube-apiserver through test/tools/build-binaries.sh.
-func binaries() (map[string]string, error) {
+// kube-apiserver, and what args ask for, through
+// test/tools/build-binaries.sh.
+func binaries(args ...string) (map[string]string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("bash", filepath.Join(root, "test", "tools", "build-binaries.sh"))
+	cmd := exec.Command("bash", append([]string{filepath.Join(root, "test", "tools", "build-binaries.sh")}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {

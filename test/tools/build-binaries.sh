@@ -3,6 +3,9 @@
 # the Go module proxy, into a cache outside the repo keyed by version:
 #   $EGRESSFLOW_CACHE/bin/kube-apiserver-<v>, kubectl-<v>   (test/tools/kube)
 #   $EGRESSFLOW_CACHE/bin/etcd-<v>                          (test/tools/etcd)
+# and, with --with-cluster, what the cluster in Docker (test/dockercluster)
+# runs besides: kubelet, kube-controller-manager, kube-scheduler, kube-proxy,
+# kubectl.
 # The versions come from the go.mod files of those two tools modules, which
 # keep k8s.io/kubernetes out of the product's go.mod. A binary already in the
 # cache is not built again (the first kube-apiserver build takes about 4
@@ -20,7 +23,9 @@ build() { # name, module dir, package, version
   local out="$cache/bin/$1-$4"
   if [ ! -x "$out" ]; then
     echo "building $1 $4 (cached afterwards in $cache/bin)" >&2
-    (cd "$2" && go build -trimpath -o "$out.tmp" "$3")
+    # Static, stripped, and stamped with its version (kubelet reports it
+    # in the Node's status): the kubelet runs inside the node image.
+    (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4" -o "$out.tmp" "$3")
     mv "$out.tmp" "$out"
   fi
   echo "$1=$out"
@@ -30,6 +35,15 @@ kube=$(version_of "$here/kube" k8s.io/kubernetes)
 etcd=$(version_of "$here/etcd" go.etcd.io/etcd/server/v3)
 build etcd "$here/etcd" go.etcd.io/etcd/server/v3 "$etcd"
 build kube-apiserver "$here/kube" k8s.io/kubernetes/cmd/kube-apiserver "$kube"
-if [ "${1:-}" = "--with-kubectl" ]; then
-  build kubectl "$here/kube" k8s.io/kubernetes/cmd/kubectl "$kube"
-fi
+for arg in "$@"; do
+  case "$arg" in
+  --with-kubectl)
+    build kubectl "$here/kube" k8s.io/kubernetes/cmd/kubectl "$kube" ;;
+  --with-cluster)
+    for cmd in kubectl kubelet kube-controller-manager kube-scheduler kube-proxy; do
+      build "$cmd" "$here/kube" "k8s.io/kubernetes/cmd/$cmd" "$kube"
+    done ;;
+  *)
+    echo "build-binaries: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done

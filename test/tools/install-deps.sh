@@ -20,6 +20,8 @@ command -v ping >/dev/null || missing+=(iputils-ping)
 command -v ethtool >/dev/null || missing+=(ethtool)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v make >/dev/null || missing+=(make)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v nft >/dev/null || missing+=(nftables)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
@@ -29,4 +31,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-bash "$here/build-binaries.sh" "$@" >/dev/null
+bash "$here/build-binaries.sh" --with-cluster "$@" >/dev/null
+
+# The cluster in Docker (make e2e) needs a Docker engine, which this kind of
+# machine runs; its node image is built once and cached.
+if ! docker info >/dev/null 2>&1; then
+  echo "install-deps: no Docker engine answers (docker info); make e2e needs one" >&2
+  exit 1
+fi
+bash "$here/../dockercluster/node-image.sh" >/dev/null

@@ -6,11 +6,13 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +20,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 )
+
+// Version is the build's version, set by `make images` and `make build`
+// from `git describe` (-ldflags -X); "dev" otherwise.
+var Version = "dev"
+
+// VersionFlag registers --version on fs; PrintVersion reports whether it
+// was given (after parsing), having printed the command's name and
+// Version.
+func VersionFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("version", false, "print the version and exit")
+}
+
+// PrintVersion prints "<command> <Version>" if asked and says whether it did.
+func PrintVersion(asked *bool) bool {
+	if *asked {
+		fmt.Printf("%s %s\n", filepath.Base(os.Args[0]), Version)
+	}
+	return *asked
+}
 
 // ShutdownGrace bounds how long the metrics server drains on exit.
 const ShutdownGrace = 5 * time.Second

@@ -1,0 +1,433 @@
+// Package dockercluster runs a real Kubernetes cluster whose nodes are
+// Docker containers, for the end-to-end tests, the demo and the failover
+// benchmark: the control plane (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler; test/kubetest) on the host,
+// bound to the Docker network's gateway, and per node a container running
+// Open vSwitch, containerd, the kubelet and kube-proxy, laid out as
+// OVN-Kubernetes and OpenShift nodes are (node-setup.sh): the uplink eth0 is
+// a port of br-ex and the node IP sits on br-ex's LOCAL port; pods use
+// Debian's bridge CNI plugin without masquerade and reach br-ex routed
+// through the host stack. An external host container stands outside the
+// cluster on the same network; its network namespace is registered with
+// `ip netns`, so test/topology's source servers and captures run there.
+//
+// Everything is built here and nothing is pulled: the node image by
+// debootstrap (node-image.sh), the Kubernetes binaries from the module
+// proxy (test/tools/build-binaries.sh), egressflow's image (make images) and
+// the test images (testapp), all cached. Containers, volumes, the network,
+// the registered namespace and the control-plane processes are removed when
+// the test ends, also when it fails.
+package dockercluster
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/topology"
+	"github.com/egressflow/egressflow/test/wait"
+)
+
+// Addressing of a cluster. The third octet (and IPv6 group) is chosen per
+// cluster, so that two clusters on one machine do not collide.
+const (
+	// ClusterPodCIDR4 and ClusterPodCIDR6 hold every node's pod CIDR: node
+	// N has 10.244.N.0/24 and fd00:10:244:N::/64.
+	ClusterPodCIDR4 = "10.244.0.0/16"
+	ClusterPodCIDR6 = "fd00:10:244::/48"
+	// ServiceCIDRs are the ClusterIP ranges, one per family.
+	ServiceCIDRs = "10.96.0.0/16,fd00:10:96::/112"
+)
+
+// readyTimeout bounds a node's set-up and its Ready condition: about a
+// minute on a loaded 2-core machine, most of it importing images.
+const readyTimeout = 3 * time.Minute
+
+// Config sizes a cluster.
+type Config struct {
+	// Nodes is how many node containers run (default 3).
+	Nodes int
+}
+
+// Cluster is a running cluster in Docker.
+type Cluster struct {
+	t testing.TB
+	// Name prefixes every container, volume and network it made.
+	Name string
+	// API is the control plane; Kubeconfig an admin kubeconfig for kubectl.
+	API        *kubetest.Cluster
+	Kubeconfig string
+	Kube       kubernetes.Interface
+	// Network is the Docker network every container is on; Gateway4 and
+	// Gateway6 are the host's addresses on it, where the API server listens.
+	Network            string
+	Gateway4, Gateway6 netip.Addr
+	Nodes              []*Node
+	// External is the external host; its Netns is registered with ip netns.
+	External *topology.Host
+	// ExternalContainer is its container's name.
+	ExternalContainer string
+
+	assets *assets
+	subnet byte
+}
+
+// Node is one node container.
+type Node struct {
+	Name      string // the Node object's name, and the container's host name
+	Container string
+	IP, IP6   netip.Addr
+	PodCIDR4  netip.Prefix
+	PodCIDR6  netip.Prefix
+}
+
+// Start builds what is missing, starts the control plane and the node and
+// external containers, and returns once every node is Ready.
+func Start(t testing.TB, cfg Config) *Cluster {
+	t.Helper()
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 3
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("dockercluster: needs root (Docker, ip netns); run it through make e2e")
+	}
+	started := time.Now()
+	sweep()
+	c := &Cluster{t: t, subnet: byte(rand.IntN(200) + 20)}
+	c.Name = fmt.Sprintf("ef%d", c.subnet)
+	dir := t.TempDir()
+	var err error
+	if c.assets, err = prepareAssets(dir); err != nil {
+		t.Fatalf("dockercluster: %v", err)
+	}
+	t.Logf("dockercluster: images and binaries ready after %v", time.Since(started).Round(time.Second))
+	c.createNetwork()
+	for i := 1; i <= cfg.Nodes; i++ {
+		c.Nodes = append(c.Nodes, c.node(i))
+	}
+	var users []kubetest.User
+	for _, n := range c.Nodes {
+		users = append(users, kubetest.NodeUser(n.Name))
+	}
+	c.API, err = kubetest.LaunchWith(kubetest.Options{Address: c.Gateway4.String(), Users: users, Cluster: true, ServiceCIDRs: ServiceCIDRs})
+	if err != nil {
+		t.Fatalf("dockercluster: control plane: %v", err)
+	}
+	t.Cleanup(c.API.Stop)
+	c.Kubeconfig = c.API.Kubeconfig
+	c.Kube = kubernetes.NewForConfigOrDie(c.API.Config(kubetest.Admin))
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dumpState()
+		}
+	})
+	if err := c.writeNodeFiles(dir); err != nil {
+		t.Fatalf("dockercluster: %v", err)
+	}
+	for _, n := range c.Nodes {
+		c.startNode(n, dir)
+	}
+	c.startExternal()
+	for _, n := range c.Nodes {
+		c.setUpNode(n)
+	}
+	c.routePodsFromHost()
+	wait.Until(t, readyTimeout, func() error {
+		for _, n := range c.Nodes {
+			node, err := c.Kube.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !nodeReady(node) {
+				return fmt.Errorf("node %s not Ready", n.Name)
+			}
+		}
+		return nil
+	})
+	t.Logf("dockercluster: %d nodes Ready %v after start; kubectl --kubeconfig %s", len(c.Nodes), time.Since(started).Round(time.Second), c.Kubeconfig)
+	return c
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// createNetwork makes the dual-stack Docker network, named bridge included
+// (its checksum offload is turned off: OVS's userspace datapath would pass
+// the host's unfinished checksums on to br-ex's tap, where the kernel drops
+// them).
+func (c *Cluster) createNetwork() {
+	t := c.t
+	c.Network = c.Name + "-net"
+	bridge := "br-" + c.Name
+	v4 := netip.MustParsePrefix(fmt.Sprintf("172.31.%d.0/24", c.subnet))
+	v6 := netip.MustParsePrefix(fmt.Sprintf("fd00:172:31:%x::/64", c.subnet))
+	c.Gateway4, c.Gateway6 = v4.Addr().Next(), v6.Addr().Next()
+	c.docker("network", "create", "--label", ownerLabel(), "--ipv6", "--subnet", v4.String(), "--gateway", c.Gateway4.String(),
+		"--subnet", v6.String(), "--gateway", c.Gateway6.String(),
+		"-o", "com.docker.network.bridge.name="+bridge, c.Network)
+	t.Cleanup(func() { _, _ = run("docker", "network", "rm", c.Network) })
+	if _, err := run("ethtool", "-K", bridge, "tx", "off"); err != nil {
+		t.Fatalf("dockercluster: %v", err)
+	}
+}
+
+// node describes node i: its addresses on the network and its pod CIDRs.
+func (c *Cluster) node(i int) *Node {
+	return &Node{
+		Name:      fmt.Sprintf("node-%d", i),
+		Container: fmt.Sprintf("%s-node-%d", c.Name, i),
+		IP:        netip.MustParseAddr(fmt.Sprintf("172.31.%d.%d", c.subnet, 10+i)),
+		IP6:       netip.MustParseAddr(fmt.Sprintf("fd00:172:31:%x::%x", c.subnet, 0x10+i)),
+		PodCIDR4:  netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", i)),
+		PodCIDR6:  netip.MustParsePrefix(fmt.Sprintf("fd00:10:244:%x::/64", i)),
+	}
+}
+
+// writeNodeFiles puts the nodes' kubeconfigs, the kubelet configuration and
+// the set-up script beside the binaries and images.
+func (c *Cluster) writeNodeFiles(dir string) error {
+	for _, n := range c.Nodes {
+		if err := c.API.WriteKubeconfig(filepath.Join(dir, n.Name+".kubeconfig"), kubetest.NodeUser(n.Name)); err != nil {
+			return err
+		}
+	}
+	if err := c.API.WriteKubeconfig(filepath.Join(dir, "kube-proxy.kubeconfig"), kubetest.KubeProxy); err != nil {
+		return err
+	}
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if err := copyFile(filepath.Join(root, "test", "dockercluster", "node-setup.sh"), filepath.Join(dir, "node-setup.sh"), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(kubeletConfig), 0o644)
+}
+
+// kubeletConfig suits a node in a container on this kind of machine:
+// cgroup v1 allowed, containerd's socket, no image ever collected (they
+// exist only locally) and no eviction for the host's disk.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+# The API server has no client certificate for kubelets here; on this
+# private network the kubelet API (logs, exec) is open.
+authentication:
+  anonymous: {enabled: true}
+authorization: {mode: AlwaysAllow}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+serializeImagePulls: false
+resolvConf: /etc/resolv.conf
+`
+
+// startNode runs n's container: privileged but for CAP_SYS_RESOURCE, which
+// this host's bounding set lacks, with /var on a volume (containerd's
+// overlay snapshots need a real file system) and the assets at /egressflow.
+func (c *Cluster) startNode(n *Node, dir string) {
+	volume := n.Container + "-var"
+	c.docker("volume", "create", "--label", ownerLabel(), volume)
+	c.t.Cleanup(func() { _, _ = run("docker", "volume", "rm", "-f", volume) })
+	c.t.Cleanup(func() { _, _ = run("docker", "rm", "-f", n.Container) })
+	c.docker("run", "-d", "--label", ownerLabel(), "--name", n.Container, "--hostname", n.Name,
+		"--network", c.Network, "--ip", n.IP.String(), "--ip6", n.IP6.String(),
+		"--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
+		"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined",
+		"--device-cgroup-rule", "a *:* rwm", "--device", "/dev/net/tun", "--device", "/dev/kmsg", "--device", "/dev/fuse",
+		"--cgroupns=private", "--tmpfs", "/run", "--tmpfs", "/tmp",
+		"-v", volume+":/var", "-v", dir+":/egressflow:ro", "-e", "container=docker",
+		c.assets.nodeImage, "sleep", "infinity")
+}
+
+// setUpNode lays n out and starts its kubelet (node-setup.sh).
+func (c *Cluster) setUpNode(n *Node) {
+	var peers []string
+	for _, o := range c.Nodes {
+		if o != n {
+			peers = append(peers, o.PodCIDR4.String()+"="+o.IP.String(), o.PodCIDR6.String()+"="+o.IP6.String())
+		}
+	}
+	c.docker("exec", "-e", "NODE_NAME="+n.Name, "-e", "POD_CIDR4="+n.PodCIDR4.String(), "-e", "POD_CIDR6="+n.PodCIDR6.String(),
+		"-e", "CLUSTER_CIDRS="+ClusterPodCIDR4+","+ClusterPodCIDR6, "-e", "PEER_ROUTES="+strings.Join(peers, " "),
+		n.Container, "bash", "/egressflow/node-setup.sh")
+}
+
+// startExternal runs the external host: routes to every pod CIDR via its
+// node (the pods are not masqueraded), its namespace registered for
+// test/topology.
+func (c *Cluster) startExternal() {
+	t := c.t
+	c.ExternalContainer = c.Name + "-external"
+	ip := netip.MustParseAddr(fmt.Sprintf("172.31.%d.100", c.subnet))
+	ip6 := netip.MustParseAddr(fmt.Sprintf("fd00:172:31:%x::100", c.subnet))
+	t.Cleanup(func() { _, _ = run("docker", "rm", "-f", c.ExternalContainer) })
+	c.docker("run", "-d", "--label", ownerLabel(), "--name", c.ExternalContainer, "--hostname", "external",
+		"--network", c.Network, "--ip", ip.String(), "--ip6", ip6.String(),
+		"--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", c.assets.nodeImage, "sleep", "infinity")
+	pid := strings.TrimSpace(c.docker("inspect", "-f", "{{.State.Pid}}", c.ExternalContainer))
+	netns := c.Name + "-external"
+	if _, err := run("ip", "netns", "attach", netns, pid); err != nil {
+		t.Fatalf("dockercluster: %v", err)
+	}
+	t.Cleanup(func() { _, _ = run("ip", "netns", "delete", netns) })
+	c.External = &topology.Host{Name: "external", Netns: netns, IP: ip, IP6: ip6}
+	c.External.Exec(t, "ethtool", "-K", "eth0", "tx", "off")
+	for _, n := range c.Nodes {
+		c.External.Exec(t, "ip", "route", "add", n.PodCIDR4.String(), "via", n.IP.String())
+		c.External.Exec(t, "ip", "-6", "route", "add", n.PodCIDR6.String(), "via", n.IP6.String())
+	}
+}
+
+// routePodsFromHost routes each node's pod CIDRs via the node on this
+// machine, where the control plane runs, as a control-plane node of a
+// routed pod network does: pods reach the API server with their own
+// addresses, and its answers must find them.
+func (c *Cluster) routePodsFromHost() {
+	for _, n := range c.Nodes {
+		for _, r := range [][2]string{{n.PodCIDR4.String(), n.IP.String()}, {n.PodCIDR6.String(), n.IP6.String()}} {
+			if _, err := run("ip", "route", "add", r[0], "via", r[1]); err != nil {
+				c.t.Fatalf("dockercluster: %v", err)
+			}
+			c.t.Cleanup(func() { _, _ = run("ip", "route", "del", r[0], "via", r[1]) })
+		}
+	}
+}
+
+// dumpState logs what a failed test needs to be understood: the pods and
+// events, egressflow's logs and each node's kubelet log tail.
+func (c *Cluster) dumpState() {
+	for _, args := range [][]string{
+		{"get", "nodes,pods", "-A", "-o", "wide"},
+		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+		{"logs", "-n", Namespace, "-l", "app.kubernetes.io/name=egressflow-controller", "--tail=30", "--prefix"},
+		{"logs", "-n", Namespace, "-l", "app.kubernetes.io/name=egressflow-agent", "--tail=30", "--prefix"},
+	} {
+		out, err := c.kubectl(args...)
+		c.t.Logf("kubectl %s:\n%s%v", strings.Join(args, " "), out, errOrEmpty(err))
+	}
+	for _, n := range c.Nodes {
+		out, _ := run("docker", "exec", n.Container, "tail", "-n", "25", "/var/log/kubelet.log")
+		c.t.Logf("%s kubelet log tail:\n%s", n.Name, out)
+	}
+}
+
+func errOrEmpty(err error) any {
+	if err == nil {
+		return ""
+	}
+	return err
+}
+
+// ownerKey labels every container, volume and network a cluster makes with
+// the pid of the process that made it.
+const ownerKey = "egressflow.dockercluster.owner"
+
+func ownerLabel() string { return fmt.Sprintf("%s=%d", ownerKey, os.Getpid()) }
+
+// sweep removes what clusters of processes that no longer run left behind
+// (a test binary killed before its cleanup could run): their containers,
+// volumes, networks and registered namespaces.
+func sweep() {
+	dead := func(pid string) bool {
+		_, err := os.Stat("/proc/" + pid)
+		return err != nil
+	}
+	for _, kind := range []struct {
+		list, rm []string
+		name     string // the format field of the object's name
+	}{
+		{[]string{"ps", "-a"}, []string{"rm", "-f"}, "{{.Names}}"},
+		{[]string{"volume", "ls"}, []string{"volume", "rm", "-f"}, "{{.Name}}"},
+		{[]string{"network", "ls"}, []string{"network", "rm"}, "{{.Name}}"},
+	} {
+		out, _ := run("docker", append(kind.list, "--filter", "label="+ownerKey, "--format", kind.name+` {{.Label "`+ownerKey+`"}}`)...)
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if name, pid, ok := strings.Cut(line, " "); ok && dead(pid) {
+				_, _ = run("docker", append(kind.rm, name)...)
+			}
+		}
+	}
+	entries, _ := os.ReadDir("/var/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "ef") && strings.HasSuffix(e.Name(), "-external") {
+			if _, err := run("docker", "inspect", e.Name()); err != nil { // the external container has the namespace's name
+				_, _ = run("ip", "netns", "delete", e.Name())
+			}
+		}
+	}
+}
+
+// docker runs a docker command and fails the test if it fails.
+func (c *Cluster) docker(args ...string) string {
+	c.t.Helper()
+	out, err := run("docker", args...)
+	if err != nil {
+		c.t.Fatalf("dockercluster: %v", err)
+	}
+	return out
+}
+
+// Exec runs a command in n's container and fails the test if it fails.
+func (c *Cluster) Exec(n *Node, args ...string) string {
+	c.t.Helper()
+	return c.docker(append([]string{"exec", n.Container}, args...)...)
+}
+
+// Kubectl runs kubectl against the cluster and fails the test if it fails.
+func (c *Cluster) Kubectl(args ...string) string {
+	c.t.Helper()
+	out, err := c.kubectl(args...)
+	if err != nil {
+		c.t.Fatalf("dockercluster: %v", err)
+	}
+	return out
+}
+
+func (c *Cluster) kubectl(args ...string) (string, error) {
+	out, err := run("bash", filepath.Join(mustRepoRoot(c.t), "test", "tools", "build-binaries.sh"), "--with-kubectl")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if name, path, ok := strings.Cut(line, "="); ok && name == "kubectl" {
+			cmd := exec.Command(path, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+			}
+			return string(out), nil
+		}
+	}
+	return "", fmt.Errorf("build-binaries.sh did not report kubectl")
+}
+
+func mustRepoRoot(t testing.TB) string {
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}

@@ -1,0 +1,155 @@
+// Command testapp is the workload of the cluster in Docker
+// (test/dockercluster), in two images built FROM scratch:
+//
+//   - `testapp pause` is the pods' sandbox (the kubelet's pause image): it
+//     sleeps until SIGTERM or SIGINT and reaps orphaned children.
+//   - `testapp probe TARGET...` is a test pod: every --interval it sends a
+//     UDP datagram to each TARGET (host:port) and reads the answer, which
+//     the test's source server (topology.SourceServer) makes the source
+//     address it saw. It logs a line per target whenever that source
+//     changes, and every --report interval, so a test reads in the pod's log
+//     (kubectl logs) what the outside saw of this very pod. (The log, not
+//     a port of the pod: an endpoint's answers to a client outside the
+//     cluster would leave SNATed, which is the point.)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testapp pause | probe [--interval D] [--report D] TARGET...")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "pause":
+		pause()
+	case "probe":
+		err = probe(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testapp:", err)
+		os.Exit(1)
+	}
+}
+
+// pause waits for a termination signal, reaping children meanwhile (it is
+// PID 1 of the pod's sandbox).
+func pause() {
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	for s := range signals {
+		if s != syscall.SIGCHLD {
+			return
+		}
+		for {
+			var status syscall.WaitStatus
+			if pid, err := syscall.Wait4(-1, &status, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}
+
+// report is what a probe knows of one target.
+type report struct {
+	target     string
+	lastSource string // as the target saw this pod
+	answers    int
+	failures   int
+	lastError  string
+}
+
+// String is the log line: "target=T source=S answers=N failures=M".
+func (r report) String() string {
+	line := fmt.Sprintf("target=%s source=%s answers=%d failures=%d", r.target, r.lastSource, r.answers, r.failures)
+	if r.lastError != "" {
+		line += " error=" + strings.ReplaceAll(r.lastError, " ", "_")
+	}
+	return line
+}
+
+// answerTimeout bounds one exchange: answers come in well under a
+// millisecond; a lost one must not delay the next datagram by long.
+const answerTimeout = 500 * time.Millisecond
+
+func probe(args []string) error {
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	interval := fs.Duration("interval", 50*time.Millisecond, "time between datagrams to each target")
+	every := fs.Duration("report", time.Second, "how often each target's state is logged besides its changes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("no target")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var mu sync.Mutex // one log line at a time
+	var wg sync.WaitGroup
+	for _, target := range fs.Args() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := report{target: target}
+			buf := make([]byte, 256)
+			logged := time.Now()
+			for ctx.Err() == nil {
+				src, err := exchange(target, buf)
+				changed := false
+				if err != nil {
+					r.failures++
+					r.lastError = err.Error()
+				} else {
+					r.answers++
+					changed = src != r.lastSource
+					r.lastSource, r.lastError = src, ""
+				}
+				if changed || time.Since(logged) >= *every {
+					mu.Lock()
+					fmt.Println(time.Now().UTC().Format(time.RFC3339Nano), r)
+					mu.Unlock()
+					logged = time.Now()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(*interval):
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// exchange sends one datagram to target on a new socket (a new flow each
+// time, as a fresh client would) and returns the answer.
+func exchange(target string, buf []byte) (string, error) {
+	conn, err := net.DialTimeout("udp", target, answerTimeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(answerTimeout))
+	if _, err := conn.Write([]byte("probe\n")); err != nil {
+		return "", err
+	}
+	n, err := conn.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(buf[:n])), nil
+}

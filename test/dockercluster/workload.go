@@ -1,0 +1,107 @@
+package dockercluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressflow/egressflow/test/wait"
+)
+
+// probeInterval is how often a probe pod sends to each target.
+const probeInterval = 50 * time.Millisecond
+
+// CreateNamespace creates a namespace for test workloads.
+func (c *Cluster) CreateNamespace(name string) {
+	c.t.Helper()
+	_, err := c.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		c.t.Fatal(err)
+	}
+}
+
+// RunProbePod runs a pod of the test image on node that probes targets
+// (testapp probe) and returns it once it runs, with its addresses.
+func (c *Cluster) RunProbePod(namespace, name string, node *Node, labels map[string]string, targets ...string) *corev1.Pod {
+	c.t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:                      node.Name,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "probe", Image: TestAppImage, ImagePullPolicy: corev1.PullNever,
+				Args: append([]string{"--interval=" + probeInterval.String()}, targets...),
+			}},
+		},
+	}
+	if _, err := c.Kube.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	var running *corev1.Pod
+	wait.Until(c.t, readyTimeout, func() error {
+		p, err := c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.PodIPs) < 2 {
+			return fmt.Errorf("pod %s/%s: %s, IPs %v", namespace, name, p.Status.Phase, p.Status.PodIPs)
+		}
+		running = p
+		return nil
+	})
+	return running
+}
+
+// ProbeSources reads what each target last saw as the source of pod's
+// datagrams, from the pod's log (testapp probe's lines), by target.
+func (c *Cluster) ProbeSources(pod *corev1.Pod) (map[string]string, error) {
+	tail := int64(20)
+	raw, err := c.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	sources := map[string]string{}
+	lines := bufio.NewScanner(strings.NewReader(string(raw)))
+	for lines.Scan() {
+		fields := map[string]string{}
+		for _, f := range strings.Fields(lines.Text()) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				fields[k] = v
+			}
+		}
+		if fields["target"] != "" && fields["error"] == "" {
+			sources[fields["target"]] = fields["source"]
+		}
+	}
+	return sources, nil
+}
+
+// ExpectSources waits until every target saw want as the source of pod's
+// latest datagrams (want[i] for targets[i]).
+func (c *Cluster) ExpectSources(pod *corev1.Pod, targets, want []string) {
+	c.t.Helper()
+	wait.Until(c.t, convergeTimeout, func() error {
+		got, err := c.ProbeSources(pod)
+		if err != nil {
+			return err
+		}
+		for i, target := range targets {
+			if got[target] != want[i] {
+				return fmt.Errorf("%s to %s seen as %q, want %s", pod.Name, target, got[target], want[i])
+			}
+		}
+		return nil
+	})
+}
+
+// convergeTimeout bounds how long a test waits for egressflow to converge:
+// seconds here, the rest is slack for a loaded CI machine.
+const convergeTimeout = time.Minute
