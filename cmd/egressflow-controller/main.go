@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"os"
 	"os/signal"
@@ -54,7 +55,11 @@ func run() error {
 	version := cli.VersionFlag(fs)
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&opts.Namespace, "namespace", cli.EnvOr("POD_NAMESPACE", cluster.DefaultNamespace), "namespace of the agent heartbeat Leases and of the leader Lease")
-	fs.StringVar(&opts.Identity, "identity", cli.EnvOr("POD_NAME", cli.Hostname()), "this replica's name in the leader Lease")
+	// The default identity is unique per process, as kube-controller-manager's
+	// is: a replica whose container restarts must not take the Lease its
+	// previous process held for its own and resume leading at once; it
+	// competes with the standby once the Lease runs out.
+	fs.StringVar(&opts.Identity, "identity", cli.EnvOr("POD_NAME", cli.Hostname())+"_"+rand.Text()[:8], "this process's name in the leader Lease (<pod>_<random> by default)")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among replicas; only the leader writes")
 	fs.StringVar(&opts.LeaderLeaseName, "leader-elect-lease-name", cluster.DefaultLeaderLeaseName, "name of the leader-election Lease")
 	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", cluster.DefaultLeaseDuration, "how long a leader Lease lasts unrenewed: the longest gap after a leader crashes")

@@ -431,3 +431,39 @@ func mustRepoRoot(t testing.TB) string {
 	}
 	return root
 }
+
+// LeaderNode returns the node of the controller replica that holds the
+// leader Lease.
+func (c *Cluster) LeaderNode() *Node {
+	c.t.Helper()
+	var leader *Node
+	wait.Until(c.t, convergeTimeout, func() error {
+		ctx := context.Background()
+		lease, err := c.Kube.CoordinationV1().Leases(Namespace).Get(ctx, "egressflow-controller", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil {
+			return fmt.Errorf("no leader yet")
+		}
+		podName, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_") // <pod>_<random>
+		pod, err := c.Kube.CoreV1().Pods(Namespace).Get(ctx, podName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, n := range c.Nodes {
+			if n.Name == pod.Spec.NodeName {
+				leader = n
+				return nil
+			}
+		}
+		return fmt.Errorf("leader %s on unknown node %q", pod.Name, pod.Spec.NodeName)
+	})
+	return leader
+}
+
+// ExternalMAC is the external host's MAC on the network.
+func (c *Cluster) ExternalMAC() string {
+	c.t.Helper()
+	return strings.TrimSpace(c.External.Exec(c.t, "cat", "/sys/class/net/eth0/address"))
+}

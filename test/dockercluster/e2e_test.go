@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -28,18 +30,20 @@ var lbIPs = []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAd
 // on every node, a pod that is no endpoint, and their EgressService.
 type egressScenario struct {
 	c         *Cluster
-	targets   []string // the external host's source server, per family
+	server    *topology.SourceServer // on the external host
+	targets   []string               // the server, per family
 	endpoints []*corev1.Pod
 	bystander *corev1.Pod
-	host      *Node
+	announcer *Announcer
 }
 
 const scenarioNamespace = "shop"
 
-func newEgressScenario(t *testing.T, c *Cluster) *egressScenario {
+func newEgressScenario(t *testing.T, c *Cluster, spec esv1.EgressServiceSpec) *egressScenario {
 	ctx := context.Background()
 	server := c.External.Serve(t)
-	s := &egressScenario{c: c, targets: []string{server.Addr.String(), server.Addr6.String()}}
+	s := &egressScenario{c: c, server: server, targets: []string{server.Addr.String(), server.Addr6.String()}}
+	s.announcer = c.Announce("egress-service.k8s.ovn.org/shop-web", lbIPs...)
 	c.CreateNamespace(scenarioNamespace)
 	for i, n := range c.Nodes {
 		s.endpoints = append(s.endpoints, c.RunProbePod(scenarioNamespace, fmt.Sprintf("web-%d", i+1), n, map[string]string{"app": "web"}, s.targets...))
@@ -66,39 +70,28 @@ func newEgressScenario(t *testing.T, c *Cluster) *egressScenario {
 		t.Fatal(err)
 	}
 	es := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressServices(scenarioNamespace)
-	if _, err := es.Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Namespace: scenarioNamespace, Name: "web"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := es.Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Namespace: scenarioNamespace, Name: "web"}, Spec: spec}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The controller picks a host and labels it; the test plays the LB
-	// announcer and routes the LB IPs to that node.
+	// The controller picks a host and labels it (status.host names it);
+	// the announcer routes the LB IPs there.
 	wait.Until(t, convergeTimeout, func() error {
 		got, err := es.Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		for _, n := range c.Nodes {
-			if n.Name == got.Status.Host {
-				s.host = n
-				return nil
-			}
+		if n, _ := s.announcer.Current(); n == nil || n.Name != got.Status.Host {
+			return fmt.Errorf("EgressService host %q, LB IPs routed to %v", got.Status.Host, n)
 		}
-		return fmt.Errorf("EgressService host %q", got.Status.Host)
+		return nil
 	})
-	node, err := c.Kube.CoreV1().Nodes().Get(ctx, s.host.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := node.Labels["egress-service.k8s.ovn.org/shop-web"]; !ok {
-		t.Fatalf("host %s lacks the egress-service.k8s.ovn.org/shop-web label: %v", s.host.Name, node.Labels)
-	}
-	s.announce(s.host)
 	return s
 }
 
-// announce routes the LB IPs to n from the external host.
-func (s *egressScenario) announce(n *Node) {
-	s.c.External.Exec(s.c.t, "ip", "route", "replace", lbIPs[0].String(), "via", n.IP.String())
-	s.c.External.Exec(s.c.t, "ip", "-6", "route", "replace", lbIPs[1].String(), "via", n.IP6.String())
+// host is the node the LB IPs are routed to: the one labelled.
+func (s *egressScenario) host() *Node {
+	n, _ := s.announcer.Current()
+	return n
 }
 
 // expectLBIPs waits until every endpoint is seen with the LB IP of each
@@ -109,6 +102,35 @@ func (s *egressScenario) expectLBIPs() {
 		s.c.ExpectSources(ep, s.targets, want)
 	}
 	s.c.ExpectSources(s.bystander, s.targets, podIPs(s.bystander))
+}
+
+// checkNoPodIP fails the test for every packet of the capture that the
+// external host received (its MAC, or a broadcast or multicast one) from an
+// endpoint's pod IP. Frames a switch floods past it towards another MAC are
+// not received; they are counted and returned: steered packets carry the
+// pod IP between nodes, and towards a host that has just died the Docker
+// bridge, like any switch, floods them until the steering moves.
+func (s *egressScenario) checkNoPodIP(t *testing.T, packets []topology.Packet) (fromLB, floodedPast int) {
+	t.Helper()
+	endpointIPs := map[netip.Addr]bool{}
+	for _, ep := range s.endpoints {
+		for _, ip := range podIPs(ep) {
+			endpointIPs[netip.MustParseAddr(ip)] = true
+		}
+	}
+	mac := s.c.ExternalMAC()
+	for _, p := range packets {
+		switch {
+		case p.Src == lbIPs[0] || p.Src == lbIPs[1]:
+			fromLB++
+		case !endpointIPs[p.Src]:
+		case p.DstMAC != mac && !strings.HasPrefix(p.DstMAC, "ff:ff:ff:ff:ff:ff") && !strings.HasPrefix(p.DstMAC, "33:33:") && !strings.HasPrefix(p.DstMAC, "01:00:5e:"):
+			floodedPast++
+		default:
+			t.Errorf("the external host received a packet from an endpoint's pod IP: %s", p)
+		}
+	}
+	return fromLB, floodedPast
 }
 
 func podIPs(p *corev1.Pod) []string {
@@ -128,29 +150,125 @@ func podIPs(p *corev1.Pod) []string {
 func TestEgressServiceOnTheCluster(t *testing.T) {
 	c := Start(t, Config{Nodes: 3})
 	c.Install()
-	s := newEgressScenario(t, c)
+	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
 	s.expectLBIPs()
 	capture := c.External.Capture(t)
 	time.Sleep(5 * time.Second) // 100 datagrams per endpoint and family
 	s.expectLBIPs()
-	endpointIPs := map[netip.Addr]bool{}
+	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
+	if fromLB == 0 || flooded > 0 {
+		t.Errorf("%d packets from the LB IPs, %d pod-IP frames flooded past the external host: want some and none", fromLB, flooded)
+	}
+	t.Logf("host %s; %d packets from the LB IPs in 5 s, none from a pod IP", s.host().Name, fromLB)
+}
+
+// failHost puts the current host through fault ("kill": power loss,
+// "pause": a frozen node) and returns the time from the fault (once docker
+// has applied it) to the first packet with each family's LB IP at the
+// external host, the later of the two: necessarily through another host.
+func (s *egressScenario) failHost(t *testing.T, fault string) (failed *Node, took time.Duration) {
+	failed = s.host()
+	s.c.docker(fault, failed.Container)
+	at := time.Now()
+	if fault == "pause" {
+		t.Cleanup(func() { _, _ = run("docker", "unpause", failed.Container) })
+	}
+	wait.Until(t, convergeTimeout, func() error {
+		if s.host() == failed {
+			return fmt.Errorf("the LB IPs still go to %s", failed.Name)
+		}
+		for _, lb := range lbIPs {
+			first, ok := s.server.FirstFrom(lb, at)
+			if !ok {
+				return fmt.Errorf("no packet from %s since the fault", lb)
+			}
+			took = max(took, first.Sub(at))
+		}
+		return nil
+	})
+	return failed, took
+}
+
+// TestHostFailures: the host node freezes (docker pause) and later, once it
+// is back, the next host loses power (docker kill), while the endpoints on
+// the other nodes send in both families. Each time another node takes over
+// and the LB IPs leave through it, and a capture on the external host never
+// sees an endpoint's pod IP. The EgressService keeps off the node of the
+// leading controller, whose own failure is another story (leader election).
+func TestHostFailures(t *testing.T) {
+	c := Start(t, Config{Nodes: 3})
+	c.Install()
+	leader := c.LeaderNode()
+	s := newEgressScenario(t, c, esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpNotIn, Values: []string{leader.Name}}},
+	}})
+	s.expectLBIPs()
+	capture := c.External.Capture(t)
+
+	frozen, took := s.failHost(t, "pause")
+	t.Logf("%s frozen: LB-IP traffic through %s %v later", frozen.Name, s.host().Name, took.Round(time.Millisecond))
+	c.docker("unpause", frozen.Container)
+	killed, took := s.failHost(t, "kill")
+	t.Logf("%s killed: LB-IP traffic through %s %v later", killed.Name, s.host().Name, took.Round(time.Millisecond))
+	if s.host() != frozen {
+		t.Errorf("after %s was killed the host is %s, want %s, back from its freeze", killed.Name, s.host().Name, frozen.Name)
+	}
 	for _, ep := range s.endpoints {
-		for _, ip := range podIPs(ep) {
-			endpointIPs[netip.MustParseAddr(ip)] = true
+		if ep.Spec.NodeName != killed.Name {
+			s.c.ExpectSources(ep, s.targets, []string{lbIPs[0].String(), lbIPs[1].String()})
 		}
 	}
-	fromLB, leaked := 0, 0
-	for _, p := range capture.Stop() {
-		switch {
-		case endpointIPs[p.Src]:
-			leaked++
-			t.Logf("leaked: %s", p.Line)
-		case p.Src == lbIPs[0] || p.Src == lbIPs[1]:
-			fromLB++
+	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
+	t.Logf("%d packets from the LB IPs, none from a pod IP received; %d frames steered towards the killed host were flooded past the external host", fromLB, flooded)
+}
+
+// TestLeaderCrash: the leading controller's container is killed (SIGKILL
+// through the node's containerd, as a crash or an OOM kill would). Another
+// process takes the leader Lease once it runs out (a restarted container is
+// a new identity, no faster than the standby), and the EgressService keeps
+// its host and its label throughout, with LB-IP traffic on both families.
+func TestLeaderCrash(t *testing.T) {
+	c := Start(t, Config{Nodes: 3})
+	c.Install()
+	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
+	s.expectLBIPs()
+	host, routedAt := s.announcer.Current()
+	ctx := context.Background()
+	holder := func() string {
+		lease, err := c.Kube.CoordinationV1().Leases(Namespace).Get(ctx, "egressflow-controller", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *lease.Spec.HolderIdentity
+	}
+	leader := holder()
+	podName, _, _ := strings.Cut(leader, "_")
+	pod, err := c.Kube.CoreV1().Pods(Namespace).Get(ctx, podName, metav1.GetOptions{})
+	if err != nil || len(pod.Status.ContainerStatuses) != 1 {
+		t.Fatalf("leader pod %s: %v", podName, err)
+	}
+	_, id, _ := strings.Cut(pod.Status.ContainerStatuses[0].ContainerID, "://")
+	var node *Node
+	for _, n := range c.Nodes {
+		if n.Name == pod.Spec.NodeName {
+			node = n
 		}
 	}
-	if leaked > 0 || fromLB == 0 {
-		t.Fatalf("the external host saw %d packets from endpoint pod IPs and %d from the LB IPs (want 0 and some)", leaked, fromLB)
+	c.Exec(node, "ctr", "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id)
+	killed := time.Now()
+	wait.Until(t, convergeTimeout, func() error {
+		if h := holder(); h == "" || h == leader {
+			return fmt.Errorf("leader Lease still held by %q", h)
+		}
+		return nil
+	})
+	t.Logf("leader %s killed on %s; %s leads %v later", leader, node.Name, holder(), time.Since(killed).Round(time.Millisecond))
+	s.expectLBIPs()
+	if now, at := s.announcer.Current(); now != host || !at.Equal(routedAt) {
+		t.Errorf("the host moved from %s to %s across the leader's crash", host.Name, now.Name)
 	}
-	t.Logf("host %s; %d packets from the LB IPs in 5 s, none from a pod IP", s.host.Name, fromLB)
+	es, err := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressServices(scenarioNamespace).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil || es.Status.Host != host.Name {
+		t.Errorf("status.host after the crash: %v, %v; want %s", es.Status.Host, err, host.Name)
+	}
 }

@@ -20,6 +20,10 @@ const captureStartTimeout = 10 * time.Second
 type Packet struct {
 	Time     time.Time
 	Src, Dst netip.Addr
+	// DstMAC is the frame's destination: the host's own MAC, a broadcast
+	// or multicast one, or another host's (a frame a switch floods past it,
+	// which its IP stack never takes).
+	DstMAC string
 	// Line is tcpdump's one-line summary ("IP 192.0.2.10 > 172.18.0.100:
 	// ICMP echo request, ...").
 	Line string
@@ -92,7 +96,7 @@ func (c *Capture) Stop() []Packet {
 	_ = c.cmd.Process.Signal(syscall.SIGINT)
 	err := <-c.done
 	c.done <- err // for the cleanup
-	out, rerr := exec.Command("tcpdump", "-n", "-q", "-tt", "-r", c.file).Output()
+	out, rerr := exec.Command("tcpdump", "-n", "-q", "-e", "-tt", "-r", c.file).Output()
 	if rerr != nil {
 		t.Fatalf("topology: read the capture (tcpdump exited with %v): %v", err, rerr)
 	}
@@ -110,17 +114,24 @@ func (c *Capture) Stop() []Packet {
 	return packets
 }
 
-// parsePacketLine reads tcpdump -n -q -tt output: "<seconds>.<micros> IP
-// src[.port] > dst[.port]: ..." or "... IP6 ...".
+// parsePacketLine reads tcpdump -n -q -e -tt output: "<seconds>.<micros>
+// <src MAC> > <dst MAC>, IPv4, length N: src[.port] > dst[.port]: ..."
+// (or IPv6).
 func parsePacketLine(line string) (Packet, bool) {
-	fields := strings.Fields(line)
-	if len(fields) < 5 || (fields[1] != "IP" && fields[1] != "IP6") || fields[3] != ">" {
+	head, rest, ok := strings.Cut(line, ": ")
+	fields, body := strings.Fields(head), strings.Fields(rest)
+	if !ok || len(fields) < 6 || fields[2] != ">" || len(body) < 3 || body[1] != ">" {
+		return Packet{}, false
+	}
+	family := map[string]string{"IPv4,": "IP", "IPv6,": "IP6"}[fields[4]]
+	if family == "" {
 		return Packet{}, false
 	}
 	seconds, err := strconv.ParseFloat(fields[0], 64)
-	src, ok1 := parseEndpoint(fields[2])
-	dst, ok2 := parseEndpoint(strings.TrimSuffix(fields[4], ":"))
-	p := Packet{Time: time.UnixMicro(int64(seconds * 1e6)), Src: src, Dst: dst, Line: strings.Join(fields[1:], " ")}
+	src, ok1 := parseEndpoint(body[0])
+	dst, ok2 := parseEndpoint(strings.TrimSuffix(body[2], ":"))
+	p := Packet{Time: time.UnixMicro(int64(seconds * 1e6)), Src: src, Dst: dst, DstMAC: strings.TrimSuffix(fields[3], ","),
+		Line: family + " " + rest}
 	return p, err == nil && ok1 && ok2
 }
 

@@ -132,19 +132,20 @@ func TestCapture(t *testing.T) {
 }
 
 func TestParsePacketLine(t *testing.T) {
+	const macs = "1763727000.000001 02:00:00:00:00:01 > 02:00:00:00:00:02, "
 	for line, want := range map[string][2]string{
-		"1763727000.000001 IP 10.244.1.2.40000 > 172.18.0.100.8080: UDP, length 6":                  {"10.244.1.2", "172.18.0.100"},
-		"1763727000.000001 IP 192.0.2.10 > 172.18.0.100: ICMP echo request, id 1, seq 1, length 64": {"192.0.2.10", "172.18.0.100"},
-		"1763727000.000001 IP6 fd00:10:244:1::2.40000 > fd00:172:18::100.8080: UDP, length 6":       {"fd00:10:244:1::2", "fd00:172:18::100"},
-		"1763727000.000001 IP6 2001:db8::10 > fd00:172:18::100: ICMP6, echo request, id 1, seq 1":   {"2001:db8::10", "fd00:172:18::100"},
-		"1763727000.000001 IP6 fe80::1 > ff02::1:ff00:100: ICMP6, neighbor solicitation, who has":   {"fe80::1", "ff02::1:ff00:100"},
+		macs + "IPv4, length 48: 10.244.1.2.40000 > 172.18.0.100.8080: UDP, length 6":                  {"10.244.1.2", "172.18.0.100"},
+		macs + "IPv4, length 98: 192.0.2.10 > 172.18.0.100: ICMP echo request, id 1, seq 1, length 64": {"192.0.2.10", "172.18.0.100"},
+		macs + "IPv6, length 68: fd00:10:244:1::2.40000 > fd00:172:18::100.8080: UDP, length 6":        {"fd00:10:244:1::2", "fd00:172:18::100"},
+		macs + "IPv6, length 118: 2001:db8::10 > fd00:172:18::100: ICMP6, echo request, id 1, seq 1":   {"2001:db8::10", "fd00:172:18::100"},
+		macs + "IPv6, length 86: fe80::1 > ff02::1:ff00:100: ICMP6, neighbor solicitation, who has x":  {"fe80::1", "ff02::1:ff00:100"},
 	} {
 		p, ok := parsePacketLine(line)
-		if !ok || p.Src.String() != want[0] || p.Dst.String() != want[1] {
+		if !ok || p.Src.String() != want[0] || p.Dst.String() != want[1] || p.DstMAC != "02:00:00:00:00:02" {
 			t.Errorf("parsePacketLine(%q) = %v, %v; want %v", line, p, ok, want)
 		}
 	}
-	for _, line := range []string{"1763727000.000001 ARP, Request who-has 172.18.0.1", "1763727000.000001 IP truncated-ip", "IP 10.0.0.1 > 10.0.0.2: UDP", ""} {
+	for _, line := range []string{macs + "ARP, length 42: Request who-has 172.18.0.1", macs + "IPv4, length 20: truncated-ip", "IP 10.0.0.1 > 10.0.0.2: UDP", ""} {
 		if p, ok := parsePacketLine(line); ok {
 			t.Errorf("parsePacketLine(%q) = %v, want no packet", line, p)
 		}
