@@ -36,7 +36,7 @@ FUZZTIME ?= 50000x
 FUZZTIME_LONG ?= 10m
 
 .PHONY: images all build generate manifests lint test test-deps demo fuzz-smoke fuzz \
-	bench-openflow bench-controller bench-agent bench-restart clean
+	bench-openflow bench-controller bench-agent bench-restart bench-failover e2e clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
 # the cluster up until Ctrl-C; `make test` runs it that way, as a test.
@@ -91,7 +91,7 @@ manifests:
 ## lint: go vet and a gofmt check.
 lint:
 	go vet ./...
-	go vet -tags demo ./test/demo
+	go vet -tags demo ./test/dockercluster
 	go vet -tags e2e ./test/dockercluster
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
@@ -104,8 +104,8 @@ test-deps:
 ## OVS and a real kube-apiserver, the generated-code check, a short fuzz run.
 test: test-deps lint
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	DEMO_HOLD=0 go test -tags demo -count=1 -timeout $(TEST_TIMEOUT) ./test/demo
 	$(MAKE) e2e
+	DEMO_HOLD=0 go test -tags demo -count=1 -timeout $(TEST_TIMEOUT) -run TestDemo ./test/dockercluster
 	$(MAKE) fuzz-smoke
 
 ## e2e: egressflow installed with kubectl apply -k on a real Kubernetes cluster in
@@ -115,11 +115,12 @@ test: test-deps lint
 e2e: test-deps
 	go test -tags e2e -count=1 -timeout $(TEST_TIMEOUT) -v ./test/dockercluster
 
-## demo: the main job: a local egressflow cluster on this machine (kube-apiserver,
-## three OVS nodes with pods, the controller and an agent per node) and an
-## EgressService whose packets leave with the LB IP, through a host failover.
+## demo: the main job: a real Kubernetes cluster in Docker on this machine (three node
+## containers with kubelet, containerd and OVS), egressflow installed with
+## kubectl apply -k deploy/, and an EgressService whose packets leave with the LB IP,
+## through a host's power loss (docker kill). Stays up until Ctrl-C (DEMO_HOLD=0: exits).
 demo: test-deps
-	DEMO_HOLD=$(DEMO_HOLD) go test -tags demo -count=1 -timeout 0 -v -run TestDemo ./test/demo
+	DEMO_HOLD=$(DEMO_HOLD) go test -tags demo -count=1 -timeout 0 -v -run TestDemo ./test/dockercluster
 
 ## fuzz-smoke: every fuzz target, briefly, on top of its committed seed corpus.
 fuzz-smoke:
@@ -144,6 +145,11 @@ bench-agent: test-deps
 ## 10 rounds each): time from vswitchd answering to the first LB-IP packet, pod-IP packets seen.
 bench-restart: test-deps
 	go test -run '^$$' -bench BenchmarkVswitchdRestart -benchtime 10x -timeout 20m ./controller/agent/
+
+## bench-failover: on the cluster in Docker, 10 rounds each of docker kill and docker pause
+## of the host under traffic: fault -> first LB-IP packet through the new host, pod-IP packets.
+bench-failover: test-deps
+	go test -tags e2e -run '^$$' -bench BenchmarkFailover -benchtime 10x -timeout 60m ./test/dockercluster
 
 clean:
 	go clean -testcache

@@ -467,3 +467,40 @@ func (c *Cluster) ExternalMAC() string {
 	c.t.Helper()
 	return strings.TrimSpace(c.External.Exec(c.t, "cat", "/sys/class/net/eth0/address"))
 }
+
+// RestartNode starts n's container again after a docker kill, as a node
+// that lost power boots: a fresh network namespace and no process, with
+// its /var (OVS's database, containerd's state) as it was. node-setup.sh
+// lays it out again, and RestartNode returns once it is Ready and
+// egressflow's agent runs Ready on it.
+func (c *Cluster) RestartNode(n *Node) {
+	c.t.Helper()
+	restarted := time.Now().Truncate(time.Second) // pod times have seconds
+	c.docker("start", n.Container)
+	c.setUpNode(n)
+	ctx := context.Background()
+	wait.Until(c.t, readyTimeout, func() error {
+		node, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !nodeReady(node) {
+			return fmt.Errorf("node %s not Ready", n.Name)
+		}
+		pods, err := c.Kube.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/name=egressflow-agent", FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			return err
+		}
+		// A container started since the restart, and Ready: the status
+		// from before the power loss may still read Ready.
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Ready && cs.State.Running != nil && !cs.State.Running.StartedAt.Time.Before(restarted) {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no agent started and Ready on %s since its restart", n.Name)
+	})
+}

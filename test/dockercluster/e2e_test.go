@@ -5,141 +5,18 @@ package dockercluster
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/test/kubetest"
-	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
 )
-
-// The LB IPs the tests write into the Service's status, as a cloud's load
-// balancer would (documentation ranges, held by no host but announced to
-// the external host by the test).
-var lbIPs = []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("2001:db8:5::10")}
-
-// egressScenario is a dual-stack LoadBalancer Service whose endpoints run
-// on every node, a pod that is no endpoint, and their EgressService.
-type egressScenario struct {
-	c         *Cluster
-	server    *topology.SourceServer // on the external host
-	targets   []string               // the server, per family
-	endpoints []*corev1.Pod
-	bystander *corev1.Pod
-	announcer *Announcer
-}
-
-const scenarioNamespace = "shop"
-
-func newEgressScenario(t *testing.T, c *Cluster, spec esv1.EgressServiceSpec) *egressScenario {
-	ctx := context.Background()
-	server := c.External.Serve(t)
-	s := &egressScenario{c: c, server: server, targets: []string{server.Addr.String(), server.Addr6.String()}}
-	s.announcer = c.Announce("egress-service.k8s.ovn.org/shop-web", lbIPs...)
-	c.CreateNamespace(scenarioNamespace)
-	for i, n := range c.Nodes {
-		s.endpoints = append(s.endpoints, c.RunProbePod(scenarioNamespace, fmt.Sprintf("web-%d", i+1), n, map[string]string{"app": "web"}, s.targets...))
-	}
-	s.bystander = c.RunProbePod(scenarioNamespace, "other", c.Nodes[len(c.Nodes)-1], map[string]string{"app": "other"}, s.targets...)
-
-	dualStack := corev1.IPFamilyPolicyRequireDualStack
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: scenarioNamespace, Name: "web"},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"},
-			IPFamilyPolicy: &dualStack, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	created, err := c.Kube.CoreV1().Services(scenarioNamespace).Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ip := range lbIPs {
-		created.Status.LoadBalancer.Ingress = append(created.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
-	}
-	if _, err := c.Kube.CoreV1().Services(scenarioNamespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	es := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressServices(scenarioNamespace)
-	if _, err := es.Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Namespace: scenarioNamespace, Name: "web"}, Spec: spec}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The controller picks a host and labels it (status.host names it);
-	// the announcer routes the LB IPs there.
-	wait.Until(t, convergeTimeout, func() error {
-		got, err := es.Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if n, _ := s.announcer.Current(); n == nil || n.Name != got.Status.Host {
-			return fmt.Errorf("EgressService host %q, LB IPs routed to %v", got.Status.Host, n)
-		}
-		return nil
-	})
-	return s
-}
-
-// host is the node the LB IPs are routed to: the one labelled.
-func (s *egressScenario) host() *Node {
-	n, _ := s.announcer.Current()
-	return n
-}
-
-// expectLBIPs waits until every endpoint is seen with the LB IP of each
-// family, and the bystander with its own addresses.
-func (s *egressScenario) expectLBIPs() {
-	want := []string{lbIPs[0].String(), lbIPs[1].String()}
-	for _, ep := range s.endpoints {
-		s.c.ExpectSources(ep, s.targets, want)
-	}
-	s.c.ExpectSources(s.bystander, s.targets, podIPs(s.bystander))
-}
-
-// checkNoPodIP fails the test for every packet of the capture that the
-// external host received (its MAC, or a broadcast or multicast one) from an
-// endpoint's pod IP. Frames a switch floods past it towards another MAC are
-// not received; they are counted and returned: steered packets carry the
-// pod IP between nodes, and towards a host that has just died the Docker
-// bridge, like any switch, floods them until the steering moves.
-func (s *egressScenario) checkNoPodIP(t *testing.T, packets []topology.Packet) (fromLB, floodedPast int) {
-	t.Helper()
-	endpointIPs := map[netip.Addr]bool{}
-	for _, ep := range s.endpoints {
-		for _, ip := range podIPs(ep) {
-			endpointIPs[netip.MustParseAddr(ip)] = true
-		}
-	}
-	mac := s.c.ExternalMAC()
-	for _, p := range packets {
-		switch {
-		case p.Src == lbIPs[0] || p.Src == lbIPs[1]:
-			fromLB++
-		case !endpointIPs[p.Src]:
-		case p.DstMAC != mac && !strings.HasPrefix(p.DstMAC, "ff:ff:ff:ff:ff:ff") && !strings.HasPrefix(p.DstMAC, "33:33:") && !strings.HasPrefix(p.DstMAC, "01:00:5e:"):
-			floodedPast++
-		default:
-			t.Errorf("the external host received a packet from an endpoint's pod IP: %s", p)
-		}
-	}
-	return fromLB, floodedPast
-}
-
-func podIPs(p *corev1.Pod) []string {
-	var out []string
-	for _, ip := range p.Status.PodIPs {
-		out = append(out, ip.IP)
-	}
-	return out
-}
 
 // TestEgressServiceOnTheCluster: egressflow installed with kubectl apply -k
 // on a three-node cluster; an EgressService's endpoints on the host node and
@@ -160,33 +37,6 @@ func TestEgressServiceOnTheCluster(t *testing.T) {
 		t.Errorf("%d packets from the LB IPs, %d pod-IP frames flooded past the external host: want some and none", fromLB, flooded)
 	}
 	t.Logf("host %s; %d packets from the LB IPs in 5 s, none from a pod IP", s.host().Name, fromLB)
-}
-
-// failHost puts the current host through fault ("kill": power loss,
-// "pause": a frozen node) and returns the time from the fault (once docker
-// has applied it) to the first packet with each family's LB IP at the
-// external host, the later of the two: necessarily through another host.
-func (s *egressScenario) failHost(t *testing.T, fault string) (failed *Node, took time.Duration) {
-	failed = s.host()
-	s.c.docker(fault, failed.Container)
-	at := time.Now()
-	if fault == "pause" {
-		t.Cleanup(func() { _, _ = run("docker", "unpause", failed.Container) })
-	}
-	wait.Until(t, convergeTimeout, func() error {
-		if s.host() == failed {
-			return fmt.Errorf("the LB IPs still go to %s", failed.Name)
-		}
-		for _, lb := range lbIPs {
-			first, ok := s.server.FirstFrom(lb, at)
-			if !ok {
-				return fmt.Errorf("no packet from %s since the fault", lb)
-			}
-			took = max(took, first.Sub(at))
-		}
-		return nil
-	})
-	return failed, took
 }
 
 // TestHostFailures: the host node freezes (docker pause) and later, once it

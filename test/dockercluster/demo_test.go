@@ -1,0 +1,108 @@
+//go:build demo
+
+package dockercluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/dataplane"
+)
+
+func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+
+// TestDemo is `make demo`, egressflow's main job on one machine: a real
+// Kubernetes cluster whose three nodes are Docker containers (kubelet,
+// containerd and Open vSwitch each), egressflow installed with
+// `kubectl apply -k deploy/`, and a dual-stack EgressService whose pods'
+// packets are shown leaving with the LB IP, before and after its host node
+// loses power (docker kill). It is a test only so that it can reuse the test
+// harnesses and clean up everything they start; the demo build tag keeps it
+// out of `go test ./...`. With DEMO_HOLD=0 it exits after the scenario;
+// otherwise the cluster stays up, with the commands to look at it, until
+// Ctrl-C.
+func TestDemo(t *testing.T) {
+	say("== Building what is missing (node image, Kubernetes binaries, images) and starting the cluster in Docker")
+	start := time.Now()
+	c := Start(t, Config{Nodes: 3})
+	for _, n := range c.Nodes {
+		say("   %s: container %s, node IP %s, %s on br-ex (uplink eth0 in br-ex); pods %s, %s", n.Name, n.Container, n.IP, n.IP6, n.PodCIDR4, n.PodCIDR6)
+	}
+	say("   control plane on this machine at %s; nodes Ready %v after start", c.API.URL, time.Since(start).Round(time.Second))
+	say("== kubectl apply -k deploy/")
+	c.Install()
+	say("%s", indent(c.Kubectl("get", "pods", "-n", Namespace, "-o", "wide")))
+
+	say("== Creating pods web-1..3 (one per node) and other, LoadBalancer Service %s/web (ingress %s, %s) and its EgressService", scenarioNamespace, lbIPs[0], lbIPs[1])
+	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
+	say("   status.host = %s; node label %s set; the announcer routes the LB IPs to it", s.host().Name, assign.LabelKey(scenarioNamespace, "web"))
+	s.expectLBIPs()
+	say("== What the external host sees")
+	s.show(nil)
+	say("== kubectl get egressservices -A")
+	say("%s", indent(c.Kubectl("get", "egressservices", "-A")))
+	s.showFlows()
+
+	say("== %s loses power: docker kill %s", s.host().Name, s.host().Container)
+	killed, took := s.failHost(t, "kill")
+	say("   status.host = %s; LB-IP traffic through it %v after the kill", s.host().Name, took.Round(10*time.Millisecond))
+	say("== What the external host sees (%s's pod is gone with it)", killed.Name)
+	s.show(killed)
+	say("%s", indent(c.Kubectl("get", "egressservices", "-A")))
+
+	if os.Getenv("DEMO_HOLD") == "0" {
+		say("== Done (DEMO_HOLD=0); cleaning up")
+		return
+	}
+	say(`== The demo cluster stays up until you press Ctrl-C. To look at it:
+   kubectl:              kubectl --kubeconfig %s get egressservices,pods -A -o wide
+   a node's flows:       docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex
+   a pod's view:         kubectl --kubeconfig %s logs -n %s web-1 --tail 4
+   the external host:    ip netns exec %s tcpdump -n -i eth0`,
+		c.Kubeconfig, s.host().Container, c.Kubeconfig, scenarioNamespace, c.External.Netns)
+	held, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	<-held.Done()
+	say("== Cleaning up")
+}
+
+// show prints what the external host saw of each pod, per family; pods on
+// gone are skipped.
+func (s *egressScenario) show(gone *Node) {
+	for _, p := range append(s.endpoints, s.bystander) {
+		if gone != nil && p.Spec.NodeName == gone.Name {
+			continue
+		}
+		got, err := s.c.ProbeSources(p)
+		if err != nil {
+			say("   %-6s %s: %v", p.Name, p.Spec.NodeName, err)
+			continue
+		}
+		role := "endpoint"
+		if p == s.bystander {
+			role = "no endpoint"
+		}
+		for i, ip := range podIPs(p) {
+			say("   %-6s %-6s %-11s %-22s -> external host saw %s", p.Name, p.Spec.NodeName, role, ip, got[s.targets[i]])
+		}
+	}
+}
+
+// showFlows prints the host's egressflow flows as an operator reads them.
+func (s *egressScenario) showFlows() {
+	filter := fmt.Sprintf("cookie=%#x/%#x", dataplane.CookiePrefix, dataplane.CookiePrefixMask)
+	say("== %s's flows: docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex %s --no-stats", s.host().Name, s.host().Container, filter)
+	say("%s", indent(s.c.Exec(s.host(), "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", filter, "--no-stats")))
+}
+
+func indent(text string) string {
+	return "   " + strings.ReplaceAll(strings.TrimRight(text, "\n"), "\n", "\n   ")
+}
