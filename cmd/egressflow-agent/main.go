@@ -17,11 +17,13 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
@@ -73,6 +75,9 @@ func run() error {
 	fs.StringVar(&rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
 	fs.DurationVar(&renewInterval, "heartbeat-renew-interval", renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
 	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time after this agent or its dataplane dies")
+	restartGrace := heartbeat.DefaultRestartGrace
+	fs.DurationVar(&restartGrace, "heartbeat-restart-grace", restartGrace, "how long the last renewal of an agent whose Pod is deleted (a rolling update) is valid, so that its successor takes over without a failover")
+	podName := cli.EnvOr("POD_NAME", "")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8081", "address serving /metrics, /healthz and /readyz; empty disables")
 	var ovsdbTarget string
 	fs.StringVar(&ovsdbTarget, "ovsdb", "", "Open vSwitch database (unix:PATH or tcp:HOST:PORT; default unix:<ovs-rundir>/db.sock) where the agent holds a restarting ovs-vswitchd's forwarding until its flows are replayed (other_config:flow-restore-wait); \"none\" disables the hold, and then a vswitchd restart forwards pods' packets unchanged until the agent has reconnected")
@@ -166,7 +171,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	renewerDone := make(chan struct{})
 	go func() {
+		defer close(renewerDone)
 		if err := renewer.Run(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Heartbeat stopped")
 			stop()
@@ -176,7 +183,37 @@ func run() error {
 	healthy := func(r *http.Request) error { return a.Healthy(r.Context()) }
 	cli.Serve(ctx, metricsAddr, cli.Handler(reg, func(*http.Request) error { return nil }, healthy, profiling), stop)
 	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)
-	return a.Run(ctx, ofClient.Reconnected())
+	err = a.Run(ctx, ofClient.Reconnected())
+	<-renewerDone
+	handOver(renewer, kube, namespace, podName, restartGrace)
+	return err
+}
+
+// handoverTimeout bounds the last API calls on exit, well within the pod's
+// termination grace period.
+const handoverTimeout = 5 * time.Second
+
+// handOver extends the Lease for the restart grace if this agent's Pod is
+// being deleted through the API (a rolling update, or a delete): its
+// successor takes over without the node's services failing over. Stopped
+// otherwise (the kubelet stops pods that way when the node shuts down), it
+// lets the Lease run out as usual.
+func handOver(renewer *heartbeat.Renewer, kube kubernetes.Interface, namespace, podName string, grace time.Duration) {
+	if podName == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handoverTimeout)
+	defer cancel()
+	pod, err := kube.CoreV1().Pods(namespace).Get(ctx, podName, metav1.GetOptions{})
+	if err != nil || pod.DeletionTimestamp == nil {
+		klog.InfoS("Stopping; the heartbeat Lease runs out as usual", "pod", podName, "err", err)
+		return
+	}
+	if err := renewer.Handover(ctx, grace); err != nil {
+		klog.ErrorS(err, "Could not hand the heartbeat Lease over to the restarted agent")
+		return
+	}
+	klog.InfoS("Pod deleted: heartbeat Lease extended for the successor", "pod", podName, "grace", grace)
 }
 
 // bridgeMAC reads the bridge's MAC address from its LOCAL interface.

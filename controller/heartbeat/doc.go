@@ -24,6 +24,21 @@
 // waiting for a periodic resync, so an agent that stops renewing is noticed
 // at the instant its Lease runs out.
 //
+// # Restarts: the handover
+//
+// An agent that stops lets its Lease run out, so a dead agent's node fails
+// over after LeaseDuration (3 s). A rolling update of the DaemonSet would
+// then fail over every hosted service, though the flows stay on the bridge
+// and the successor starts within seconds. So an agent whose own Pod is
+// being deleted through the API (a rollout, or a delete) renews one last
+// time with a validity of DefaultRestartGrace (20 s) instead: the successor
+// renews normally once it has synced, shortening it again. A node that dies
+// sends no handover, and one that shuts down neither (the kubelet stops its
+// pods without deleting them): both still fail over after LeaseDuration.
+// The price: if the successor never comes (the DaemonSet deleted, the new
+// image broken), the node's services fail over after the grace, not after
+// LeaseDuration. Renewer.Handover; cmd/egressflow-agent decides.
+//
 // # Clock skew
 //
 // renewTime is read from the agent's clock and compared with the reader's

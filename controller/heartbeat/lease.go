@@ -19,6 +19,15 @@ const (
 	// late renewals (API server hiccups, GC pauses) before a live node is
 	// declared dead.
 	DefaultLeaseDuration = 3 * time.Second
+	// DefaultRestartGrace is how long the last renewal of an agent that
+	// stops for a restart (its Pod deleted through the API: a rolling
+	// update) is valid: long enough for its successor to start, sync and
+	// renew (a few seconds with the image on the node), so that a rollout
+	// moves no service; a successor that never comes delays the failover
+	// by this much instead of DefaultLeaseDuration. A node that dies, or
+	// shuts down (the kubelet stops its pods without deleting them), still
+	// fails over after DefaultLeaseDuration.
+	DefaultRestartGrace = 20 * time.Second
 )
 
 const (

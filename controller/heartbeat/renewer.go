@@ -69,8 +69,8 @@ func NewRenewer(client coordinationclient.LeasesGetter, cfg RenewerConfig) (*Ren
 
 // Run renews the Lease at once and then every RenewInterval until ctx ends.
 // Failed renewals are logged and retried at the next tick; Run returns only
-// ctx's error. The Lease is left to expire on return: a restarting agent
-// keeps its services if it is back within LeaseDuration.
+// ctx's error. The Lease is left to expire on return, unless Handover
+// extends it for a restart.
 func (r *Renewer) Run(ctx context.Context) error {
 	ticker := r.cfg.Clock.NewTicker(r.cfg.RenewInterval)
 	defer ticker.Stop()
@@ -84,6 +84,18 @@ func (r *Renewer) Run(ctx context.Context) error {
 		case <-ticker.C():
 		}
 	}
+}
+
+// Handover renews the Lease one last time, valid for grace rather than
+// LeaseDuration, as the agent stops for a restart: the cluster component
+// keeps the node's services while the successor starts, whose first
+// renewal shortens it again. Like every renewal it is skipped while the
+// dataplane is unhealthy. Call it once Run has returned.
+func (r *Renewer) Handover(ctx context.Context, grace time.Duration) error {
+	saved := r.cfg.LeaseDuration
+	r.cfg.LeaseDuration = max(grace, saved)
+	defer func() { r.cfg.LeaseDuration = saved }()
+	return r.RenewOnce(ctx)
 }
 
 // RenewOnce renews the Lease now if the health function allows it.

@@ -121,6 +121,61 @@ func TestRenewerAgainstAPIServer(t *testing.T) {
 	})
 }
 
+// TestHandover: an agent that stops for a restart renews its Lease one last
+// time for the restart grace, so that it stays fresh past its normal
+// duration; the successor's first renewal shortens it again; an unhealthy
+// agent hands nothing over.
+func TestHandover(t *testing.T) {
+	env := clustertest.Start(t)
+	ctx := context.Background()
+	agent := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	var unhealthy atomic.Bool
+	cfg := heartbeat.RenewerConfig{
+		Namespace: kubetest.SystemNamespace, NodeName: "node-h",
+		RenewInterval: 100 * time.Millisecond, LeaseDuration: 400 * time.Millisecond,
+		Healthy: func(context.Context) error {
+			if unhealthy.Load() {
+				return errors.New("OVS unreachable")
+			}
+			return nil
+		},
+	}
+	r, err := heartbeat.NewRenewer(agent.CoordinationV1(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace)
+	duration := func() time.Duration {
+		l, err := leases.Get(ctx, "node-h", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := heartbeat.Duration(l)
+		return d
+	}
+	if err := r.RenewOnce(ctx); err != nil || duration() != cfg.LeaseDuration {
+		t.Fatalf("renewal: %v, duration %v", err, duration())
+	}
+	if err := r.Handover(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	l, err := leases.Get(ctx, "node-h", metav1.GetOptions{})
+	if err != nil || !heartbeat.Fresh(l, time.Now().Add(2*time.Second)) || duration() != 5*time.Second {
+		t.Fatalf("after the handover: fresh in 2 s %v, duration %v, %v; want fresh, 5s", heartbeat.Fresh(l, time.Now().Add(2*time.Second)), duration(), err)
+	}
+	successor, err := heartbeat.NewRenewer(agent.CoordinationV1(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := successor.RenewOnce(ctx); err != nil || duration() != cfg.LeaseDuration {
+		t.Fatalf("successor's renewal: %v, duration %v; want %v", err, duration(), cfg.LeaseDuration)
+	}
+	unhealthy.Store(true)
+	if err := successor.Handover(ctx, 5*time.Second); err == nil || duration() != cfg.LeaseDuration {
+		t.Fatalf("handover while unhealthy: %v, duration %v; want an error and no change", err, duration())
+	}
+}
+
 // TestAgentRBAC: the agent's RBAC lets it keep Leases in the component's
 // namespace and read its peers', and nothing else.
 func TestAgentRBAC(t *testing.T) {
@@ -131,6 +186,10 @@ func TestAgentRBAC(t *testing.T) {
 	if _, err := agent.CoordinationV1().Leases(kubetest.SystemNamespace).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("agent cannot list Leases: %v", err)
 	}
+	// It reads its own Pod on exit (the handover): allowed, so not found.
+	if _, err := agent.CoreV1().Pods(kubetest.SystemNamespace).Get(ctx, "egressflow-agent-x", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("agent getting a Pod of its namespace: %v, want not found", err)
+	}
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
 	for what, err := range map[string]error{
 		"create a Lease in another namespace": func() error {
@@ -140,6 +199,14 @@ func TestAgentRBAC(t *testing.T) {
 		"delete its Lease": agent.CoordinationV1().Leases(kubetest.SystemNamespace).Delete(ctx, "node-a", metav1.DeleteOptions{}),
 		"list nodes": func() error {
 			_, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"list Pods": func() error {
+			_, err := agent.CoreV1().Pods(kubetest.SystemNamespace).List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"get a Pod in another namespace": func() error {
+			_, err := agent.CoreV1().Pods("default").Get(ctx, "x", metav1.GetOptions{})
 			return err
 		}(),
 		"list Secrets": func() error {

@@ -122,3 +122,42 @@ func TestLeaderCrash(t *testing.T) {
 		t.Errorf("status.host after the crash: %v, %v; want %s", es.Status.Host, err, host.Name)
 	}
 }
+
+// TestAgentRollingUpdate: a rolling update of the agent DaemonSet under
+// traffic, whose new agents take 6 s to start (an init container waits, as
+// a slow image pull would): longer than the 3 s Lease. Each agent whose Pod
+// is deleted hands its Lease over for the restart grace, and its successor
+// finds its flows in place, so the service keeps its host and its LB IPs
+// throughout: no HostLost, the announcer never moves, and no pod IP
+// reaches the external host.
+func TestAgentRollingUpdate(t *testing.T) {
+	c := Start(t, Config{Nodes: 3})
+	c.Install()
+	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
+	s.expectLBIPs()
+	host, routedAt := s.announcer.Current()
+	capture := c.External.Capture(t)
+	started := time.Now()
+	c.Kubectl("patch", "-n", Namespace, "daemonset/egressflow-agent", "--type=json", "-p",
+		`[{"op": "add", "path": "/spec/template/spec/initContainers", "value": [{"name": "slow-start", "image": "`+TestAppImage+
+			`", "imagePullPolicy": "Never", "command": ["/testapp", "sleep", "6s"]}]}]`)
+	c.Kubectl("rollout", "status", "-n", Namespace, "daemonset/egressflow-agent", "--timeout=5m")
+	c.WaitInstalled()
+	t.Logf("rolled out %d agents in %v", len(c.Nodes), time.Since(started).Round(time.Second))
+	s.expectLBIPs()
+	if now, at := s.announcer.Current(); now != host || !at.Equal(routedAt) {
+		t.Errorf("the host moved from %s to %s during the rollout", host.Name, now.Name)
+	}
+	events, err := c.Kube.CoreV1().Events(scenarioNamespace).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=HostLost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		t.Errorf("%s: %s", e.Reason, e.Message)
+	}
+	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
+	if flooded > 0 {
+		t.Errorf("%d pod-IP frames flooded past the external host during the rollout", flooded)
+	}
+	t.Logf("%d packets from the LB IPs during the rollout, none from a pod IP", fromLB)
+}

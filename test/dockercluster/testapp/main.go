@@ -3,6 +3,8 @@
 //
 //   - `testapp pause` is the pods' sandbox (the kubelet's pause image): it
 //     sleeps until SIGTERM or SIGINT and reaps orphaned children.
+//   - `testapp sleep DURATION` waits that long: an init container that
+//     makes a pod start late, as a slow image pull would.
 //   - `testapp probe TARGET...` is a test pod: every --interval it sends a
 //     UDP datagram to each TARGET (host:port) and reads the answer, which
 //     the test's source server (topology.SourceServer) makes the source
@@ -28,13 +30,15 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp pause | probe [--interval D] [--report D] TARGET...")
+		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] TARGET...")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "pause":
 		pause()
+	case "sleep":
+		err = sleep(os.Args[2:])
 	case "probe":
 		err = probe(os.Args[2:])
 	default:
@@ -62,6 +66,18 @@ func pause() {
 			}
 		}
 	}
+}
+
+func sleep(args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("sleep takes one duration")
+	}
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		return err
+	}
+	time.Sleep(d)
+	return nil
 }
 
 // report is what a probe knows of one target.
