@@ -140,18 +140,23 @@ func run() error {
 	}
 	defer handle.Close()
 
+	// The renewer is made after the agent (it asks the agent's health); the
+	// agent reads its renewals only once Run starts, after both exist.
+	var renewer *heartbeat.Renewer
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a := agent.New(agent.Config{
-		Node:         node,
-		UplinkPort:   uplink,
-		Namespace:    namespace,
-		Kube:         kube,
-		Egress:       egress,
-		Switch:       agent.OpenFlowSwitch{Client: ofClient},
-		Forwarding:   forwarding,
-		Disconnected: ofClient.Disconnected(),
-		Rules:        iprule.NewManager(handle),
+		Node:          node,
+		UplinkPort:    uplink,
+		Namespace:     namespace,
+		Kube:          kube,
+		Egress:        egress,
+		Switch:        agent.OpenFlowSwitch{Client: ofClient},
+		Forwarding:    forwarding,
+		Disconnected:  ofClient.Disconnected(),
+		LastRenewed:   func() time.Time { return renewer.LastRenewed() },
+		LeaseDuration: leaseDuration,
+		Rules:         iprule.NewManager(handle),
 		Tables: iprule.TableResolver{
 			Files:      strings.Split(rtTables, ","),
 			LinkByName: handle.LinkByName,
@@ -160,7 +165,7 @@ func run() error {
 		Metrics:  agent.NewMetrics(reg),
 	})
 
-	renewer, err := heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
+	renewer, err = heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: namespace, NodeName: nodeName,
 		RenewInterval: renewInterval, LeaseDuration: leaseDuration,
 		Healthy: a.Healthy,

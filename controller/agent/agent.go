@@ -126,10 +126,17 @@ type Config struct {
 	// OpenFlow connection (openflow.Client.Disconnected), when it holds.
 	Forwarding   ForwardingGate
 	Disconnected <-chan struct{}
-	Rules        RuleSyncer
-	Tables       dataplane.TableResolver
-	Recorder     record.EventRecorder
-	Metrics      *Metrics
+	// LastRenewed, if not nil, says when the node's heartbeat Lease was
+	// last renewed (heartbeat.Renewer.LastRenewed); LeaseDuration is how
+	// long a renewal is valid. Once the Lease has run out the node is
+	// fenced: it hosts nothing (dataplane.NodeConfig.Fenced) until it has
+	// renewed again and its caches have caught up with the API.
+	LastRenewed   func() time.Time
+	LeaseDuration time.Duration
+	Rules         RuleSyncer
+	Tables        dataplane.TableResolver
+	Recorder      record.EventRecorder
+	Metrics       *Metrics
 	// Resync is the informers' resync period (0: none). A resync only
 	// re-runs the level-triggered sync; nothing is written unless it differs.
 	Resync time.Duration
@@ -193,6 +200,11 @@ type Agent struct {
 	// cachesSynced: the informers have listed the cluster, the worker runs
 	// and the cold guard is no longer needed.
 	cachesSynced atomic.Bool
+	// leaseLapsed: the heartbeat Lease has run out (watchFence).
+	leaseLapsed atomic.Bool
+	// fencePending: the Lease is renewed again but the node is still
+	// fenced, until its caches have caught up (checked on every tick).
+	fencePending atomic.Bool
 
 	mu          sync.Mutex
 	lastSyncErr error
@@ -313,6 +325,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.leaseFactory.Start(ctx.Done())
 	a.esFactory.Start(ctx.Done())
 	go a.holdOnDisconnect(ctx)
+	go a.watchFence(ctx)
 	if err := a.guardCold(ctx); err != nil {
 		klog.ErrorS(err, "Could not guard a fresh bridge before the first sync; retrying on reconnection", "node", a.cfg.Node.Name)
 	}
@@ -367,6 +380,36 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	for a.processNext(ctx) {
 	}
 	return nil
+}
+
+// fenceCheckInterval is how often the agent checks whether its heartbeat
+// Lease has run out: a cut-off host stops SNATing at most this long after
+// the cluster component may have given its services to another node. A
+// check is a clock read.
+const fenceCheckInterval = 100 * time.Millisecond
+
+// watchFence follows the heartbeat: when the Lease runs out unrenewed (the
+// node is cut off from the API server, or its dataplane is unhealthy), and
+// when it is renewed again, it asks for a sync, which fences or unfences
+// the node.
+func (a *Agent) watchFence(ctx context.Context) {
+	if a.cfg.LastRenewed == nil || a.cfg.LeaseDuration <= 0 {
+		return
+	}
+	ticker := time.NewTicker(fenceCheckInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		last := a.cfg.LastRenewed()
+		lapsed := !last.IsZero() && time.Since(last) > a.cfg.LeaseDuration
+		if a.leaseLapsed.Swap(lapsed) != lapsed || (!lapsed && a.fencePending.Load()) {
+			a.queue.Add(syncKey)
+		}
+	}
 }
 
 // holdOnDisconnect holds forwarding each time the bridge is lost: if

@@ -345,17 +345,7 @@ func TestAgentsSNATAndSteer(t *testing.T) {
 	a, b := n1.AddPod(t, "a"), n2.AddPod(t, "b")
 	bystander := n2.AddPod(t, "c")
 	lbs := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
-	for _, n := range e.topo.Nodes {
-		e.startAgent(n).waitHealthy(t)
-	}
-	for _, lb := range lbs {
-		e.announce(lb, n1)
-	}
-	e.createEgressService("web", lbs, esv1.EgressServiceSpec{}, n1.Name, a, b)
-	for _, lb := range lbs {
-		e.expectSource(a, "udp", lb)
-		e.expectSource(b, "udp", lb)
-	}
+	e.hostWeb(n1, lbs, a, b)
 
 	// From here on the service has a host, and its flows are in place: the
 	// external host must never see an endpoint's pod IP again.
@@ -472,17 +462,7 @@ func TestAgentRedirectedEndpointsStayClosed(t *testing.T) {
 		// the "all" switch is on too (a new namespace has it off).
 		p.Exec(t, "sysctl", "-qw", "net.ipv4.conf.all.accept_redirects=1", "net.ipv4.conf.eth0.accept_redirects=1", "net.ipv6.conf.eth0.accept_redirects=1")
 	}
-	for _, n := range e.topo.Nodes {
-		e.startAgent(n).waitHealthy(t)
-	}
-	for _, lb := range lbs {
-		e.announce(lb, n1)
-	}
-	e.createEgressService("web", lbs, esv1.EgressServiceSpec{}, n1.Name, a, b)
-	for _, lb := range lbs {
-		e.expectSource(a, "udp", lb)
-		e.expectSource(b, "udp", lb)
-	}
+	e.hostWeb(n1, lbs, a, b)
 
 	capture := e.topo.External.Capture(t)
 	externals := []netip.Addr{e.topo.External.IP, e.topo.External.IP6}
@@ -561,6 +541,25 @@ func TestAgentRedirectedEndpointsStayClosed(t *testing.T) {
 		t.Fatalf("after redirects: %d packets from endpoint pod IPs, %d ICMP echo requests from LB IPs (want 0 and 4)", len(leaked), icmp)
 	}
 	t.Logf("%d packets captured with both pods redirected in both families: none from a pod IP", len(packets))
+}
+
+// hostWeb starts an agent on every node and makes the dual-stack service
+// shop/web with lbs and the pods as endpoints, hosted on host (whom the
+// outside routes the LB IPs to), and waits until the pods leave with them.
+func (e *env) hostWeb(host *topology.Node, lbs []netip.Addr, pods ...*topology.Pod) {
+	e.t.Helper()
+	for _, n := range e.topo.Nodes {
+		e.startAgent(n).waitHealthy(e.t)
+	}
+	for _, lb := range lbs {
+		e.announce(lb, host)
+	}
+	e.createEgressService("web", lbs, esv1.EgressServiceSpec{}, host.Name, pods...)
+	for _, lb := range lbs {
+		for _, p := range pods {
+			e.expectSource(p, "udp", lb)
+		}
+	}
 }
 
 // probe sends a UDP datagram from each pod, in each family, every few

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
 )
@@ -40,17 +39,7 @@ func newRestartEnv(t testing.TB, probeInterval time.Duration, unguarded bool) *r
 	r := &restartEnv{env: e, host: e.topo.Nodes[0],
 		lbs: []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}}
 	r.a, r.b = r.host.AddPod(t, "a"), e.topo.Nodes[1].AddPod(t, "b")
-	for _, n := range e.topo.Nodes {
-		e.startAgent(n).waitHealthy(t)
-	}
-	for _, lb := range r.lbs {
-		e.announce(lb, r.host)
-	}
-	e.createEgressService("web", r.lbs, esv1.EgressServiceSpec{}, r.host.Name, r.a, r.b)
-	for _, lb := range r.lbs {
-		e.expectSource(r.a, "udp", lb)
-		e.expectSource(r.b, "udp", lb)
-	}
+	e.hostWeb(r.host, r.lbs, r.a, r.b)
 	r.capture = e.topo.External.Capture(t)
 	r.stop = e.probeEvery(probeInterval, r.a, r.b)
 	return r

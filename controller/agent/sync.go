@@ -10,6 +10,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -35,7 +36,7 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		m.lastError.Set(failed)
 	}()
 
-	if err := a.recompute(); err != nil {
+	if err := a.recompute(ctx); err != nil {
 		return fmt.Errorf("read the informer caches: %w", err)
 	}
 
@@ -195,9 +196,9 @@ func (a *Agent) takePrefetched(ctx context.Context) *bridgeRead {
 	return r
 }
 
-// recompute feeds the planner the dirty services' inputs and the nodes and
-// Leases, and marks what changed as unapplied.
-func (a *Agent) recompute() error {
+// recompute feeds the planner the dirty services' inputs, the nodes and
+// Leases and the fence, and marks what changed as unapplied.
+func (a *Agent) recompute(ctx context.Context) error {
 	nodes, err := a.nodes.List(labels.Everything())
 	if err != nil {
 		return err
@@ -212,6 +213,7 @@ func (a *Agent) recompute() error {
 	}
 	a.planner.SetNodes(nodes) // the shared flows are diffed on every sync
 	changed := a.planner.SetLeases(leases)
+	changed = append(changed, a.fence(ctx)...)
 	dirty := a.takeDirty()
 	for k := range dirty {
 		in, err := a.inputs(k)
@@ -235,6 +237,55 @@ func (a *Agent) recompute() error {
 		}
 	}
 	a.report(changed)
+	return nil
+}
+
+// fence fences the node while its heartbeat Lease has run out, and
+// unfences it once the Lease is renewed and the EgressService cache agrees
+// with a fresh read from the API server about every service that names
+// this node as its host, by either: a cut-off node's cache may still say it
+// hosts a service the cluster has moved meanwhile. It returns the keys
+// whose part changed.
+func (a *Agent) fence(ctx context.Context) []string {
+	lapsed := a.leaseLapsed.Load()
+	switch {
+	case lapsed && !a.planner.Fenced():
+		klog.InfoS("Heartbeat Lease ran out: fenced, hosting no service until it is renewed", "node", a.cfg.Node.Name)
+		return a.planner.SetFenced(true)
+	case !lapsed && a.planner.Fenced():
+		if err := a.cacheCaughtUp(ctx); err != nil {
+			a.fencePending.Store(true)
+			klog.InfoS("Heartbeat renewed; staying fenced until the caches have caught up", "node", a.cfg.Node.Name, "reason", err)
+			return nil
+		}
+		a.fencePending.Store(false)
+		klog.InfoS("Heartbeat renewed and caches current: unfenced", "node", a.cfg.Node.Name)
+		return a.planner.SetFenced(false)
+	}
+	return nil
+}
+
+// cacheCaughtUp reads the EgressServices from the API server and returns
+// an error unless the cache has the same status.host for every one that
+// this node hosts by either view.
+func (a *Agent) cacheCaughtUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
+	defer cancel()
+	fresh, err := a.cfg.Egress.K8sV1().EgressServices("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	node := a.cfg.Node.Name
+	for _, es := range fresh.Items {
+		cached, err := a.egressServices.EgressServices(es.Namespace).Get(es.Name)
+		cachedHost := ""
+		if err == nil {
+			cachedHost = cached.Status.Host
+		}
+		if (es.Status.Host == node || cachedHost == node) && cachedHost != es.Status.Host {
+			return fmt.Errorf("EgressService %s/%s: cached host %q, current %q", es.Namespace, es.Name, cachedHost, es.Status.Host)
+		}
+	}
 	return nil
 }
 

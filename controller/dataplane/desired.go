@@ -50,6 +50,13 @@ type NodeConfig struct {
 	ClusterPodCIDRs []netip.Prefix
 	// ServiceCIDRs hold every ClusterIP.
 	ServiceCIDRs []netip.Prefix
+	// Fenced: this node's agent has not renewed its heartbeat Lease within
+	// the Lease's duration, so the cluster may have moved its services to
+	// another host. A fenced node hosts nothing: the services whose
+	// status.host names it are rendered as if their host were unknown, so
+	// their endpoints' egress is dropped here rather than SNATed to an LB IP
+	// another node may be sending with too.
+	Fenced bool
 }
 
 // Cluster is the API state Compute reads. Maps are keyed by
@@ -149,6 +156,10 @@ const (
 	// ReasonHostUnknown: the host's agent has not published its bridge MAC,
 	// so local endpoints' egress is dropped until it does.
 	ReasonHostUnknown = "HostUnknown"
+	// ReasonFenced: this node is status.host but could not renew its
+	// heartbeat, so it does not act as the host (fail closed) until it
+	// can and has read the service's current status.
+	ReasonFenced = "Fenced"
 	// ReasonHostMismatch: status.host does not fit sourceIPBy (ALL with
 	// LoadBalancerIP, a node with Network); nothing is programmed until the
 	// cluster component corrects it.

@@ -162,6 +162,32 @@ func TestComputeNothingToDo(t *testing.T) {
 	}
 }
 
+// TestComputeFenced: a fenced host node (its heartbeat not renewed) acts
+// for the services it hosts as a steering node that knows no host: every
+// endpoint caught and dropped, nothing SNATed, no reply un-NATed; the other
+// node is unaffected.
+func TestComputeFenced(t *testing.T) {
+	c := baseCluster()
+	fenced := n1Config
+	fenced.Fenced = true
+	got := Compute(fenced, c, tables)
+	if len(got.Services) != 1 || got.Services[0].Role != RoleSteer || got.Services[0].HostMAC != nil ||
+		len(got.Services[0].Endpoints) != 3 || len(got.Services[0].ReplyLBIPs) != 0 {
+		t.Fatalf("fenced host: %+v; want every endpoint caught, no host MAC, no replies", got.Services)
+	}
+	if len(got.Problems) != 1 || got.Problems[0].Reason != ReasonFenced {
+		t.Fatalf("problems %+v, want Fenced", got.Problems)
+	}
+	for _, f := range Flows(got, Ports{Uplink: 1}) {
+		if kind := FlowKind(f.Cookie >> 40 & 0xff); kind == KindSNAT || kind == KindReplyCT || kind == KindSteer {
+			t.Errorf("fenced host renders %s", f)
+		}
+	}
+	if other := Compute(n2Config, c, tables); fmt.Sprint(other) != fmt.Sprint(Compute(n2Config, baseCluster(), tables)) || other.Services[0].HostMAC == nil {
+		t.Errorf("the other node changed with n1's fence: %+v", other)
+	}
+}
+
 func TestComputeSteerWithoutHostMAC(t *testing.T) {
 	c := baseCluster()
 	delete(c.Leases, "n1")

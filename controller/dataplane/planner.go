@@ -126,6 +126,19 @@ func (p *Planner) SetLeases(leases map[string]*coordinationv1.Lease) []string {
 	return p.resolve(dirty)
 }
 
+// SetFenced fences or unfences this node (NodeConfig.Fenced) and returns
+// the keys of the services it hosts, whose role changes with it.
+func (p *Planner) SetFenced(fenced bool) []string {
+	if p.node.Fenced == fenced {
+		return nil
+	}
+	p.node.Fenced = fenced
+	return p.resolve(slices.Collect(maps.Keys(p.byHost[p.node.Name])))
+}
+
+// Fenced reports whether this node is fenced.
+func (p *Planner) Fenced() bool { return p.node.Fenced }
+
 // Update takes key's current inputs (a zero ServiceInputs when its
 // EgressService is gone) and returns the keys of the services whose Service
 // or Problems may have changed: key itself, and those it shares an
@@ -369,6 +382,15 @@ func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
 	case es.Status.Host == esv1.HostAll:
 		s.Role = RoleNetwork
 		s.Endpoints = addresses(mine, func(ep endpoints.Endpoint) bool { return ep.Node == p.node.Name })
+	case es.Status.Host == p.node.Name && p.node.Fenced:
+		// As a steering node that does not know the host: every endpoint
+		// caught, none let out.
+		s.Role = RoleSteer
+		s.LoadBalancerIPs = pl.lbIPs
+		s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
+		if len(s.Endpoints) > 0 {
+			problem(ReasonFenced, "node %s could not renew its heartbeat: it does not act as the host, and drops its endpoints' egress, until it can", p.node.Name)
+		}
 	case es.Status.Host == p.node.Name:
 		s.Role = RoleHost
 		s.LoadBalancerIPs = pl.lbIPs

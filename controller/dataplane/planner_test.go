@@ -81,6 +81,9 @@ func TestPlannerMatchesCompute(t *testing.T) {
 						delete(leases, name)
 					}
 					changed = p.SetLeases(leases)
+				case 2:
+					cfg.Fenced = !cfg.Fenced
+					changed = p.SetFenced(cfg.Fenced)
 				case 1:
 					nodes = append(nodes, node(fmt.Sprintf("n%d", len(nodes)+1), fmt.Sprintf("172.18.0.%d", 11+len(nodes))))
 					if !p.SetNodes(nodes) {

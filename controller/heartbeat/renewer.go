@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -45,6 +46,19 @@ type Renewer struct {
 	leases coordinationclient.LeasesGetter
 	// last is the Lease as this renewer last wrote or read it.
 	last *coordinationv1.Lease
+	// renewed is when the last successful renewal started (unix nanos),
+	// by the renewer's clock; 0 before the first.
+	renewed atomic.Int64
+}
+
+// LastRenewed returns when the last successful renewal started (zero
+// before the first): the Lease is valid until LeaseDuration after it, as
+// the cluster component sees it at the latest.
+func (r *Renewer) LastRenewed() time.Time {
+	if n := r.renewed.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // NewRenewer returns a Renewer that writes through client.
@@ -112,10 +126,14 @@ func (r *Renewer) RenewOnce(ctx context.Context) error {
 	// A renewal that takes longer than the Lease is valid is useless.
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration)
 	defer cancel()
+	started := r.cfg.Clock.Now()
 	err := r.write(ctx, facts)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		r.last = nil // someone else wrote or deleted it: read it back once
 		err = r.write(ctx, facts)
+	}
+	if err == nil {
+		r.renewed.Store(started.UnixNano())
 	}
 	return err
 }

@@ -91,26 +91,7 @@ func TestResolve(t *testing.T) {
 // TestSyncInNamespace installs rules into a real network namespace and reads
 // them back with iproute2, the oracle no one here wrote.
 func TestSyncInNamespace(t *testing.T) {
-	ovstest.RequireRoot(t)
-	ns := ovstest.NewNetns(t, "rule")
-	nsHandle, err := netns.GetFromName(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsHandle.Close()
-	handle, err := netlink.NewHandleAt(nsHandle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer handle.Close()
-	ip := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-		return string(out)
-	}
+	handle, ip := ruleNamespace(t)
 	// Rules egressflow does not own: same priority but a fwmark, and a
 	// source rule at another priority. Plus a stale rule of ours from a
 	// previous run.
@@ -172,26 +153,7 @@ func TestSyncInNamespace(t *testing.T) {
 // installed, a second Sync writes nothing, and a foreign rule at the
 // exemptions' priority is left alone.
 func TestExemptionsInNamespace(t *testing.T) {
-	ovstest.RequireRoot(t)
-	ns := ovstest.NewNetns(t, "rule")
-	nsHandle, err := netns.GetFromName(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsHandle.Close()
-	handle, err := netlink.NewHandleAt(nsHandle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer handle.Close()
-	ip := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-		return string(out)
-	}
+	handle, ip := ruleNamespace(t)
 	// cluster0 leads to the cluster (main table), other0 to the other
 	// network (table 100's default route).
 	for _, dev := range []string{"cluster0", "other0"} {
@@ -257,4 +219,31 @@ func TestExemptionsInNamespace(t *testing.T) {
 		!strings.Contains(v4, "4999:\tfrom 10.9.9.9 lookup 300") {
 		t.Fatalf("after emptying, ours gone and the foreign rule kept:\n%s%s", v4, v6)
 	}
+}
+
+// ruleNamespace makes a network namespace for a test, removed with it, and
+// returns a netlink handle in it and a runner of `ip` commands there.
+func ruleNamespace(t *testing.T) (*netlink.Handle, func(args ...string) string) {
+	t.Helper()
+	ovstest.RequireRoot(t)
+	ns := ovstest.NewNetns(t, "rule")
+	nsHandle, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nsHandle.Close() })
+	handle, err := netlink.NewHandleAt(nsHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(handle.Close)
+	ip := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	return handle, ip
 }

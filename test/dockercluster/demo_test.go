@@ -54,6 +54,11 @@ func TestDemo(t *testing.T) {
 	say("== %s loses power: docker kill %s", s.host().Name, s.host().Container)
 	killed, took := s.failHost(t, "kill")
 	say("   status.host = %s; LB-IP traffic through it %v after the kill", s.host().Name, took.Round(10*time.Millisecond))
+	for _, ep := range s.endpoints {
+		if ep.Spec.NodeName != killed.Name {
+			c.ExpectSources(ep, s.targets, []string{lbIPs[0].String(), lbIPs[1].String()})
+		}
+	}
 	say("== What the external host sees (%s's pod is gone with it)", killed.Name)
 	s.show(killed)
 	say("%s", indent(c.Kubectl("get", "egressservices", "-A")))
@@ -91,7 +96,7 @@ func (s *egressScenario) show(gone *Node) {
 			role = "no endpoint"
 		}
 		for i, ip := range podIPs(p) {
-			say("   %-6s %-6s %-11s %-22s -> external host saw %s", p.Name, p.Spec.NodeName, role, ip, got[s.targets[i]])
+			say("   %-6s %-6s %-11s %-22s -> external host saw %s", p.Name, p.Spec.NodeName, role, ip, got[s.targets[i]].Source)
 		}
 	}
 }

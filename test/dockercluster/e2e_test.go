@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -48,10 +47,7 @@ func TestEgressServiceOnTheCluster(t *testing.T) {
 func TestHostFailures(t *testing.T) {
 	c := Start(t, Config{Nodes: 3})
 	c.Install()
-	leader := c.LeaderNode()
-	s := newEgressScenario(t, c, esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{
-		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpNotIn, Values: []string{leader.Name}}},
-	}})
+	s := newEgressScenario(t, c, offLeader(c))
 	s.expectLBIPs()
 	capture := c.External.Capture(t)
 
@@ -160,4 +156,48 @@ func TestAgentRollingUpdate(t *testing.T) {
 		t.Errorf("%d pod-IP frames flooded past the external host during the rollout", flooded)
 	}
 	t.Logf("%d packets from the LB IPs during the rollout, none from a pod IP", fromLB)
+}
+
+// TestHostPartition: the host is cut off the network (docker network
+// disconnect) while the endpoints on the other nodes send. Another node
+// takes over. The cut-off node, unable to renew its Lease, fences itself:
+// its SNAT and reply flows go, so it can never send with the LB IP beside
+// the new host. Reconnected, it stays fenced until its caches agree with
+// the API server, then steers to the new host: its own endpoint leaves
+// with the LB IP through the new host. After the reconnection the external
+// host sees LB-IP packets from the new host's uplink only, and it never
+// receives a pod IP.
+func TestHostPartition(t *testing.T) {
+	c := Start(t, Config{Nodes: 3})
+	c.Install()
+	s := newEgressScenario(t, c, offLeader(c))
+	s.expectLBIPs()
+	capture := c.External.Capture(t)
+	cut, took := s.failHost(t, "disconnect")
+	t.Logf("%s cut off: LB-IP traffic through %s %v later", cut.Name, s.host().Name, took.Round(time.Millisecond))
+	wait.Until(t, convergeTimeout, func() error {
+		if flows := c.Exec(cut, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex"); strings.Contains(flows, "nat(src=") {
+			return fmt.Errorf("%s still has SNAT flows", cut.Name)
+		}
+		return nil
+	})
+	t.Logf("%s fenced itself: no SNAT flow left", cut.Name)
+	c.Reconnect(cut)
+	reconnected := time.Now()
+	newHost := s.host()
+	for _, ep := range s.endpoints {
+		if ep.Spec.NodeName == cut.Name {
+			c.ExpectSources(ep, s.targets, []string{lbIPs[0].String(), lbIPs[1].String()})
+		}
+	}
+	t.Logf("%s reconnected: its endpoint leaves through %s %v later", cut.Name, newHost.Name, time.Since(reconnected).Round(time.Millisecond))
+	packets := capture.Stop()
+	hostMAC := strings.TrimSpace(c.Exec(newHost, "cat", "/sys/class/net/br-ex/address"))
+	for _, p := range packets {
+		if (p.Src == lbIPs[0] || p.Src == lbIPs[1]) && p.Time.After(reconnected) && p.SrcMAC != hostMAC {
+			t.Errorf("after the reconnection, an LB-IP packet not from the new host %s (%s): from %s: %s", newHost.Name, hostMAC, p.SrcMAC, p)
+		}
+	}
+	fromLB, flooded := s.checkNoPodIP(t, packets)
+	t.Logf("%d packets from the LB IPs, none from a pod IP received; %d pod-IP frames flooded past", fromLB, flooded)
 }

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -30,10 +28,7 @@ func BenchmarkFailover(b *testing.B) {
 	c := Start(b, Config{Nodes: 3})
 	c.Install()
 	bringUp := time.Since(start)
-	leader := c.LeaderNode()
-	s := newEgressScenario(b, c, esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{
-		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpNotIn, Values: []string{leader.Name}}},
-	}})
+	s := newEgressScenario(b, c, offLeader(c))
 	s.expectLBIPs()
 	capture := c.External.Capture(b)
 	faults := map[string][]time.Duration{}

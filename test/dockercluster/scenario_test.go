@@ -89,6 +89,15 @@ func newEgressScenario(t testing.TB, c *Cluster, spec esv1.EgressServiceSpec) *e
 	return s
 }
 
+// offLeader is the EgressService spec that keeps its host off the node of
+// the leading controller, so that a fault of the host measures the
+// agents' Lease, not leader election (whose own failure is another story).
+func offLeader(c *Cluster) esv1.EgressServiceSpec {
+	return esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpNotIn, Values: []string{c.LeaderNode().Name}}},
+	}}
+}
+
 // host is the node the LB IPs are routed to: the one labelled.
 func (s *egressScenario) host() *Node {
 	n, _ := s.announcer.Current()
@@ -157,12 +166,16 @@ func podIPs(p *corev1.Pod) []string {
 }
 
 // failHost puts the current host through fault ("kill": power loss,
-// "pause": a frozen node) and returns the time from the fault (once docker
+// "pause": a frozen node, "disconnect": a partition) and returns the time from the fault (once docker
 // has applied it) to the first packet with each family's LB IP at the
 // external host, the later of the two: necessarily through another host.
 func (s *egressScenario) failHost(t testing.TB, fault string) (failed *Node, took time.Duration) {
 	failed = s.host()
-	s.c.docker(fault, failed.Container)
+	if fault == "disconnect" {
+		s.c.Disconnect(failed)
+	} else {
+		s.c.docker(fault, failed.Container)
+	}
 	at := time.Now()
 	if fault == "pause" {
 		t.Cleanup(func() { _, _ = run("docker", "unpause", failed.Container) })

@@ -60,42 +60,63 @@ func (c *Cluster) RunProbePod(namespace, name string, node *Node, labels map[str
 	return running
 }
 
-// ProbeSources reads what each target last saw as the source of pod's
-// datagrams, from the pod's log (testapp probe's lines), by target.
-func (c *Cluster) ProbeSources(pod *corev1.Pod) (map[string]string, error) {
+// ProbeSources reads, from the pod's log (testapp probe's lines), what each
+// target last saw as the source of pod's datagrams and when the pod logged
+// it; "" while its datagrams go unanswered.
+func (c *Cluster) ProbeSources(pod *corev1.Pod) (map[string]ProbeSource, error) {
 	tail := int64(20)
 	raw, err := c.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
 	if err != nil {
 		return nil, err
 	}
-	sources := map[string]string{}
+	sources := map[string]ProbeSource{}
 	lines := bufio.NewScanner(strings.NewReader(string(raw)))
 	for lines.Scan() {
+		words := strings.Fields(lines.Text())
+		if len(words) == 0 {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, words[0])
+		if err != nil {
+			continue
+		}
 		fields := map[string]string{}
-		for _, f := range strings.Fields(lines.Text()) {
+		for _, f := range words[1:] {
 			if k, v, ok := strings.Cut(f, "="); ok {
 				fields[k] = v
 			}
 		}
-		if fields["target"] != "" && fields["error"] == "" {
-			sources[fields["target"]] = fields["source"]
+		if fields["target"] == "" {
+			continue
 		}
+		src := fields["source"]
+		if fields["error"] != "" {
+			src = ""
+		}
+		sources[fields["target"]] = ProbeSource{Source: src, At: at}
 	}
 	return sources, nil
 }
 
-// ExpectSources waits until every target saw want as the source of pod's
-// latest datagrams (want[i] for targets[i]).
+// ProbeSource is what a probe pod last logged for a target.
+type ProbeSource struct {
+	Source string // as the target saw the pod; "" while unanswered
+	At     time.Time
+}
+
+// ExpectSources waits until pod has logged, after the call began, that
+// every target saw want as its source (want[i] for targets[i]).
 func (c *Cluster) ExpectSources(pod *corev1.Pod, targets, want []string) {
 	c.t.Helper()
+	since := time.Now() // the pods run on this machine: one clock
 	wait.Until(c.t, convergeTimeout, func() error {
 		got, err := c.ProbeSources(pod)
 		if err != nil {
 			return err
 		}
 		for i, target := range targets {
-			if got[target] != want[i] {
-				return fmt.Errorf("%s to %s seen as %q, want %s", pod.Name, target, got[target], want[i])
+			if s := got[target]; s.Source != want[i] || !s.At.After(since) {
+				return fmt.Errorf("%s to %s last seen as %q at %v, want %s since %v", pod.Name, target, s.Source, s.At.Format(time.StampMilli), want[i], since.Format(time.StampMilli))
 			}
 		}
 		return nil

@@ -20,6 +20,9 @@ const captureStartTimeout = 10 * time.Second
 type Packet struct {
 	Time     time.Time
 	Src, Dst netip.Addr
+	// SrcMAC is the frame's source: for a routed packet, the interface of
+	// the node that sent it out.
+	SrcMAC string
 	// DstMAC is the frame's destination: the host's own MAC, a broadcast
 	// or multicast one, or another host's (a frame a switch floods past it,
 	// which its IP stack never takes).
@@ -130,7 +133,7 @@ func parsePacketLine(line string) (Packet, bool) {
 	seconds, err := strconv.ParseFloat(fields[0], 64)
 	src, ok1 := parseEndpoint(body[0])
 	dst, ok2 := parseEndpoint(strings.TrimSuffix(body[2], ":"))
-	p := Packet{Time: time.UnixMicro(int64(seconds * 1e6)), Src: src, Dst: dst, DstMAC: strings.TrimSuffix(fields[3], ","),
+	p := Packet{Time: time.UnixMicro(int64(seconds * 1e6)), Src: src, Dst: dst, SrcMAC: fields[1], DstMAC: strings.TrimSuffix(fields[3], ","),
 		Line: family + " " + rest}
 	return p, err == nil && ok1 && ok2
 }

@@ -141,7 +141,7 @@ func TestParsePacketLine(t *testing.T) {
 		macs + "IPv6, length 86: fe80::1 > ff02::1:ff00:100: ICMP6, neighbor solicitation, who has x":  {"fe80::1", "ff02::1:ff00:100"},
 	} {
 		p, ok := parsePacketLine(line)
-		if !ok || p.Src.String() != want[0] || p.Dst.String() != want[1] || p.DstMAC != "02:00:00:00:00:02" {
+		if !ok || p.Src.String() != want[0] || p.Dst.String() != want[1] || p.SrcMAC != "02:00:00:00:00:01" || p.DstMAC != "02:00:00:00:00:02" {
 			t.Errorf("parsePacketLine(%q) = %v, %v; want %v", line, p, ok, want)
 		}
 	}

@@ -99,8 +99,10 @@ func (r report) String() string {
 }
 
 // answerTimeout bounds one exchange: answers come in well under a
-// millisecond; a lost one must not delay the next datagram by long.
-const answerTimeout = 500 * time.Millisecond
+// millisecond; a lost one (during a failover) must not delay the next
+// datagram by much more than the interval, or the probe would measure its
+// own wait rather than when the path came back.
+const answerTimeout = 100 * time.Millisecond
 
 func probe(args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
