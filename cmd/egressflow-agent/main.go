@@ -81,6 +81,8 @@ func run() error {
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8081", "address serving /metrics, /healthz and /readyz; empty disables")
 	var ovsdbTarget string
 	fs.StringVar(&ovsdbTarget, "ovsdb", "", "Open vSwitch database (unix:PATH or tcp:HOST:PORT; default unix:<ovs-rundir>/db.sock) where the agent holds a restarting ovs-vswitchd's forwarding until its flows are replayed (other_config:flow-restore-wait); \"none\" disables the hold, and then a vswitchd restart forwards pods' packets unchanged until the agent has reconnected")
+	var coldGuard bool
+	fs.BoolVar(&coldGuard, "cold-guard", false, "install the cold guard on a bridge that holds none of egressflow's flows (every pod held to the fail-closed pipeline), then exit: for the node's boot sequence, before the kubelet starts pods, which after a reboot may start before this agent; needs only the bridge, uplink and CIDR flags")
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	flag.Parse()
@@ -103,6 +105,10 @@ func run() error {
 		return errors.New("--uplink is required: the bridge port that leads out of the node")
 	case len(node.ClusterPodCIDRs) == 0:
 		return errors.New("--pod-cidrs is required: without it every address would count as a pod")
+	}
+
+	if coldGuard {
+		return guardCold(node, bridge, ovsRundir, uplink)
 	}
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -191,6 +197,26 @@ func run() error {
 	err = a.Run(ctx, ofClient.Reconnected())
 	<-renewerDone
 	handOver(renewer, kube, namespace, podName, restartGrace)
+	return err
+}
+
+// coldGuardTimeout bounds --cold-guard: a connection and two bundles to a
+// local switch take milliseconds.
+const coldGuardTimeout = 30 * time.Second
+
+// guardCold is --cold-guard.
+func guardCold(node dataplane.NodeConfig, bridge, ovsRundir, uplink string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), coldGuardTimeout)
+	defer cancel()
+	client, err := openflow.Dial(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
+	if err != nil {
+		return fmt.Errorf("connect to bridge %s: %w", bridge, err)
+	}
+	defer client.Close()
+	guarded, err := agent.GuardColdBridge(ctx, agent.OpenFlowSwitch{Client: client}, node, uplink)
+	if err == nil && !guarded {
+		klog.InfoS("The bridge holds egressflow's flows already; nothing to guard", "bridge", bridge)
+	}
 	return err
 }
 

@@ -453,36 +453,49 @@ func (a *Agent) guardCold(ctx context.Context) error {
 		return nil
 	}
 	generation := a.cfg.Switch.Generation()
+	guarded, err := GuardColdBridge(ctx, a.cfg.Switch, a.cfg.Node, a.cfg.UplinkPort)
+	if err != nil || !guarded {
+		// Not guarded: programmed before, by this agent's predecessor; the
+		// first sync diffs against it (and releases a vswitchd still held).
+		return err
+	}
+	return a.release(ctx, generation)
+}
+
+// GuardColdBridge installs the cold guard (dataplane.ColdGuardFlows) on a
+// bridge that holds none of egressflow's flows (its marker is missing) and
+// reports whether it did. The agent does it when it starts; a node's boot
+// sequence does it too (egressflow-agent --cold-guard) before the kubelet
+// starts any pod, since a rebooted node's pods may start before the agent.
+func GuardColdBridge(ctx context.Context, sw Switch, node dataplane.NodeConfig, uplinkPort string) (bool, error) {
 	marked := false
-	err := a.cfg.Switch.DumpFlows(ctx, dataplane.MarkerCookie, ^uint64(0), func(openflow.FlowEntry) error {
+	err := sw.DumpFlows(ctx, dataplane.MarkerCookie, ^uint64(0), func(openflow.FlowEntry) error {
 		marked = true
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("look for egressflow's marker flow: %w", err)
+		return false, fmt.Errorf("look for egressflow's marker flow: %w", err)
 	}
 	if marked {
-		// Programmed before, by this agent's predecessor: the first sync
-		// diffs against it (and releases a vswitchd still held).
-		return nil
+		return false, nil
 	}
-	ports, err := a.readPorts(ctx)
+	ports, err := readPorts(ctx, sw, uplinkPort)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var changes dataplane.Changes
-	changes.Add = dataplane.ColdGuardFlows(a.cfg.Node, ports)
-	stream := bundleStream{sw: a.cfg.Switch}
+	changes.Add = dataplane.ColdGuardFlows(node, ports)
+	stream := bundleStream{sw: sw}
 	err = stream.add(ctx, &changes)
 	if err == nil {
 		err = stream.commit(ctx)
 	}
 	if err != nil {
 		stream.discard()
-		return fmt.Errorf("install the cold guard: %w", err)
+		return false, fmt.Errorf("install the cold guard: %w", err)
 	}
-	klog.InfoS("The bridge holds none of egressflow's flows: every pod is held to the fail-closed pipeline until the first sync", "node", a.cfg.Node.Name, "flows", stream.sent)
-	return a.release(ctx, generation)
+	klog.InfoS("The bridge holds none of egressflow's flows: every pod is held to the fail-closed pipeline until the agent's first sync", "node", node.Name, "flows", stream.sent)
+	return true, nil
 }
 
 // release lets a waiting ovs-vswitchd forward, once per connection.

@@ -140,15 +140,19 @@ type bridgeRead struct {
 
 // readPorts reads the uplink's port number and the bridge's own MAC.
 func (a *Agent) readPorts(ctx context.Context) (dataplane.Ports, error) {
+	return readPorts(ctx, a.cfg.Switch, a.cfg.UplinkPort)
+}
+
+func readPorts(ctx context.Context, sw Switch, uplinkPort string) (dataplane.Ports, error) {
 	var out dataplane.Ports
-	ports, err := a.cfg.Switch.Ports(ctx)
+	ports, err := sw.Ports(ctx)
 	if err != nil {
 		return out, fmt.Errorf("read the bridge's ports: %w", err)
 	}
 	var names []string
 	for _, p := range ports {
 		switch {
-		case p.Name == a.cfg.UplinkPort:
+		case p.Name == uplinkPort:
 			out.Uplink = p.PortNo
 		case p.PortNo == openflow.PortLocal:
 			out.BridgeMAC = p.HWAddr
@@ -156,7 +160,7 @@ func (a *Agent) readPorts(ctx context.Context) (dataplane.Ports, error) {
 		names = append(names, p.Name)
 	}
 	if out.Uplink == 0 {
-		return out, fmt.Errorf("uplink port %q: %w (the bridge has %s)", a.cfg.UplinkPort, openflow.ErrNoSuchPort, strings.Join(names, ", "))
+		return out, fmt.Errorf("uplink port %q: %w (the bridge has %s)", uplinkPort, openflow.ErrNoSuchPort, strings.Join(names, ", "))
 	}
 	return out, nil
 }

@@ -141,7 +141,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	}
 	c.startExternal()
 	for _, n := range c.Nodes {
-		c.setUpNode(n)
+		c.setUpNode(n, false)
 	}
 	c.routePodsFromHost()
 	wait.Until(t, readyTimeout, func() error {
@@ -260,16 +260,22 @@ func (c *Cluster) startNode(n *Node, dir string) {
 		c.assets.nodeImage, "sleep", "infinity")
 }
 
-// setUpNode lays n out and starts its kubelet (node-setup.sh).
-func (c *Cluster) setUpNode(n *Node) {
+// setUpNode lays n out and starts its kubelet (node-setup.sh); with
+// coldGuard (egressflow is installed), egressflow's cold guard first.
+func (c *Cluster) setUpNode(n *Node, coldGuard bool) {
 	var peers []string
 	for _, o := range c.Nodes {
 		if o != n {
 			peers = append(peers, o.PodCIDR4.String()+"="+o.IP.String(), o.PodCIDR6.String()+"="+o.IP6.String())
 		}
 	}
+	guard := ""
+	if coldGuard {
+		guard = "1"
+	}
 	c.docker("exec", "-e", "NODE_NAME="+n.Name, "-e", "POD_CIDR4="+n.PodCIDR4.String(), "-e", "POD_CIDR6="+n.PodCIDR6.String(),
-		"-e", "CLUSTER_CIDRS="+ClusterPodCIDR4+","+ClusterPodCIDR6, "-e", "PEER_ROUTES="+strings.Join(peers, " "),
+		"-e", "CLUSTER_CIDRS="+ClusterPodCIDR4+","+ClusterPodCIDR6, "-e", "SERVICE_CIDRS="+ServiceCIDRs,
+		"-e", "PEER_ROUTES="+strings.Join(peers, " "), "-e", "EGRESSFLOW_COLD_GUARD="+guard,
 		n.Container, "bash", "/egressflow/node-setup.sh")
 }
 
@@ -477,7 +483,7 @@ func (c *Cluster) RestartNode(n *Node) {
 	c.t.Helper()
 	restarted := time.Now().Truncate(time.Second) // pod times have seconds
 	c.docker("start", n.Container)
-	c.setUpNode(n)
+	c.setUpNode(n, true)
 	ctx := context.Background()
 	wait.Until(c.t, readyTimeout, func() error {
 		node, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})

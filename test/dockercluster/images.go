@@ -56,6 +56,12 @@ func prepareAssets(dir string) (*assets, error) {
 	if _, err := run("make", "-C", root, "images"); err != nil {
 		return nil, err
 	}
+	// The agent's binary itself, for the nodes' boot (--cold-guard).
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "egressflow-agent"), "./cmd/egressflow-agent")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build egressflow-agent: %v: %s", err, out)
+	}
 	if err := buildTestImages(root); err != nil {
 		return nil, err
 	}

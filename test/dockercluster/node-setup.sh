@@ -8,7 +8,8 @@
 # Then containerd, the kubelet and kube-proxy start, detached.
 # Inputs: /egressflow (read-only: binaries, kubeconfigs, image tarballs) and
 # the environment: NODE_NAME, POD_CIDR4, POD_CIDR6, CLUSTER_CIDRS,
-# PEER_ROUTES ("cidr=via ..." for the other nodes' pod CIDRs).
+# SERVICE_CIDRS, PEER_ROUTES ("cidr=via ..." for the other nodes' pod
+# CIDRs), and EGRESSFLOW_COLD_GUARD (set: egressflow is installed).
 set -euo pipefail
 log=/var/log/egressflow-node-setup.log
 exec 3>&2 2>>"$log"
@@ -47,6 +48,14 @@ ip -6 route replace default via "$gw6" dev br-ex
 # frames (every reply would arrive twice).
 nft add table netdev egressflow-guard
 nft add chain netdev egressflow-guard in "{ type filter hook ingress device eth0 priority 0; policy drop; }"
+
+# A node with egressflow installed boots with its cold guard in place
+# before the kubelet starts any pod: after a reboot the pods may start
+# before the agent does (README, "Installing egressflow").
+if [ -n "${EGRESSFLOW_COLD_GUARD:-}" ]; then
+  /egressflow/egressflow-agent --cold-guard --node-name="$NODE_NAME" --bridge=br-ex --uplink=eth0 \
+    --ovs-rundir=/var/run/openvswitch --pod-cidrs="$CLUSTER_CIDRS" --service-cidrs="$SERVICE_CIDRS"
+fi
 
 # The pod network: a Linux bridge per node, routes to the other nodes'.
 mkdir -p /etc/cni/net.d
