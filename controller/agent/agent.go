@@ -398,6 +398,7 @@ func (a *Agent) watchFence(ctx context.Context) {
 	}
 	ticker := time.NewTicker(fenceCheckInterval)
 	defer ticker.Stop()
+	var rechecked time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -406,11 +407,22 @@ func (a *Agent) watchFence(ctx context.Context) {
 		}
 		last := a.cfg.LastRenewed()
 		lapsed := !last.IsZero() && time.Since(last) > a.cfg.LeaseDuration
-		if a.leaseLapsed.Swap(lapsed) != lapsed || (!lapsed && a.fencePending.Load()) {
+		changed := a.leaseLapsed.Swap(lapsed) != lapsed
+		// While renewed but still fenced, each sync lists the
+		// EgressServices from the API server: not more than once per
+		// fenceRecheckInterval.
+		recheck := !lapsed && a.fencePending.Load() && time.Since(rechecked) >= fenceRecheckInterval
+		if changed || recheck {
+			rechecked = time.Now()
 			a.queue.Add(syncKey)
 		}
 	}
 }
+
+// fenceRecheckInterval is how often a renewed but still fenced node checks
+// again whether its cache has caught up: each check lists every
+// EgressService from the API server.
+const fenceRecheckInterval = time.Second
 
 // holdOnDisconnect holds forwarding each time the bridge is lost: if
 // ovs-vswitchd is restarting, the new one forwards nothing until the first
