@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -126,3 +128,74 @@ func (c *Cluster) ExpectSources(pod *corev1.Pod, targets, want []string) {
 // convergeTimeout bounds how long a test waits for egressflow to converge:
 // seconds here, the rest is slack for a loaded CI machine.
 const convergeTimeout = time.Minute
+
+// ipOwners records which pod of a namespace held which address since when,
+// as the API server reported it (a watch on the namespace's pods).
+type ipOwners struct {
+	mu     sync.Mutex
+	owners map[netip.Addr][]ipOwner
+}
+
+type ipOwner struct {
+	pod   *corev1.Pod
+	since time.Time // when the API server's watch first showed it
+}
+
+// followPodIPs starts recording the addresses of namespace's pods; it stops
+// with the test.
+func (c *Cluster) followPodIPs(namespace string) *ipOwners {
+	o := &ipOwners{owners: map[netip.Addr][]ipOwner{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	c.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			w, err := c.Kube.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if pod, ok := ev.Object.(*corev1.Pod); ok {
+					o.record(pod)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return o
+}
+
+func (o *ipOwners) record(pod *corev1.Pod) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, ip := range pod.Status.PodIPs {
+		addr, err := netip.ParseAddr(ip.IP)
+		if err != nil {
+			continue
+		}
+		list := o.owners[addr]
+		if len(list) == 0 || list[len(list)-1].pod.UID != pod.UID {
+			o.owners[addr] = append(list, ipOwner{pod: pod, since: time.Now()})
+		}
+	}
+}
+
+// at returns the pod that held addr at t, and whether the API server had
+// listed it by then: the last one listed before t, or else the first one
+// listed after it. Nil if no pod of the namespace ever had addr.
+func (o *ipOwners) at(addr netip.Addr, t time.Time) (*corev1.Pod, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	list := o.owners[addr]
+	for i := len(list) - 1; i >= 0; i-- {
+		if !list[i].since.After(t) {
+			return list[i].pod, true
+		}
+	}
+	if len(list) > 0 {
+		return list[0].pod, false
+	}
+	return nil, false
+}
