@@ -29,40 +29,20 @@ type Announcer struct {
 // ns/name: egress-service.k8s.ovn.org/<ns>-<name>); it stops with the test.
 func (c *Cluster) Announce(label string, lbIPs ...netip.Addr) *Announcer {
 	a := &Announcer{c: c, label: label, lbIPs: lbIPs}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	c.t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			a.watch(ctx)
-		}
-	}()
-	return a
-}
-
-// watch follows the Nodes until the watch ends.
-func (a *Announcer) watch(ctx context.Context) {
-	w, err := a.c.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: a.label})
-	if err != nil {
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-		return
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
+	c.follow(func(ctx context.Context) (watch.Interface, error) {
+		return c.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: label})
+	}, func(ev watch.Event) {
 		n, ok := ev.Object.(*corev1.Node)
 		if !ok || ev.Type == watch.Deleted {
-			continue
+			return
 		}
-		for _, node := range a.c.Nodes {
+		for _, node := range c.Nodes {
 			if node.Name == n.Name {
 				a.route(node)
 			}
 		}
-	}
+	})
+	return a
 }
 
 // route sends the LB IPs to n, if they do not go there already.

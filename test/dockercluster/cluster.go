@@ -33,6 +33,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -509,4 +510,29 @@ func (c *Cluster) RestartNode(n *Node) {
 		}
 		return fmt.Errorf("no agent started and Ready on %s since its restart", n.Name)
 	})
+}
+
+// follow hands every event of the watch that start opens to handle, opening
+// it again whenever it ends, until the test ends.
+func (c *Cluster) follow(start func(context.Context) (watch.Interface, error), handle func(watch.Event)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	c.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			w, err := start(ctx)
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				handle(ev)
+			}
+			w.Stop()
+		}
+	}()
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/egressflow/egressflow/test/wait"
 )
@@ -145,25 +146,13 @@ type ipOwner struct {
 // with the test.
 func (c *Cluster) followPodIPs(namespace string) *ipOwners {
 	o := &ipOwners{owners: map[netip.Addr][]ipOwner{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	c.t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			w, err := c.Kube.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			for ev := range w.ResultChan() {
-				if pod, ok := ev.Object.(*corev1.Pod); ok {
-					o.record(pod)
-				}
-			}
-			w.Stop()
+	c.follow(func(ctx context.Context) (watch.Interface, error) {
+		return c.Kube.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
+	}, func(ev watch.Event) {
+		if pod, ok := ev.Object.(*corev1.Pod); ok {
+			o.record(pod)
 		}
-	}()
+	})
 	return o
 }
 
