@@ -203,7 +203,8 @@ type Agent struct {
 	// leaseLapsed: the heartbeat Lease has run out (watchFence).
 	leaseLapsed atomic.Bool
 	// fencePending: the Lease is renewed again but the node is still
-	// fenced, until its caches have caught up (checked on every tick).
+	// fenced, until its caches have caught up (rechecked every
+	// fenceRecheckInterval).
 	fencePending atomic.Bool
 
 	mu          sync.Mutex

@@ -43,9 +43,9 @@ const (
 	// priorityColdGuard diverts every pod's packet before the first sync,
 	// below the per-endpoint flows that replace it.
 	priorityColdGuard uint16 = 150
-	// priorityMulticast passes a pod's link-scope traffic (neighbour
-	// discovery, broadcasts) in TableOrigin: it is never SNATed, and other
-	// pods on the bridge must see it.
+	// priorityMulticast passes a pod's multicast and broadcast traffic
+	// (neighbour discovery among it) in TableOrigin: it is never SNATed,
+	// and other pods on the bridge must see it.
 	priorityMulticast uint16 = 250
 	// priorityFallback is the fail-closed drop in TableEgress and the
 	// NORMAL of non-reply traffic in TableReply.
@@ -261,7 +261,7 @@ func SharedFlows(exempt []netip.Prefix, hosting, steering int, ports Ports) []*o
 	// TableOrigin, by where the packet entered the bridge.
 	add(KindOrigin, TableOrigin, priorityExempt, gotoEgress).SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
 	add(KindOrigin, TableOrigin, priorityExempt, normal).SetUint(openflow.FieldInPort, uint64(ports.Uplink))
-	for _, p := range linkScope {
+	for _, p := range multicastDestinations {
 		m := add(KindOrigin, TableOrigin, priorityMulticast, normal)
 		setIP(m, p.Addr(), openflow.FieldNone)
 		m.SetPrefix(dstField(p.Addr()), p)
@@ -301,10 +301,12 @@ func SharedFlows(exempt []netip.Prefix, hosting, steering int, ports Ports) []*o
 	return out
 }
 
-// linkScope are the destinations of a pod's traffic that stays on its
-// link: IPv4 multicast and the limited broadcast, IPv6 multicast (neighbour
-// discovery among them).
-var linkScope = []netip.Prefix{
+// multicastDestinations are the destinations of a pod's traffic that
+// TableOrigin passes as it is: all IPv4 multicast and the limited
+// broadcast, all IPv6 multicast (neighbour discovery among it). Only the
+// link-scope part of it (224.0.0.0/24, ff02::/16) stays on the segment;
+// routed multicast from a pod attached to the bridge passes too.
+var multicastDestinations = []netip.Prefix{
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("255.255.255.255/32"),
 	netip.MustParsePrefix("ff00::/8"),

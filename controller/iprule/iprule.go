@@ -94,12 +94,21 @@ func Exemptions(routes []Rule, cluster []netip.Prefix) []Rule {
 		}
 	}
 	if v4 {
-		out = append(out, Rule{Kind: LandingRule, Destination: netip.PrefixFrom(netip.IPv4Unspecified(), 0)})
+		out = append(out, Rule{Kind: LandingRule, Destination: familyZero(false)})
 	}
 	if v6 {
-		out = append(out, Rule{Kind: LandingRule, Destination: netip.PrefixFrom(netip.IPv6Unspecified(), 0)})
+		out = append(out, Rule{Kind: LandingRule, Destination: familyZero(true)})
 	}
 	return out
+}
+
+// familyZero is the zero prefix of IPv6 or IPv4, which names a landing
+// rule's family.
+func familyZero(ipv6 bool) netip.Prefix {
+	if ipv6 {
+		return netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+	}
+	return netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 }
 
 func (r Rule) String() string {
@@ -233,11 +242,7 @@ func owned(r netlink.Rule, family int) (Rule, bool) {
 			return Rule{Kind: ExemptRule, Destination: netip.PrefixFrom(addr.Unmap(), ones)}, true
 		}
 	case r.Priority == LandingPriority && r.Src == nil && r.Dst == nil && r.Table <= 0 && r.Goto < 0:
-		zero := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-		if family == netlink.FAMILY_V6 {
-			zero = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-		}
-		return Rule{Kind: LandingRule, Destination: zero}, true
+		return Rule{Kind: LandingRule, Destination: familyZero(family == netlink.FAMILY_V6)}, true
 	}
 	return Rule{}, false
 }

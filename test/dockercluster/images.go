@@ -57,10 +57,8 @@ func prepareAssets(dir string) (*assets, error) {
 		return nil, err
 	}
 	// The agent's binary itself, for the nodes' boot (--cold-guard).
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "egressflow-agent"), "./cmd/egressflow-agent")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build egressflow-agent: %v: %s", err, out)
+	if err := buildStatic(root, "./cmd/egressflow-agent", filepath.Join(dir, "egressflow-agent")); err != nil {
+		return nil, err
 	}
 	if err := buildTestImages(root); err != nil {
 		return nil, err
@@ -84,10 +82,8 @@ func buildTestImages(root string) error {
 		return err
 	}
 	defer os.RemoveAll(ctx)
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(ctx, "testapp"), "./test/dockercluster/testapp")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build testapp: %v: %s", err, out)
+	if err := buildStatic(root, "./test/dockercluster/testapp", filepath.Join(ctx, "testapp")); err != nil {
+		return err
 	}
 	for image, entrypoint := range map[string]string{PauseImage: `["/testapp", "pause"]`, TestAppImage: `["/testapp", "probe"]`} {
 		dockerfile := "FROM scratch\nCOPY testapp /\nENTRYPOINT " + entrypoint + "\n"
@@ -99,6 +95,17 @@ func buildTestImages(root string) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %v: %s", image, err, out)
 		}
+	}
+	return nil
+}
+
+// buildStatic builds the repo's package pkg into out as a static, stripped
+// binary, for the nodes and FROM scratch images.
+func buildStatic(root, pkg, out string) error {
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if output, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %v: %s", pkg, err, output)
 	}
 	return nil
 }
