@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -196,7 +197,23 @@ func run() error {
 	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)
 	err = a.Run(ctx, ofClient.Reconnected())
 	<-renewerDone
-	handOver(renewer, kube, namespace, podName, restartGrace)
+	exitCtx, cancel := context.WithTimeout(context.Background(), exitTimeout)
+	defer cancel()
+	switch action, reason := decideExit(exitCtx, kube, namespace, podName); action {
+	case removeDataplane:
+		klog.InfoS("egressflow is being removed: removing its flows, ip rules and forwarding hold from the node", "node", nodeName, "reason", reason)
+		if err := agent.Uninstall(exitCtx, agent.OpenFlowSwitch{Client: ofClient}, iprule.NewManager(handle), forwarding); err != nil {
+			klog.ErrorS(err, "Could not remove all of egressflow from the node")
+		}
+	case handOverDataplane:
+		if err := renewer.Handover(exitCtx, restartGrace); err != nil {
+			klog.ErrorS(err, "Could not hand the heartbeat Lease over to the restarted agent")
+		} else {
+			klog.InfoS("Pod deleted: heartbeat Lease extended for the successor", "pod", podName, "grace", restartGrace, "reason", reason)
+		}
+	default:
+		klog.InfoS("Stopping; the dataplane stays and the heartbeat Lease runs out as usual", "reason", reason)
+	}
 	return err
 }
 
@@ -220,31 +237,72 @@ func guardCold(node dataplane.NodeConfig, bridge, ovsRundir, uplink string) erro
 	return err
 }
 
-// handoverTimeout bounds the last API calls on exit, well within the pod's
+// exitTimeout bounds what the agent does on exit (a few API reads, then a
+// handover or the removal of its flows and rules), well within the pod's
 // termination grace period.
-const handoverTimeout = 5 * time.Second
+const exitTimeout = 5 * time.Second
 
-// handOver extends the Lease for the restart grace if this agent's Pod is
-// being deleted through the API (a rolling update, or a delete): its
-// successor takes over without the node's services failing over. Stopped
-// otherwise (the kubelet stops pods that way when the node shuts down), it
-// lets the Lease run out as usual.
-func handOver(renewer *heartbeat.Renewer, kube kubernetes.Interface, namespace, podName string, grace time.Duration) {
+// exitAction is what a stopping agent does with the node's dataplane.
+type exitAction int
+
+const (
+	// keepDataplane: the flows stay, fail-closed, and the heartbeat Lease
+	// runs out as usual (the kubelet stops pods so when the node shuts
+	// down; also when the API server cannot be asked).
+	keepDataplane exitAction = iota
+	// handOverDataplane: the Pod is deleted but its DaemonSet stays (a
+	// rolling update): the flows stay and the Lease is extended for the
+	// successor, so the node's services do not fail over.
+	handOverDataplane
+	// removeDataplane: egressflow itself is being removed (kubectl delete
+	// -k deploy/): the node is left as it was before egressflow.
+	removeDataplane
+)
+
+// decideExit tells a rolling update from an uninstall. egressflow is being
+// removed when its namespace is, when the DaemonSet that owns this Pod is
+// gone or being deleted, or when the API server no longer knows or allows
+// the agent (kubectl delete -k removes the ServiceAccount and the RBAC with
+// the workloads, in no order the agent can rely on). Any other failure to
+// ask keeps the dataplane: fail closed.
+func decideExit(ctx context.Context, kube kubernetes.Interface, namespace, podName string) (exitAction, string) {
+	removed := func(err error) bool {
+		return apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
+	}
+	ns, err := kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	switch {
+	case removed(err):
+		return removeDataplane, fmt.Sprintf("namespace %s: %v", namespace, err)
+	case err == nil && ns.DeletionTimestamp != nil:
+		return removeDataplane, fmt.Sprintf("namespace %s is being deleted", namespace)
+	}
 	if podName == "" {
-		return
+		return keepDataplane, "no POD_NAME"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), handoverTimeout)
-	defer cancel()
 	pod, err := kube.CoreV1().Pods(namespace).Get(ctx, podName, metav1.GetOptions{})
-	if err != nil || pod.DeletionTimestamp == nil {
-		klog.InfoS("Stopping; the heartbeat Lease runs out as usual", "pod", podName, "err", err)
-		return
+	switch {
+	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
+		return removeDataplane, fmt.Sprintf("pod %s: %v", podName, err)
+	case err != nil:
+		return keepDataplane, fmt.Sprintf("pod %s: %v", podName, err)
+	case pod.DeletionTimestamp == nil:
+		return keepDataplane, "pod not deleted"
 	}
-	if err := renewer.Handover(ctx, grace); err != nil {
-		klog.ErrorS(err, "Could not hand the heartbeat Lease over to the restarted agent")
-		return
+	for _, owner := range pod.OwnerReferences {
+		if owner.Kind != "DaemonSet" {
+			continue
+		}
+		ds, err := kube.AppsV1().DaemonSets(namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+		switch {
+		case removed(err):
+			return removeDataplane, fmt.Sprintf("DaemonSet %s: %v", owner.Name, err)
+		case err != nil:
+			return keepDataplane, fmt.Sprintf("DaemonSet %s: %v", owner.Name, err)
+		case ds.DeletionTimestamp != nil || ds.UID != owner.UID:
+			return removeDataplane, fmt.Sprintf("DaemonSet %s is being deleted", owner.Name)
+		}
 	}
-	klog.InfoS("Pod deleted: heartbeat Lease extended for the successor", "pod", podName, "grace", grace)
+	return handOverDataplane, "pod deleted, its DaemonSet stays"
 }
 
 // bridgeMAC reads the bridge's MAC address from its LOCAL interface.

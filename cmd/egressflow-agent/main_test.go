@@ -66,10 +66,10 @@ func TestBinary(t *testing.T) {
 	objects := &clustertest.Env{Cluster: api, Kube: kube, ES: versioned.NewForConfigOrDie(admin)}
 	ctx := context.Background()
 
-	// One OVS node, two pods on it, and the external host's source server.
+	// One OVS node, three pods on it, and the external host's source server.
 	topo := topology.New(t, 1)
 	n := topo.Nodes[0]
-	pod, other := n.AddPod(t, "a"), n.AddPod(t, "b")
+	pod, other, routed := n.AddPod(t, "a"), n.AddPod(t, "b"), n.AddPod(t, "c")
 	server := topo.External.Serve(t)
 	node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}, metav1.CreateOptions{})
 	if err != nil {
@@ -81,6 +81,9 @@ func TestBinary(t *testing.T) {
 	}
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range []*topology.Pod{pod, other, routed} {
+		objects.CreatePod(t, "shop", p, nil)
 	}
 
 	// The API server listens on the root namespace's loopback; the agent
@@ -101,20 +104,21 @@ func TestBinary(t *testing.T) {
 
 	metricsAddr := freeAddr(t, n.Netns)
 	const renew, leaseDuration = 200 * time.Millisecond, 1500 * time.Millisecond
-	agent := proc.Start(t, "ip", "netns", "exec", n.Netns, bin, // ip execs bin: same pid
-		"--kubeconfig="+kubeconfig,
-		"--namespace="+kubetest.SystemNamespace,
-		"--node-name="+n.Name,
-		"--bridge="+n.Bridge,
-		"--ovs-rundir="+n.Dir,
-		"--uplink="+topology.UplinkPort,
-		"--pod-cidrs="+topology.ClusterPodPrefix.String(),
-		"--service-cidrs="+serviceCIDR,
-		"--rt-tables="+rtTables,
-		"--heartbeat-renew-interval="+renew.String(),
-		"--heartbeat-lease-duration="+leaseDuration.String(),
-		"--metrics-bind-address="+metricsAddr,
-		"--v=2")
+	args := []string{"ip", "netns", "exec", n.Netns, bin, // ip execs bin: same pid
+		"--kubeconfig=" + kubeconfig,
+		"--namespace=" + kubetest.SystemNamespace,
+		"--node-name=" + n.Name,
+		"--bridge=" + n.Bridge,
+		"--ovs-rundir=" + n.Dir,
+		"--uplink=" + topology.UplinkPort,
+		"--pod-cidrs=" + topology.ClusterPodPrefix.String(),
+		"--service-cidrs=" + serviceCIDR,
+		"--rt-tables=" + rtTables,
+		"--heartbeat-renew-interval=" + renew.String(),
+		"--heartbeat-lease-duration=" + leaseDuration.String(),
+		"--metrics-bind-address=" + metricsAddr,
+		"--v=2"}
+	agent := proc.Start(t, args[0], args[1:]...)
 	// until waits for check like wait.Until, and fails t at once if the
 	// agent has exited.
 	until := func(t *testing.T, d time.Duration, check func() error) {
@@ -290,12 +294,51 @@ func TestBinary(t *testing.T) {
 		`egressflow_agent_flows{service="shop/web"}`: positive,
 	}))
 
-	// SIGTERM: a clean exit.
+	// An endpoint routed through table "blue": egressflow's ip rules.
+	objects.CreateHostedService(t, clustertest.Service{Namespace: "shop", Name: "net", Endpoints: clustertest.PodEndpoints(routed)},
+		esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "blue"}, esv1.HostAll)
+	ours := func() (flows int, rules string) {
+		return n.FlowCount(t, "cookie=0xef10000000000000/0xffff000000000000"), n.Exec(t, "ip", "rule", "show")
+	}
+	until(t, timeout, func() error {
+		if _, rules := ours(); !strings.Contains(rules, "lookup 100") {
+			return fmt.Errorf("no rule of shop/net:\n%s", rules)
+		}
+		return nil
+	})
+
+	// SIGTERM, egressflow still installed (the node shuts down, say): a
+	// clean exit that leaves the dataplane in place, fail-closed.
 	stopped := time.Now()
 	if err := agent.Stop(syscall.SIGTERM); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
 	t.Logf("exited %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	if flows, rules := ours(); flows == 0 || !strings.Contains(rules, "lookup 100") {
+		t.Errorf("a stopped agent removed its dataplane: %d flows, rules:\n%s", flows, rules)
+	}
+
+	// Uninstall: kubectl delete -k deploy/ deletes egressflow's namespace
+	// (this API server runs no namespace controller, so it stays
+	// Terminating). The agent stopped then leaves the node as it was
+	// before egressflow: no flow of ours, no ip rule of ours, no hold of
+	// ovs-vswitchd; the endpoints leave with their own IPs.
+	agent = proc.Start(t, args[0], args[1:]...)
+	until(t, timeout, status("/readyz", true))
+	if err := kube.CoreV1().Namespaces().Delete(ctx, kubetest.SystemNamespace, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Stop(syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	if flows, rules := ours(); flows != 0 || strings.Contains(rules, "lookup 100") || strings.Contains(rules, "4999:") || strings.Contains(rules, "5001:") {
+		t.Errorf("after uninstall: %d flows of egressflow, rules:\n%s", flows, rules)
+	}
+	if config := n.Vsctl(t, "get", "Open_vSwitch", ".", "other_config"); strings.Contains(config, "flow-restore-wait") {
+		t.Errorf("after uninstall, ovs-vswitchd is held: other_config %s", config)
+	}
+	wait.Until(t, timeout, source(pod, "udp", pod.IP))
+	wait.Until(t, timeout, source(routed, "udp", routed.IP))
 }
 
 // freeAddr returns a free port on the loopback of network namespace ns.

@@ -1,5 +1,6 @@
 // Package agent is the node agent's control loop: it watches EgressServices,
-// Services, EndpointSlices, Nodes and the agents' heartbeat Leases, keeps
+// Services, EndpointSlices, Nodes, the agents' heartbeat Leases and the
+// Pods of its node, keeps
 // this node's desired dataplane current (controller/dataplane's Planner),
 // and converges br-ex, the policy-routing rules and conntrack to it. It owns
 // the apply step and nothing else: what to install is decided by pure
@@ -11,7 +12,7 @@
 // them (and the few that share an endpoint or LB IP with them), and sends
 // what differs from the bridge for those services alone as one atomic
 // OpenFlow bundle. Nodes and Leases are re-read on every sync (they are
-// few). The first sync, and the first after the OpenFlow connection comes
+// few), and so are the node's Pods after any of them changed. The first sync, and the first after the OpenFlow connection comes
 // back (OVS restarted, or the agent did), dump the installed flows and diff
 // every service; it waits until every informer has synced, so a partial
 // view of the cluster is never programmed.
@@ -152,8 +153,10 @@ type Agent struct {
 	endpointSlices cache.Indexer
 	nodes          corelisters.NodeLister
 	leases         coordinationlisters.LeaseLister
+	pods           corelisters.PodLister
 	kubeFactory    informers.SharedInformerFactory
 	leaseFactory   informers.SharedInformerFactory
+	podFactory     informers.SharedInformerFactory
 	esFactory      esinformers.SharedInformerFactory
 	synced         []cache.InformerSynced
 
@@ -161,6 +164,9 @@ type Agent struct {
 	// dirty holds the keys of the EgressServices whose inputs changed since
 	// the worker last read them.
 	dirty map[string]bool
+	// podsChanged: a Pod of this node changed since the worker last read
+	// them.
+	podsChanged atomic.Bool
 
 	// Owned by the single worker.
 	planner *dataplane.Planner
@@ -232,6 +238,12 @@ func New(cfg Config) *Agent {
 			})),
 		esFactory: esinformers.NewSharedInformerFactoryWithOptions(listingEgress{cfg.Egress}, cfg.Resync,
 			esinformers.WithTransform(slim)),
+		// The pod guard admits the node's own pods only.
+		podFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
+			informers.WithTransform(slim),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = "spec.nodeName=" + cfg.Node.Name
+			})),
 		dirty:     map[string]bool{},
 		planner:   dataplane.NewPlanner(cfg.Node, cfg.Tables),
 		unapplied: map[string]bool{},
@@ -240,13 +252,17 @@ func New(cfg Config) *Agent {
 		byGroup:   groupKeys{},
 		reported:  map[string][]dataplane.Problem{},
 	}
-	// Each handler marks the EgressService an object feeds (if any) and
-	// asks for a sync, on every add and delete, and on updates for which
-	// relevant says something the dataplane reads changed (nil: any).
-	handler := func(keyOf func(obj any) string, relevant func(old, new any) bool) cache.ResourceEventHandler {
+	// Each handler marks the EgressService an object feeds (if any), or
+	// sets its changed flag (if any), and asks for a sync, on every add and
+	// delete, and on updates for which relevant says something the
+	// dataplane reads changed (nil: any).
+	handler := func(keyOf func(obj any) string, relevant func(old, new any) bool, changed *atomic.Bool) cache.ResourceEventHandler {
 		mark := func(obj any) {
 			if key := keyOf(obj); key != "" {
 				a.markDirty(key)
+			}
+			if changed != nil {
+				changed.Store(true)
 			}
 			a.queue.Add(syncKey)
 		}
@@ -272,25 +288,30 @@ func New(cfg Config) *Agent {
 	}
 	nodeInformer := a.kubeFactory.Core().V1().Nodes().Informer()
 	leaseInformer := a.leaseFactory.Coordination().V1().Leases().Informer()
+	podInformer := a.podFactory.Core().V1().Pods().Informer()
 	noKey := func(any) string { return "" } // read on every sync
 	for _, h := range []struct {
 		informer cache.SharedIndexInformer
 		keyOf    func(any) string
 		relevant func(old, new any) bool
+		changed  *atomic.Bool
 	}{
-		{esInformer, objectKey, nil},
-		{serviceInformer, objectKey, nil},
-		{sliceInformer, sliceServiceKey, nil},
+		{esInformer, objectKey, nil, nil},
+		{serviceInformer, objectKey, nil, nil},
+		{sliceInformer, sliceServiceKey, nil, nil},
 		// Kubelets update Node status every few seconds and agents renew
 		// their Leases every second; the dataplane reads only the nodes'
 		// addresses and the agents' published facts.
-		{nodeInformer, noKey, nodeAddressesChanged},
-		{leaseInformer, noKey, leaseFactsChanged},
+		{nodeInformer, noKey, nodeAddressesChanged, nil},
+		{leaseInformer, noKey, leaseFactsChanged, nil},
+		// Kubelets update a pod's status on every probe and container
+		// change; the pod guard reads its labels, phase and addresses.
+		{podInformer, noKey, podAdmissionChanged, &a.podsChanged},
 	} {
 		// The registration has synced once this handler has seen every
 		// object of the initial list, so the first sync's dirty set is
 		// complete.
-		registration, err := h.informer.AddEventHandler(handler(h.keyOf, h.relevant))
+		registration, err := h.informer.AddEventHandler(handler(h.keyOf, h.relevant, h.changed))
 		if err != nil {
 			panic(err) // only fails once the informer has stopped
 		}
@@ -301,6 +322,7 @@ func New(cfg Config) *Agent {
 	a.endpointSlices = sliceInformer.GetIndexer()
 	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
 	a.leases = a.leaseFactory.Coordination().V1().Leases().Lister()
+	a.pods = a.podFactory.Core().V1().Pods().Lister()
 	if cfg.Metrics != nil && cfg.Switch != nil {
 		connected := cfg.Switch.Connected
 		cfg.Metrics.isConnected.Store(&connected)
@@ -325,6 +347,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.kubeFactory.Start(ctx.Done())
 	a.leaseFactory.Start(ctx.Done())
 	a.esFactory.Start(ctx.Done())
+	a.podFactory.Start(ctx.Done())
 	go a.holdOnDisconnect(ctx)
 	go a.watchFence(ctx)
 	if err := a.guardCold(ctx); err != nil {
@@ -683,13 +706,19 @@ func slim(obj any) (any, error) {
 	case *discoveryv1.EndpointSlice:
 		return slimSlice(o), nil
 	case *corev1.Service:
-		out := &corev1.Service{ObjectMeta: identity(o.ObjectMeta), Spec: corev1.ServiceSpec{Type: o.Spec.Type}}
+		out := &corev1.Service{ObjectMeta: identity(o.ObjectMeta),
+			Spec: corev1.ServiceSpec{Type: o.Spec.Type, Selector: o.Spec.Selector, IPFamilies: o.Spec.IPFamilies}}
 		for _, ing := range o.Status.LoadBalancer.Ingress {
 			out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ing.IP})
 		}
 		return out, nil
 	case *corev1.Node:
 		return &corev1.Node{ObjectMeta: identity(o.ObjectMeta), Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}, nil
+	case *corev1.Pod:
+		id := identity(o.ObjectMeta)
+		id.Labels = o.Labels // the pod guard holds pods a Service selects
+		return &corev1.Pod{ObjectMeta: id, Spec: corev1.PodSpec{NodeName: o.Spec.NodeName},
+			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIPs: o.Status.PodIPs}}, nil
 	case *esv1.EgressService:
 		// Its annotations may hold a kubectl last-applied-configuration,
 		// a copy of the whole object.
@@ -742,6 +771,13 @@ func nodeAddressesChanged(old, new any) bool {
 	o, ok1 := old.(*corev1.Node)
 	n, ok2 := new.(*corev1.Node)
 	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses)
+}
+
+func podAdmissionChanged(old, new any) bool {
+	o, ok1 := old.(*corev1.Pod)
+	n, ok2 := new.(*corev1.Pod)
+	return !ok1 || !ok2 || o.Status.Phase != n.Status.Phase || o.Spec.NodeName != n.Spec.NodeName ||
+		!equality.Semantic.DeepEqual(o.Status.PodIPs, n.Status.PodIPs) || !equality.Semantic.DeepEqual(o.Labels, n.Labels)
 }
 
 func leaseFactsChanged(old, new any) bool {

@@ -176,6 +176,13 @@ func newEnv(t testing.TB, nodes int) *env {
 	return e
 }
 
+// addPod adds a pod to node n and its Pod object, in namespace shop.
+func (e *env) addPod(n *topology.Node, name string) *topology.Pod {
+	pod := n.AddPod(e.t, name)
+	e.admin.CreatePod(e.t, "shop", pod, nil)
+	return pod
+}
+
 // runningAgent is an agent started by startAgent.
 type runningAgent struct {
 	*Agent
@@ -342,8 +349,8 @@ func (e *env) expectSourceVia(pod *topology.Pod, network string, dst netip.AddrP
 func TestAgentsSNATAndSteer(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
-	a, b := n1.AddPod(t, "a"), n2.AddPod(t, "b")
-	bystander := n2.AddPod(t, "c")
+	a, b := e.addPod(n1, "a"), e.addPod(n2, "b")
+	bystander := e.addPod(n2, "c")
 	lbs := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
 	e.hostWeb(n1, lbs, a, b)
 
@@ -454,7 +461,7 @@ func TestAgentsSNATAndSteer(t *testing.T) {
 func TestAgentRedirectedEndpointsStayClosed(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
-	a, b := n1.AddPod(t, "a"), n2.AddPod(t, "b")
+	a, b := e.addPod(n1, "a"), e.addPod(n2, "b")
 	lbs := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
 	n1.Ofctl(t, "add-flow", n1.Bridge, "cookie=0x1234,priority=10,arp,actions=NORMAL") // another controller's
 	for _, p := range []*topology.Pod{a, b} {
@@ -608,7 +615,7 @@ func (e *env) probeEvery(interval time.Duration, pods ...*topology.Pod) func() i
 func TestAgentRestartAndRepair(t *testing.T) {
 	e := newEnv(t, 1)
 	n := e.topo.Nodes[0]
-	a, b, other := n.AddPod(t, "a"), n.AddPod(t, "b"), n.AddPod(t, "o")
+	a, b, other := e.addPod(n, "a"), e.addPod(n, "b"), e.addPod(n, "o")
 	lb, lbOther := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.20")
 	first := e.startAgent(n)
 	first.waitHealthy(t)
@@ -653,8 +660,8 @@ func TestAgentRestartAndRepair(t *testing.T) {
 	modsBefore := second.sw.mods.Load()
 	e.setEndpoints("web", a)
 	eventually(t, "b's flows and conntrack entries gone", func() error {
-		if flows := n.Ofctl(t, "dump-flows", n.Bridge); strings.Contains(flows, "nw_src="+b.IP.String()+" ") {
-			return fmt.Errorf("flows of b remain")
+		if flows := serviceFlowsNaming(t, n, b.IP); len(flows) > 0 {
+			return fmt.Errorf("flows of b remain: %s", flows)
 		}
 		if hasEntries(b.IP) {
 			return fmt.Errorf("conntrack entries of b remain")
@@ -697,8 +704,8 @@ func TestAgentRestartAndRepair(t *testing.T) {
 	fourth := e.startAgent(n)
 	fourth.waitHealthy(t)
 	eventually(t, "the deleted service's flows gone", func() error {
-		if flows := n.Ofctl(t, "dump-flows", n.Bridge, ours); strings.Contains(flows, other.IP.String()) || strings.Contains(flows, lbOther.String()) {
-			return fmt.Errorf("flows of the deleted service remain:\n%s", flows)
+		if flows := slices.Concat(serviceFlowsNaming(t, n, other.IP), serviceFlowsNaming(t, n, lbOther)); len(flows) > 0 {
+			return fmt.Errorf("flows of the deleted service remain:\n%s", strings.Join(flows, "\n"))
 		}
 		return nil
 	})
@@ -724,6 +731,97 @@ func TestAgentRestartAndRepair(t *testing.T) {
 // which table a packet followed.
 var internet = []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:100::1")}
 
+// serviceFlowsNaming are egressflow's flows on n that name addr, but the
+// pod guard's admission of it (a pod stays admitted when it stops being an
+// endpoint).
+func serviceFlowsNaming(t testing.TB, n *topology.Node, addr netip.Addr) []string {
+	var out []string
+	dump := n.Ofctl(t, "dump-flows", n.Bridge, "cookie=0xef10000000000000/0xffff000000000000", "--no-stats")
+	for _, line := range strings.Split(dump, "\n") {
+		if strings.Contains(line, "="+addr.String()+" ") && !strings.Contains(line, "priority=175,") {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}
+
+// TestAgentPodGuard: the agent lets a pod of its node out of the cluster
+// only once it knows the pod. A pod whose Pod object does not say its
+// addresses yet (it sends before its kubelet has reported them) reaches no
+// outside host, until its addresses are reported; then it leaves with its
+// own IP. A pod that an EgressService's Service selects, whose addresses
+// the Service's EndpointSlice does not list yet, leaves with nothing until
+// it is listed, and then with the LB IP, in both families. Pod to pod and
+// pod to node are never held. A capture on the external host sees neither
+// pod's IP while it is held, and never the selected pod's.
+func TestAgentPodGuard(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	a := e.addPod(n, "a")
+	late := n.AddPod(t, "late")
+	next := n.AddPod(t, "next")
+	web := map[string]string{"app": "web"}
+	e.admin.CreatePod(t, "shop", next, web)
+	lbs := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
+	e.startAgent(n).waitHealthy(t)
+	for _, lb := range lbs {
+		e.announce(lb, n)
+	}
+	svc := clustertest.Service{Namespace: "shop", Name: "web", Selector: web, Endpoints: clustertest.PodEndpoints(a)}
+	for _, lb := range lbs {
+		svc.IngressIPs = append(svc.IngressIPs, lb.String())
+	}
+	e.admin.CreateHostedService(t, svc, esv1.EgressServiceSpec{}, n.Name)
+	for _, lb := range lbs {
+		e.expectSource(a, "udp", lb)
+	}
+
+	capture := e.topo.External.Capture(t)
+	stopProbes := e.probe(late, next)
+	time.Sleep(time.Second) // a second of the held pods' traffic
+	for _, p := range []*topology.Pod{late, next} {
+		for i, server := range []netip.AddrPort{e.server.Addr, e.server.Addr6} {
+			if got, err := p.Dial("udp", server); err == nil {
+				t.Errorf("held pod %s reached %s as %s", p.Name, server, got)
+			}
+			if err := p.Ping(a.Addrs()[i], 1); err != nil {
+				t.Errorf("held pod %s to pod: %v", p.Name, err)
+			}
+			if err := p.Ping([]netip.Addr{n.IP, n.IP6}[i], 1); err != nil {
+				t.Errorf("held pod %s to node: %v", p.Name, err)
+			}
+		}
+	}
+	sentHeld := stopProbes()
+	held := capture.Stop()
+
+	capture = e.topo.External.Capture(t)
+	e.admin.CreatePod(t, "shop", late, nil)
+	e.admin.SetEndpoints(t, "shop", "web", clustertest.PodEndpoints(a, next))
+	for i, lb := range lbs {
+		e.expectSource(late, "udp", late.Addrs()[i])
+		e.expectSource(next, "udp", lb)
+		e.expectSource(next, "tcp", lb)
+	}
+	after := capture.Stop()
+	// A pod's neighbour solicitations to link-scope groups flood the
+	// segment (pods are ports of this bridge): they are not its egress.
+	for _, pkt := range held {
+		if pkt.Dst.IsMulticast() {
+			continue
+		}
+		if slices.Contains(late.Addrs(), pkt.Src) || slices.Contains(next.Addrs(), pkt.Src) {
+			t.Errorf("the external host saw a held pod's address: %s", pkt.Line)
+		}
+	}
+	for _, pkt := range after {
+		if !pkt.Dst.IsMulticast() && slices.Contains(next.Addrs(), pkt.Src) {
+			t.Errorf("the external host saw the selected pod's address: %s", pkt.Line)
+		}
+	}
+	t.Logf("held pods sent %d datagrams; the external host saw %d packets while they were held", sentHeld, len(held))
+}
+
 // TestAgentNetworkMode: sourceIPBy Network routes the local endpoints'
 // traffic, IPv4 and IPv6, through the table spec.network names, by number
 // and by name (rt_tables): it leaves through the second segment, where the
@@ -734,7 +832,7 @@ var internet = []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParse
 func TestAgentNetworkMode(t *testing.T) {
 	e := newEnv(t, 1)
 	n := e.topo.Nodes[0]
-	byNumber, byName, bystander := n.AddPod(t, "num"), n.AddPod(t, "name"), n.AddPod(t, "by")
+	byNumber, byName, bystander := e.addPod(n, "num"), e.addPod(n, "name"), e.addPod(n, "by")
 	segment := e.topo.AddSegment()
 	// toSegment points table 100 at the segment for dst.
 	toSegment := func(i int, dst netip.Addr) {
@@ -809,7 +907,7 @@ func TestAgentNetworkMode(t *testing.T) {
 func TestAgentNetworkModeKeepsClusterTraffic(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
-	ep, peer := n1.AddPod(t, "ep"), n2.AddPod(t, "peer")
+	ep, peer := e.addPod(n1, "ep"), e.addPod(n2, "peer")
 	segment := e.topo.AddSegment()
 	for _, via := range []netip.Addr{segment.Host.IP, segment.Host.IP6} {
 		n1.Exec(t, "ip", "route", "add", "default", "via", via.String(), "dev", topology.SegmentInterface, "table", "100")

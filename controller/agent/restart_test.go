@@ -38,7 +38,7 @@ func newRestartEnv(t testing.TB, probeInterval time.Duration, unguarded bool) *r
 	e.unguarded = unguarded
 	r := &restartEnv{env: e, host: e.topo.Nodes[0],
 		lbs: []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}}
-	r.a, r.b = r.host.AddPod(t, "a"), e.topo.Nodes[1].AddPod(t, "b")
+	r.a, r.b = e.addPod(r.host, "a"), e.addPod(e.topo.Nodes[1], "b")
 	e.hostWeb(r.host, r.lbs, r.a, r.b)
 	r.capture = e.topo.External.Capture(t)
 	r.stop = e.probeEvery(probeInterval, r.a, r.b)

@@ -200,8 +200,9 @@ func (a *Agent) takePrefetched(ctx context.Context) *bridgeRead {
 	return r
 }
 
-// recompute feeds the planner the dirty services' inputs, the nodes and
-// Leases and the fence, and marks what changed as unapplied.
+// recompute feeds the planner the dirty services' inputs, the nodes,
+// Leases and local Pods and the fence, and marks what changed as
+// unapplied.
 func (a *Agent) recompute(ctx context.Context) error {
 	nodes, err := a.nodes.List(labels.Everything())
 	if err != nil {
@@ -216,6 +217,14 @@ func (a *Agent) recompute(ctx context.Context) error {
 		leases[l.Name] = l
 	}
 	a.planner.SetNodes(nodes) // the shared flows are diffed on every sync
+	if a.podsChanged.Swap(false) {
+		pods, err := a.pods.List(labels.Everything())
+		if err != nil {
+			a.podsChanged.Store(true)
+			return err
+		}
+		a.planner.SetLocalPods(pods)
+	}
 	changed := a.planner.SetLeases(leases)
 	changed = append(changed, a.fence(ctx)...)
 	dirty := a.takeDirty()
@@ -364,7 +373,7 @@ func (a *Agent) diff(ctx context.Context, bridge *dataplane.Installed, stream *b
 			a.cfg.Metrics.flows.remove(k)
 		}
 	}
-	shared := dataplane.SharedFlows(a.planner.Exempt(), a.planner.Acting(dataplane.RoleHost), a.planner.Acting(dataplane.RoleSteer), ports)
+	shared := dataplane.SharedFlows(a.planner.Shared(), ports)
 	a.cfg.Metrics.flows.set("", len(shared))
 	diffGroup(shared, a.sharedOnBridge)
 	if err := stream.add(ctx, &changes); err != nil {

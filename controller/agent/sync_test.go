@@ -67,8 +67,9 @@ func TestSlimKeepsWhatTheAgentReads(t *testing.T) {
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", ResourceVersion: "3"},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}, Selector: map[string]string{"app": "web"}},
-		Status:     corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10", Hostname: "lb.example"}}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}, Selector: map[string]string{"app": "web"},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10", Hostname: "lb.example"}}}},
 	}
 	wantSlice := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "u1", ResourceVersion: "7", Labels: slice.Labels},
@@ -82,8 +83,23 @@ func TestSlimKeepsWhatTheAgentReads(t *testing.T) {
 	}
 	wantSvc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", ResourceVersion: "3"},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
-		Status:     corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: svc.Spec.Selector,
+			IPFamilies: svc.Spec.IPFamilies},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}}},
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Namespace: "shop", UID: "u3", ResourceVersion: "11",
+			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"big": strings.Repeat("x", 1000)},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5",
+			PodIPs:     []corev1.PodIP{{IP: "10.244.1.5"}, {IP: "fd00:10:244:1::5"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	wantPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Namespace: "shop", UID: "u3", ResourceVersion: "11", Labels: pod.Labels},
+		Spec:       corev1.PodSpec{NodeName: "n1"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: pod.Status.PodIPs},
 	}
 	es := &esv1.EgressService{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u2", ResourceVersion: "9",
@@ -100,7 +116,7 @@ func TestSlimKeepsWhatTheAgentReads(t *testing.T) {
 		endpoints.OnClusterNetwork([]*discoveryv1.EndpointSlice{slice}, cidrs); !slices.Equal(got, want) {
 		t.Errorf("endpoints of the slimmed slice %v, of the slice %v", got, want)
 	}
-	for _, c := range []struct{ in, want any }{{slice, wantSlice}, {svc, wantSvc}, {es, wantES}} {
+	for _, c := range []struct{ in, want any }{{slice, wantSlice}, {svc, wantSvc}, {es, wantES}, {pod, wantPod}} {
 		once, _ := slim(c.in)
 		twice, _ := slim(once)
 		if !equality.Semantic.DeepEqual(once, c.want) || !equality.Semantic.DeepEqual(twice, c.want) {

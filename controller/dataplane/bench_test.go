@@ -43,7 +43,7 @@ var benchConfig = NodeConfig{Name: "n1", ClusterPodCIDRs: []netip.Prefix{netip.M
 // 10 endpoints: Compute, Flows and Diff against what is installed.
 func BenchmarkFullSync(b *testing.B) {
 	cluster := benchCluster(10000)
-	installed := InstalledOf(Flows(Compute(benchConfig, cluster, tables), Ports{Uplink: 1}))
+	installed := InstalledOf(Flows(benchConfig, Compute(benchConfig, cluster, tables), Ports{Uplink: 1}))
 	if want := 10000 * 10 * 2; installed.Len() < want { // a redirect and a SNAT or steer flow per endpoint
 		b.Fatalf("%d flows installed, want at least %d", installed.Len(), want)
 	}
@@ -51,7 +51,7 @@ func BenchmarkFullSync(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		state := Compute(benchConfig, cluster, tables)
-		flows := Flows(state, Ports{Uplink: 1})
+		flows := Flows(benchConfig, state, Ports{Uplink: 1})
 		if c := Diff(flows, installed); !c.Empty() {
 			b.Fatal("changes in a no-op sync")
 		}
@@ -85,7 +85,7 @@ func BenchmarkEndpointAdded(b *testing.B) {
 	ports := Ports{Uplink: 1}
 	applied := map[string]Service{}
 	applied[key], _ = p.Service(key)
-	shared := SharedFlows(p.Exempt(), p.Acting(RoleHost), p.Acting(RoleSteer), ports)
+	shared := SharedFlows(p.Shared(), ports)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -100,7 +100,7 @@ func BenchmarkEndpointAdded(b *testing.B) {
 			diff(ServiceFlows(s, ports), ServiceFlows(applied[k], ports))
 			applied[k] = s
 		}
-		next := SharedFlows(p.Exempt(), p.Acting(RoleHost), p.Acting(RoleSteer), ports)
+		next := SharedFlows(p.Shared(), ports)
 		diff(next, shared)
 		shared = next
 		if len(c.Add) != 2-2*(i%2) || len(c.Delete) != 2*(i%2) {

@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -68,6 +69,8 @@ type Cluster struct {
 	EndpointSlices map[string][]*discoveryv1.EndpointSlice
 	Nodes          []*corev1.Node
 	Leases         map[string]*coordinationv1.Lease
+	// Pods are the pods bound to this node (others are ignored).
+	Pods []*corev1.Pod
 }
 
 // Service is one EgressService's part of this node's dataplane.
@@ -173,6 +176,11 @@ type State struct {
 	Exempt []netip.Prefix
 	// Services, sorted by Key, only those this node acts on.
 	Services []Service
+	// Admitted are the addresses of this node's pods that may leave the
+	// cluster as they are (AdmittedPods): the pod guard drops every other
+	// pod address of the cluster CIDRs on its way out, unless a service's
+	// flows act on it. Sorted.
+	Admitted []netip.Addr
 	// Rules are the policy-routing rules for services with a table.
 	Rules []iprule.Rule
 	// Problems, sorted by service.
@@ -194,7 +202,92 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 		k := key(es.Namespace, es.Name)
 		p.Update(k, ServiceInputs{EgressService: es, Service: cluster.Services[k], EndpointSlices: cluster.EndpointSlices[k]})
 	}
-	return p.State()
+	state := p.State()
+	state.Admitted = AdmittedPods(node, cluster)
+	return state
+}
+
+// AdmittedPods is the pod guard's rule, the specification the Planner
+// keeps up to date incrementally: it admits each address, in the cluster
+// pod CIDRs, of each pod on node that has not finished, unless the address
+// is held. An address is held while an EgressService that claims
+// endpoints (claimsEndpoints) selects the pod through its Service's
+// selector, but the Service's EndpointSlices do not list the address yet:
+// the pod is about to be that service's endpoint, and must not leave with
+// its own IP in the meantime. Only the Service's IP families are held: a
+// single-stack Service's slices never list its pods' other address. A pod the agent does not know yet (its
+// address not reported, or not seen) is not admitted either.
+func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
+	var out []netip.Addr
+	for _, pod := range cluster.Pods {
+		if pod.Spec.NodeName != node.Name {
+			continue
+		}
+		for _, addr := range podAddresses(pod, node.ClusterPodCIDRs) {
+			held := false
+			for _, es := range cluster.EgressServices {
+				k := key(es.Namespace, es.Name)
+				svc := cluster.Services[k]
+				if es.Namespace != pod.Namespace || !claimsEndpoints(es, svc) || !selects(svc, pod) ||
+					!servesFamily(svc.Spec.IPFamilies, addr) {
+					continue
+				}
+				listed := slices.ContainsFunc(endpoints.OnClusterNetwork(cluster.EndpointSlices[k], node.ClusterPodCIDRs),
+					func(ep endpoints.Endpoint) bool { return ep.IP == addr })
+				held = held || !listed
+			}
+			if !held {
+				out = append(out, addr)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// claimsEndpoints reports whether es acts on its Service's endpoints: it
+// has a host that fits its mode, and a LoadBalancer Service.
+func claimsEndpoints(es *esv1.EgressService, svc *corev1.Service) bool {
+	return es.Status.Host != "" && svc != nil && svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
+		(es.Spec.SourceIPBy == esv1.SourceIPByNetwork) == (es.Status.Host == esv1.HostAll)
+}
+
+// podSelector is svc's pod selector; nil when it has none (a Service
+// without selector has the endpoints its slices list, and no others).
+func podSelector(svc *corev1.Service) labels.Selector {
+	if svc == nil || len(svc.Spec.Selector) == 0 {
+		return nil
+	}
+	return labels.SelectorFromSet(svc.Spec.Selector)
+}
+
+// servesFamily reports whether a Service of families has endpoints of
+// addr's family (every family when it names none).
+func servesFamily(families []corev1.IPFamily, addr netip.Addr) bool {
+	want := corev1.IPv4Protocol
+	if addr.Is6() {
+		want = corev1.IPv6Protocol
+	}
+	return len(families) == 0 || slices.Contains(families, want)
+}
+
+func selects(svc *corev1.Service, pod *corev1.Pod) bool {
+	sel := podSelector(svc)
+	return sel != nil && sel.Matches(labels.Set(pod.Labels))
+}
+
+// podAddresses are the addresses of a pod that has not finished, in cidrs.
+func podAddresses(pod *corev1.Pod, cidrs []netip.Prefix) []netip.Addr {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ip := range pod.Status.PodIPs {
+		if addr, err := netip.ParseAddr(ip.IP); err == nil && endpoints.Contains(cidrs, addr.Unmap()) {
+			out = append(out, addr.Unmap())
+		}
+	}
+	return out
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }

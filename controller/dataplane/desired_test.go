@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -51,6 +52,19 @@ func endpointSlice(pairs ...string) *discoveryv1.EndpointSlice {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{pairs[i+1]}, NodeName: &node})
 	}
 	return s
+}
+
+// pod is a running pod of namespace on node with labels and addresses.
+func pod(namespace, node string, labels map[string]string, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "pod-" + strings.Join(ips, "-"), Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
 }
 
 func node(name, ip string) *corev1.Node {
@@ -178,7 +192,7 @@ func TestComputeFenced(t *testing.T) {
 	if len(got.Problems) != 1 || got.Problems[0].Reason != ReasonFenced {
 		t.Fatalf("problems %+v, want Fenced", got.Problems)
 	}
-	for _, f := range Flows(got, Ports{Uplink: 1}) {
+	for _, f := range Flows(n1Config, got, Ports{Uplink: 1}) {
 		if kind := FlowKind(f.Cookie >> 40 & 0xff); kind == KindSNAT || kind == KindReplyCT || kind == KindSteer {
 			t.Errorf("fenced host renders %s", f)
 		}
@@ -298,5 +312,41 @@ func TestTranslations(t *testing.T) {
 	}
 	if got := state.Translations(); !maps.Equal(got, want) {
 		t.Errorf("Translations = %v, want %v", got, want)
+	}
+}
+
+// TestAdmittedPods: the pod guard admits this node's running pods, except
+// an address that a service claiming endpoints selects but does not list
+// yet; a pod of another node, a finished pod, an address outside the pod
+// CIDRs and a pod selected only by a service without host are not held.
+func TestAdmittedPods(t *testing.T) {
+	c := baseCluster() // shop/web hosted on n1, endpoints 10.244.1.5, 10.244.2.5, fd00:10:244:2::5
+	c.Services["shop/web"].Spec.Selector = map[string]string{"app": "web"}
+	web := map[string]string{"app": "web"}
+	c.EgressServices = append(c.EgressServices, egressService("shop", "idle", "", "", ""))
+	c.Services["shop/idle"] = lbService("shop", "idle", "192.0.2.99")
+	c.Services["shop/idle"].Spec.Selector = map[string]string{"app": "idle"}
+	finished := pod("shop", "n1", nil, "10.244.1.4")
+	finished.Status.Phase = corev1.PodSucceeded
+	c.Pods = []*corev1.Pod{
+		pod("shop", "n1", web, "10.244.1.5", "fd00:10:244:1::5"),          // listed; its IPv6 address is not
+		pod("shop", "n1", web, "10.244.1.6"),                              // selected, not listed yet: held
+		pod("other", "n1", web, "10.244.1.7"),                             // another namespace's app=web
+		pod("shop", "n1", map[string]string{"app": "idle"}, "10.244.1.8"), // its service has no host
+		pod("shop", "n1", nil, "10.244.1.9", "172.18.0.11"),               // host-networked address ignored
+		pod("shop", "n2", nil, "10.244.2.9"),                              // another node's
+		finished,
+	}
+	got := Compute(n1Config, c, tables).Admitted
+	want := addrs("10.244.1.5", "10.244.1.7", "10.244.1.8", "10.244.1.9")
+	if !slices.Equal(got, want) {
+		t.Fatalf("admitted %v, want %v", got, want)
+	}
+	// An IPv4-only Service never lists its pods' IPv6 addresses.
+	c.Services["shop/web"].Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	got = Compute(n1Config, c, tables).Admitted
+	want = addrs("10.244.1.5", "10.244.1.7", "10.244.1.8", "10.244.1.9", "fd00:10:244:1::5")
+	if !slices.Equal(got, want) {
+		t.Fatalf("IPv4-only service: admitted %v, want %v", got, want)
 	}
 }

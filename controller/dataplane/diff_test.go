@@ -45,7 +45,7 @@ func resolveStale(t *testing.T, c *Changes, dump []openflow.FlowEntry) {
 
 func TestDiff(t *testing.T) {
 	c := baseCluster()
-	desired := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
+	desired := Flows(n1Config, Compute(n1Config, c, tables), Ports{Uplink: 1})
 	if got := Diff(desired, NewInstalled(nil)); len(got.Add) != len(desired) || len(got.Delete) != 0 {
 		t.Fatalf("into an empty bridge: %d adds %d deletes, want %d adds", len(got.Add), len(got.Delete), len(desired))
 	}
@@ -60,7 +60,7 @@ func TestDiff(t *testing.T) {
 
 	// The LB IP changes: exactly the SNAT flows and the reply flow change.
 	c.Services["shop/web"] = lbService("shop", "web", "192.0.2.77", "2001:db8::10")
-	next := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
+	next := Flows(n1Config, Compute(n1Config, c, tables), Ports{Uplink: 1})
 	got := Diff(next, installed)
 	if len(got.Delete) != 0 || len(got.Stale) != 1 {
 		t.Fatalf("LB IP change against a dump: %d deletes, %d stale; want the dump's one stale flow", len(got.Delete), len(got.Stale))
@@ -87,16 +87,22 @@ func TestDiff(t *testing.T) {
 		t.Fatalf("against the flows as sent, the same flows differ: %d adds %d deletes", len(again.Add), len(again.Delete))
 	}
 
-	// The service goes away: all of its flows and the shared ones go but
-	// the marker, the foreign flow stays. Against flows as sent, the
+	// The service goes away: all of its flows and the shared flows of
+	// hosting (the reply table) go; the pod guard's stay, and so does the
+	// foreign flow. Against flows as sent, the
 	// deletes come at once; against a dump, from the second dump; they are
 	// the same.
 	c.EgressServices = nil
-	none := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
-	if len(none) != 1 || none[0].Cookie != MarkerCookie {
-		t.Fatalf("no service: %v, want only the marker", none)
+	none := Flows(n1Config, Compute(n1Config, c, tables), Ports{Uplink: 1})
+	for _, f := range none {
+		if f.Cookie>>8&0xffffffff != 0 || f.Table == TableReply {
+			t.Fatalf("no service: %v remains", f)
+		}
 	}
-	gone := len(desired) - 1
+	if none[0].Cookie != MarkerCookie {
+		t.Fatalf("no service: %v, want the marker first", none)
+	}
+	gone := len(desired) - len(none)
 	got = Diff(none, installed)
 	if len(got.Add) != 0 || len(got.Delete) != 0 || len(got.Stale) != gone {
 		t.Fatalf("service removed: %d adds %d deletes %d stale, want %d stale", len(got.Add), len(got.Delete), len(got.Stale), gone)
@@ -125,12 +131,12 @@ func TestDiffInParts(t *testing.T) {
 	c.EgressServices = append(c.EgressServices, egressService("shop", "db", "", "", "n1"))
 	c.Services["shop/db"] = lbService("shop", "db", "192.0.2.20")
 	c.EndpointSlices["shop/db"] = []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1.9")}
-	before := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
+	before := Flows(n1Config, Compute(n1Config, c, tables), Ports{Uplink: 1})
 	dump := dumpedAs(t, before)
 
 	// One service's flows go, and one flow changes group.
 	c.EgressServices = c.EgressServices[:1]
-	desired := Flows(Compute(n1Config, c, tables), Ports{Uplink: 1})
+	desired := Flows(n1Config, Compute(n1Config, c, tables), Ports{Uplink: 1})
 	moved := *desired[0]
 	moved.Cookie = Cookie(FlowKind(moved.Cookie>>40&0xff), "other/service")
 	desired[0] = &moved

@@ -40,9 +40,12 @@ const (
 	priorityExempt uint16 = 300
 	// priorityService is every per-service flow.
 	priorityService uint16 = 200
-	// priorityColdGuard diverts every pod's packet before the first sync,
-	// below the per-endpoint flows that replace it.
-	priorityColdGuard uint16 = 150
+	// priorityAdmitted lets an admitted pod's packets go as they are,
+	// above the pod guard and below the per-endpoint flows.
+	priorityAdmitted uint16 = 175
+	// priorityPodGuard diverts every pod's packet to the fail-closed
+	// pipeline, below the flows that admit a pod or act for a service.
+	priorityPodGuard uint16 = 150
 	// priorityMulticast passes a pod's multicast and broadcast traffic
 	// (neighbour discovery among it) in TableOrigin: it is never SNATed,
 	// and other pods on the bridge must see it.
@@ -63,23 +66,26 @@ const (
 	// upgraded agent can find flows of an older layout by mask.
 	// Layout 2: the classifying flows match an endpoint on every port, and
 	// TableOrigin sorts by port (layout 1 matched in_port=LOCAL only).
-	CookieLayout uint64 = 2
+	// Layout 3: the pod guard stays after the first sync, below flows that
+	// admit each known pod.
+	CookieLayout uint64 = 3
 )
 
 // FlowKind is the role of a flow in the pipeline, bits 47..40 of its cookie.
 type FlowKind uint8
 
 const (
-	KindRedirect  FlowKind = 1  // TableClassify: an endpoint's packet, from any port, to TableOrigin
-	KindExempt    FlowKind = 2  // TableOrigin, TableEgress: a destination inside the cluster
-	KindSNAT      FlowKind = 3  // TableEgress: SNAT to the LB IP and out the uplink
-	KindSteer     FlowKind = 4  // TableEgress: to the host node's bridge MAC
-	KindDrop      FlowKind = 5  // TableEgress: fail closed
-	KindReplyCT   FlowKind = 6  // TableClassify: traffic to an LB IP through conntrack
-	KindDeliver   FlowKind = 7  // TableReply: un-SNATed replies to LOCAL, the rest NORMAL
-	KindOrigin    FlowKind = 8  // TableOrigin: by in_port; other ports' packets through the host stack
-	KindMarker    FlowKind = 9  // TableMarker: this vswitchd has egressflow's flows
-	KindColdGuard FlowKind = 10 // TableClassify: every pod's packet, until the first sync
+	KindRedirect FlowKind = 1  // TableClassify: an endpoint's packet, from any port, to TableOrigin
+	KindExempt   FlowKind = 2  // TableOrigin, TableEgress: a destination inside the cluster
+	KindSNAT     FlowKind = 3  // TableEgress: SNAT to the LB IP and out the uplink
+	KindSteer    FlowKind = 4  // TableEgress: to the host node's bridge MAC
+	KindDrop     FlowKind = 5  // TableEgress: fail closed
+	KindReplyCT  FlowKind = 6  // TableClassify: traffic to an LB IP through conntrack
+	KindDeliver  FlowKind = 7  // TableReply: un-SNATed replies to LOCAL, the rest NORMAL
+	KindOrigin   FlowKind = 8  // TableOrigin: by in_port; other ports' packets through the host stack
+	KindMarker   FlowKind = 9  // TableMarker: this vswitchd has egressflow's flows
+	KindPodGuard FlowKind = 10 // TableClassify: every pod's packet, to TableOrigin
+	KindAdmit    FlowKind = 11 // TableClassify: an admitted pod's packet, as it is
 )
 
 // Cookie is the cookie of a flow of kind for service key ("" for shared).
@@ -112,19 +118,24 @@ type Ports struct {
 	BridgeMAC net.HardwareAddr
 }
 
-// Flows renders the desired state into flow additions, in a stable order:
-// each service's flows (ServiceFlows), then the shared ones (SharedFlows).
-// Two flows never share a table, priority and match: Compute gives each
-// endpoint and each reply LB IP to one service only.
-func Flows(state State, ports Ports) []*openflow.FlowMod {
+// Flows renders the desired state of node into flow additions, in a
+// stable order: each service's flows (ServiceFlows), then the shared ones
+// (SharedFlows). Two flows never share a table, priority and match:
+// Compute gives each endpoint and each reply LB IP to one service only.
+func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 	var out []*openflow.FlowMod
 	var buf FlowBuffer // never reset: the flows are the caller's
-	acting := map[Role]int{}
+	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted}
 	for _, s := range state.Services {
 		out = buf.AppendService(out, s, ports)
-		acting[s.Role]++
+		switch s.Role {
+		case RoleHost:
+			shared.Hosting++
+		case RoleSteer:
+			shared.Steering++
+		}
 	}
-	return append(out, SharedFlows(state.Exempt, acting[RoleHost], acting[RoleSteer], ports)...)
+	return append(out, SharedFlows(shared, ports)...)
 }
 
 // ServiceFlows renders one service's flows, all carrying its hash in their
@@ -243,20 +254,44 @@ func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Por
 	return dst
 }
 
+// Shared is what the flows no one service owns depend on.
+type Shared struct {
+	// Exempt are the destinations never rewritten (State.Exempt).
+	Exempt []netip.Prefix
+	// Guarded are the pod CIDRs of the pod guard: a packet from any of
+	// them goes through TableOrigin and, on its way out, is dropped unless
+	// its source is admitted or a service's flows act on it. None: no
+	// guard.
+	Guarded []netip.Prefix
+	// Admitted are the pod addresses that pass the guard (State.Admitted).
+	Admitted []netip.Addr
+	// Hosting and Steering count the services the node acts on by role.
+	Hosting, Steering int
+}
+
 // SharedFlows renders the flows no one service owns: always the marker;
-// with any service to divert (hosting or steering), TableOrigin, the
+// the pod guard, and a flow admitting each admitted address; with the
+// guard or any service to divert (hosting or steering), TableOrigin, the
 // exemptions and the fail-closed drop; with any service hosted, the
 // delivery of un-SNATed replies.
-func SharedFlows(exempt []netip.Prefix, hosting, steering int, ports Ports) []*openflow.FlowMod {
+func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 	var buf FlowBuffer
 	out := []*openflow.FlowMod{buf.add(Cookie(KindMarker, ""), TableMarker, 0, nil)}
-	if hosting+steering == 0 {
+	if len(shared.Guarded)+shared.Hosting+shared.Steering == 0 {
 		return out
 	}
 	add := func(kind FlowKind, table uint8, priority uint16, insts []openflow.Instruction) *openflow.Match {
 		fm := buf.add(Cookie(kind, ""), table, priority, insts)
 		out = append(out, fm)
 		return &fm.Match
+	}
+	for _, p := range shared.Guarded {
+		m := add(KindPodGuard, TableClassify, priorityPodGuard, gotoOrigin)
+		setIP(m, p.Addr(), openflow.FieldNone)
+		m.SetPrefix(srcField(p.Addr()), p.Masked())
+	}
+	for _, a := range shared.Admitted {
+		setIP(add(KindAdmit, TableClassify, priorityAdmitted, normal), a, srcField(a))
 	}
 	// TableOrigin, by where the packet entered the bridge.
 	add(KindOrigin, TableOrigin, priorityExempt, gotoEgress).SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
@@ -272,7 +307,7 @@ func SharedFlows(exempt []netip.Prefix, hosting, steering int, ports Ports) []*o
 		table    uint8
 		priority uint16
 	}{{TableOrigin, priorityService}, {TableEgress, priorityExempt}} {
-		for _, p := range exempt {
+		for _, p := range shared.Exempt {
 			m := add(KindExempt, at.table, at.priority, normal)
 			setIP(m, p.Addr(), openflow.FieldNone)
 			m.SetPrefix(dstField(p.Addr()), p)
@@ -289,7 +324,7 @@ func SharedFlows(exempt []netip.Prefix, hosting, steering int, ports Ports) []*o
 	}
 	add(KindOrigin, TableOrigin, priorityFallback, throughHost)
 	add(KindDrop, TableEgress, priorityFallback, nil) // no instructions: drop
-	if hosting == 0 {
+	if shared.Hosting == 0 {
 		return out
 	}
 	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
@@ -314,21 +349,13 @@ var multicastDestinations = []netip.Prefix{
 
 // ColdGuardFlows are what an agent installs on an ovs-vswitchd that holds
 // none of egressflow's flows (it has just started) before it can compute
-// the desired ones: without the cluster's objects it cannot tell endpoints
-// from other pods, so every pod of the cluster CIDRs is held to the
-// fail-closed pipeline, with only cluster-internal destinations exempt.
-// Pods cannot reach the outside until the first sync replaces these flows;
-// none leaves with its pod IP.
+// the desired ones: the pod guard with no pod admitted. Without the
+// cluster's objects the agent cannot tell endpoints from other pods, so
+// every pod of the cluster CIDRs is held to the fail-closed pipeline, with
+// only cluster-internal destinations exempt. Pods cannot reach the outside
+// until the first sync admits them; none leaves with its pod IP.
 func ColdGuardFlows(node NodeConfig, ports Ports) []*openflow.FlowMod {
-	out := SharedFlows(exemptions(node, nil), 0, 1, ports)
-	var buf FlowBuffer
-	for _, p := range node.ClusterPodCIDRs {
-		fm := buf.add(Cookie(KindColdGuard, ""), TableClassify, priorityColdGuard, gotoOrigin)
-		setIP(&fm.Match, p.Addr(), openflow.FieldNone)
-		fm.Match.SetPrefix(srcField(p.Addr()), p.Masked())
-		out = append(out, fm)
-	}
-	return out
+	return SharedFlows(Shared{Exempt: exemptions(node, nil), Guarded: node.ClusterPodCIDRs}, ports)
 }
 
 // MarkerCookie is the cookie of the marker flow: a dump for it alone tells

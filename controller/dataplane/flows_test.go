@@ -40,41 +40,46 @@ func TestCookieLayout(t *testing.T) {
 // integration test below checks OVS accepts).
 func TestFlowsText(t *testing.T) {
 	c := baseCluster()
+	// A pod of n1 that no service selects is admitted; one on n2 is n2's.
+	c.Pods = []*corev1.Pod{pod("shop", "n1", nil, "10.244.1.9"), pod("shop", "n2", nil, "10.244.2.9")}
 	var host []string
 	ports := Ports{Uplink: 1, BridgeMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
-	for _, f := range Flows(Compute(n1Config, c, tables), ports) {
+	for _, f := range Flows(n1Config, Compute(n1Config, c, tables), ports) {
 		host = append(host, f.String())
 	}
 	want := []string{
-		"cookie=0xef1001eb78a54402, priority=200,ip,nw_src=10.244.1.5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54402, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
-		"cookie=0xef1001eb78a54402, priority=200,ip,nw_src=10.244.2.5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54402, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
-		"cookie=0xef1001eb78a54402, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54402, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,zone=61189,nat(src=2001:db8::10)),output:1",
-		"cookie=0xef1006eb78a54402, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
-		"cookie=0xef1006eb78a54402, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
-		"cookie=0xef10090000000002, table=43, priority=0 actions=drop",
-		"cookie=0xef10080000000002, table=40, priority=300,in_port=LOCAL actions=goto_table:41",
-		"cookie=0xef10080000000002, table=40, priority=300,in_port=1 actions=NORMAL",
-		"cookie=0xef10080000000002, table=40, priority=250,ip,nw_dst=224.0.0.0/4 actions=NORMAL",
-		"cookie=0xef10080000000002, table=40, priority=250,ip,nw_dst=255.255.255.255 actions=NORMAL",
-		"cookie=0xef10080000000002, table=40, priority=250,ipv6,ipv6_dst=ff00::/8 actions=NORMAL",
-		"cookie=0xef10020000000002, table=40, priority=200,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000002, table=40, priority=200,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000002, table=40, priority=200,ip,nw_dst=172.18.0.11 actions=NORMAL",
-		"cookie=0xef10020000000002, table=40, priority=200,ip,nw_dst=172.18.0.12 actions=NORMAL",
-		"cookie=0xef10020000000002, table=40, priority=200,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
-		"cookie=0xef10020000000002, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000002, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000002, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
-		"cookie=0xef10020000000002, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
-		"cookie=0xef10020000000002, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
-		"cookie=0xef10080000000002, table=40, priority=100 actions=set_field:02:00:00:00:00:01->eth_dst,LOCAL",
-		"cookie=0xef10050000000002, table=41, priority=100 actions=drop",
-		"cookie=0xef10070000000002, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
-		"cookie=0xef10070000000002, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
-		"cookie=0xef10070000000002, table=42, priority=100 actions=NORMAL",
+		"cookie=0xef1001eb78a54403, priority=200,ip,nw_src=10.244.1.5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54403, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
+		"cookie=0xef1001eb78a54403, priority=200,ip,nw_src=10.244.2.5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54403, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
+		"cookie=0xef1001eb78a54403, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54403, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,zone=61189,nat(src=2001:db8::10)),output:1",
+		"cookie=0xef1006eb78a54403, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef1006eb78a54403, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef10090000000003, table=43, priority=0 actions=drop",
+		"cookie=0xef100a0000000003, priority=150,ip,nw_src=10.244.0.0/16 actions=goto_table:40",
+		"cookie=0xef100a0000000003, priority=150,ipv6,ipv6_src=fd00:10:244::/48 actions=goto_table:40",
+		"cookie=0xef100b0000000003, priority=175,ip,nw_src=10.244.1.9 actions=NORMAL",
+		"cookie=0xef10080000000003, table=40, priority=300,in_port=LOCAL actions=goto_table:41",
+		"cookie=0xef10080000000003, table=40, priority=300,in_port=1 actions=NORMAL",
+		"cookie=0xef10080000000003, table=40, priority=250,ip,nw_dst=224.0.0.0/4 actions=NORMAL",
+		"cookie=0xef10080000000003, table=40, priority=250,ip,nw_dst=255.255.255.255 actions=NORMAL",
+		"cookie=0xef10080000000003, table=40, priority=250,ipv6,ipv6_dst=ff00::/8 actions=NORMAL",
+		"cookie=0xef10020000000003, table=40, priority=200,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000003, table=40, priority=200,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000003, table=40, priority=200,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000003, table=40, priority=200,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000003, table=40, priority=200,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10020000000003, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000003, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000003, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000003, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000003, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10080000000003, table=40, priority=100 actions=set_field:02:00:00:00:00:01->eth_dst,LOCAL",
+		"cookie=0xef10050000000003, table=41, priority=100 actions=drop",
+		"cookie=0xef10070000000003, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
+		"cookie=0xef10070000000003, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
+		"cookie=0xef10070000000003, table=42, priority=100 actions=NORMAL",
 	}
 	if strings.Join(host, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("host flows:\n%s\nwant:\n%s", strings.Join(host, "\n"), strings.Join(want, "\n"))
@@ -84,14 +89,14 @@ func TestFlowsText(t *testing.T) {
 	c.Services["shop/web2"] = lbService("shop", "web2", "192.0.2.10")
 	c.EndpointSlices["shop/web2"] = []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1.77")}
 	seen := map[string]bool{}
-	for _, f := range Flows(Compute(n1Config, c, tables), Ports{Uplink: 1}) {
+	for _, f := range Flows(n1Config, Compute(n1Config, c, tables), Ports{Uplink: 1}) {
 		if id := FlowID(f); seen[id] {
 			t.Fatalf("two flows with one table, priority and match: %s", f)
 		} else {
 			seen[id] = true
 		}
 	}
-	for _, f := range Flows(Compute(n2Config, c, tables), Ports{Uplink: 1}) {
+	for _, f := range Flows(n2Config, Compute(n2Config, c, tables), Ports{Uplink: 1}) {
 		if f.Table == TableReply {
 			t.Fatalf("steering node got a reply flow: %s", f)
 		}
@@ -103,21 +108,32 @@ func TestFlowsText(t *testing.T) {
 // endpoints (one on the host, one steered from the other node) reach the
 // external host with the LB IP as source and get their replies; a pod that
 // is not an endpoint, pod-to-pod and pod-to-node traffic keep their source;
-// and without the host's MAC the steered endpoint is dropped, not leaked.
+// a pod the Service selects but does not list yet, and a pod not known at
+// all, never reach the outside; and without the host's MAC the steered
+// endpoint is dropped, not leaked.
 func TestFlowsOnRealPackets(t *testing.T) {
 	topo := topology.New(t, 2)
 	hostNode, otherNode := topo.Nodes[0], topo.Nodes[1]
 	a := hostNode.AddPod(t, "a")
 	b := otherNode.AddPod(t, "b")
 	bystander := otherNode.AddPod(t, "c")
+	// d: selected by the Service, not listed by its slices yet; e: a pod
+	// no Pod object tells of yet. Neither may leave.
+	held := otherNode.AddPod(t, "d")
+	unknown := otherNode.AddPod(t, "e")
 	lb := netip.MustParseAddr("192.0.2.10")
 	// The LB announcer's job: the outside routes the LB IP to the host.
 	topo.External.Exec(t, "ip", "route", "add", lb.String(), "via", hostNode.IP.String())
 	server := topo.External.Serve(t)
 
+	web := map[string]string{"app": "web"}
 	cluster := Cluster{
 		EgressServices: []*esv1.EgressService{egressService("shop", "web", "", "", hostNode.Name)},
 		Services:       map[string]*corev1.Service{"shop/web": lbService("shop", "web", lb.String())},
+		Pods: []*corev1.Pod{
+			pod("shop", hostNode.Name, web, a.IP.String()), pod("shop", otherNode.Name, web, b.IP.String()),
+			pod("shop", otherNode.Name, nil, bystander.IP.String()), pod("shop", otherNode.Name, web, held.IP.String()),
+		},
 		EndpointSlices: map[string][]*discoveryv1.EndpointSlice{"shop/web": {
 			endpointSlice(hostNode.Name, a.IP.String(), otherNode.Name, b.IP.String()),
 		}},
@@ -133,8 +149,9 @@ func TestFlowsOnRealPackets(t *testing.T) {
 		cfg := NodeConfig{Name: n.Name, ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
 		ports := Ports{Uplink: n.PortNumber(t, topology.UplinkPort), BridgeMAC: bridgeMAC(t, n)}
 		n.Ofctl(t, "del-flows", n.Bridge, "cookie=0xef10000000000000/0xffff000000000000")
-		n.BundleAddFlows(t, ovstest.WriteFlowFile(t, Flows(Compute(cfg, cluster, tables), ports)))
+		n.BundleAddFlows(t, ovstest.WriteFlowFile(t, Flows(cfg, Compute(cfg, cluster, tables), ports)))
 	}
+	cluster.Services["shop/web"].Spec.Selector = web
 	for _, n := range topo.Nodes {
 		install(n)
 	}
@@ -148,6 +165,19 @@ func TestFlowsOnRealPackets(t *testing.T) {
 		if got, err := bystander.Dial(network, server.Addr); err != nil || got != bystander.IP {
 			t.Errorf("%s from a pod that is no endpoint: source %v, err %v; want its own IP", network, got, err)
 		}
+		for _, pod := range []*topology.Pod{held, unknown} {
+			if got, err := pod.Dial(network, server.Addr); err == nil {
+				t.Errorf("%s from pod %s, held by the pod guard, reached the outside as %s", network, pod.Name, got)
+			}
+		}
+	}
+	// The guard holds a pod's way out only: to another pod and to a node
+	// it goes as ever.
+	if err := held.Ping(a.IP, 1); err != nil {
+		t.Errorf("held pod to pod: %v", err)
+	}
+	if err := unknown.Ping(hostNode.IP, 1); err != nil {
+		t.Errorf("unknown pod to node IP: %v", err)
 	}
 	for _, pod := range []*topology.Pod{a, b} {
 		if err := pod.Ping(topo.External.IP, 1); err != nil {
@@ -177,8 +207,8 @@ func TestFlowsOnRealPackets(t *testing.T) {
 		t.Errorf("bystander while b is dropped: source %v, err %v", got, err)
 	}
 	for _, src := range server.Sources() {
-		if src == a.IP || src == b.IP {
-			t.Errorf("the external host saw an endpoint's pod IP %s", src)
+		if src == a.IP || src == b.IP || src == held.IP || src == unknown.IP {
+			t.Errorf("the external host saw the pod IP %s", src)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/endpoints"
@@ -59,6 +60,16 @@ type Planner struct {
 	withTable map[string]bool
 	// acting counts the services in State by role.
 	acting map[Role]int
+
+	// localPods are this node's pods (SetLocalPods).
+	localPods []*corev1.Pod
+	// selecting holds, by namespace, the keys of the active services whose
+	// Service has a pod selector: those that may hold a local pod.
+	selecting map[string]map[string]bool
+	// admitted is the pod guard's admitted addresses (State.Admitted),
+	// recomputed when admittedStale.
+	admitted      []netip.Addr
+	admittedStale bool
 }
 
 // planned is one EgressService's inputs and what came of them.
@@ -68,6 +79,8 @@ type planned struct {
 	// Service, so it claims its endpoints (on every node alike).
 	active   bool
 	all      []endpoints.Endpoint // cluster-network endpoints, when active
+	selector labels.Selector      // the Service's pod selector, when active
+	families []corev1.IPFamily    // the Service's IP families, when active
 	lbIPs    []netip.Addr
 	mismatch bool // status.host does not fit sourceIPBy
 
@@ -91,7 +104,54 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 		byHost:         map[string]map[string]bool{},
 		withTable:      map[string]bool{},
 		acting:         map[Role]int{},
+		selecting:      map[string]map[string]bool{},
 	}
+}
+
+// SetLocalPods takes the pods bound to this node, whose addresses the pod
+// guard admits or holds (AdmittedPods).
+func (p *Planner) SetLocalPods(pods []*corev1.Pod) {
+	p.localPods = pods
+	p.admittedStale = true
+}
+
+// Admitted returns the addresses the pod guard admits (State.Admitted).
+// Only the services of the local pods' namespaces are consulted, and only
+// after a change to the pods or to a service with a selector.
+func (p *Planner) Admitted() []netip.Addr {
+	if !p.admittedStale {
+		return p.admitted
+	}
+	p.admittedStale = false
+	p.admitted = p.admitted[:0]
+	for _, pod := range p.localPods {
+		if pod.Spec.NodeName != p.node.Name {
+			continue
+		}
+		podLabels := labels.Set(pod.Labels)
+		for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {
+			held := false
+			for k := range p.selecting[pod.Namespace] {
+				pl := p.services[k]
+				if pl.selector.Matches(podLabels) && servesFamily(pl.families, addr) && !listed(pl.all, addr) {
+					held = true
+					break
+				}
+			}
+			if !held {
+				p.admitted = append(p.admitted, addr)
+			}
+		}
+	}
+	slices.SortFunc(p.admitted, netip.Addr.Compare)
+	p.admitted = slices.Compact(p.admitted)
+	return p.admitted
+}
+
+// listed reports whether addr is among eps, sorted by IP.
+func listed(eps []endpoints.Endpoint, addr netip.Addr) bool {
+	_, found := slices.BinarySearchFunc(eps, addr, func(ep endpoints.Endpoint, a netip.Addr) int { return ep.IP.Compare(a) })
+	return found
 }
 
 // SetNodes takes the cluster's nodes, whose addresses are exempt, and
@@ -147,6 +207,7 @@ func (p *Planner) Update(key string, in ServiceInputs) []string {
 	old := p.services[key]
 	next := p.plan(in)
 	dirty := []string{key}
+	p.trackSelector(key, old, next)
 	if old != nil {
 		dirty = append(dirty, p.unclaim(key, old)...)
 		if old.active {
@@ -182,6 +243,27 @@ func (p *Planner) Update(key string, in ServiceInputs) []string {
 	return p.resolve(dirty)
 }
 
+// trackSelector keeps the selecting index as key goes from old to next,
+// and marks the admitted addresses stale if either may hold a pod.
+func (p *Planner) trackSelector(key string, old, next *planned) {
+	if old != nil && old.selector != nil {
+		ns := old.es.Namespace
+		delete(p.selecting[ns], key)
+		if len(p.selecting[ns]) == 0 {
+			delete(p.selecting, ns)
+		}
+		p.admittedStale = true
+	}
+	if next != nil && next.selector != nil {
+		ns := next.es.Namespace
+		if p.selecting[ns] == nil {
+			p.selecting[ns] = map[string]bool{}
+		}
+		p.selecting[ns][key] = true
+		p.admittedStale = true
+	}
+}
+
 // plan reads key's inputs; nil when there is no EgressService.
 func (p *Planner) plan(in ServiceInputs) *planned {
 	es := in.EgressService
@@ -193,12 +275,14 @@ func (p *Planner) plan(in ServiceInputs) *planned {
 	if es.Status.Host == "" || svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return pl // no host: endpoints egress normally
 	}
-	if (es.Spec.SourceIPBy == esv1.SourceIPByNetwork) != (es.Status.Host == esv1.HostAll) {
+	if !claimsEndpoints(es, svc) {
 		pl.mismatch = true
 		return pl
 	}
 	pl.active = true
 	pl.all = endpoints.OnClusterNetwork(in.EndpointSlices, p.node.ClusterPodCIDRs)
+	pl.selector = podSelector(svc)
+	pl.families = svc.Spec.IPFamilies
 	pl.lbIPs = lbIPs(svc)
 	return pl
 }
@@ -465,6 +549,12 @@ func (p *Planner) Exempt() []netip.Prefix { return p.exempt }
 // Acting returns how many services of role the node acts on.
 func (p *Planner) Acting(role Role) int { return p.acting[role] }
 
+// Shared returns what the shared flows depend on (SharedFlows).
+func (p *Planner) Shared() Shared {
+	return Shared{Exempt: p.exempt, Guarded: p.node.ClusterPodCIDRs, Admitted: p.Admitted(),
+		Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer]}
+}
+
 // Rules returns the policy-routing rules of every service (State.Rules).
 func (p *Planner) Rules() []iprule.Rule {
 	var out []iprule.Rule
@@ -486,7 +576,7 @@ func appendRules(out []iprule.Rule, s Service) []iprule.Rule {
 
 // State assembles the whole desired dataplane, as Compute returns it.
 func (p *Planner) State() State {
-	state := State{Exempt: p.exempt, Rules: p.Rules()}
+	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted())}
 	for _, k := range p.Keys() {
 		pl := p.services[k]
 		state.Problems = append(state.Problems, pl.problems...)

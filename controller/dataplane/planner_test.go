@@ -35,6 +35,15 @@ func randomInputs(r *rand.Rand, key string) ServiceInputs {
 		if r.IntN(8) == 0 {
 			in.Service.Spec.Type = corev1.ServiceTypeClusterIP
 		}
+		if r.IntN(3) > 0 {
+			in.Service.Spec.Selector = map[string]string{"app": pick("a", "b")}
+		}
+		switch r.IntN(3) {
+		case 0:
+			in.Service.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+		case 1:
+			in.Service.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		}
 	}
 	var pairs []string
 	for range r.IntN(5) {
@@ -52,8 +61,32 @@ func randomInputs(r *rand.Rand, key string) ServiceInputs {
 	return in
 }
 
+// randomPods draws pods from the same small pools: a few of them on each
+// node, labelled so that services select some, with addresses that are
+// often endpoints.
+func randomPods(r *rand.Rand) []*corev1.Pod {
+	pick := func(options ...string) string { return options[r.IntN(len(options))] }
+	var out []*corev1.Pod
+	for range r.IntN(6) {
+		ips := []string{fmt.Sprintf("10.244.%d.%d", r.IntN(3)+1, r.IntN(6))}
+		if r.IntN(2) == 0 {
+			ips = append(ips, fmt.Sprintf("fd00:10:244:%d::%d", r.IntN(3)+1, r.IntN(4)))
+		}
+		var labels map[string]string
+		if app := pick("a", "b", ""); app != "" {
+			labels = map[string]string{"app": app}
+		}
+		p := pod(pick("a", "b", "c"), pick("n1", "n2"), labels, ips...)
+		if r.IntN(6) == 0 {
+			p.Status.Phase = corev1.PodFailed
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // TestPlannerMatchesCompute drives a Planner through random histories of
-// single-service updates, lease and node changes, and checks after every
+// single-service updates, lease, node and local pod changes, and checks after every
 // step that it holds exactly what Compute returns for the current objects,
 // and that the keys each step returned include every service whose part
 // changed (the agent re-renders only those).
@@ -66,6 +99,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 			inputs := map[string]ServiceInputs{}
 			leases := map[string]*coordinationv1.Lease{"n1": agentLease(macs[0]), "n2": agentLease(macs[1])}
 			nodes := []*corev1.Node{node("n1", "172.18.0.11")}
+			var pods []*corev1.Pod
 			p := NewPlanner(cfg, tables)
 			p.SetNodes(nodes)
 			p.SetLeases(leases)
@@ -84,6 +118,9 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				case 2:
 					cfg.Fenced = !cfg.Fenced
 					changed = p.SetFenced(cfg.Fenced)
+				case 3:
+					pods = randomPods(r)
+					p.SetLocalPods(pods)
 				case 1:
 					nodes = append(nodes, node(fmt.Sprintf("n%d", len(nodes)+1), fmt.Sprintf("172.18.0.%d", 11+len(nodes))))
 					if !p.SetNodes(nodes) {
@@ -94,7 +131,9 @@ func TestPlannerMatchesCompute(t *testing.T) {
 					inputs[k] = randomInputs(r, k)
 					changed = p.Update(k, inputs[k])
 				}
-				want := Compute(cfg, clusterOf(inputs, nodes, leases), tables)
+				cluster := clusterOf(inputs, nodes, leases)
+				cluster.Pods = pods
+				want := Compute(cfg, cluster, tables)
 				got := p.State()
 				if !reflect.DeepEqual(normalize(got), normalize(want)) {
 					t.Fatalf("seed %d node %s step %d: planner\n%+v\nCompute\n%+v", seed, cfg.Name, step, got, want)

@@ -131,7 +131,8 @@ type Options struct {
 	// beside the API server (as KubeControllerManager and KubeScheduler),
 	// and nothing of egressflow is installed (kubectl apply -k does that).
 	Cluster bool
-	// ServiceCIDRs are the ClusterIP ranges (default 10.96.0.0/16).
+	// ServiceCIDRs are the ClusterIP ranges (default 10.96.0.0/16 and
+	// fd00:10:96::/112: dual-stack, so a Service may have both families).
 	ServiceCIDRs string
 }
 
@@ -159,7 +160,7 @@ func LaunchWith(opts Options) (c *Cluster, err error) {
 		opts.Address = "127.0.0.1"
 	}
 	if opts.ServiceCIDRs == "" {
-		opts.ServiceCIDRs = "10.96.0.0/16"
+		opts.ServiceCIDRs = "10.96.0.0/16,fd00:10:96::/112"
 	}
 	var buildArgs []string
 	if opts.Cluster {

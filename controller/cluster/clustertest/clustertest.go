@@ -190,6 +190,9 @@ type Service struct {
 	TrafficPol  corev1.ServiceExternalTrafficPolicy
 	Endpoints   []Endpoint
 	NoEndpoints bool // create no EndpointSlice at all
+	// Selector selects the Service's pods; the test's EndpointSlices list
+	// its endpoints all the same (no controller maintains them).
+	Selector map[string]string
 }
 
 // CreateService creates the Service, sets its ingress IPs, and creates one
@@ -204,8 +207,12 @@ func (e *Env) CreateService(t testing.TB, s Service) {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
 		Spec: corev1.ServiceSpec{
-			Type:  typ,
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			Type:     typ,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			Selector: s.Selector,
+			// Both families, as the tests' endpoints have: the pod guard
+			// holds a selected pod's address only in the Service's families.
+			IPFamilyPolicy: ptr(corev1.IPFamilyPolicyPreferDualStack),
 		},
 	}
 	if typ == corev1.ServiceTypeLoadBalancer || typ == corev1.ServiceTypeNodePort {
@@ -309,6 +316,34 @@ func PodEndpoints(pods ...*topology.Pod) []Endpoint {
 		}
 	}
 	return out
+}
+
+// CreatePod makes the Pod object of a test pod, as its kubelet would
+// report it: bound to its node, running, with both its addresses. A node
+// agent lets a pod's traffic out of the cluster only once it knows the pod
+// (the pod guard).
+func (e *Env) CreatePod(t testing.TB, namespace string, pod *topology.Pod, labels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod.Name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: pod.Node.Name,
+			Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	created, err := e.Kube.CoreV1().Pods(namespace).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status.Phase = corev1.PodRunning
+	for _, ip := range []netip.Addr{pod.IP, pod.IP6} {
+		if ip.IsValid() {
+			created.Status.PodIPs = append(created.Status.PodIPs, corev1.PodIP{IP: ip.String()})
+		}
+	}
+	created.Status.PodIP = created.Status.PodIPs[0].IP
+	if _, err := e.Kube.CoreV1().Pods(namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // CreateEgressService creates an EgressService.

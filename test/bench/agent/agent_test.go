@@ -530,7 +530,7 @@ var cookieFilter = fmt.Sprintf("cookie=%#x/%#x", dataplane.CookiePrefix, datapla
 // is not what the rounds compare with ovs-ofctl.)
 func (e *env) clearFlows(b *testing.B) {
 	e.sw.Ofctl(b, "del-flows", e.sw.Bridge, cookieFilter)
-	marker := dataplane.SharedFlows(nil, 0, 0, dataplane.Ports{})
+	marker := dataplane.SharedFlows(dataplane.Shared{}, dataplane.Ports{})
 	e.sw.Ofctl(b, "add-flow", e.sw.Bridge, marker[0].String())
 	e.expectFlowCount(b, 1)
 }

@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/openflow"
+)
+
+// Uninstall removes what egressflow holds on the node: every flow carrying
+// its cookie prefix (the pod guard among them, so the node's pods egress as
+// the CNI sends them, as before egressflow), its policy-routing rules, and
+// a hold of a restarting ovs-vswitchd it may have left. The agent runs it
+// on its way out when egressflow itself is being removed (cmd/egressflow-
+// agent); a restarting agent keeps everything in place. It tries every
+// part and reports the failures together.
+func Uninstall(ctx context.Context, sw Switch, rules RuleSyncer, forwarding ForwardingGate) error {
+	var errs []error
+	var changes dataplane.Changes
+	changes.Delete = []*openflow.FlowMod{{
+		Command: openflow.FlowDelete, Table: openflow.TableAll,
+		Cookie: dataplane.CookiePrefix, CookieMask: dataplane.CookiePrefixMask,
+	}}
+	stream := bundleStream{sw: sw}
+	err := stream.add(ctx, &changes)
+	if err == nil {
+		err = stream.commit(ctx)
+	}
+	if err != nil {
+		stream.discard()
+		errs = append(errs, fmt.Errorf("delete egressflow's flows: %w", err))
+	}
+	if _, removed, err := rules.Sync(nil); err != nil {
+		errs = append(errs, fmt.Errorf("remove egressflow's ip rules: %w", err))
+	} else {
+		klog.InfoS("Removed egressflow's ip rules", "rules", removed)
+	}
+	if forwarding != nil {
+		if err := forwarding.ReleaseForwarding(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("release ovs-vswitchd's forwarding: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
