@@ -146,9 +146,12 @@ bench-agent: test-deps
 bench-restart: test-deps
 	go test -run '^$$' -bench BenchmarkVswitchdRestart -benchtime 10x -timeout 20m ./controller/agent/
 
-## bench-failover: on the cluster in Docker, 10 rounds each of docker kill and docker pause
+## bench-failover: on the cluster in Docker, its bring-up fresh (every image and Kubernetes
+## binary built again) and cached, then 10 rounds each of docker kill and docker pause
 ## of the host under traffic: fault -> first LB-IP packet through the new host, pod-IP packets.
 bench-failover: test-deps
+	BRINGUP_FRESH=1 go test -tags e2e -run '^$$' -bench BenchmarkBringUp -benchtime 1x -timeout 60m ./test/dockercluster
+	go test -tags e2e -run '^$$' -bench BenchmarkBringUp -benchtime 1x -timeout 60m ./test/dockercluster
 	go test -tags e2e -run '^$$' -bench BenchmarkFailover -benchtime 10x -timeout 60m ./test/dockercluster
 
 clean:

@@ -46,6 +46,7 @@ type Controller struct {
 
 	kubeInformers  informers.SharedInformerFactory
 	leaseInformers informers.SharedInformerFactory
+	nsInformers    informers.SharedInformerFactory // the uninstall watch
 	esInformers    esinformers.SharedInformerFactory
 
 	esLister      eslisters.EgressServiceLister
@@ -61,9 +62,12 @@ type Controller struct {
 
 	// term is the current leadership term, nil while not leading. Event
 	// handlers feed it; they do nothing without one.
-	term   atomic.Pointer[term]
-	ready  atomic.Bool
-	active atomic.Int64 // syncs in progress, for Idle
+	term  atomic.Pointer[term]
+	ready atomic.Bool
+	// uninstalling: egressflow's namespace is being deleted; no node is
+	// to carry a service label any more (see uninstall).
+	uninstalling atomic.Bool
+	active       atomic.Int64 // syncs in progress, for Idle
 }
 
 // term is one period of leadership: its queues and state live and die with it.
@@ -108,6 +112,10 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 			o.LabelSelector = labels.SelectorFromSet(labels.Set{heartbeat.LeaseLabel: heartbeat.LeaseLabelValue}).String()
 		}))
 	c.esInformers = esinformers.NewSharedInformerFactory(es, 0)
+	c.nsInformers = uninstallInformers(c)
+	if _, err := c.nsInformers.Core().V1().Namespaces().Informer().AddEventHandler(c.namespaceHandler()); err != nil {
+		return nil, err
+	}
 
 	esInf := c.esInformers.K8s().V1().EgressServices()
 	svcInf := c.kubeInformers.Core().V1().Services()
@@ -168,6 +176,8 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	c.kubeInformers.Start(ctx.Done())
 	c.leaseInformers.Start(ctx.Done())
+	c.nsInformers.Start(ctx.Done())
+	defer c.nsInformers.Shutdown()
 	c.esInformers.Start(ctx.Done())
 	defer c.kubeInformers.Shutdown()
 	defer c.leaseInformers.Shutdown()

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -289,4 +291,34 @@ func TestAgentLeaseExpired(t *testing.T) {
 		t.Errorf("writes after the agent came back: %+v", clustertest.NotLeases(got))
 	}
 	f.waitStatus("web", other, assign.ReasonAssigned)
+}
+
+// TestUninstallRemovesLabels: egressflow's namespace being deleted (the
+// first object `kubectl delete -k deploy/` deletes) makes the controller
+// remove every egress-service label at once, and add none again: the
+// service below still gets a new host when its node goes NotReady, but no
+// node is labelled for it.
+func TestUninstallRemovesLabels(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	r := f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	ctx := context.Background()
+	// This API server runs no namespace controller: the namespace stays
+	// Terminating, and the controller's permissions stay.
+	if err := f.Kube.CoreV1().Namespaces().Delete(ctx, kubetest.SystemNamespace, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLabelOn("web")
+	_, mark := r.Writes.Since(0)
+	other := otherThan(host, "node-a", "node-b")
+	f.SetNodeReady(t, host, false)
+	f.waitStatus("web", other, assign.ReasonAssigned)
+	wait.Until(t, settle, func() error { return idle(r) })
+	writes, _ := r.Writes.Since(mark)
+	for _, w := range writes {
+		if strings.Contains(w.Path, "/nodes/") && strings.Contains(w.Body, `"`+f.label("web")+`":""`) {
+			t.Errorf("labelled a node during the uninstall: %s %s", w.Path, w.Body)
+		}
+	}
+	f.waitLabelOn("web")
 }

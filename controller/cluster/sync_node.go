@@ -59,7 +59,7 @@ func (c *Controller) syncNode(ctx context.Context, t *term, name string) error {
 	}
 	s.mu.Lock()
 	s.observeNode(node)
-	want := s.desiredLabels(name)
+	want := c.desiredLabels(s, name)
 	adds := want.Difference(s.actualLabels(name)).UnsortedList()
 	s.mu.Unlock()
 
@@ -67,7 +67,7 @@ func (c *Controller) syncNode(ctx context.Context, t *term, name string) error {
 	defer unlock()
 	locked := sets.New(adds...)
 	s.mu.Lock()
-	want = s.desiredLabels(name)
+	want = c.desiredLabels(s, name)
 	have := s.actualLabels(name)
 	removes := have.Difference(want)
 	add := sets.New[string]()
@@ -105,6 +105,15 @@ func (c *Controller) syncNode(ctx context.Context, t *term, name string) error {
 	s.mu.Unlock()
 	c.unblockHolders(t, removed)
 	return nil
+}
+
+// desiredLabels are the service labels node should carry: none once
+// egressflow is being uninstalled.
+func (c *Controller) desiredLabels(s *state, node string) sets.Set[string] {
+	if c.uninstalling.Load() {
+		return sets.New[string]()
+	}
+	return s.desiredLabels(node)
 }
 
 // patchLabels adds (value "") and removes service labels of node in one

@@ -5,6 +5,7 @@ package dockercluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -200,4 +201,70 @@ func TestHostPartition(t *testing.T) {
 	}
 	fromLB, flooded := s.checkNoPodIP(t, packets)
 	t.Logf("%d packets from the LB IPs, none from a pod IP received; %d pod-IP frames flooded past", fromLB, flooded)
+}
+
+// TestUninstall: kubectl delete -k deploy/, under traffic, removes
+// egressflow from the cluster and from every node: no flow with its cookie,
+// no ip rule of its own, no egress-service label and no hold of
+// ovs-vswitchd remain, and the pods leave with their own addresses again
+// (the pod guard is gone with the rest). An EgressService in Network mode
+// gives the bystander's node ip rules to remove.
+func TestUninstall(t *testing.T) {
+	c := Start(t, Config{Nodes: 3})
+	c.Install()
+	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
+	s.expectLBIPs()
+	ctx := context.Background()
+	routed := c.CreateLoadBalancer(scenarioNamespace, "net", map[string]string{"app": "other"}, netip.MustParseAddr("198.51.100.20"))
+	es := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressServices(scenarioNamespace)
+	if _, err := es.Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Namespace: scenarioNamespace, Name: routed.Name},
+		Spec: esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "100"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bystanderNode := c.Nodes[len(c.Nodes)-1]
+	wait.Until(t, convergeTimeout, func() error {
+		if rules := c.Exec(bystanderNode, "ip", "rule", "show"); !strings.Contains(rules, "lookup 100") {
+			return fmt.Errorf("no rule of shop/net on %s:\n%s", bystanderNode.Name, rules)
+		}
+		return nil
+	})
+
+	started := time.Now()
+	c.Uninstall()
+	t.Logf("kubectl delete -k deploy/ returned after %v", time.Since(started).Round(time.Millisecond))
+	wait.Until(t, convergeTimeout, func() error {
+		var left []string
+		for _, n := range c.Nodes {
+			if flows := strings.TrimSpace(c.Exec(n, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", "cookie=0xef10000000000000/0xffff000000000000", "--no-stats")); strings.Contains(flows, "cookie=") {
+				left = append(left, fmt.Sprintf("%s flows:\n%s", n.Name, flows))
+			}
+			for _, family := range []string{"-4", "-6"} {
+				for _, line := range strings.Split(c.Exec(n, "ip", family, "rule", "show"), "\n") {
+					if p, _, _ := strings.Cut(line, ":"); p == "4999" || p == "5000" || p == "5001" {
+						left = append(left, fmt.Sprintf("%s ip rule %s", n.Name, line))
+					}
+				}
+			}
+			if config := c.Exec(n, "ovs-vsctl", "get", "Open_vSwitch", ".", "other_config"); strings.Contains(config, "flow-restore-wait") {
+				left = append(left, fmt.Sprintf("%s other_config %s", n.Name, config))
+			}
+			node, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for k := range node.Labels {
+				if strings.HasPrefix(k, "egress-service.k8s.ovn.org/") {
+					left = append(left, fmt.Sprintf("%s label %s", n.Name, k))
+				}
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("egressflow left:\n%s", strings.Join(left, "\n"))
+		}
+		return nil
+	})
+	t.Logf("every node clean %v after kubectl delete -k", time.Since(started).Round(time.Millisecond))
+	for _, ep := range s.endpoints {
+		c.ExpectSources(ep, s.targets, podIPs(ep))
+	}
 }

@@ -27,6 +27,13 @@ func (c *Cluster) Install() {
 	c.t.Logf("dockercluster: egressflow installed and Ready %v after kubectl apply -k deploy/", time.Since(start).Round(time.Second))
 }
 
+// Uninstall removes egressflow as a user does, `kubectl delete -k
+// deploy/`, which waits until every object is gone.
+func (c *Cluster) Uninstall() {
+	c.t.Helper()
+	c.Kubectl("delete", "-k", filepath.Join(mustRepoRoot(c.t), "deploy"), "--timeout=3m")
+}
+
 // WaitInstalled waits until an agent is Ready on every node and both
 // controller replicas are available.
 func (c *Cluster) WaitInstalled() {

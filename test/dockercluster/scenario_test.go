@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
@@ -51,25 +50,7 @@ func newEgressScenario(t testing.TB, c *Cluster, spec esv1.EgressServiceSpec) *e
 	}
 	s.bystander = c.RunProbePod(scenarioNamespace, "other", c.Nodes[len(c.Nodes)-1], map[string]string{"app": "other"}, s.targets...)
 
-	dualStack := corev1.IPFamilyPolicyRequireDualStack
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: scenarioNamespace, Name: "web"},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"},
-			IPFamilyPolicy: &dualStack, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	created, err := c.Kube.CoreV1().Services(scenarioNamespace).Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ip := range lbIPs {
-		created.Status.LoadBalancer.Ingress = append(created.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
-	}
-	if _, err := c.Kube.CoreV1().Services(scenarioNamespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.CreateLoadBalancer(scenarioNamespace, "web", map[string]string{"app": "web"}, lbIPs...)
 	es := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressServices(scenarioNamespace)
 	if _, err := es.Create(ctx, &esv1.EgressService{ObjectMeta: metav1.ObjectMeta{Namespace: scenarioNamespace, Name: "web"}, Spec: spec}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/egressflow/egressflow/test/wait"
@@ -27,6 +28,35 @@ func (c *Cluster) CreateNamespace(name string) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		c.t.Fatal(err)
 	}
+}
+
+// CreateLoadBalancer creates a dual-stack LoadBalancer Service of the pods
+// selector selects and writes lbIPs into its status, as a cloud's load
+// balancer would.
+func (c *Cluster) CreateLoadBalancer(namespace, name string, selector map[string]string, lbIPs ...netip.Addr) *corev1.Service {
+	c.t.Helper()
+	ctx := context.Background()
+	dualStack := corev1.IPFamilyPolicyRequireDualStack
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, Selector: selector,
+			IPFamilyPolicy: &dualStack, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	created, err := c.Kube.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, ip := range lbIPs {
+		created.Status.LoadBalancer.Ingress = append(created.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+	}
+	updated, err := c.Kube.CoreV1().Services(namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return updated
 }
 
 // RunProbePod runs a pod of the test image on node that probes targets

@@ -1,0 +1,92 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/egressflow/egressflow/controller/assign"
+)
+
+// Uninstall. `kubectl delete -k deploy/` deletes egressflow's namespace
+// first (kustomize puts Namespaces first) and the controller's
+// ServiceAccount and RBAC some tens of milliseconds later, after which the
+// controller can write nothing. So every replica watches the namespace
+// and, the moment it is being deleted, stops labelling (a leader's node
+// syncs then want no service label at all) and removes every
+// egress-service label from every node at once, one patch per node, in
+// parallel. The node agents remove their flows and rules themselves, on
+// their way out, without the API (cmd/egressflow-agent).
+
+// uninstallPatchTimeout bounds each label removal on uninstall: the
+// controller's permissions go within a second, so a slower patch would
+// fail anyway.
+const uninstallPatchTimeout = 2 * time.Second
+
+// uninstallInformers watches the controller's own namespace.
+func uninstallInformers(c *Controller) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(c.kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = "metadata.name=" + c.opts.Namespace
+		}))
+}
+
+// onNamespace starts the uninstall once the namespace is being deleted.
+func (c *Controller) onNamespace(obj any) {
+	if ns, ok := obj.(*corev1.Namespace); ok && ns.DeletionTimestamp == nil {
+		return
+	}
+	c.uninstall()
+}
+
+// uninstall stops labelling and removes every service label, once.
+func (c *Controller) uninstall() {
+	if c.uninstalling.Swap(true) {
+		return
+	}
+	klog.InfoS("egressflow's namespace is being deleted: removing every egress-service label from the nodes", "namespace", c.opts.Namespace)
+	nodes, err := c.nodeLister.List(labels.Everything())
+	if err != nil {
+		klog.ErrorS(err, "Could not list the nodes to remove their egress-service labels")
+		return
+	}
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		ours := sets.New[string]()
+		for k := range n.Labels {
+			if assign.IsLabelKey(k) {
+				ours.Insert(k)
+			}
+		}
+		if ours.Len() == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), uninstallPatchTimeout)
+			defer cancel()
+			if _, err := c.patchLabels(ctx, n.Name, nil, ours); err != nil {
+				klog.ErrorS(err, "Could not remove egress-service labels on uninstall", "node", n.Name)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// namespaceHandler is the uninstall watch's event handler.
+func (c *Controller) namespaceHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onNamespace,
+		UpdateFunc: func(_, n any) { c.onNamespace(n) },
+		DeleteFunc: func(any) { c.uninstall() },
+	}
+}
