@@ -150,6 +150,7 @@ func run() error {
 	// The renewer is made after the agent (it asks the agent's health); the
 	// agent reads its renewals only once Run starts, after both exist.
 	var renewer *heartbeat.Renewer
+	rules := iprule.NewManager(handle)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a := agent.New(agent.Config{
@@ -163,7 +164,7 @@ func run() error {
 		Disconnected:  ofClient.Disconnected(),
 		LastRenewed:   func() time.Time { return renewer.LastRenewed() },
 		LeaseDuration: leaseDuration,
-		Rules:         iprule.NewManager(handle),
+		Rules:         rules,
 		Tables: iprule.TableResolver{
 			Files:      strings.Split(rtTables, ","),
 			LinkByName: handle.LinkByName,
@@ -202,7 +203,7 @@ func run() error {
 	switch action, reason := decideExit(exitCtx, kube, namespace, podName); action {
 	case removeDataplane:
 		klog.InfoS("egressflow is being removed: removing its flows, ip rules and forwarding hold from the node", "node", nodeName, "reason", reason)
-		if err := agent.Uninstall(exitCtx, agent.OpenFlowSwitch{Client: ofClient}, iprule.NewManager(handle), forwarding); err != nil {
+		if err := agent.Uninstall(exitCtx, agent.OpenFlowSwitch{Client: ofClient}, rules, forwarding); err != nil {
 			klog.ErrorS(err, "Could not remove all of egressflow from the node")
 		}
 	case handOverDataplane:

@@ -1,10 +1,10 @@
 // Package agent is the node agent's control loop: it watches EgressServices,
 // Services, EndpointSlices, Nodes, the agents' heartbeat Leases and the
-// Pods of its node, keeps
-// this node's desired dataplane current (controller/dataplane's Planner),
-// and converges br-ex, the policy-routing rules and conntrack to it. It owns
-// the apply step and nothing else: what to install is decided by pure
-// functions elsewhere.
+// Pods of its node, keeps this node's desired dataplane current
+// (controller/dataplane's Planner), and converges br-ex, the policy-routing
+// rules and conntrack to it. It owns the apply step, and the removal of
+// everything it applied when egressflow is uninstalled (Uninstall); what to
+// install is decided by pure functions elsewhere.
 //
 // One sync at a time, over one queue key: events mark the EgressServices
 // whose inputs changed and enqueue the key, so bursts collapse into one
@@ -12,10 +12,11 @@
 // them (and the few that share an endpoint or LB IP with them), and sends
 // what differs from the bridge for those services alone as one atomic
 // OpenFlow bundle. Nodes and Leases are re-read on every sync (they are
-// few), and so are the node's Pods after any of them changed. The first sync, and the first after the OpenFlow connection comes
-// back (OVS restarted, or the agent did), dump the installed flows and diff
-// every service; it waits until every informer has synced, so a partial
-// view of the cluster is never programmed.
+// few), and so are the node's Pods after any of them changed. The first
+// sync, and the first after the OpenFlow connection comes back (OVS
+// restarted, or the agent did), dump the installed flows and diff every
+// service; it waits until every informer has synced, so a partial view of
+// the cluster is never programmed.
 package agent
 
 import (

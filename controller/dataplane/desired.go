@@ -215,8 +215,9 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 // selector, but the Service's EndpointSlices do not list the address yet:
 // the pod is about to be that service's endpoint, and must not leave with
 // its own IP in the meantime. Only the Service's IP families are held: a
-// single-stack Service's slices never list its pods' other address. A pod the agent does not know yet (its
-// address not reported, or not seen) is not admitted either.
+// single-stack Service's slices never list its pods' other address. A pod
+// the agent does not know yet (its address not reported, or not seen) is
+// not admitted either.
 func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
 	var out []netip.Addr
 	for _, pod := range cluster.Pods {
