@@ -4,6 +4,8 @@
 // networks and conntrack flushes, and renews the node's heartbeat Lease
 // while its dataplane is healthy. The logic is in controller/agent; this file
 // reads flags, wires clients, serves metrics and health, and stops on SIGTERM.
+// `egressflow-agent flows --service <namespace>/<name>` shows what one
+// EgressService holds on the node (flows.go).
 package main
 
 import (
@@ -57,6 +59,9 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) > 1 && os.Args[1] == "flows" {
+		return runFlows(os.Args[2:], os.Stdout)
+	}
 	var (
 		kubeconfig, namespace, nodeName, bridge, ovsRundir, uplink string
 		podCIDRs, serviceCIDRs, rtTables, metricsAddr              string

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/dataplane"
@@ -306,6 +308,34 @@ func TestBinary(t *testing.T) {
 		}
 		return nil
 	})
+
+	// `egressflow-agent flows`: a service's cookie, its flows (the same
+	// ones ovs-ofctl's dump with the printed filter lists), its zone and its
+	// ip rules; for a Network-mode service, no flows and the rules.
+	flowsOf := func(service string) string {
+		out, err := exec.Command("ip", "netns", "exec", n.Netns, bin, "flows", "--service="+service,
+			"--bridge="+n.Bridge, "--ovs-rundir="+n.Dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("egressflow-agent flows --service %s: %v\n%s", service, err, out)
+		}
+		return string(out)
+	}
+	web := flowsOf("shop/web")
+	t.Logf("egressflow-agent flows --service shop/web:\n%s", web)
+	filter := fmt.Sprintf("cookie=%#x/%#x", dataplane.Cookie(0, "shop/web"), dataplane.ServiceCookieMask)
+	ofctl := strings.Count(n.Ofctl(t, "dump-flows", n.Bridge, filter, "--no-stats"), "cookie=")
+	for _, want := range []string{filter, fmt.Sprintf("flows (%d):", ofctl), "nw_src=" + pod.IP.String() + " ", "nat(src=" + lb.String() + ")",
+		fmt.Sprintf("zone %d", conntrack.SNATZone)} {
+		if !strings.Contains(web, want) {
+			t.Errorf("flows of shop/web: no %q", want)
+		}
+	}
+	if strings.Contains(web, "lookup 100") {
+		t.Error("flows of shop/web lists shop/net's ip rule")
+	}
+	if net := flowsOf("shop/net"); !strings.Contains(net, "flows (0):") || !strings.Contains(net, fmt.Sprintf("from %s lookup 100", routed.IP)) {
+		t.Errorf("flows of shop/net: want no flow and its ip rule:\n%s", net)
+	}
 
 	// SIGTERM, egressflow still installed (the node shuts down, say): a
 	// clean exit that leaves the dataplane in place, fail-closed.
