@@ -49,6 +49,18 @@ import (
 // defaultNamespace is where deploy/ runs egressflow and keeps the Leases.
 const defaultNamespace = "egressflow-system"
 
+// The agent runs in the host's network namespace, so what it serves is on
+// the node's addresses unless bound to loopback. Its metrics (and pprof,
+// when asked for) stay on loopback by default: scraping them needs a
+// sidecar, a node-local agent or an explicit address. Its probes must be
+// reachable by the kubelet at the node's address, and say nothing but ok
+// or why not. 9101 and 9102 clash with no Kubernetes component (kube-proxy
+// uses 10249 and 10256, the node exporter 9100); each is a flag.
+const (
+	defaultMetricsAddr = "127.0.0.1:9101"
+	defaultHealthAddr  = ":9102"
+)
+
 func main() {
 	if err := run(); err != nil {
 		klog.ErrorS(err, "egressflow-agent failed")
@@ -84,7 +96,9 @@ func run() error {
 	restartGrace := heartbeat.DefaultRestartGrace
 	fs.DurationVar(&restartGrace, "heartbeat-restart-grace", restartGrace, "how long the last renewal of an agent whose Pod is deleted (a rolling update) is valid, so that its successor takes over without a failover")
 	podName := cli.EnvOr("POD_NAME", "")
-	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8081", "address serving /metrics, /healthz and /readyz; empty disables")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", defaultMetricsAddr, "address serving /metrics, /healthz and /readyz (and /debug/pprof/ with --profiling); empty disables")
+	var healthAddr string
+	fs.StringVar(&healthAddr, "health-bind-address", defaultHealthAddr, "address serving /healthz and /readyz alone, for the kubelet's probes; empty disables")
 	var ovsdbTarget string
 	fs.StringVar(&ovsdbTarget, "ovsdb", "", "Open vSwitch database (unix:PATH or tcp:HOST:PORT; default unix:<ovs-rundir>/db.sock) where the agent holds a restarting ovs-vswitchd's forwarding until its flows are replayed (other_config:flow-restore-wait); \"none\" disables the hold, and then a vswitchd restart forwards pods' packets unchanged until the agent has reconnected")
 	var coldGuard bool
@@ -199,7 +213,9 @@ func run() error {
 	}()
 
 	healthy := func(r *http.Request) error { return a.Healthy(r.Context()) }
-	cli.Serve(ctx, metricsAddr, cli.Handler(reg, func(*http.Request) error { return nil }, healthy, profiling), stop)
+	live := func(*http.Request) error { return nil }
+	cli.Serve(ctx, metricsAddr, cli.Handler(reg, live, healthy, profiling), stop)
+	cli.Serve(ctx, healthAddr, cli.HealthHandler(live, healthy), stop)
 	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)
 	err = a.Run(ctx, ofClient.Reconnected())
 	<-renewerDone

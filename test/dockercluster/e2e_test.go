@@ -5,6 +5,7 @@ package dockercluster
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -37,6 +39,28 @@ func TestEgressServiceOnTheCluster(t *testing.T) {
 		t.Errorf("%d packets from the LB IPs, %d pod-IP frames flooded past the external host: want some and none", fromLB, flooded)
 	}
 	t.Logf("host %s; %d packets from the LB IPs in 5 s, none from a pod IP", s.host().Name, fromLB)
+
+	// The agents run hardened (deploy/agent/daemonset.yaml: no capability
+	// but NET_ADMIN, read-only root, RuntimeDefault seccomp). Their probes'
+	// port answers on the node's address; their metrics only on the node's
+	// loopback.
+	client := topology.HTTPClient(c.External.Netns)
+	for _, n := range c.Nodes {
+		resp, err := client.Get("http://" + netip.AddrPortFrom(n.IP, 9102).String() + "/readyz")
+		if err != nil {
+			t.Errorf("%s: agent probes' port: %v", n.Name, err)
+		} else if resp.Body.Close(); resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: agent /readyz: %s", n.Name, resp.Status)
+		}
+		if resp, err := client.Get("http://" + netip.AddrPortFrom(n.IP, 9101).String() + "/metrics"); err == nil {
+			resp.Body.Close()
+			t.Errorf("%s: the agent's metrics answer on the node's address: %s", n.Name, resp.Status)
+		}
+		local := c.Exec(n, "bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/9101 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3`)
+		if !strings.Contains(local, "egressflow_agent_openflow_connected 1") {
+			t.Errorf("%s: the agent's metrics on the node's loopback: %.200s", n.Name, local)
+		}
+	}
 }
 
 // TestHostFailures: the host node freezes (docker pause) and later, once it

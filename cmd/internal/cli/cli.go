@@ -90,6 +90,20 @@ func Handler(reg *prometheus.Registry, healthz, readyz Check, profiling bool) ht
 		m.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	m.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	handleHealth(m, healthz, readyz)
+	return m
+}
+
+// HealthHandler serves /healthz and /readyz alone: what a kubelet probes,
+// and nothing else, so it may listen on the node's addresses while the
+// metrics stay on loopback.
+func HealthHandler(healthz, readyz Check) http.Handler {
+	m := http.NewServeMux()
+	handleHealth(m, healthz, readyz)
+	return m
+}
+
+func handleHealth(m *http.ServeMux, healthz, readyz Check) {
 	check := func(f Check) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if err := f(r); err != nil {
@@ -101,7 +115,6 @@ func Handler(reg *prometheus.Registry, healthz, readyz Check, profiling bool) ht
 	}
 	m.Handle("/healthz", check(healthz))
 	m.Handle("/readyz", check(readyz))
-	return m
 }
 
 // Serve runs handler on addr until ctx ends, then drains it for at most
