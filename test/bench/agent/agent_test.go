@@ -422,12 +422,13 @@ func serviceName(i int) (string, string) {
 // expectedFlows is the size of benchNode's flow set (controller/dataplane's
 // Flows): per hosted service a redirect and a SNAT flow per endpoint and a
 // reply flow; per steered service a redirect and a steer flow per endpoint;
-// shared: the marker, table 40's six flows by origin and link scope, the
-// exemptions (pod CIDR, service CIDR, every node IP) in tables 40 and 41,
-// the drop, and three delivery flows.
+// shared: the marker, the pod guard of the one pod CIDR (no pod of the
+// node is known: nothing admitted), table 40's six flows by origin and
+// link scope, the exemptions (pod CIDR, service CIDR, every node IP) in
+// tables 40 and 41, the drop, and three delivery flows.
 func expectedFlows(services, endpoints int) int {
 	exemptions := 2 + otherNodes + 1
-	n := 1 + 6 + 2*exemptions + 1 + 3
+	n := 1 + 1 + 6 + 2*exemptions + 1 + 3
 	for i := range services {
 		n += 2 * endpoints
 		if hostOf(i) == benchNode {
