@@ -21,8 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -152,6 +150,7 @@ func run() error {
 		return fmt.Errorf("connect to bridge %s: %w", bridge, err)
 	}
 	defer ofClient.Close()
+	klog.InfoS("Connected to the bridge over OpenFlow 1.5", "bridge", bridge)
 	var forwarding agent.ForwardingGate
 	switch ovsdbTarget {
 	case "none":
@@ -170,8 +169,7 @@ func run() error {
 	// agent reads its renewals only once Run starts, after both exist.
 	var renewer *heartbeat.Renewer
 	rules := iprule.NewManager(handle)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := cli.NewRegistry("egressflow_agent")
 	a := agent.New(agent.Config{
 		Node:          node,
 		UplinkPort:    uplink,

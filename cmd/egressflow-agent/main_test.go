@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -282,6 +283,7 @@ func TestBinary(t *testing.T) {
 	})
 
 	// OVS is back with an empty flow table: the agent replays its flows.
+	// Each loss and return of the bridge is in its log.
 	restarted := time.Now()
 	n.StartVswitchd(t)
 	until(t, timeout, source(pod, "udp", lb))
@@ -290,10 +292,16 @@ func TestBinary(t *testing.T) {
 	until(t, timeout, status("/readyz", true))
 	until(t, timeout, status("/healthz", true))
 	until(t, timeout, lease(true))
+	for _, logged := range []string{"Connected to the bridge over OpenFlow", "Lost the OpenFlow connection to the bridge", "Reconnected to the bridge"} {
+		if !strings.Contains(agent.Output(), logged) {
+			t.Errorf("the agent's log lacks %q", logged)
+		}
+	}
 	until(t, timeout, metrics(map[string]func(float64) bool{
-		`egressflow_agent_openflow_connected`:        equals(1),
-		`egressflow_agent_last_sync_failed`:          equals(0),
-		`egressflow_agent_flows{service="shop/web"}`: positive,
+		fmt.Sprintf(`egressflow_agent_build_info{goversion=%q,version="dev"}`, runtime.Version()): equals(1),
+		`egressflow_agent_openflow_connected`:                                                     equals(1),
+		`egressflow_agent_last_sync_failed`:                                                       equals(0),
+		`egressflow_agent_flows{service="shop/web"}`:                                              positive,
 	}))
 
 	// An endpoint routed through table "blue": egressflow's ip rules.

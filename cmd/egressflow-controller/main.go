@@ -14,8 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -95,8 +93,7 @@ func run() error {
 	}
 	cfg.QPS, cfg.Burst = float32(qps), burst
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := cli.NewRegistry("egressflow_controller")
 	opts.Registerer = reg
 	c, err := cluster.New(cfg, opts)
 	if err != nil {

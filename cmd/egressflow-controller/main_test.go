@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,7 +74,8 @@ func TestBinary(t *testing.T) {
 	wait.Until(t, 10*time.Second, func() error {
 		_, body := get("/metrics")
 		for _, want := range []string{"egressflow_controller_assignments_total 1", "egressflow_controller_leader 1",
-			"egressflow_controller_services_without_host 0", "egressflow_controller_event_to_status_seconds_count", "go_goroutines"} {
+			"egressflow_controller_services_without_host 0", "egressflow_controller_event_to_status_seconds_count", "go_goroutines",
+			fmt.Sprintf(`egressflow_controller_build_info{goversion=%q,version="dev"} 1`, runtime.Version())} {
 			if !strings.Contains(body, want) {
 				return fmt.Errorf("/metrics lacks %q", want)
 			}

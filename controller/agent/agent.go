@@ -370,6 +370,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 				if !ok {
 					return
 				}
+				klog.InfoS("Reconnected to the bridge: reading its flows and replaying egressflow's", "node", a.cfg.Node.Name)
 				a.queue.Add(reconnectKey)
 				select {
 				case coldWake <- struct{}{}:
@@ -449,13 +450,13 @@ func (a *Agent) watchFence(ctx context.Context) {
 // EgressService from the API server.
 const fenceRecheckInterval = time.Second
 
-// holdOnDisconnect holds forwarding each time the bridge is lost: if
+// holdOnDisconnect logs each loss of the bridge and holds forwarding: if
 // ovs-vswitchd is restarting, the new one forwards nothing until the first
 // sync on the new connection has replayed egressflow's flows and released
 // it. Held only while the bridge is away, never across a node's reboot
 // (see docs/dataplane.md).
 func (a *Agent) holdOnDisconnect(ctx context.Context) {
-	if a.cfg.Forwarding == nil || a.cfg.Disconnected == nil {
+	if a.cfg.Disconnected == nil {
 		return
 	}
 	for {
@@ -466,6 +467,10 @@ func (a *Agent) holdOnDisconnect(ctx context.Context) {
 			if !ok {
 				return
 			}
+		}
+		if a.cfg.Forwarding == nil {
+			klog.InfoS("Lost the OpenFlow connection to the bridge; reconnecting (no hold of a restarting ovs-vswitchd: --ovsdb=none)", "node", a.cfg.Node.Name)
+			continue
 		}
 		holdCtx, cancel := context.WithTimeout(ctx, holdTimeout)
 		err := a.cfg.Forwarding.HoldForwarding(holdCtx)

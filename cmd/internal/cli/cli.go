@@ -13,10 +13,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 )
@@ -38,6 +40,21 @@ func PrintVersion(asked *bool) bool {
 		fmt.Printf("%s %s\n", filepath.Base(os.Args[0]), Version)
 	}
 	return *asked
+}
+
+// NewRegistry is a command's metrics registry: Go's runtime and process
+// collectors, and <namespace>_build_info{version, goversion}, always 1, as
+// Kubernetes components export theirs (which build runs where, in one
+// query).
+func NewRegistry(namespace string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "build_info",
+			Help:        "The build running: its version (git describe) and Go version. Always 1.",
+			ConstLabels: prometheus.Labels{"version": Version, "goversion": runtime.Version()},
+		}, func() float64 { return 1 }))
+	return reg
 }
 
 // ShutdownGrace bounds how long the metrics server drains on exit.
