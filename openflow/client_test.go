@@ -320,12 +320,22 @@ func TestTransactionInParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := mustParseFlow(t, "cookie=0x3, table=2, priority=20,in_port=5 actions=ct(commit,zone=5)") // ct needs an IP match
+	// The refusal surfaces at the Add that sent the refused message, when
+	// the switch answers before that Add returns, or else at the next one,
+	// after the barrier: never later, and never at an earlier Add.
 	for i, part := range []List[*FlowMod]{
 		{mustParseFlow(t, "delete cookie=0x3/-1, table=2")}, // message 0
 		{flow(40), bad}, // messages 1 and 2
+		{flow(41)},      // after the refusal
 	} {
-		if err := tx.Add(ctx, part); err != nil {
-			t.Fatalf("Add part %d: %v", i, err)
+		if err = tx.Add(ctx, part); err != nil {
+			if i == 0 {
+				t.Fatalf("Add part 0: %v", err)
+			}
+			break
+		}
+		if i == 2 {
+			t.Fatal("three Adds succeeded after a refused message")
 		}
 		// Between the parts, another call's xid: the refused message is
 		// counted across two ranges. After them, the switch has checked
@@ -334,7 +344,6 @@ func TestTransactionInParts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = tx.Add(ctx, List[*FlowMod]{flow(41)})
 	var be *BundleError
 	if !errors.As(err, &be) || be.Phase != "add" || !be.Discarded || len(be.Failed) != 1 || be.Failed[0].Index != 2 {
 		t.Fatalf("Add after a refused message: %v (%+v), want a discarded add-phase BundleError for message 2", err, be)
