@@ -527,16 +527,11 @@ func GuardColdBridge(ctx context.Context, sw Switch, node dataplane.NodeConfig, 
 	}
 	var changes dataplane.Changes
 	changes.Add = dataplane.ColdGuardFlows(node, ports)
-	stream := bundleStream{sw: sw}
-	err = stream.add(ctx, &changes)
-	if err == nil {
-		err = stream.commit(ctx)
-	}
+	sent, err := applyOnce(ctx, sw, &changes)
 	if err != nil {
-		stream.discard()
 		return false, fmt.Errorf("install the cold guard: %w", err)
 	}
-	klog.InfoS("The bridge holds none of egressflow's flows: every pod is held to the fail-closed pipeline until the agent's first sync", "node", node.Name, "flows", stream.sent)
+	klog.InfoS("The bridge holds none of egressflow's flows: every pod is held to the fail-closed pipeline until the agent's first sync", "node", node.Name, "flows", sent)
 	return true, nil
 }
 

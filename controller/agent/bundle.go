@@ -102,3 +102,18 @@ func (s *bundleStream) discard() {
 		s.bundle.Discard()
 	}
 }
+
+// applyOnce sends c to sw as one atomic bundle, committed, or discarded on
+// failure, and returns how many messages it sent: for the changes that are
+// whole at once (the cold guard, the uninstall), not streamed by a sync.
+func applyOnce(ctx context.Context, sw Switch, c *dataplane.Changes) (int, error) {
+	stream := bundleStream{sw: sw}
+	err := stream.add(ctx, c)
+	if err == nil {
+		err = stream.commit(ctx)
+	}
+	if err != nil {
+		stream.discard()
+	}
+	return stream.sent, err
+}

@@ -25,13 +25,7 @@ func Uninstall(ctx context.Context, sw Switch, rules RuleSyncer, forwarding Forw
 		Command: openflow.FlowDelete, Table: openflow.TableAll,
 		Cookie: dataplane.CookiePrefix, CookieMask: dataplane.CookiePrefixMask,
 	}}
-	stream := bundleStream{sw: sw}
-	err := stream.add(ctx, &changes)
-	if err == nil {
-		err = stream.commit(ctx)
-	}
-	if err != nil {
-		stream.discard()
+	if _, err := applyOnce(ctx, sw, &changes); err != nil {
 		errs = append(errs, fmt.Errorf("delete egressflow's flows: %w", err))
 	}
 	if _, removed, err := rules.Sync(nil); err != nil {
