@@ -13,6 +13,10 @@ API_PKG  := $(MODULE)/controller/apis
 GEN_DIR  := controller/generated
 GEN_PKG  := $(MODULE)/$(GEN_DIR)
 HEADER   := test/tools/boilerplate.go.txt
+# How client-gen, lister-gen and informer-gen pluralize kinds whose plural
+# is not the kind plus "s": the resource egressqoses (as the CRD and the
+# reference name it) and the methods EgressQoSes(), not egressqoss.
+PLURALS  := EgressQoS:EgressQoSes
 
 # Generator versions: code-generator follows the client-go minor we build
 # against; controller-tools v0.21 is the release built on Kubernetes 0.36.
@@ -34,6 +38,10 @@ TEST_TIMEOUT ?= 30m
 # few seconds per target here.
 FUZZTIME ?= 50000x
 FUZZTIME_LONG ?= 10m
+# How many generated flow texts `make fuzz` checks against ovs-ofctl and a
+# real switch (openflow's TestTextAgainstOvsOfctl; every `go test` checks a
+# few hundred). About a second per 5000 here; it needs root, like make test.
+DIFF_FLOWS_LONG ?= 50000
 
 .PHONY: images all build generate manifests lint test test-deps demo fuzz-smoke fuzz \
 	bench-openflow bench-controller bench-agent bench-restart bench-failover e2e clean
@@ -72,13 +80,13 @@ generate:
 		$(API_PKG)/egressservice/v1
 	go run $(CODEGEN)/client-gen@$(CODEGEN_VERSION) --go-header-file $(HEADER) \
 		--output-dir $(GEN_DIR)/clientset --output-pkg $(GEN_PKG)/clientset \
-		--clientset-name versioned --apply-configuration-package $(GEN_PKG)/applyconfiguration \
+		--clientset-name versioned --plural-exceptions $(PLURALS) --apply-configuration-package $(GEN_PKG)/applyconfiguration \
 		--input-base $(API_PKG) --input egressservice/v1
 	go run $(CODEGEN)/lister-gen@$(CODEGEN_VERSION) --go-header-file $(HEADER) \
-		--output-dir $(GEN_DIR)/listers --output-pkg $(GEN_PKG)/listers \
+		--output-dir $(GEN_DIR)/listers --output-pkg $(GEN_PKG)/listers --plural-exceptions $(PLURALS) \
 		$(API_PKG)/egressservice/v1
 	go run $(CODEGEN)/informer-gen@$(CODEGEN_VERSION) --go-header-file $(HEADER) \
-		--output-dir $(GEN_DIR)/informers --output-pkg $(GEN_PKG)/informers \
+		--output-dir $(GEN_DIR)/informers --output-pkg $(GEN_PKG)/informers --plural-exceptions $(PLURALS) \
 		--versioned-clientset-package $(GEN_PKG)/clientset/versioned \
 		--listers-package $(GEN_PKG)/listers \
 		$(API_PKG)/egressservice/v1
@@ -126,8 +134,11 @@ demo: test-deps
 fuzz-smoke:
 	bash test/tools/fuzz.sh $(FUZZTIME)
 
+## fuzz: every fuzz target for FUZZTIME_LONG, then DIFF_FLOWS_LONG generated flow
+## texts checked against ovs-ofctl and a real switch (needs root).
 fuzz:
 	bash test/tools/fuzz.sh $(FUZZTIME_LONG)
+	OPENFLOW_DIFF_FLOWS=$(DIFF_FLOWS_LONG) go test -count=1 -v -run '^TestTextAgainstOvsOfctl$$' ./openflow/
 
 ## bench-openflow: our OpenFlow client against ovs-ofctl on the same switch.
 bench-openflow: test-deps
@@ -148,11 +159,13 @@ bench-restart: test-deps
 
 ## bench-failover: on the cluster in Docker, its bring-up fresh (every image and Kubernetes
 ## binary built again) and cached, then 10 rounds each of docker kill and docker pause
-## of the host under traffic: fault -> first LB-IP packet through the new host, pod-IP packets.
+## of the host under traffic: fault -> first LB-IP packet through the new host, pod-IP packets;
+## then 10 rounds of docker kill of the node that runs both the leader and the host.
 bench-failover: test-deps
 	BRINGUP_FRESH=1 go test -tags e2e -run '^$$' -bench BenchmarkBringUp -benchtime 1x -timeout 60m ./test/dockercluster
 	go test -tags e2e -run '^$$' -bench BenchmarkBringUp -benchtime 1x -timeout 60m ./test/dockercluster
 	go test -tags e2e -run '^$$' -bench BenchmarkFailover -benchtime 10x -timeout 60m ./test/dockercluster
+	go test -tags e2e -run '^$$' -bench BenchmarkLeaderHostFailover -benchtime 10x -timeout 60m ./test/dockercluster
 
 clean:
 	go clean -testcache

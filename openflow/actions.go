@@ -45,6 +45,7 @@ const (
 const (
 	nxastResubmit      = 1
 	nxastNote          = 8
+	nxastDecTTLCntIDs  = 21
 	nxastResubmitTable = 14
 	nxastLearn         = 16
 	nxastExit          = 17
@@ -111,7 +112,13 @@ func parseAction(b []byte, depth int) (Action, error) {
 		if len(b) != 16 {
 			return nil, decodeErr("output action", 0, "length %d, want 16", len(b))
 		}
-		return Output{Port: be.Uint32(b[4:]), MaxLen: be.Uint16(b[8:])}, nil
+		port := be.Uint32(b[4:])
+		if port >= uint32(port16Max) && port <= 0xffff {
+			// Its number is text for an OpenFlow 1.1 reserved port
+			// (65534 is LOCAL); Open vSwitch holds no such port.
+			break
+		}
+		return Output{Port: port, MaxLen: be.Uint16(b[8:])}, nil
 	case actGroup, actSetQueue, actMeter:
 		if len(b) != 8 {
 			return nil, decodeErr("action", 0, "type %d length %d, want 8", typ, len(b))
@@ -136,7 +143,11 @@ func parseAction(b []byte, depth int) (Action, error) {
 		if len(b) != 8 {
 			return nil, decodeErr("push_vlan action", 0, "length %d, want 8", len(b))
 		}
-		return PushVLAN{EtherType: be.Uint16(b[4:])}, nil
+		// Only the two VLAN ethertypes have a text form (Open vSwitch
+		// refuses others); anything else stays verbatim.
+		if et := be.Uint16(b[4:]); (et == 0x8100 || et == 0x88a8) && isZero(b[6:8]) {
+			return PushVLAN{EtherType: et}, nil
+		}
 	case actSetField:
 		return parseSetField(b)
 	case actCopyField:
@@ -196,7 +207,9 @@ func (a Output) AppendBinary(b []byte) ([]byte, error) {
 func (a Output) String() string { return string(a.appendText(nil)) }
 
 func (a Output) appendText(b []byte) []byte {
-	if a.Port < PortMax || reservedPortNames[a.Port] == "" {
+	// As Open vSwitch: "output:" before ordinary ports (and ports it has
+	// no 16-bit number for), none before reserved ones, named or not.
+	if _, ok := port32To16(a.Port); a.Port < PortMax || !ok {
 		b = append(b, "output:"...)
 	}
 	b = append(b, PortName(a.Port)...)
@@ -246,16 +259,66 @@ func (a Meter) appendText(b []byte) []byte {
 	return strconv.AppendUint(append(b, "meter:"...), uint64(a.ID), 10)
 }
 
-// DecTTL decrements the IP TTL (OFPAT_DEC_NW_TTL).
-type DecTTL struct{}
-
-func (a DecTTL) AppendBinary(b []byte) ([]byte, error) {
-	return append(b, 0, actDecNwTTL, 0, 8, 0, 0, 0, 0), nil
+// DecTTL decrements the IP TTL. Without ControllerIDs it is OpenFlow's
+// OFPAT_DEC_NW_TTL, and a packet whose TTL runs out goes to the
+// controllers with id 0; with them it is Nicira's NXAST_DEC_TTL_CNT_IDS
+// (ovs-ofctl's dec_ttl(ID,...)), which sends such packets to the
+// controllers with those ids.
+type DecTTL struct {
+	ControllerIDs []uint16
 }
 
-func (a DecTTL) String() string { return "dec_ttl" }
+func (a DecTTL) AppendBinary(b []byte) ([]byte, error) {
+	if len(a.ControllerIDs) == 0 {
+		return append(b, 0, actDecNwTTL, 0, 8, 0, 0, 0, 0), nil
+	}
+	// nx_action_cnt_ids: the Nicira header, n_controllers, 4 zero
+	// bytes, then the ids, padded to 8 bytes.
+	start := len(b)
+	b = appendNXHeader(b, nxastDecTTLCntIDs)
+	if len(a.ControllerIDs) > 0xffff {
+		return b[:start], encodeErr("dec_ttl", "%d controller ids", len(a.ControllerIDs))
+	}
+	b = be.AppendUint16(b, uint16(len(a.ControllerIDs)))
+	b = append(b, 0, 0, 0, 0)
+	for _, id := range a.ControllerIDs {
+		b = be.AppendUint16(b, id)
+	}
+	return finishNX(b, start, "dec_ttl")
+}
 
-func (a DecTTL) appendText(b []byte) []byte { return append(b, "dec_ttl"...) }
+// parseDecTTLCntIDs decodes NXAST_DEC_TTL_CNT_IDS; anything the text form
+// cannot say (no ids, nonzero reserved or padding bytes, extra room)
+// stays a RawAction.
+func parseDecTTLCntIDs(b []byte) Action {
+	n := int(be.Uint16(b[10:]))
+	if n == 0 || !isZero(b[12:16]) || len(b) != pad8(16+2*n) || !isZero(b[16+2*n:]) {
+		return RawAction{Data: cloneBytes(b)}
+	}
+	a := DecTTL{ControllerIDs: make([]uint16, n)}
+	for i := range a.ControllerIDs {
+		a.ControllerIDs[i] = be.Uint16(b[16+2*i:])
+	}
+	return a
+}
+
+func (a DecTTL) String() string { return string(a.appendText(nil)) }
+
+func (a DecTTL) appendText(b []byte) []byte {
+	b = append(b, "dec_ttl"...)
+	if len(a.ControllerIDs) == 0 {
+		return b
+	}
+	for i, id := range a.ControllerIDs {
+		if i == 0 {
+			b = append(b, '(')
+		} else {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(id), 10)
+	}
+	return append(b, ')')
+}
 
 // PushVLAN pushes a VLAN header (OFPAT_PUSH_VLAN), usually EtherType 0x8100.
 type PushVLAN struct{ EtherType uint16 }

@@ -45,12 +45,16 @@ func parseNiciraAction(b []byte, depth int) (Action, error) {
 		if a.Port == PortInPort {
 			a.Port = 0
 		}
-		if a.Table == TableAll && a.CT {
+		if a.Table == TableAll && (a.CT || a.Port == 0) {
+			// resubmit(,,ct) and resubmit(,) (the input port, this
+			// table) have no text ovs-ofctl reads: kept verbatim.
 			break
 		}
 		return a, nil
 	case nxastNote:
 		return Note{Data: cloneBytes(b[10:])}, nil
+	case nxastDecTTLCntIDs:
+		return parseDecTTLCntIDs(b), nil
 	case nxastExit:
 		if len(b) == 16 && isZero(b[10:]) {
 			return Exit{}, nil
@@ -63,8 +67,8 @@ func parseNiciraAction(b []byte, depth int) (Action, error) {
 		if len(b) != 16 {
 			return nil, decodeErr("conjunction action", 0, "length %d, want 16", len(b))
 		}
-		if b[10] >= b[11] {
-			break
+		if b[10] >= b[11] || b[11] < 2 || b[11] > 64 {
+			break // no text form: ovs-ofctl reads 1 <= k <= n, 2 <= n <= 64
 		}
 		return Conjunction{Clause: b[10] + 1, NClauses: b[11], ID: be.Uint32(b[12:])}, nil
 	case nxastCT:
@@ -315,6 +319,11 @@ func parseCT(b []byte, depth int) (Action, error) {
 		return nil, decodeErr("ct action", 0, "length %d < 24", len(b))
 	}
 	a := CT{Flags: be.Uint16(b[10:]), Alg: be.Uint16(b[22:])}
+	if a.Flags&^(CTCommit|CTForce) != 0 || a.Flags == CTForce {
+		// Flags the text cannot say, or force without commit (which
+		// ovs-ofctl refuses): kept verbatim.
+		return RawAction{Data: cloneBytes(b)}, nil
+	}
 	if h := be.Uint32(b[12:]); h != 0 {
 		sf, ok := subfieldFromOfsNbits(h, be.Uint16(b[16:]))
 		if !ok || sf.Bits != 16 {
@@ -579,7 +588,7 @@ func appendBracketed(b []byte, a netip.Addr, bracket bool) []byte {
 	if bracket {
 		b = append(b, '[')
 	}
-	b = a.AppendTo(b)
+	b = appendAddr(b, a)
 	if bracket {
 		b = append(b, ']')
 	}

@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"errors"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -24,6 +25,8 @@ var goldenActions = []string{
 	"group:7",
 	"set_queue:2",
 	"dec_ttl",
+	"dec_ttl(0)",
+	"dec_ttl(56,89,65535,1,2)",
 	"push_vlan:0x8100",
 	"pop_vlan",
 	"set_field:0x5->reg0",
@@ -211,5 +214,82 @@ func TestNATText(t *testing.T) {
 		if got := c.nat.String(); got != c.text {
 			t.Errorf("%#v: %q, want %q", c.nat, got, c.text)
 		}
+	}
+}
+
+// TestDecTTLControllerIDs decodes NXAST_DEC_TTL_CNT_IDS: as DecTTL with
+// its ids when the text form can say it, verbatim otherwise.
+func TestDecTTLControllerIDs(t *testing.T) {
+	for _, c := range []struct {
+		hex  string
+		want Action
+	}{
+		// dec_ttl(56,89), as ovs-ofctl encodes it.
+		{"ffff001800002320001500020000000000380059" + "00000000", DecTTL{ControllerIDs: []uint16{56, 89}}},
+		// Four ids fill the first 8 bytes after the header exactly.
+		{"ffff001800002320001500040000000000010002" + "00030004", DecTTL{ControllerIDs: []uint16{1, 2, 3, 4}}},
+		// No ids ("dec_ttl()" would read back as plain dec_ttl), nonzero
+		// reserved bytes, nonzero padding, room for more ids than counted.
+		{"ffff001000002320001500000000000000000000", nil},
+		{"ffff001800002320001500010000000100050000" + "00000000", nil},
+		{"ffff001800002320001500010000000000050001" + "00000000", nil},
+		{"ffff002000002320001500010000000000050000" + "0000000000000000" + "00000000", nil},
+	} {
+		b := mustHex(t, c.hex)
+		if len(b)%8 != 0 {
+			b = b[:len(b)-len(b)%8]
+		}
+		acts, err := ParseActions(b)
+		if err != nil || len(acts) != 1 {
+			t.Errorf("%s: %v %v", c.hex, acts, err)
+			continue
+		}
+		want := c.want
+		if want == nil {
+			want = RawAction{Data: b}
+		}
+		if !reflect.DeepEqual(acts[0], want) {
+			t.Errorf("%s decodes as %#v, want %#v", c.hex, acts[0], want)
+		}
+		if again, err := AppendActions(nil, acts); err != nil || string(again) != string(b) {
+			t.Errorf("%s re-encodes as %x (%v)", c.hex, again, err)
+		}
+	}
+}
+
+// TestParseRefusesWhatItCannotEncode: text ovs-ofctl reads, but which
+// this package cannot send as ovs-ofctl would, is refused with an error
+// naming the part (the differential test counts these over generated
+// texts; these are examples).
+func TestParseRefusesWhatItCannotEncode(t *testing.T) {
+	for _, c := range []struct{ text, part string }{
+		{"actions=multipath(eth_src,50,modulo_n,1,0,NXM_NX_REG0[0..5])", `action "multipath"`},
+		{"actions=controller(reason=no_match)", `controller argument "reason"`},
+		{"actions=output:NXM_NX_REG0[0..15]", "output:NXM_NX_REG0[0..15]"},
+		{"actions=learn(limit=10,NXM_NX_REG0[])", `learn argument "limit"`},
+		{"tun_metadata0=0x5 actions=drop", `match field "tun_metadata0"`},
+		{"nw_src=10.0.0.1 actions=drop", "nw_src"},                                      // without ip: ovs-ofctl leaves it out
+		{"ip,tp_dst=80 actions=drop", "tp_dst"},                                         // without tcp, udp or sctp
+		{"icmp6,icmp_type=135,icmp_code=1,nd_target=fe80::1 actions=drop", "nd_target"}, // not a neighbor discovery
+		{"ct_tp_src=80 actions=drop", "ct_tp_src"},                                      // without ct_nw_proto
+		{"vlan_tci=0x2000/0x2000 actions=drop", "vlan_tci"},                             // part of the priority
+		{"ip actions=mod_nw_tos:8", `action "mod_nw_tos"`},
+		{"modify cookie=0x5,ip actions=drop", "a cookie without a mask in modify"}, // OpenFlow 1.5 cannot set it
+	} {
+		_, err := ParseFlow(c.text)
+		var ue *UnsupportedError
+		if !errors.As(err, &ue) || ue.Part != c.part {
+			t.Errorf("ParseFlow(%q) = %v, want an UnsupportedError for %s", c.text, err, c.part)
+		}
+	}
+	// mod_tp_src writes the port of the flow's protocol: ParseFlow knows
+	// it, an action list alone does not.
+	fm, err := ParseFlow("udp actions=mod_tp_src:5")
+	if err != nil || !reflect.DeepEqual(fm.Actions(), []Action{SetFieldUint(FieldUDPSrc, 5)}) {
+		t.Errorf("udp actions=mod_tp_src:5 = %v, %v; want set_field:5->udp_src", fm, err)
+	}
+	var ue *UnsupportedError
+	if _, err := ParseActionText("mod_tp_src:5"); !errors.As(err, &ue) {
+		t.Errorf("ParseActionText(mod_tp_src:5) = %v, want an UnsupportedError", err)
 	}
 }

@@ -1,8 +1,10 @@
 package openflow
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"net"
 	"os/exec"
 	"sort"
 	"testing"
@@ -31,7 +33,7 @@ func benchFlowMods(n int) []*FlowMod {
 	return fms
 }
 
-func deleteByCookie(b *testing.B, c *Client, cookie uint64) {
+func deleteByCookie(b testing.TB, c *Client, cookie uint64) {
 	ctx := testCtx(b, time.Minute)
 	del := &FlowMod{Command: FlowDelete, Table: TableAll, Cookie: cookie, CookieMask: ^uint64(0)}
 	if err := c.SendFlowMods(ctx, del); err != nil {
@@ -39,45 +41,180 @@ func deleteByCookie(b *testing.B, c *Client, cookie uint64) {
 	}
 }
 
-// BenchmarkBundleInstall100k installs 100k SNAT-shaped flows in one bundle
-// through the Client, and the same flows with
-// `ovs-ofctl --bundle add-flows` into the same switch, in the same run,
-// and reports both rates and their ratio.
+// BenchmarkBundleInstall100k installs the same 100k SNAT-shaped flows in
+// one bundle three ways into the same switch, in turns: with
+// `ovs-ofctl --bundle add-flows`, as the switch's own limit (the bundle
+// pre-encoded once and written raw, see rawBundle), and through the
+// Client (the last two twice each). Before each install the flows are
+// deleted and the switch is let settle (ovstest.Switch.Settle: until
+// vswitchd's RCU thread, which frees the deleted flows, is idle), so that
+// each figure measures the switch and not the previous round's cleanup. Each round then also installs
+// raw and through the Client right after a delete, unsettled, to show
+// what that cleanup costs.
+//
+// It reports the rates, the Client's ratio to ovs-ofctl and to the
+// limit, and the mean settling wait.
 func BenchmarkBundleInstall100k(b *testing.B) {
 	sw := ovstest.Start(b)
 	c := dialSwitch(b, sw)
 	flows := benchFlowMods(benchFlows)
 	msgs := asMessages(flows)
 	file := ovstest.WriteFlowFile(b, flows)
+	raw := encodeRawBundle(b, flows)
 
-	var ours, theirs time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
+	var ours, theirs, limit, oursUnsettled, limitUnsettled, settling time.Duration
+	settles := 0
+	fresh := func(settle bool) {
 		deleteByCookie(b, c, benchCookie)
-		theirs += sw.BundleAddFlows(b, file)
-		if n := sw.FlowCount(b, benchCookieFilter); n != benchFlows {
-			b.Fatalf("ovs-ofctl installed %d flows", n)
+		if settle {
+			settling += sw.Settle(b)
+			settles++
 		}
-		deleteByCookie(b, c, benchCookie)
+	}
+	installed := func(who string) {
+		if n := sw.FlowCount(b, benchCookieFilter); n != benchFlows {
+			b.Fatalf("%s installed %d flows, want %d", who, n, benchFlows)
+		}
+	}
+	client := func() time.Duration {
 		b.StartTimer()
-
 		start := time.Now()
 		if err := c.Bundle(testCtx(b, 5*time.Minute), msgs...); err != nil {
 			b.Fatal(err)
 		}
-		ours += time.Since(start)
-
+		d := time.Since(start)
 		b.StopTimer()
-		if n := sw.FlowCount(b, benchCookieFilter); n != benchFlows {
-			b.Fatalf("the client installed %d flows", n)
+		return d
+	}
+	b.ResetTimer()
+	b.StopTimer()
+	for i := 0; i < b.N; i++ {
+		fresh(true)
+		theirs += sw.BundleAddFlows(b, file)
+		installed("ovs-ofctl")
+		// The raw stream and the client twice each, in the order raw,
+		// client, client, raw, so that a drift of the machine's load
+		// within the round weighs on both alike.
+		for _, rawTurn := range []bool{true, false, false, true} {
+			fresh(true)
+			if rawTurn {
+				limit += raw.install(b, sw)
+				installed("the raw stream")
+			} else {
+				ours += client()
+				installed("the client")
+			}
 		}
-		b.StartTimer()
+
+		fresh(false)
+		limitUnsettled += raw.install(b, sw)
+		installed("the raw stream, unsettled")
+		fresh(false)
+		oursUnsettled += client()
+		installed("the client, unsettled")
 	}
 	n := float64(b.N * benchFlows)
-	b.ReportMetric(n/ours.Seconds(), "flows/s")
+	b.ReportMetric(2*n/ours.Seconds(), "flows/s")
 	b.ReportMetric(n/theirs.Seconds(), "ofctl_flows/s")
-	b.ReportMetric(theirs.Seconds()/ours.Seconds(), "ratio_vs_ofctl")
+	b.ReportMetric(2*n/limit.Seconds(), "limit_flows/s")
+	b.ReportMetric(2*theirs.Seconds()/ours.Seconds(), "ratio_vs_ofctl")
+	b.ReportMetric(limit.Seconds()/ours.Seconds(), "ratio_vs_limit")
+	b.ReportMetric(n/oursUnsettled.Seconds(), "unsettled_flows/s")
+	b.ReportMetric(n/limitUnsettled.Seconds(), "unsettled_limit_flows/s")
+	b.ReportMetric(settling.Seconds()*1000/float64(settles), "settle_ms")
+}
+
+// rawBundle is a bundle encoded once as one byte stream: OPEN, the ADDs,
+// CLOSE and COMMIT, pipelined without waiting for any reply (a client
+// must wait for CLOSE before it commits, to commit only a bundle the
+// switch took whole; this one does not). Written on a connection of its
+// own it installs the flows as fast as anything could: the time left is
+// the switch's.
+type rawBundle struct {
+	stream    []byte
+	commitXid uint32
+}
+
+func encodeRawBundle(tb testing.TB, fms []*FlowMod) rawBundle {
+	const id = 0x7a11
+	var r rawBundle
+	xid := uint32(1)
+	put := func(m Message) {
+		var err error
+		if r.stream, err = AppendMessage(r.stream, xid, m); err != nil {
+			tb.Fatal(err)
+		}
+		xid++
+	}
+	put(&BundleControl{BundleID: id, Type: BundleOpenRequest, Flags: bundleFlags})
+	for _, fm := range fms {
+		put(&BundleAdd{BundleID: id, Flags: bundleFlags, Message: fm})
+	}
+	put(&BundleControl{BundleID: id, Type: BundleCloseRequest, Flags: bundleFlags})
+	r.commitXid = xid
+	put(&BundleControl{BundleID: id, Type: BundleCommitRequest, Flags: bundleFlags})
+	return r
+}
+
+// install connects to the switch, exchanges HELLOs (untimed), then writes
+// the stream and returns the time from its first byte to the commit
+// reply.
+func (r rawBundle) install(tb testing.TB, sw *ovstest.Switch) time.Duration {
+	conn, err := net.Dial("unix", sw.MgmtSocket)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(5 * time.Minute)); err != nil {
+		tb.Fatal(err)
+	}
+	hello, err := MarshalMessage(0, &Hello{Versions: []uint8{Version}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := conn.Write(hello); err != nil {
+		tb.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	if _, m, _, err := ReadMessage(br, nil); err != nil {
+		tb.Fatalf("reading the switch's HELLO: %v", err)
+	} else if _, ok := m.(*Hello); !ok {
+		tb.Fatalf("the switch sent %T, not HELLO", m)
+	}
+	// Replies are read while the stream is written, so that the switch
+	// never waits on us.
+	replied := make(chan error, 1)
+	var end time.Time
+	go func() {
+		var buf []byte
+		for {
+			h, m, next, err := ReadMessage(br, buf)
+			buf = next
+			if err != nil {
+				replied <- err
+				return
+			}
+			switch x := m.(type) {
+			case *Error:
+				replied <- fmt.Errorf("the switch refused message %d: %s", h.Xid, x.Name())
+				return
+			case *BundleControl:
+				if h.Xid == r.commitXid && x.Type == BundleCommitReply {
+					end = time.Now()
+					replied <- nil
+					return
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	if _, err := conn.Write(r.stream); err != nil {
+		tb.Fatal(err)
+	}
+	if err := <-replied; err != nil {
+		tb.Fatal(err)
+	}
+	return end.Sub(start)
 }
 
 // BenchmarkTransactionLatency measures one-flow bundle transactions (open,

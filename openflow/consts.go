@@ -73,6 +73,7 @@ func (t MessageType) String() string {
 // Reserved OpenFlow 1.1+ port numbers (OFPP_*).
 const (
 	PortMax        uint32 = 0xffffff00 // highest ordinary port number + 1
+	PortUnset      uint32 = 0xfffffff7 // Open vSwitch: "no port" (actset_output when no output is set)
 	PortInPort     uint32 = 0xfffffff8 // the packet's input port
 	PortTable      uint32 = 0xfffffff9 // submit to the first flow table (packet-out only)
 	PortNormal     uint32 = 0xfffffffa // the switch's normal L2/L3 processing
@@ -85,14 +86,18 @@ const (
 
 var reservedPortNames = map[uint32]string{
 	PortInPort: "IN_PORT", PortTable: "TABLE", PortNormal: "NORMAL", PortFlood: "FLOOD",
-	PortAll: "ALL", PortController: "CONTROLLER", PortLocal: "LOCAL", PortAny: "ANY",
+	PortAll: "ALL", PortController: "CONTROLLER", PortLocal: "LOCAL", PortAny: "ANY", PortUnset: "UNSET",
 }
 
 // PortName formats a port number as ovs-ofctl does: reserved ports by name
-// (LOCAL, IN_PORT, ...), others in decimal.
+// (LOCAL, IN_PORT, ...), other ports of OpenFlow 1.1's reserved range by
+// their OpenFlow 1.0 numbers (0xffffff00 is 65280), others in decimal.
 func PortName(port uint32) string {
 	if n, ok := reservedPortNames[port]; ok {
 		return n
+	}
+	if p16, ok := port32To16(port); ok {
+		return strconv.FormatUint(uint64(p16), 10)
 	}
 	return strconv.FormatUint(uint64(port), 10)
 }

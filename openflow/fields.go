@@ -145,7 +145,7 @@ func oxmHeader(class, field, length int) uint32 {
 type fieldInfo struct {
 	name     string      // Open vSwitch's name, as set_field prints it
 	alias    string      // other name accepted when parsing
-	nxmName  string      // name in subfield syntax (NXM_OF_ETH_SRC[]); "" means name
+	nxmName  string      // name in subfield syntax: the NXM name (NXM_OF_ETH_SRC[]), else the OXM name (OXM_OF_METADATA[])
 	header   uint32      // OpenFlow 1.5 header Open vSwitch uses, unmasked
 	alt      []uint32    // other headers that decode to this field (NXM variants)
 	width    int         // value bytes
@@ -160,7 +160,36 @@ type fieldInfo struct {
 	// maskedExact: Open vSwitch sends even an exact match with a mask (its
 	// NXM field is wider than what it tracks, as for ct_state).
 	maskedExact bool
+	// prereq is what a match must hold for the field to mean anything
+	// (Open vSwitch's MFP_*, ovs-fields(7)'s "Prerequisites").
+	prereq prerequisite
 }
+
+// prerequisite is what a match must hold for Open vSwitch to keep a field
+// in it. Without it ovs-ofctl leaves the field out of the FLOW_MOD it
+// sends (or sends it as another field that shares its storage), and the
+// switch refuses a match that holds it.
+type prerequisite uint8
+
+const (
+	preNone      prerequisite = iota
+	preEthernet               // an Ethernet packet (the default packet_type)
+	preVLAN                   // a VLAN header: vlan_pcp
+	preMPLS                   // eth_type 0x8847 or 0x8848
+	preIPv4                   // eth_type 0x0800
+	preIPv6                   // eth_type 0x86dd
+	preIP                     // either
+	preTCP                    // IPv4 or IPv6 and ip_proto 6
+	preUDP                    // ... 17
+	preSCTP                   // ... 132
+	preICMPv4                 // IPv4 and ip_proto 1
+	preICMPv6                 // IPv6 and ip_proto 58
+	preND                     // ICMPv6 neighbor solicitation or advertisement (type 135 or 136, code 0)
+	preNDSolicit              // ... solicitation only
+	preNDAdvert               // ... advertisement only
+	preARP                    // eth_type 0x0806 or 0x8035
+	preCT                     // a tracked, valid connection (ct_state)
+)
 
 var fields [fieldCount]fieldInfo
 
@@ -179,21 +208,21 @@ func init() {
 	nx0 := func(field, length int) uint32 { return oxmHeader(oxmClassNXM0, field, length) }
 	nx1 := func(field, length int) uint32 { return oxmHeader(oxmClassNXM1, field, length) }
 
-	def(FieldPacketType, "packet_type", "", "", basic(44, 4), 4, 32, false, fmtPacketType, 1)
+	def(FieldPacketType, "packet_type", "", "OXM_OF_PACKET_TYPE", basic(44, 4), 4, 32, false, fmtPacketType, 1)
 	def(FieldRecircID, "recirc_id", "", "NXM_NX_RECIRC_ID", nx1(36, 4), 4, 32, false, fmtDecimal, 3)
 	def(FieldConjID, "conj_id", "", "NXM_NX_CONJ_ID", nx1(37, 4), 4, 32, false, fmtDecimal, 4)
-	def(FieldInPort, "in_port_oxm", "", "", basic(0, 4), 4, 32, false, fmtPort32, 5)
+	def(FieldInPort, "in_port_oxm", "", "OXM_OF_IN_PORT", basic(0, 4), 4, 32, false, fmtPort32, 5)
 	def(FieldInPort16, "in_port", "", "NXM_OF_IN_PORT", nx0(0, 2), 2, 16, false, fmtPort16, 0)
-	def(FieldActsetOutput, "actset_output", "", "", basic(43, 4), 4, 32, false, fmtPort32, 6)
+	def(FieldActsetOutput, "actset_output", "", "OXM_OF_ACTSET_OUTPUT", basic(43, 4), 4, 32, false, fmtPort32, 6)
 	def(FieldEthSrc, "eth_src", "dl_src", "NXM_OF_ETH_SRC", basic(4, 6), 6, 48, true, fmtMAC, 7, nx0(2, 6))
 	def(FieldEthDst, "eth_dst", "dl_dst", "NXM_OF_ETH_DST", basic(3, 6), 6, 48, true, fmtMAC, 8, nx0(1, 6))
 	def(FieldEthType, "eth_type", "dl_type", "NXM_OF_ETH_TYPE", basic(5, 2), 2, 16, false, fmtHex, 9, nx0(3, 2))
 	def(FieldVLANTCI, "vlan_tci", "", "NXM_OF_VLAN_TCI", nx0(4, 2), 2, 16, true, fmtHex, 10)
-	def(FieldVLANVID, "vlan_vid", "", "", basic(6, 2), 2, 12, true, fmtDecimal, 10)
-	def(FieldVLANPCP, "vlan_pcp", "", "", basic(7, 1), 1, 3, false, fmtDecimal, 11)
-	def(FieldMPLSTC, "mpls_tc", "", "", basic(35, 1), 1, 3, false, fmtDecimal, 12)
-	def(FieldMPLSBOS, "mpls_bos", "", "", basic(36, 1), 1, 1, false, fmtDecimal, 13)
-	def(FieldMPLSLabel, "mpls_label", "", "", basic(34, 4), 4, 20, false, fmtDecimal, 15)
+	def(FieldVLANVID, "vlan_vid", "", "OXM_OF_VLAN_VID", basic(6, 2), 2, 12, true, fmtDecimal, 10)
+	def(FieldVLANPCP, "vlan_pcp", "", "OXM_OF_VLAN_PCP", basic(7, 1), 1, 3, false, fmtDecimal, 11)
+	def(FieldMPLSTC, "mpls_tc", "", "OXM_OF_MPLS_TC", basic(35, 1), 1, 3, false, fmtDecimal, 12)
+	def(FieldMPLSBOS, "mpls_bos", "", "OXM_OF_MPLS_BOS", basic(36, 1), 1, 1, false, fmtDecimal, 13)
+	def(FieldMPLSLabel, "mpls_label", "", "OXM_OF_MPLS_LABEL", basic(34, 4), 4, 20, false, fmtDecimal, 15)
 	def(FieldIPv4Src, "ip_src", "nw_src", "NXM_OF_IP_SRC", basic(11, 4), 4, 32, true, fmtIPv4, 16, nx0(7, 4))
 	def(FieldIPv4Dst, "ip_dst", "nw_dst", "NXM_OF_IP_DST", basic(12, 4), 4, 32, true, fmtIPv4, 17, nx0(8, 4))
 	def(FieldIPv6Src, "ipv6_src", "", "NXM_NX_IPV6_SRC", basic(26, 16), 16, 128, true, fmtIPv6, 18, nx1(19, 16))
@@ -201,7 +230,7 @@ func init() {
 	def(FieldIPFrag, "ip_frag", "nw_frag", "NXM_NX_IP_FRAG", nx1(26, 1), 1, 2, true, fmtFrag, 20)
 	fields[FieldIPFrag].tracked = 0x03
 	def(FieldNwTOS, "nw_tos", "", "NXM_OF_IP_TOS", nx0(5, 1), 1, 8, false, fmtDecimal, 21)
-	def(FieldIPDSCP, "ip_dscp", "", "", basic(8, 1), 1, 6, false, fmtDecimal, 21)
+	def(FieldIPDSCP, "ip_dscp", "", "OXM_OF_IP_DSCP", basic(8, 1), 1, 6, false, fmtDecimal, 21)
 	def(FieldIPECN, "nw_ecn", "ip_ecn", "NXM_NX_IP_ECN", basic(9, 1), 1, 2, false, fmtDecimal, 22, nx1(28, 1))
 	def(FieldIPTTL, "nw_ttl", "", "NXM_NX_IP_TTL", nx1(29, 1), 1, 8, false, fmtDecimal, 23)
 	def(FieldIPv6Label, "ipv6_label", "", "NXM_NX_IPV6_LABEL", basic(28, 4), 4, 20, true, fmtHex, 24, nx1(27, 4))
@@ -211,8 +240,8 @@ func init() {
 	def(FieldTCPFlags, "tcp_flags", "", "NXM_NX_TCP_FLAGS", basic(42, 2), 2, 12, true, fmtTCPFlags, 28, nx1(34, 2))
 	def(FieldUDPSrc, "udp_src", "", "NXM_OF_UDP_SRC", basic(15, 2), 2, 16, true, fmtDecimal, 29, nx0(11, 2))
 	def(FieldUDPDst, "udp_dst", "", "NXM_OF_UDP_DST", basic(16, 2), 2, 16, true, fmtDecimal, 30, nx0(12, 2))
-	def(FieldSCTPSrc, "sctp_src", "", "", basic(17, 2), 2, 16, true, fmtDecimal, 31)
-	def(FieldSCTPDst, "sctp_dst", "", "", basic(18, 2), 2, 16, true, fmtDecimal, 32)
+	def(FieldSCTPSrc, "sctp_src", "", "OXM_OF_SCTP_SRC", basic(17, 2), 2, 16, true, fmtDecimal, 31)
+	def(FieldSCTPDst, "sctp_dst", "", "OXM_OF_SCTP_DST", basic(18, 2), 2, 16, true, fmtDecimal, 32)
 	def(FieldICMPv4Type, "icmp_type", "icmpv4_type", "NXM_OF_ICMP_TYPE", basic(19, 1), 1, 8, false, fmtDecimal, 33, nx0(13, 1))
 	def(FieldICMPv4Code, "icmp_code", "icmpv4_code", "NXM_OF_ICMP_CODE", basic(20, 1), 1, 8, false, fmtDecimal, 34, nx0(14, 1))
 	def(FieldICMPv6Type, "icmpv6_type", "", "NXM_NX_ICMPV6_TYPE", basic(29, 1), 1, 8, false, fmtDecimal, 35, nx1(21, 1))
@@ -234,7 +263,7 @@ func init() {
 		def(FieldReg(n), fmt.Sprintf("reg%d", n), "", fmt.Sprintf("NXM_NX_REG%d", n), nx1(n, 4), 4, 32, true, fmtHex, 60+n)
 	}
 	for n := 0; n < 8; n++ {
-		def(FieldXReg(n), fmt.Sprintf("xreg%d", n), "", "", oxmHeader(oxmClassPktRegs, n, 8), 8, 64, true, fmtHex, 0)
+		def(FieldXReg(n), fmt.Sprintf("xreg%d", n), "", fmt.Sprintf("OXM_OF_PKT_REG%d", n), oxmHeader(oxmClassPktRegs, n, 8), 8, 64, true, fmtHex, 0)
 	}
 	for n := 0; n < 4; n++ {
 		def(FieldXXReg(n), fmt.Sprintf("xxreg%d", n), "", fmt.Sprintf("NXM_NX_XXREG%d", n), nx1(111+n, 16), 16, 128, true, fmtHex, 0)
@@ -260,7 +289,30 @@ func init() {
 	def(FieldCTNwProto, "ct_nw_proto", "", "NXM_NX_CT_NW_PROTO", nx1(119, 1), 1, 8, false, fmtDecimal, 89)
 	def(FieldCTTpSrc, "ct_tp_src", "", "NXM_NX_CT_TP_SRC", nx1(124, 2), 2, 16, true, fmtDecimal, 90)
 	def(FieldCTTpDst, "ct_tp_dst", "", "NXM_NX_CT_TP_DST", nx1(125, 2), 2, 16, true, fmtDecimal, 91)
-	def(FieldMetadata, "metadata", "", "", basic(2, 8), 8, 64, true, fmtHex, 92)
+	def(FieldMetadata, "metadata", "", "OXM_OF_METADATA", basic(2, 8), 8, 64, true, fmtHex, 92)
+
+	for pre, fs := range map[prerequisite][]Field{
+		preEthernet:  {FieldEthSrc, FieldEthDst, FieldEthType, FieldVLANTCI, FieldVLANVID},
+		preVLAN:      {FieldVLANPCP},
+		preMPLS:      {FieldMPLSLabel, FieldMPLSTC, FieldMPLSBOS},
+		preIPv4:      {FieldIPv4Src, FieldIPv4Dst},
+		preIPv6:      {FieldIPv6Src, FieldIPv6Dst, FieldIPv6Label},
+		preIP:        {FieldIPFrag, FieldNwTOS, FieldIPDSCP, FieldIPECN, FieldIPTTL, FieldIPProto},
+		preTCP:       {FieldTCPSrc, FieldTCPDst, FieldTCPFlags},
+		preUDP:       {FieldUDPSrc, FieldUDPDst},
+		preSCTP:      {FieldSCTPSrc, FieldSCTPDst},
+		preICMPv4:    {FieldICMPv4Type, FieldICMPv4Code},
+		preICMPv6:    {FieldICMPv6Type, FieldICMPv6Code},
+		preND:        {FieldNDTarget},
+		preNDSolicit: {FieldNDSLL},
+		preNDAdvert:  {FieldNDTLL},
+		preARP:       {FieldARPOp, FieldARPSPA, FieldARPTPA, FieldARPSHA, FieldARPTHA},
+		preCT:        {FieldCTNwProto, FieldCTNwSrc, FieldCTNwDst, FieldCTIPv6Src, FieldCTIPv6Dst, FieldCTTpSrc, FieldCTTpDst},
+	} {
+		for _, f := range fs {
+			fields[f].prereq = pre
+		}
+	}
 
 	for f := Field(1); f < fieldCount; f++ {
 		fi := &fields[f]
@@ -278,12 +330,6 @@ func init() {
 		if fi.nxmName != "" {
 			fieldByName[fi.nxmName] = f
 		}
-	}
-	// OXM_OF_* names are accepted too, as Open vSwitch does.
-	fieldByName["OXM_OF_IN_PORT"] = FieldInPort
-	fieldByName["OXM_OF_METADATA"] = FieldMetadata
-	for n := 0; n < 8; n++ {
-		fieldByName[fmt.Sprintf("OXM_OF_PKT_REG%d", n)] = FieldXReg(n)
 	}
 }
 

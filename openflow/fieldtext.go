@@ -83,6 +83,20 @@ func cidrLen(mask []byte) int {
 
 func appendIP(b []byte, v []byte) []byte {
 	a, _ := netip.AddrFromSlice(v)
+	return appendAddr(b, a)
+}
+
+// appendAddr formats an address as Open vSwitch does (with glibc's
+// inet_ntop): as netip does, except that an IPv6 address whose first 96
+// bits are zero and next 16 are not ends in dotted IPv4 form, ::1.2.3.4.
+func appendAddr(b []byte, a netip.Addr) []byte {
+	if a.Is6() && !a.Is4In6() {
+		x := a.As16()
+		if isZero(x[:12]) && (x[12] != 0 || x[13] != 0) {
+			b = append(b, "::"...)
+			return netip.AddrFrom4([4]byte(x[12:])).AppendTo(b)
+		}
+	}
 	return a.AppendTo(b)
 }
 
@@ -320,7 +334,10 @@ func parseValue(f Field, s string) (value, mask []byte, err error) {
 		v, m, err = parseFlags(s, tcpFlagNames, 0x0fff)
 		if err == nil {
 			value = uintBytes(uint64(v), 2)
-			if m != 0xffff && m != 0x0fff {
+			// Flags by name, or a number alone, are exact; a number's
+			// own mask is kept unless it is all ones.
+			exact := m == 0xffff || m == 0x0fff && !(isDigits(s[:1]) && hasMask)
+			if !exact {
 				mask = uintBytes(uint64(m), 2)
 			}
 		}
@@ -346,8 +363,8 @@ func parseValue(f Field, s string) (value, mask []byte, err error) {
 		if !ok {
 			return nil, nil, fmt.Errorf("packet_type %q: want (namespace,type)", s)
 		}
-		if ns, err = strconv.ParseUint(strings.TrimSpace(a), 0, 16); err == nil {
-			typ, err = strconv.ParseUint(strings.TrimSpace(bb), 0, 16)
+		if ns, err = parseCUint(strings.TrimSpace(a), 16); err == nil {
+			typ, err = parseCUint(strings.TrimSpace(bb), 16)
 		}
 		return uintBytes(ns<<16|typ, 4), nil, err
 	default:
@@ -369,43 +386,112 @@ func parseMAC(s string) ([]byte, error) {
 
 func parseIPMasked(vs, ms string, hasMask bool, w int) (value, mask []byte, err error) {
 	a, err := netip.ParseAddr(vs)
-	if err != nil || (w == 4) != a.Is4() {
+	if err != nil || (w == 4) != a.Is4() || a.Zone() != "" {
 		return nil, nil, fmt.Errorf("bad IPv%d address %q", map[int]int{4: 4, 16: 6}[w], vs)
 	}
 	value = a.AsSlice()
 	if !hasMask {
 		return value, nil, nil
 	}
-	if n, err := strconv.Atoi(ms); err == nil {
-		if n < 0 || n > 8*w {
+	if n, err := parseDecimal(ms, 8); err == nil {
+		if n > uint64(8*w) {
 			return nil, nil, fmt.Errorf("bad prefix length %q", ms)
 		}
 		mask = make([]byte, w)
-		for i := 0; i < n; i++ {
+		for i := 0; i < int(n); i++ {
 			mask[i/8] |= 0x80 >> (i % 8)
 		}
 		return value, mask, nil
 	}
 	m, err := netip.ParseAddr(ms)
-	if err != nil || (w == 4) != m.Is4() {
+	if err != nil || (w == 4) != m.Is4() || m.Zone() != "" {
 		return nil, nil, fmt.Errorf("bad mask %q", ms)
 	}
 	return value, m.AsSlice(), nil
 }
 
-// parseUintBytes parses a decimal, 0x-hex or 0-octal integer of up to w
-// bytes (w may be 16).
+// parseUintBytes parses an integer of up to w bytes (w may be 16) as
+// ovs-ofctl reads field values: 0x-prefixed hex of any width, otherwise a
+// number of up to 64 bits in C's base 0 (see parseCUint).
 func parseUintBytes(s string, w int) ([]byte, error) {
-	n, ok := new(big.Int).SetString(s, 0)
-	if !ok || n.Sign() < 0 {
-		return nil, fmt.Errorf("bad integer %q", s)
+	if isHexPrefixed(s) {
+		n, ok := new(big.Int).SetString(s[2:], 16)
+		if !ok || !isHexDigits(s[2:]) {
+			return nil, fmt.Errorf("bad integer %q", s)
+		}
+		if n.BitLen() > 8*w {
+			return nil, fmt.Errorf("%s does not fit in %d bits", s, 8*w)
+		}
+		out := make([]byte, w)
+		n.FillBytes(out)
+		return out, nil
 	}
-	if n.BitLen() > 8*w {
-		return nil, fmt.Errorf("%s does not fit in %d bits", s, 8*w)
+	v, err := parseCUint(s, min(64, 8*w))
+	if err != nil {
+		return nil, err
 	}
-	out := make([]byte, w)
-	n.FillBytes(out)
-	return out, nil
+	return uintBytes(v, w), nil
+}
+
+func isHexPrefixed(s string) bool { return len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') }
+
+func isHexDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f' || s[i] >= 'A' && s[i] <= 'F') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// parseCUint parses an unsigned integer of up to bits bits as C's
+// strtoull with base 0 reads it, which is how ovs-ofctl reads most
+// numbers: 0x-prefixed hex, 0-prefixed octal ("010" is 8), otherwise
+// decimal. It takes no sign, spaces or trailing text, and (unlike Go's
+// base 0) no underscores or 0b/0o prefixes.
+func parseCUint(s string, bits int) (uint64, error) {
+	var v uint64
+	var err error
+	switch {
+	case isHexPrefixed(s):
+		if !isHexDigits(s[2:]) {
+			return 0, fmt.Errorf("bad integer %q", s)
+		}
+		v, err = strconv.ParseUint(s[2:], 16, bits)
+	case isDigits(s) && s[0] == '0':
+		v, err = strconv.ParseUint(s, 8, bits)
+	case isDigits(s):
+		v, err = strconv.ParseUint(s, 10, bits)
+	default:
+		return 0, fmt.Errorf("bad integer %q", s)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bad %d-bit integer %q", bits, s)
+	}
+	return v, nil
+}
+
+// parseDecimal parses a number in base 10 only, as ovs-ofctl reads
+// table and port numbers and NAT ports: leading zeros do not make it
+// octal, and hex is refused.
+func parseDecimal(s string, bits int) (uint64, error) {
+	if !isDigits(s) {
+		return 0, fmt.Errorf("bad decimal number %q", s)
+	}
+	v, err := strconv.ParseUint(s, 10, bits)
+	if err != nil {
+		return 0, fmt.Errorf("bad %d-bit decimal number %q", bits, s)
+	}
+	return v, nil
 }
 
 func parseIntMasked(vs, ms string, hasMask bool, w int) (value, mask []byte, err error) {
@@ -428,14 +514,14 @@ func parseFlags(s string, names []string, max uint32) (v, m uint32, err error) {
 	}
 	if s[0] >= '0' && s[0] <= '9' {
 		vs, ms, hasMask := strings.Cut(s, "/")
-		x, err := strconv.ParseUint(vs, 0, 32)
+		x, err := parseCUint(vs, 32)
 		if err != nil {
 			return 0, 0, fmt.Errorf("bad flags %q", s)
 		}
 		if !hasMask {
 			return uint32(x), max, nil
 		}
-		y, err := strconv.ParseUint(ms, 0, 32)
+		y, err := parseCUint(ms, 32)
 		if err != nil {
 			return 0, 0, fmt.Errorf("bad flags mask %q", s)
 		}
@@ -479,7 +565,7 @@ func parseFlags(s string, names []string, max uint32) (v, m uint32, err error) {
 		bit, ok := lookup(n)
 		if !ok {
 			// Bits without names are written in hex, as Open vSwitch does.
-			x, err := strconv.ParseUint(n, 0, 32)
+			x, err := parseCUint(n, 32)
 			if err != nil || !strings.HasPrefix(n, "0x") {
 				return 0, 0, fmt.Errorf("unknown flag %q", n)
 			}
@@ -490,9 +576,12 @@ func parseFlags(s string, names []string, max uint32) (v, m uint32, err error) {
 	return v, max, nil
 }
 
-// ParsePort parses a port as ovs-ofctl does: a number or a reserved name
-// (LOCAL, IN_PORT, CONTROLLER, NORMAL, FLOOD, ALL, TABLE, ANY/NONE), in any
-// case.
+// ParsePort parses a port as ovs-ofctl does: a reserved name (LOCAL,
+// IN_PORT, CONTROLLER, NORMAL, FLOOD, ALL, TABLE, ANY or NONE) in any
+// case, or a number in base 10. Numbers in OpenFlow 1.0's reserved range
+// (65280 to 65535) stand for the OpenFlow 1.1 reserved ports, as in
+// ovs-ofctl (65534 is LOCAL). Other 32-bit numbers, which ovs-ofctl
+// refuses, are taken as they are.
 func ParsePort(s string) (uint32, error) {
 	u := strings.ToUpper(s)
 	for p, n := range reservedPortNames {
@@ -503,9 +592,12 @@ func ParsePort(s string) (uint32, error) {
 	if u == "NONE" {
 		return PortAny, nil
 	}
-	x, err := strconv.ParseUint(s, 0, 32)
+	x, err := parseDecimal(s, 32)
 	if err != nil {
 		return 0, fmt.Errorf("openflow: bad port %q", s)
+	}
+	if x >= uint64(port16Max) && x <= 0xffff {
+		return port16To32(uint16(x)), nil
 	}
 	return uint32(x), nil
 }
@@ -599,4 +691,20 @@ func subfieldFromOfsNbits(h uint32, ofsNbits uint16) (Subfield, bool) {
 		return Subfield{}, false
 	}
 	return sf, true
+}
+
+// getBit reads bit i (0 = least significant) of a big-endian byte string.
+func getBit(b []byte, i int) bool {
+	if i/8 >= len(b) {
+		return false
+	}
+	return b[len(b)-1-i/8]&(1<<(i%8)) != 0
+}
+
+func setBit(b []byte, i int, v bool) {
+	if v {
+		b[len(b)-1-i/8] |= 1 << (i % 8)
+	} else {
+		b[len(b)-1-i/8] &^= 1 << (i % 8)
+	}
 }

@@ -174,8 +174,6 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 				switch proto {
 				case 1:
 					short = "icmp"
-				case 2:
-					short = "igmp"
 				case 6:
 					short = "tcp"
 				case 17:

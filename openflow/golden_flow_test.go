@@ -35,6 +35,7 @@ var goldenFlows = []string{
 	"ipv6,ipv6_src=fd00::/64,ipv6_dst=fd00::1 actions=output:1",
 	"ipv6,ipv6_label=0x00005 actions=output:1",
 	"ip,nw_tos=32,nw_ecn=1,nw_ttl=5 actions=dec_ttl,output:1",
+	"ip actions=dec_ttl(56,89),output:1",
 	"ip,nw_frag=first actions=drop",
 	"ip,nw_frag=later actions=drop",
 	"ip,nw_proto=47 actions=drop",

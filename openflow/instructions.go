@@ -99,15 +99,14 @@ func (i WriteMetadata) AppendBinary(b []byte) ([]byte, error) {
 	return be.AppendUint64(b, i.Mask), nil
 }
 
+// String formats the instruction as ovs-ofctl does, value and mask as C's
+// %#x ("0" for zero).
 func (i WriteMetadata) String() string {
-	s := "write_metadata:0x" + strconv.FormatUint(i.Metadata, 16)
-	if i.Metadata == 0 {
-		s = "write_metadata:0"
-	}
+	b := appendHexC([]byte("write_metadata:"), i.Metadata)
 	if i.Mask != ^uint64(0) {
-		s += "/0x" + strconv.FormatUint(i.Mask, 16)
+		b = appendHexC(append(b, '/'), i.Mask)
 	}
-	return s
+	return string(b)
 }
 
 // RawInstruction is an instruction this package does not model, kept

@@ -199,6 +199,17 @@ func (fs *fakeSwitch) handle(c net.Conn) {
 // excluded.
 func (fs *fakeSwitch) ofctl(t testing.TB, args ...string) [][]byte {
 	t.Helper()
+	msgs, out, err := fs.tryOfctl(t, args...)
+	if err != nil {
+		t.Fatalf("ovs-ofctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return msgs
+}
+
+// tryOfctl is ofctl returning ovs-ofctl's failure (and its output, which
+// holds its error or log messages) instead of failing the test.
+func (fs *fakeSwitch) tryOfctl(t testing.TB, args ...string) (msgs [][]byte, output []byte, err error) {
+	t.Helper()
 	requireOVSTools(t)
 	fs.mu.Lock()
 	fs.msgs = nil
@@ -210,24 +221,23 @@ func (fs *fakeSwitch) ofctl(t testing.TB, args ...string) [][]byte {
 		}
 		full = append(full, a)
 	}
-	out, err := exec.Command("ovs-ofctl", full...).CombinedOutput()
+	output, err = exec.Command("ovs-ofctl", full...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("ovs-ofctl %s: %v\n%s", strings.Join(full, " "), err, out)
+		return nil, output, err
 	}
 	// ovs-ofctl waits for the barrier reply, so everything has arrived.
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		fs.mu.Lock()
-		msgs := fs.msgs
+		recorded := fs.msgs
 		fs.mu.Unlock()
-		if len(msgs) > 0 || time.Now().After(deadline) {
-			var out [][]byte
-			for _, m := range msgs {
+		if len(recorded) > 0 || time.Now().After(deadline) {
+			for _, m := range recorded {
 				if MessageType(m[1]) != TypeBarrierRequest {
-					out = append(out, m)
+					msgs = append(msgs, m)
 				}
 			}
-			return out
+			return msgs, output, nil
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -3,15 +3,12 @@ package openflow
 import (
 	"encoding/hex"
 	"fmt"
-	"net/netip"
-	"strconv"
 	"strings"
 )
 
-// Parsing of ovs-ofctl's flow syntax, the inverse of the String methods.
-// It covers the matches and actions this package models, including the
-// ct/nat, set_field/load/move, output, resubmit, goto_table, learn,
-// register and conntrack-field families.
+// Parsing of ovs-ofctl's flow syntax, the inverse of the String methods:
+// the flow and its match here, actions and instructions in
+// parse_actions.go. What it reads and refuses is listed in doc.go.
 
 // ParseError reports where flow text could not be parsed.
 type ParseError struct {
@@ -22,6 +19,24 @@ type ParseError struct {
 func (e *ParseError) Error() string { return fmt.Sprintf("openflow: parse %q: %v", e.Text, e.Err) }
 
 func (e *ParseError) Unwrap() error { return e.Err }
+
+// UnsupportedError is how the parsers refuse text that ovs-ofctl reads but
+// this package cannot encode the way ovs-ofctl does: an action, field or
+// argument it does not model, or a field whose prerequisites the match
+// lacks (which ovs-ofctl would silently leave out, or send as another
+// field). Part names what was refused; Why says why when it is not simply
+// unmodelled.
+type UnsupportedError struct {
+	Part string
+	Why  string
+}
+
+func (e *UnsupportedError) Error() string {
+	if e.Why == "" {
+		return e.Part + " is not supported"
+	}
+	return e.Part + ": " + e.Why
+}
 
 // kv is one key[=value] element of flow text.
 type kv struct {
@@ -93,11 +108,40 @@ func splitKV(s string) ([]kv, error) {
 	}
 }
 
-var protocolShortcuts = map[string][2]uint64{ // name -> eth_type, ip_proto (0 = none)
-	"ip": {0x0800, 0}, "ipv4": {0x0800, 0}, "icmp": {0x0800, 1}, "igmp": {0x0800, 2}, "tcp": {0x0800, 6},
+// protocolShortcuts are the keywords that stand for an eth_type and an IP
+// protocol (0: none), as in ovs-fields(7).
+var protocolShortcuts = map[string][2]uint64{
+	"ip": {0x0800, 0}, "ipv4": {0x0800, 0}, "icmp": {0x0800, 1}, "tcp": {0x0800, 6},
 	"udp": {0x0800, 17}, "sctp": {0x0800, 132}, "ipv6": {0x86dd, 0}, "ip6": {0x86dd, 0}, "icmp6": {0x86dd, 58},
 	"tcp6": {0x86dd, 6}, "udp6": {0x86dd, 17}, "sctp6": {0x86dd, 132}, "arp": {0x0806, 0},
 	"rarp": {0x8035, 0}, "mpls": {0x8847, 0}, "mplsm": {0x8848, 0},
+}
+
+// commandKeys says which flow keys (beyond cookie, table and the match)
+// each command takes, as in ovs-ofctl: a delete selects by out_port and
+// out_group and takes no actions, a strict command selects by priority.
+var commandKeys = [...]flowKeys{
+	FlowAdd:          keyActions | keyTimeouts | keyPriority | keyFlags | keyImportance,
+	FlowModify:       keyActions | keyTimeouts | keyPriority | keyFlags,
+	FlowModifyStrict: keyActions | keyTimeouts | keyPriority | keyFlags,
+	FlowDelete:       keyOutPort,
+	FlowDeleteStrict: keyOutPort | keyPriority,
+}
+
+type flowKeys uint8
+
+const (
+	keyActions    flowKeys = 1 << iota // actions=
+	keyTimeouts                        // idle_timeout, hard_timeout
+	keyPriority                        // priority
+	keyFlags                           // send_flow_rem, check_overlap, ...
+	keyImportance                      // importance
+	keyOutPort                         // out_port, out_group
+)
+
+var flowFlagKeys = map[string]FlowModFlags{
+	"send_flow_rem": FlowSendFlowRem, "check_overlap": FlowCheckOverlap, "reset_counts": FlowResetCounts,
+	"no_packet_counts": FlowNoPktCounts, "no_byte_counts": FlowNoBytCounts,
 }
 
 // ParseFlow parses a flow in ovs-ofctl syntax: a line of `ovs-ofctl
@@ -105,8 +149,11 @@ var protocolShortcuts = map[string][2]uint64{ // name -> eth_type, ip_proto (0 =
 // line of an add-flows/bundle file with an optional leading command
 // (add, modify, modify_strict, delete, delete_strict).
 //
-// As in ovs-ofctl, a flow without priority gets DefaultPriority, and a
-// delete without table applies to every table.
+// It reads what ovs-ofctl -O OpenFlow15 reads and encodes it to the same
+// bytes; what it cannot encode the way ovs-ofctl does it refuses with an
+// *UnsupportedError naming the part (see the package documentation for
+// both lists). As in ovs-ofctl, a flow without priority gets
+// DefaultPriority, and a delete without table applies to every table.
 func ParseFlow(s string) (*FlowMod, error) {
 	fm, err := parseFlow(s)
 	if err != nil {
@@ -132,96 +179,123 @@ func parseFlow(s string) (*FlowMod, error) {
 	if fm.Command == FlowDelete || fm.Command == FlowDeleteStrict {
 		fm.Table = TableAll
 	}
+	allowed := commandKeys[fm.Command]
 	matchText, actText, hasActions := cutActions(rest)
-	if !hasActions && (fm.Command == FlowAdd || fm.Command == FlowModify || fm.Command == FlowModifyStrict) {
+	switch {
+	case !hasActions && allowed&keyActions != 0:
 		return nil, fmt.Errorf("must specify actions")
+	case hasActions && allowed&keyActions == 0:
+		return nil, fmt.Errorf("%v takes no actions", fm.Command)
 	}
 	elems, err := splitKV(matchText)
 	if err != nil {
 		return nil, err
 	}
-	var pending []kv // L4 and ICMP fields, resolved once the protocol is known
+	mp := newMatchParser(&fm.Match)
+	need := func(k flowKeys, key string) error {
+		if allowed&k == 0 {
+			return fmt.Errorf("%v takes no %s", fm.Command, key)
+		}
+		return nil
+	}
 	for _, e := range elems {
 		switch e.key {
 		case "duration", "n_packets", "n_bytes", "idle_age", "hard_age", "no_readonly_table", "allow_hidden_fields":
-			continue
-		case "send_flow_rem":
-			fm.Flags |= FlowSendFlowRem
-			continue
-		case "check_overlap":
-			fm.Flags |= FlowCheckOverlap
-			continue
-		case "reset_counts":
-			fm.Flags |= FlowResetCounts
-			continue
-		case "no_packet_counts":
-			fm.Flags |= FlowNoPktCounts
-			continue
-		case "no_byte_counts":
-			fm.Flags |= FlowNoBytCounts
+			// Statistics of dump-flows lines, and flags ovs-ofctl reads
+			// but does not send.
 			continue
 		}
-		if p, ok := protocolShortcuts[e.key]; ok && !e.hasValue {
-			fm.Match.SetUint(FieldEthType, p[0])
-			if p[1] != 0 {
-				fm.Match.SetUint(FieldIPProto, p[1])
+		if flag, ok := flowFlagKeys[e.key]; ok && !e.hasValue {
+			if err := need(keyFlags, e.key); err != nil {
+				return nil, err
 			}
+			fm.Flags |= flag
 			continue
-		}
-		if !e.hasValue {
-			return nil, fmt.Errorf("field %s missing value", e.key)
 		}
 		var err error
 		switch e.key {
 		case "table":
-			fm.Table, err = parseUint8(e.value)
+			fm.Table, err = parseTable(e.value)
 		case "priority":
-			fm.Priority, err = parseUint16(e.value)
-		case "idle_timeout":
-			fm.IdleTimeout, err = parseUint16(e.value)
-		case "hard_timeout":
-			fm.HardTimeout, err = parseUint16(e.value)
-		case "importance":
-			fm.Importance, err = parseUint16(e.value)
-		case "cookie":
-			v, m, hasMask := strings.Cut(e.value, "/")
-			if fm.Cookie, err = parseUint64(v); err == nil && hasMask {
-				if fm.Command == FlowAdd {
-					return nil, fmt.Errorf("flow additions cannot use a cookie mask")
-				}
-				fm.CookieMask, err = parseUint64(m)
+			if err = need(keyPriority, e.key); err == nil {
+				fm.Priority, err = parseC16(e.value)
 			}
+		case "idle_timeout", "hard_timeout":
+			if err = need(keyTimeouts, e.key); err == nil {
+				t := &fm.IdleTimeout
+				if e.key == "hard_timeout" {
+					t = &fm.HardTimeout
+				}
+				*t, err = parseC16(e.value)
+			}
+		case "importance":
+			if err = need(keyImportance, e.key); err == nil {
+				fm.Importance, err = parseC16(e.value)
+			}
+		case "cookie":
+			err = parseCookie(fm, e.value)
 		case "out_port":
-			fm.OutPort, err = ParsePort(e.value)
-			if fm.OutPort == PortAny {
-				fm.OutPort = 0
+			if err = need(keyOutPort, e.key); err == nil {
+				fm.OutPort, err = ParsePort(e.value)
+				fm.OutPort = sentinelAsZero(fm.OutPort, PortAny)
 			}
 		case "out_group":
-			var g uint64
-			if g, err = strconv.ParseUint(e.value, 0, 32); err == nil {
-				fm.OutGroup = sentinelAsZero(uint32(g), GroupAny)
+			if err = need(keyOutPort, e.key); err == nil {
+				fm.OutGroup, err = parseGroupFilter(e.value)
 			}
-		case "tp_src", "tp_dst", "tcp_src", "tcp_dst", "udp_src", "udp_dst", "sctp_src", "sctp_dst",
-			"icmp_type", "icmp_code", "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code":
-			pending = append(pending, e)
 		default:
-			err = parseMatchField(&fm.Match, e.key, e.value)
+			err = mp.key(e)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", e.key, err)
 		}
 	}
-	for _, e := range pending {
-		if err := parseL4Field(&fm.Match, e.key, e.value); err != nil {
-			return nil, fmt.Errorf("%s: %w", e.key, err)
-		}
+	if err := mp.finish(); err != nil {
+		return nil, err
 	}
 	if hasActions {
-		if fm.Instructions, err = ParseInstructionsText(actText); err != nil {
+		if fm.Instructions, err = parseInstructionsText(actText, &fm.Match); err != nil {
 			return nil, err
 		}
 	}
 	return fm, nil
+}
+
+// parseCookie reads cookie=V[/M]. An add sets the cookie; the other
+// commands select flows by it, which takes a mask (the value is sent
+// masked, as ovs-ofctl does). Without a mask ovs-ofctl refuses a delete,
+// and for a modify it leaves the cookie out (OpenFlow 1.5 cannot change
+// one), so both are refused.
+func parseCookie(fm *FlowMod, s string) error {
+	v, m, hasMask := strings.Cut(s, "/")
+	var err error
+	if fm.Cookie, err = parseUint64(v); err != nil {
+		return err
+	}
+	switch {
+	case hasMask && fm.Command == FlowAdd:
+		return fmt.Errorf("flow additions cannot use a cookie mask")
+	case hasMask:
+		fm.CookieMask, err = parseUint64(m)
+		fm.Cookie &= fm.CookieMask
+		return err
+	case fm.Command != FlowAdd:
+		return &UnsupportedError{Part: "a cookie without a mask in " + fm.Command.String(), Why: "only an add sets a cookie; to select flows by cookie give a mask, e.g. cookie=0x5/-1"}
+	}
+	return nil
+}
+
+// parseGroupFilter reads out_group: a group number in base 10, or ANY or
+// ALL.
+func parseGroupFilter(s string) (uint32, error) {
+	switch s {
+	case "ANY", "any":
+		return 0, nil
+	case "ALL", "all":
+		return GroupAll, nil
+	}
+	g, err := parseDecimal(s, 32)
+	return sentinelAsZero(uint32(g), GroupAny), err
 }
 
 // cutActions splits flow text at "actions=" (or "action="): everything
@@ -241,859 +315,471 @@ func cutActions(s string) (match, actions string, ok bool) {
 	return s, "", false
 }
 
-// parseUint64 parses a 64-bit number; "-1" is all ones, as in ovs-ofctl's
-// cookie=0x5/-1.
+// parseUint64 parses a 64-bit number in C's base 0; "-1" is all ones, as
+// in ovs-ofctl's cookie=0x5/-1.
 func parseUint64(s string) (uint64, error) {
 	if s == "-1" {
 		return ^uint64(0), nil
 	}
-	return strconv.ParseUint(s, 0, 64)
+	return parseCUint(s, 64)
 }
 
-func parseUint8(s string) (uint8, error) {
-	x, err := strconv.ParseUint(s, 0, 8)
+// parseC16 parses a 16-bit number in C's base 0 (priorities, timeouts).
+func parseC16(s string) (uint16, error) {
+	x, err := parseCUint(s, 16)
+	return uint16(x), err
+}
+
+// parseTable parses a table number, which ovs-ofctl reads in base 10.
+func parseTable(s string) (uint8, error) {
+	x, err := parseDecimal(s, 8)
 	return uint8(x), err
 }
 
-func parseUint16(s string) (uint16, error) {
-	x, err := strconv.ParseUint(s, 0, 16)
+// parseAtoi16 parses what ovs-ofctl reads with C's atoi (learn's timeouts
+// and priority, dec_ttl's controller ids): decimal digits only here, since
+// atoi would read "0x10" as 0 and "5x" as 5, and no more than 16 bits,
+// where ovs-ofctl would truncate.
+func parseAtoi16(s string) (uint16, error) {
+	x, err := parseDecimal(s, 16)
 	return uint16(x), err
 }
 
 // ParseMatchText parses the match part of ovs-ofctl flow syntax, e.g.
-// "ip,nw_src=10.0.0.0/8,reg0=0x5".
+// "ip,nw_src=10.0.0.0/8,reg0=0x5": match fields and protocol keywords
+// only, as ParseFlow reads them.
 func ParseMatchText(s string) (Match, error) {
-	fm, err := parseFlow("delete_strict " + s)
+	var m Match
+	err := func() error {
+		elems, err := splitKV(s)
+		if err != nil {
+			return err
+		}
+		mp := newMatchParser(&m)
+		for _, e := range elems {
+			if err := mp.key(e); err != nil {
+				return fmt.Errorf("%s: %w", e.key, err)
+			}
+		}
+		return mp.finish()
+	}()
 	if err != nil {
 		return Match{}, &ParseError{Text: s, Err: err}
 	}
-	return fm.Match, nil
+	return m, nil
 }
 
-// parseMatchField parses one field=value of a match.
-func parseMatchField(m *Match, key, value string) error {
-	switch key {
-	case "dl_vlan":
-		v, err := strconv.ParseUint(value, 0, 16)
-		if err != nil || v > 0xfff {
-			return fmt.Errorf("bad VLAN %q", value)
-		}
-		m.SetUint(FieldVLANVID, 0x1000|v)
-		return nil
-	case "dl_vlan_pcp":
-		v, err := strconv.ParseUint(value, 0, 8)
-		if err != nil || v > 7 {
-			return fmt.Errorf("bad VLAN PCP %q", value)
-		}
-		if !m.Has(FieldVLANVID) {
-			m.SetUintMasked(FieldVLANVID, 0x1000, 0x1000)
-		}
-		m.SetUint(FieldVLANPCP, v)
-		return nil
-	case "vlan_tci":
-		vs, ms, hasMask := strings.Cut(value, "/")
-		v, err := strconv.ParseUint(vs, 0, 16)
-		if err != nil {
-			return fmt.Errorf("bad TCI %q", value)
-		}
-		mask := uint64(0xffff)
-		if hasMask {
-			if mask, err = strconv.ParseUint(ms, 0, 16); err != nil {
-				return fmt.Errorf("bad TCI mask %q", value)
-			}
-		}
-		v &= mask
-		switch vm := mask & 0x1fff; {
-		case vm == 0x1fff:
-			m.SetUint(FieldVLANVID, v&0x1fff)
-		case vm != 0:
-			m.SetUintMasked(FieldVLANVID, v&0x1fff, vm)
-		}
-		if mask&0xe000 != 0 && (v&0x1fff != 0 || v>>13 != 0) {
-			m.SetUint(FieldVLANPCP, v>>13)
+// matchParser builds a Match from ovs-ofctl's match keys the way
+// ovs-ofctl builds and encodes its own: 802.1Q keys edit one TCI, L4 and
+// ICMP keys are resolved against the flow's protocol, and fields that
+// ovs-ofctl would leave out of the FLOW_MOD (no prerequisites) are
+// refused.
+type matchParser struct {
+	m *Match
+	// The 802.1Q keys (dl_vlan, dl_vlan_pcp, vlan_pcp, vlan_vid,
+	// vlan_tci) edit one TCI value and mask, as in Open vSwitch.
+	tci, tciMask uint16
+	tciSet       bool
+	l4           []kv // tp_src and friends, resolved once the protocol is known
+	// keyOf is the key that set each field, for error messages.
+	keyOf map[Field]string
+	// ethernet: a field with prerequisites was given (zero mask or not),
+	// which makes ovs-ofctl match on Ethernet packets (packet_type (0,0)).
+	ethernet bool
+	// packetType: packet_type was given.
+	packetType bool
+}
+
+func newMatchParser(m *Match) *matchParser {
+	return &matchParser{m: m, keyOf: map[Field]string{}}
+}
+
+// key parses one key or key=value of a match.
+func (p *matchParser) key(e kv) error {
+	if pt, ok := protocolShortcuts[e.key]; ok && !e.hasValue {
+		p.m.SetUint(FieldEthType, pt[0])
+		p.keyOf[FieldEthType] = e.key
+		if pt[1] != 0 {
+			p.m.SetUint(FieldIPProto, pt[1])
+			p.keyOf[FieldIPProto] = e.key
 		}
 		return nil
+	}
+	if !e.hasValue {
+		return fmt.Errorf("missing value")
+	}
+	switch e.key {
+	case "dl_vlan", "dl_vlan_pcp", "vlan_pcp", "vlan_vid", "vlan_tci":
+		p.ethernet = true
+		return p.vlanKey(e.key, e.value)
 	case "nw_tos":
-		v, err := strconv.ParseUint(value, 0, 8)
+		// The DSCP bits of the TOS byte, sent as ip_dscp.
+		v, err := parseCUint(e.value, 8)
 		if err != nil || v&3 != 0 {
-			return fmt.Errorf("bad nw_tos %q (the low 2 bits must be 0)", value)
+			return fmt.Errorf("bad nw_tos %q (the low 2 bits must be 0)", e.value)
 		}
-		m.SetUint(FieldIPDSCP, v>>2)
+		p.set(FieldIPDSCP, e.key, uintBytes(v>>2, 1), nil)
+		return nil
+	case "tp_src", "tp_dst", "tcp_src", "tcp_dst", "udp_src", "udp_dst", "sctp_src", "sctp_dst",
+		"icmp_type", "icmp_code", "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code":
+		p.ethernet = true
+		p.l4 = append(p.l4, e)
 		return nil
 	case "oxm":
-		raw, err := hex.DecodeString(value)
+		raw, err := hex.DecodeString(e.value)
 		if err != nil {
 			return err
 		}
-		return m.AddRaw(raw)
+		return p.m.AddRaw(raw)
 	}
-	if strings.Contains(key, "[") {
-		sf, err := ParseSubfield(key)
+	if strings.Contains(e.key, "[") {
+		sf, err := ParseSubfield(e.key)
 		if err != nil {
 			return err
 		}
-		return setSubfield(m, sf, value)
+		return p.subfield(sf, e.key, e.value)
 	}
-	f, err := ParseField(key)
+	f, err := matchField(e.key)
 	if err != nil {
 		return err
+	}
+	v, mask, err := parseValue(f, e.value)
+	if err != nil {
+		return err
+	}
+	if f == FieldIPv6Label && mask != nil && bytesUint(mask) == ipv6LabelBits {
+		// Open vSwitch takes a mask of the label's 20 bits as exact.
+		v, mask = uintBytes(bytesUint(v)&ipv6LabelBits, 4), nil
+	}
+	return p.setChecked(f, e.key, v, mask)
+}
+
+// ipv6LabelBits are the bits of an IPv6 flow label.
+const ipv6LabelBits = 0xfffff
+
+// matchField looks up a match key: a field's name or alias. NXM names
+// (NXM_OF_IP_SRC) are subfield syntax only, as in ovs-ofctl.
+func matchField(key string) (Field, error) {
+	f, err := ParseField(key)
+	if err != nil || fields[f].name != key && fields[f].alias != key {
+		return FieldNone, &UnsupportedError{Part: fmt.Sprintf("match field %q", key)}
 	}
 	if f == FieldInPort16 {
 		f = FieldInPort
 	}
-	v, mask, err := parseValue(f, value)
-	if err != nil {
-		return err
+	return f, nil
+}
+
+// setChecked sets f from a parsed value and mask (nil: exact), refusing a
+// mask on a field the switch cannot mask.
+func (p *matchParser) setChecked(f Field, key string, v, mask []byte) error {
+	if mask != nil && !isOnes(mask) && !fields[f].maskable {
+		return &UnsupportedError{Part: key, Why: "cannot be masked"}
 	}
-	if mask == nil {
-		m.Set(f, v)
-	} else {
-		m.SetMasked(f, v, mask)
-	}
+	p.set(f, key, v, mask)
 	return nil
 }
 
-// setSubfield matches bits of a field against an integer, as
+func (p *matchParser) set(f Field, key string, v, mask []byte) {
+	if mask == nil {
+		p.m.Set(f, v)
+	} else {
+		p.m.SetMasked(f, v, mask)
+	}
+	p.keyOf[f] = key
+	if f == FieldPacketType {
+		p.packetType = true
+	}
+	if fields[f].prereq != preNone {
+		p.ethernet = true
+	}
+}
+
+// subfield matches bits of a field against an integer, as
 // "reg0[0..15]=5" does.
-func setSubfield(m *Match, sf Subfield, value string) error {
-	w := sf.Field.Width()
-	v, err := parseUintBytes(value, w)
+func (p *matchParser) subfield(sf Subfield, key, value string) error {
+	val, mask, err := subfieldValue(sf, value)
 	if err != nil {
 		return err
 	}
-	n := sf.nbits()
-	val, mask := make([]byte, w), make([]byte, w)
-	for i := 0; i < n; i++ {
-		bit := int(sf.Offset) + i
-		src := getBit(v, i)
-		setBit(mask, bit, true)
-		setBit(val, bit, src)
+	if sf.Field == FieldVLANTCI {
+		p.ethernet = true
+		t, m := uint16(bytesUint(val)), uint16(bytesUint(mask))
+		p.setTCI(p.tci&^m|t, p.tciMask|m)
+		return nil
 	}
-	for i := n; i < 8*w; i++ {
-		if getBit(v, i) {
-			return fmt.Errorf("value %s does not fit into %d bits", value, n)
+	f := sf.Field
+	if f == FieldInPort16 {
+		if !isOnes(mask) {
+			return &UnsupportedError{Part: key, Why: "cannot be masked"}
 		}
+		p.set(FieldInPort, key, uintBytes(uint64(port16To32(uint16(bytesUint(val)))), 4), nil)
+		return nil
 	}
-	oldV, oldM, ok := m.Get(sf.Field)
+	oldV, oldM, ok := p.m.Get(f)
 	if ok {
 		for i := range val {
 			val[i] |= oldV[i] &^ mask[i]
 			mask[i] |= oldM[i]
 		}
 	}
-	m.SetMasked(sf.Field, val, mask)
+	return p.setChecked(f, key, val, mask)
+}
+
+// vlanKey applies one 802.1Q key to the TCI as Open vSwitch does:
+// dl_vlan sets the VLAN ID (and the VLAN-present bit), dl_vlan_pcp and
+// vlan_pcp the priority (and the present bit), vlan_vid the ID and
+// present bit as OpenFlow writes them, vlan_tci all 16 bits.
+func (p *matchParser) vlanKey(key, value string) error {
+	const vidMask, cfi, pcpMask = 0x0fff, 0x1000, 0xe000
+	switch key {
+	case "dl_vlan":
+		v, err := parseCUint(value, 16)
+		if err != nil || v > vidMask {
+			return fmt.Errorf("bad VLAN %q", value)
+		}
+		p.setTCI(p.tci&^(vidMask|cfi)|uint16(v)|cfi, p.tciMask|vidMask|cfi)
+	case "dl_vlan_pcp", "vlan_pcp":
+		v, err := parseCUint(value, 8)
+		if err != nil || v > 7 {
+			return fmt.Errorf("bad VLAN PCP %q", value)
+		}
+		p.setTCI(p.tci&^(pcpMask|cfi)|uint16(v)<<13|cfi, p.tciMask|pcpMask|cfi)
+	case "vlan_vid":
+		v, m, err := parseValue(FieldVLANVID, value)
+		if err != nil {
+			return err
+		}
+		vm := uint16(0x1fff)
+		if m != nil {
+			vm = uint16(bytesUint(m)) & 0x1fff
+		}
+		p.setTCI(p.tci&^0x1fff|uint16(bytesUint(v))&vm, p.tciMask&pcpMask|vm)
+	case "vlan_tci":
+		vs, ms, hasMask := strings.Cut(value, "/")
+		v, err := parseCUint(vs, 16)
+		if err != nil {
+			return fmt.Errorf("bad TCI %q", value)
+		}
+		m := uint64(0xffff)
+		if hasMask {
+			if m, err = parseCUint(ms, 16); err != nil {
+				return fmt.Errorf("bad TCI mask %q", value)
+			}
+		}
+		p.setTCI(uint16(v), uint16(m))
+	}
 	return nil
 }
 
-// getBit reads bit i (0 = least significant) of a big-endian byte string.
-func getBit(b []byte, i int) bool {
-	if i/8 >= len(b) {
-		return false
-	}
-	return b[len(b)-1-i/8]&(1<<(i%8)) != 0
+func (p *matchParser) setTCI(tci, mask uint16) {
+	p.tci, p.tciMask, p.tciSet = tci&mask, mask, true
 }
 
-func setBit(b []byte, i int, v bool) {
-	if v {
-		b[len(b)-1-i/8] |= 1 << (i % 8)
-	} else {
-		b[len(b)-1-i/8] &^= 1 << (i % 8)
+// finish resolves what needs the whole match: the L4 keys, the TCI, the
+// prerequisites and the packet type.
+func (p *matchParser) finish() error {
+	for _, e := range p.l4 {
+		if err := p.l4Key(e); err != nil {
+			return fmt.Errorf("%s: %w", e.key, err)
+		}
 	}
+	if err := p.finishVLAN(); err != nil {
+		return err
+	}
+	for _, f := range p.m.Fields() {
+		if err := p.checkPrereq(f); err != nil {
+			return err
+		}
+	}
+	return p.finishPacketType()
 }
 
-// parseL4Field resolves tp_src and friends against the match's protocol,
-// as Open vSwitch does: tp_src is the TCP, UDP or SCTP port of whichever
-// protocol the flow matches.
-func parseL4Field(m *Match, key, value string) error {
-	ethType, _, _ := m.Uint(FieldEthType)
-	proto, _, _ := m.Uint(FieldIPProto)
+// l4Key resolves tp_src and friends against the match's protocol, as
+// Open vSwitch does (it keeps all of them in one place): tp_src is the
+// port of whichever of TCP, UDP and SCTP the flow matches, icmp_type the
+// type of ICMPv4 or ICMPv6.
+func (p *matchParser) l4Key(e kv) error {
+	ethType, _, _ := p.m.Uint(FieldEthType)
 	var f Field
-	switch key {
+	switch e.key {
 	case "icmp_type", "icmp_code":
-		f = map[bool]Field{true: FieldICMPv4Type, false: FieldICMPv4Code}[key == "icmp_type"]
+		f = map[bool]Field{true: FieldICMPv4Type, false: FieldICMPv4Code}[e.key == "icmp_type"]
 		if ethType == 0x86dd {
-			f = map[bool]Field{true: FieldICMPv6Type, false: FieldICMPv6Code}[key == "icmp_type"]
+			f = map[bool]Field{true: FieldICMPv6Type, false: FieldICMPv6Code}[e.key == "icmp_type"]
 		}
-	case "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code":
-		f, _ = ParseField(key)
-	case "tcp_src", "tcp_dst", "udp_src", "udp_dst", "sctp_src", "sctp_dst":
-		f, _ = ParseField(key)
+	case "tp_src", "tp_dst":
+		var ok bool
+		if f, ok = l4PortField(p.m, e.key == "tp_src"); !ok {
+			return &UnsupportedError{Part: e.key, Why: "needs tcp, udp or sctp in the match (ovs-ofctl would leave it out)"}
+		}
 	default:
-		src := strings.HasSuffix(key, "_src")
-		switch proto {
-		case 17:
-			f = map[bool]Field{true: FieldUDPSrc, false: FieldUDPDst}[src]
-		case 132:
-			f = map[bool]Field{true: FieldSCTPSrc, false: FieldSCTPDst}[src]
-		default:
-			f = map[bool]Field{true: FieldTCPSrc, false: FieldTCPDst}[src]
-		}
+		f, _ = ParseField(e.key)
 	}
-	v, mask, err := parseValue(f, value)
+	v, mask, err := parseValue(f, e.value)
 	if err != nil {
 		return err
 	}
-	if mask == nil {
-		m.Set(f, v)
-	} else {
-		m.SetMasked(f, v, mask)
-	}
-	return nil
+	return p.setChecked(f, e.key, v, mask)
 }
 
-// ParseInstructionsText parses what follows "actions=" in ovs-ofctl
-// syntax: actions, then optionally clear_actions, write_actions(...),
-// write_metadata:V[/M] and goto_table:N. "drop" (or nothing) is an empty
-// list. Instructions come back in Open vSwitch's canonical order.
-func ParseInstructionsText(s string) ([]Instruction, error) {
-	elems, err := splitKV(s)
-	if err != nil {
-		return nil, err
+// l4PortField is the source or destination port field of the match's
+// protocol, TCP, UDP or SCTP; ok is false for any other protocol.
+func l4PortField(m *Match, src bool) (f Field, ok bool) {
+	proto, _, _ := m.Uint(FieldIPProto)
+	ports := map[uint64][2]Field{6: {FieldTCPSrc, FieldTCPDst}, 17: {FieldUDPSrc, FieldUDPDst}, 132: {FieldSCTPSrc, FieldSCTPDst}}[proto]
+	if ports[0] == FieldNone {
+		return FieldNone, false
 	}
-	var acts []Action
-	var clear, write, meta, gotoT Instruction
-	for _, e := range elems {
-		switch e.key {
-		case "goto_table":
-			t, err := parseUint8(e.value)
-			if err != nil {
-				return nil, fmt.Errorf("goto_table: %w", err)
-			}
-			gotoT = GotoTable{Table: t}
-		case "clear_actions":
-			clear = ClearActions{}
-		case "write_actions":
-			wa, err := parseActionList(e.value)
-			if err != nil {
-				return nil, fmt.Errorf("write_actions: %w", err)
-			}
-			write = WriteActions{Actions: wa}
-		case "write_metadata":
-			vs, ms, hasMask := strings.Cut(e.value, "/")
-			v, err := strconv.ParseUint(vs, 0, 64)
-			mask := ^uint64(0)
-			if err == nil && hasMask {
-				mask, err = strconv.ParseUint(ms, 0, 64)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("write_metadata: %w", err)
-			}
-			meta = WriteMetadata{Metadata: v, Mask: mask}
-		default:
-			if gotoT != nil || write != nil || clear != nil || meta != nil {
-				return nil, fmt.Errorf("action %s after an instruction", e.key)
-			}
-			a, err := parseAction1(e)
-			if err != nil {
-				return nil, err
-			}
-			if a != nil {
-				acts = append(acts, a)
-			}
-		}
+	if src {
+		return ports[0], true
 	}
-	var out []Instruction
-	if len(acts) > 0 {
-		out = append(out, ApplyActions{Actions: acts})
-	}
-	for _, in := range []Instruction{clear, write, meta, gotoT} {
-		if in != nil {
-			out = append(out, in)
-		}
-	}
-	return out, nil
+	return ports[1], true
 }
 
-// ParseActionText parses a comma-separated action list in ovs-ofctl
-// syntax, such as "ct(commit,zone=5,nat(src=10.0.0.1)),output:2".
-func ParseActionText(s string) ([]Action, error) {
-	acts, err := parseActionList(s)
-	if err != nil {
-		return nil, &ParseError{Text: s, Err: err}
-	}
-	return acts, nil
-}
-
-func parseActionList(s string) ([]Action, error) {
-	elems, err := splitKV(s)
-	if err != nil {
-		return nil, err
-	}
-	var acts []Action
-	for _, e := range elems {
-		a, err := parseAction1(e)
-		if err != nil {
-			return nil, err
-		}
-		if a != nil {
-			acts = append(acts, a)
-		}
-	}
-	return acts, nil
-}
-
-// parseAction1 parses one action; "drop" yields nil.
-func parseAction1(e kv) (Action, error) {
-	wrap := func(err error) error {
-		if err == nil {
-			return nil
-		}
-		return fmt.Errorf("%s: %w", e.key, err)
-	}
-	switch strings.ToLower(e.key) {
-	case "drop":
-		return nil, nil
-	case "output":
-		p, err := ParsePort(e.value)
-		return Output{Port: p}, wrap(err)
-	case "controller":
-		a := Output{Port: PortController, MaxLen: 0xffff}
-		if e.hasValue && e.value != "" {
-			if strings.HasPrefix(e.value, "max_len=") {
-				e.value = strings.TrimPrefix(e.value, "max_len=")
-			}
-			n, err := parseUint16(e.value)
-			if err != nil {
-				return nil, wrap(err)
-			}
-			a.MaxLen = n
-		}
-		return a, nil
-	case "group":
-		n, err := strconv.ParseUint(e.value, 0, 32)
-		return Group{ID: uint32(n)}, wrap(err)
-	case "set_queue":
-		n, err := strconv.ParseUint(e.value, 0, 32)
-		return SetQueue{ID: uint32(n)}, wrap(err)
-	case "meter":
-		n, err := strconv.ParseUint(e.value, 0, 32)
-		return Meter{ID: uint32(n)}, wrap(err)
-	case "dec_ttl":
-		return DecTTL{}, nil
-	case "push_vlan":
-		n, err := strconv.ParseUint(e.value, 0, 16)
-		return PushVLAN{EtherType: uint16(n)}, wrap(err)
-	case "pop_vlan", "strip_vlan":
-		return PopVLAN{}, nil
-	case "ct_clear":
-		return CTClear{}, nil
-	case "exit":
-		return Exit{}, nil
-	case "set_field":
-		a, err := parseSetFieldText(e.value)
-		return a, wrap(err)
-	case "load":
-		a, err := parseLoadText(e.value)
-		return a, wrap(err)
-	case "move":
-		src, dst, ok := strings.Cut(e.value, "->")
-		if !ok {
-			return nil, wrap(fmt.Errorf("want SRC->DST"))
-		}
-		s, err := ParseSubfield(src)
-		if err != nil {
-			return nil, wrap(err)
-		}
-		d, err := ParseSubfield(dst)
-		if err != nil {
-			return nil, wrap(err)
-		}
-		if s.nbits() != d.nbits() {
-			return nil, wrap(fmt.Errorf("source is %d bits, destination %d", s.nbits(), d.nbits()))
-		}
-		return CopyField{Src: s, Dst: d}, nil
-	case "mod_dl_src", "mod_dl_dst", "mod_nw_src", "mod_nw_dst", "mod_tp_src", "mod_tp_dst":
-		f := map[string]Field{"mod_dl_src": FieldEthSrc, "mod_dl_dst": FieldEthDst, "mod_nw_src": FieldIPv4Src,
-			"mod_nw_dst": FieldIPv4Dst, "mod_tp_src": FieldTCPSrc, "mod_tp_dst": FieldTCPDst}[e.key]
-		v, _, err := parseValue(f, e.value)
-		return SetField{Field: f, Value: v}, wrap(err)
-	case "resubmit":
-		a, err := parseResubmitText(e)
-		return a, wrap(err)
-	case "ct":
-		a, err := parseCTText(e.value)
-		return a, wrap(err)
-	case "nat":
-		a, err := parseNATText(e.value, e.hasValue)
-		return a, wrap(err)
-	case "conjunction":
-		var a Conjunction
-		id, kn, ok := strings.Cut(e.value, ",")
-		k, n, ok2 := strings.Cut(kn, "/")
-		if !ok || !ok2 {
-			return nil, wrap(fmt.Errorf("want conjunction(id,k/n)"))
-		}
-		x, err1 := strconv.ParseUint(strings.TrimSpace(id), 0, 32)
-		y, err2 := strconv.ParseUint(strings.TrimSpace(k), 0, 8)
-		z, err3 := strconv.ParseUint(strings.TrimSpace(n), 0, 8)
-		if err1 != nil || err2 != nil || err3 != nil || y == 0 || y > z {
-			return nil, wrap(fmt.Errorf("bad conjunction(%s)", e.value))
-		}
-		a.ID, a.Clause, a.NClauses = uint32(x), uint8(y), uint8(z)
-		return a, nil
-	case "note":
-		var data []byte
-		for _, part := range strings.Split(e.value, ".") {
-			if part == "" {
-				continue
-			}
-			x, err := hex.DecodeString(part)
-			if err != nil {
-				return nil, wrap(err)
-			}
-			data = append(data, x...)
-		}
-		return Note{Data: data}, nil
-	case "clone":
-		acts, err := parseActionList(e.value)
-		return Clone{Actions: acts}, wrap(err)
-	case "learn":
-		a, err := parseLearnText(e.value)
-		return a, wrap(err)
-	case "raw":
-		data, err := hex.DecodeString(e.value)
-		if err != nil {
-			return nil, wrap(err)
-		}
-		a := RawAction{Data: data}
-		if _, err := a.AppendBinary(nil); err != nil {
-			return nil, wrap(err)
-		}
-		return a, nil
-	}
-	if !e.hasValue {
-		if p, err := ParsePort(e.key); err == nil {
-			if p == PortController {
-				return Output{Port: PortController, MaxLen: 0xffff}, nil
-			}
-			return Output{Port: p}, nil
-		}
-	}
-	return nil, fmt.Errorf("unknown action %q", e.key)
-}
-
-func parseSetFieldText(s string) (Action, error) {
-	val, dst, ok := strings.Cut(s, "->")
-	if !ok {
-		return nil, fmt.Errorf("want VALUE->FIELD")
-	}
-	f, err := ParseField(dst)
-	if err != nil {
-		return nil, err
-	}
-	v, mask, err := parseValue(f, val)
-	if err != nil {
-		return nil, err
-	}
-	if mask != nil && isOnes(mask) {
-		mask = nil
-	}
-	for i := range mask {
-		if v[i]&^mask[i] != 0 {
-			return nil, fmt.Errorf("value %s has bits outside its mask", val)
-		}
-	}
-	return SetField{Field: f, Value: v, Mask: mask}, nil
-}
-
-// parseLoadText turns load:VALUE->DST[bits] into the OpenFlow 1.5 masked
-// set_field Open vSwitch sends for it.
-func parseLoadText(s string) (Action, error) {
-	val, dst, ok := strings.Cut(s, "->")
-	if !ok {
-		return nil, fmt.Errorf("want VALUE->DST")
-	}
-	sf, err := ParseSubfield(dst)
-	if err != nil {
-		return nil, err
-	}
+// subfieldValue turns an integer written for a subfield (reg0[8..15]=5,
+// load:5->reg0[8..15]) into the field's value and mask.
+func subfieldValue(sf Subfield, text string) (value, mask []byte, err error) {
 	w := sf.Field.Width()
-	v, err := parseUintBytes(val, w)
+	v, err := parseUintBytes(text, w)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := sf.nbits()
-	value, mask := make([]byte, w), make([]byte, w)
+	value, mask = make([]byte, w), make([]byte, w)
 	for i := 0; i < 8*w; i++ {
 		if i >= n {
 			if getBit(v, i) {
-				return nil, fmt.Errorf("value %s does not fit into %d bits", val, n)
+				return nil, nil, fmt.Errorf("value %s does not fit into %d bits", text, n)
 			}
 			continue
 		}
 		setBit(mask, int(sf.Offset)+i, true)
 		setBit(value, int(sf.Offset)+i, getBit(v, i))
 	}
-	if isOnes(mask) {
-		mask = nil
-	}
-	return SetField{Field: sf.Field, Value: value, Mask: mask}, nil
+	return value, mask, nil
 }
 
-func parseResubmitText(e kv) (Action, error) {
-	a := Resubmit{Table: TableAll}
-	if !e.paren {
-		p, err := ParsePort(e.value)
-		if err != nil {
-			return nil, err
-		}
-		a.Port = p
-		if a.Port == PortInPort {
-			a.Port = 0
-		}
-		return a, nil
+// finishVLAN turns the TCI into the OpenFlow 1.5 fields Open vSwitch
+// sends for it: vlan_vid for the ID and present bit, and vlan_pcp, exact,
+// when the priority is matched and the TCI's ID and present bits are not
+// all zero. A priority ovs-ofctl would drop or make exact is refused.
+func (p *matchParser) finishVLAN() error {
+	if !p.tciSet {
+		return nil
 	}
-	parts := strings.Split(e.value, ",")
-	if len(parts) < 2 || len(parts) > 3 {
-		return nil, fmt.Errorf("want resubmit([port],[table][,ct])")
+	key := p.keyOf[FieldVLANVID]
+	if key == "" {
+		key = "vlan_tci"
 	}
-	if p := strings.TrimSpace(parts[0]); p != "" {
-		port, err := ParsePort(p)
-		if err != nil {
-			return nil, err
-		}
-		if port != PortInPort {
-			a.Port = port
-		}
-	}
-	if t := strings.TrimSpace(parts[1]); t != "" {
-		n, err := parseUint8(t)
-		if err != nil {
-			return nil, err
-		}
-		a.Table = n
-	}
-	if len(parts) == 3 {
-		if strings.TrimSpace(parts[2]) != "ct" {
-			return nil, fmt.Errorf("unknown resubmit option %q", parts[2])
-		}
-		a.CT = true
-	}
-	return a, nil
-}
-
-func parseCTText(s string) (Action, error) {
-	elems, err := splitKV(s)
-	if err != nil {
-		return nil, err
-	}
-	var a CT
-	for _, e := range elems {
-		switch e.key {
-		case "commit":
-			a.Flags |= CTCommit
-		case "force":
-			a.Flags |= CTForce
-		case "table":
-			t, err := parseUint8(e.value)
-			if err != nil {
-				return nil, fmt.Errorf("table: %w", err)
-			}
-			a.Recirculate, a.Table = true, t
-		case "zone":
-			if n, err := strconv.ParseUint(e.value, 0, 16); err == nil {
-				a.Zone = uint16(n)
-				break
-			}
-			sf, err := ParseSubfield(e.value)
-			if err != nil {
-				return nil, fmt.Errorf("zone: %w", err)
-			}
-			if sf.nbits() != 16 {
-				return nil, fmt.Errorf("zone: %v is not 16 bits", e.value)
-			}
-			a.ZoneField = sf
-		case "alg":
-			switch e.value {
-			case "ftp":
-				a.Alg = CTAlgFTP
-			case "tftp":
-				a.Alg = CTAlgTFTP
-			default:
-				n, err := strconv.ParseUint(e.value, 0, 16)
-				if err != nil {
-					return nil, fmt.Errorf("alg: unknown %q", e.value)
-				}
-				a.Alg = uint16(n)
-			}
-		case "nat":
-			n, err := parseNATText(e.value, e.hasValue)
-			if err != nil {
-				return nil, err
-			}
-			a.Actions = append([]Action{n}, a.Actions...)
-		case "exec":
-			acts, err := parseActionList(e.value)
-			if err != nil {
-				return nil, fmt.Errorf("exec: %w", err)
-			}
-			a.Actions = append(a.Actions, acts...)
-		default:
-			return nil, fmt.Errorf("unknown ct argument %q", e.key)
-		}
-	}
-	return a, nil
-}
-
-func parseNATText(s string, hasValue bool) (Action, error) {
-	var a NAT
-	if !hasValue || s == "" {
-		return a, nil
-	}
-	elems, err := splitNATArgs(s)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range elems {
-		key, val, hasVal := strings.Cut(e, "=")
-		switch key {
-		case "src", "dst":
-			if a.Flags&(NATSrc|NATDst) != 0 {
-				return nil, fmt.Errorf("nat: only one of src and dst")
-			}
-			if key == "src" {
-				a.Flags |= NATSrc
-			} else {
-				a.Flags |= NATDst
-			}
-			if hasVal {
-				if err := parseNATRange(&a, val); err != nil {
-					return nil, err
-				}
-			}
-		case "persistent", "hash", "random":
-			if a.Flags&(NATSrc|NATDst) == 0 {
-				return nil, fmt.Errorf("nat: %s needs src or dst first", key)
-			}
-			a.Flags |= map[string]uint16{"persistent": NATPersistent, "hash": NATProtoHash, "random": NATProtoRandom}[key]
-		default:
-			return nil, fmt.Errorf("nat: unknown argument %q", e)
-		}
-	}
-	return a, nil
-}
-
-// splitNATArgs splits nat arguments at commas outside brackets.
-func splitNATArgs(s string) ([]string, error) {
-	var out []string
-	depth, start := 0, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '[':
-			depth++
-		case ']':
-			depth--
-		case ',':
-			if depth == 0 {
-				out = append(out, strings.TrimSpace(s[start:i]))
-				start = i + 1
-			}
-		}
-	}
-	if depth != 0 {
-		return nil, fmt.Errorf("nat: unbalanced brackets in %q", s)
-	}
-	return append(out, strings.TrimSpace(s[start:])), nil
-}
-
-// parseNATRange parses ADDR[-ADDR][:PORT[-PORT]], IPv6 addresses in
-// brackets when ports follow.
-func parseNATRange(a *NAT, s string) error {
-	var addrs, ports string
-	if strings.HasPrefix(s, "[") {
-		end := strings.LastIndex(s, "]")
-		if end < 0 {
-			return fmt.Errorf("nat: missing ] in %q", s)
-		}
-		addrs = s[:end+1]
-		rest := s[end+1:]
-		if rest != "" {
-			if rest[0] != ':' {
-				return fmt.Errorf("nat: bad range %q", s)
-			}
-			ports = rest[1:]
-		}
-		addrs = strings.NewReplacer("[", "", "]", "").Replace(addrs)
-	} else if strings.Count(s, ":") == 1 && strings.Contains(s, ".") {
-		addrs, ports, _ = strings.Cut(s, ":")
-	} else {
-		addrs = s
-	}
-	lo, hi, isRange := strings.Cut(addrs, "-")
-	var err error
-	if a.MinAddr, err = netip.ParseAddr(lo); err != nil {
-		return fmt.Errorf("nat: %w", err)
-	}
-	if isRange {
-		if a.MaxAddr, err = netip.ParseAddr(hi); err != nil {
-			return fmt.Errorf("nat: %w", err)
-		}
-		if a.MaxAddr.Is4() != a.MinAddr.Is4() {
-			return fmt.Errorf("nat: mixed address families in %q", addrs)
-		}
-	}
-	if a.MinAddr.IsUnspecified() || (a.MaxAddr.IsValid() && a.MaxAddr.IsUnspecified()) {
-		return fmt.Errorf("nat: the unspecified address %v cannot be a translation", a.MinAddr)
-	}
-	if a.MaxAddr == a.MinAddr {
-		a.MaxAddr = netip.Addr{} // a one-address "range"
-	}
-	if ports != "" {
-		plo, phi, isPRange := strings.Cut(ports, "-")
-		if a.MinPort, err = parseUint16(plo); err != nil {
-			return fmt.Errorf("nat: port: %w", err)
-		}
-		if a.MinPort == 0 {
-			return fmt.Errorf("nat: port range cannot start at 0")
-		}
-		if isPRange {
-			if a.MaxPort, err = parseUint16(phi); err != nil {
-				return fmt.Errorf("nat: port: %w", err)
-			}
-			if a.MaxPort == a.MinPort {
-				a.MaxPort = 0
-			}
-		}
-	}
-	return nil
-}
-
-func parseLearnText(s string) (Action, error) {
-	elems, err := splitKV(s)
-	if err != nil {
-		return nil, err
-	}
-	a := Learn{Table: 1, Priority: DefaultPriority}
-	for _, e := range elems {
-		var err error
-		switch e.key {
-		case "table":
-			a.Table, err = parseUint8(e.value)
-		case "priority":
-			a.Priority, err = parseUint16(e.value)
-		case "idle_timeout":
-			a.IdleTimeout, err = parseUint16(e.value)
-		case "hard_timeout":
-			a.HardTimeout, err = parseUint16(e.value)
-		case "fin_idle_timeout":
-			a.FinIdleTimeout, err = parseUint16(e.value)
-		case "fin_hard_timeout":
-			a.FinHardTimeout, err = parseUint16(e.value)
-		case "cookie":
-			a.Cookie, err = strconv.ParseUint(e.value, 0, 64)
-		case "send_flow_rem":
-			a.Flags |= LearnSendFlowRem
-		case "delete_learned":
-			a.Flags |= LearnDeleteLearned
-		case "load":
-			err = parseLearnLoad(&a, e.value)
-		case "output":
-			var sf Subfield
-			if sf, err = ParseSubfield(e.value); err == nil {
-				a.Specs = append(a.Specs, LearnSpec{Kind: LearnOutput, Src: sf})
-			}
-		default:
-			err = parseLearnMatch(&a, e)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", e.key, err)
-		}
-	}
-	return a, nil
-}
-
-// immediate encodes v into the 2*ceil(bits/16) bytes a learn spec carries.
-func learnImmediate(v []byte, bits int) ([]byte, error) {
-	k := 2 * ((bits + 15) / 16)
-	out := make([]byte, k)
-	for i := 0; i < 8*len(v); i++ {
-		if !getBit(v, i) {
-			continue
-		}
-		if i >= bits {
-			return nil, fmt.Errorf("value does not fit into %d bits", bits)
-		}
-		setBit(out, i, true)
-	}
-	return out, nil
-}
-
-func parseLearnLoad(a *Learn, s string) error {
-	src, dst, ok := strings.Cut(s, "->")
-	if !ok {
-		return fmt.Errorf("want SRC->DST")
-	}
-	d, err := ParseSubfield(dst)
-	if err != nil {
-		return err
-	}
-	spec := LearnSpec{Kind: LearnLoad, Dst: d}
-	if src != "" && (src[0] >= '0' && src[0] <= '9') {
-		v, err := parseUintBytes(src, 16)
-		if err != nil {
-			return err
-		}
-		if spec.Value, err = learnImmediate(v, d.nbits()); err != nil {
-			return err
-		}
-	} else {
-		if spec.Src, err = ParseSubfield(src); err != nil {
-			return err
-		}
-		if spec.Src.nbits() != d.nbits() {
-			return fmt.Errorf("%v and %v differ in width", spec.Src, d)
-		}
-	}
-	a.Specs = append(a.Specs, spec)
-	return nil
-}
-
-func parseLearnMatch(a *Learn, e kv) error {
-	d, err := ParseSubfield(e.key)
-	if err != nil {
-		return err
-	}
-	spec := LearnSpec{Kind: LearnMatch, Dst: d}
+	p.m.Delete(FieldVLANVID).Delete(FieldVLANPCP).Delete(FieldVLANTCI)
+	vid, vidMask := p.tci&0x1fff, p.tciMask&0x1fff
 	switch {
-	case !e.hasValue:
-		spec.Src = d
-	case strings.Contains(e.key, "["):
-		// dst[bits]=src[bits] or dst[bits]=integer
-		if s, err := ParseSubfield(e.value); err == nil {
-			if s.nbits() != d.nbits() {
-				return fmt.Errorf("%v and %v differ in width", s, d)
-			}
-			spec.Src = s
-			break
-		}
-		v, err := parseUintBytes(e.value, 16)
-		if err != nil {
-			return err
-		}
-		if spec.Value, err = learnImmediate(v, d.nbits()); err != nil {
-			return err
-		}
+	case vidMask == 0x1fff:
+		p.m.SetUint(FieldVLANVID, uint64(vid))
+	case vidMask != 0:
+		p.m.SetUintMasked(FieldVLANVID, uint64(vid), uint64(vidMask))
+	}
+	switch pcpMask := p.tciMask >> 13; {
+	case pcpMask == 0:
+	case pcpMask != 7:
+		return &UnsupportedError{Part: "vlan_tci", Why: "the priority bits are partly masked (OpenFlow cannot mask vlan_pcp; ovs-ofctl would match them exactly)"}
+	case vid == 0:
+		return &UnsupportedError{Part: "vlan_tci", Why: "a priority without a VLAN (ovs-ofctl would leave it out)"}
 	default:
-		// field=value (whole field), or field=src[bits]
-		if strings.Contains(e.value, "[") {
-			s, err := ParseSubfield(e.value)
-			if err != nil {
-				return err
-			}
-			if s.nbits() != d.nbits() {
-				return fmt.Errorf("%v and %v differ in width", s, d)
-			}
-			spec.Src = s
-			break
+		p.m.SetUint(FieldVLANPCP, uint64(p.tci>>13))
+	}
+	return nil
+}
+
+// checkPrereq refuses a field whose prerequisites the match lacks: Open
+// vSwitch leaves such fields out of what it sends (or sends them as the
+// field that shares their storage, as arp_spa for nw_src).
+func (p *matchParser) checkPrereq(f Field) error {
+	ethType, _, hasEth := p.m.Uint(FieldEthType)
+	proto, _, hasProto := p.m.Uint(FieldIPProto)
+	isIP := hasEth && (ethType == 0x0800 || ethType == 0x86dd)
+	icmpType, _, hasType := p.m.Uint(FieldICMPv6Type)
+	icmpCode, _, _ := p.m.Uint(FieldICMPv6Code) // 0 when not matched, as Open vSwitch sees it
+	isND := hasEth && ethType == 0x86dd && hasProto && proto == 58 && hasType && (icmpType == 135 || icmpType == 136) && icmpCode == 0
+	var ok bool
+	var needs string
+	switch fields[f].prereq {
+	case preNone, preVLAN: // the priority is checked with the TCI
+		ok = true
+	case preEthernet:
+		pt, _, hasPT := p.m.Uint(FieldPacketType)
+		ok, needs = !hasPT || pt == 0, "an Ethernet packet_type"
+	case preMPLS:
+		ok, needs = hasEth && (ethType == 0x8847 || ethType == 0x8848), "mpls or mplsm"
+	case preIPv4:
+		ok, needs = hasEth && ethType == 0x0800, "ip"
+	case preIPv6:
+		ok, needs = hasEth && ethType == 0x86dd, "ipv6"
+	case preIP:
+		ok, needs = isIP, "ip or ipv6"
+	case preTCP:
+		ok, needs = isIP && hasProto && proto == 6, "tcp or tcp6"
+	case preUDP:
+		ok, needs = isIP && hasProto && proto == 17, "udp or udp6"
+	case preSCTP:
+		ok, needs = isIP && hasProto && proto == 132, "sctp or sctp6"
+	case preICMPv4:
+		ok, needs = hasEth && ethType == 0x0800 && hasProto && proto == 1, "icmp"
+	case preICMPv6:
+		ok, needs = hasEth && ethType == 0x86dd && hasProto && proto == 58, "icmp6"
+	case preND:
+		ok, needs = isND, "icmp6 with icmp_type 135 or 136 and icmp_code 0"
+	case preNDSolicit:
+		ok, needs = isND && icmpType == 135, "icmp6 with icmp_type 135 and icmp_code 0"
+	case preNDAdvert:
+		ok, needs = isND && icmpType == 136, "icmp6 with icmp_type 136 and icmp_code 0"
+	case preARP:
+		ok, needs = hasEth && (ethType == 0x0806 || ethType == 0x8035), "arp or rarp"
+		if ok && f == FieldARPOp {
+			// Open vSwitch keeps the ARP opcode in 8 bits.
+			op, _, _ := p.m.Uint(f)
+			ok, needs = op <= 0xff, "a value below 256"
 		}
-		v, _, err := parseValue(d.Field, e.value)
-		if err != nil {
-			return err
-		}
-		if spec.Value, err = learnImmediate(v, d.nbits()); err != nil {
-			return err
+	case preCT:
+		// Open vSwitch sends the connection's protocol only when it is
+		// not 0, and its ports only with it. (The addresses it sends as
+		// given; the switch checks ct_state.)
+		ctProto, _, hasCTProto := p.m.Uint(FieldCTNwProto)
+		ok = true
+		if f == FieldCTNwProto || f == FieldCTTpSrc || f == FieldCTTpDst {
+			ok, needs = hasCTProto && ctProto != 0, "a ct_nw_proto other than 0"
 		}
 	}
-	a.Specs = append(a.Specs, spec)
+	if ok {
+		return nil
+	}
+	key := p.keyOf[f]
+	if key == "" {
+		key = f.String()
+	}
+	return &UnsupportedError{Part: key, Why: "needs " + needs + " in the match (ovs-ofctl would leave it out)"}
+}
+
+// finishPacketType does what ovs-ofctl does with the packet type: a
+// match with a field that has prerequisites is on Ethernet packets, and
+// Ethernet, the default, is sent as packet_type (0,0) only when no field
+// it sends implies it.
+func (p *matchParser) finishPacketType() error {
+	pt, ptMask, hasPT := p.m.Uint(FieldPacketType)
+	isDefault := hasPT && pt == 0 && ptMask == 0xffffffff
+	if hasPT && !isDefault {
+		return nil // a non-Ethernet packet: checkPrereq refused Ethernet fields
+	}
+	if !p.ethernet && !isDefault {
+		return nil
+	}
+	p.m.Delete(FieldPacketType)
+	for _, f := range p.m.Fields() {
+		if fields[f].prereq != preNone {
+			return nil // implied
+		}
+	}
+	p.m.SetUint(FieldPacketType, 0)
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/egressflow/egressflow/cmd/internal/cli"
 	"github.com/egressflow/egressflow/conntrack"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/iprule"
@@ -31,11 +31,11 @@ const flowsTimeout = coldGuardTimeout
 // service has no flows: then every rule of egressflow's is listed). It
 // reads the bridge and the node's routing rules only, not the API server.
 func runFlows(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("flows", flag.ContinueOnError)
+	fs := cli.NewFlags("egressflow-agent flows")
 	service := fs.String("service", "", "the EgressService, <namespace>/<name> (required)")
 	bridge := fs.String("bridge", "br-ex", "the Open vSwitch bridge")
 	ovsRundir := fs.String("ovs-rundir", "/var/run/openvswitch", "Open vSwitch run directory, holding <bridge>.mgmt")
-	if err := fs.Parse(args); err != nil {
+	if done, err := fs.Parse(args); done || err != nil {
 		return err
 	}
 	if ns, name, ok := strings.Cut(*service, "/"); !ok || ns == "" || name == "" {
@@ -89,11 +89,11 @@ func runFlows(args []string, out io.Writer) error {
 		return err
 	}
 	if len(flows) > 0 {
-		rules = slices.DeleteFunc(rules, func(r iprule.Rule) bool {
-			return r.Kind == iprule.RouteRule && !slices.Contains(addrs, r.Source)
+		rules = slices.DeleteFunc(rules, func(r dataplane.Rule) bool {
+			return r.Kind == dataplane.RouteRule && !slices.Contains(addrs, r.Source)
 		})
 	}
-	fmt.Fprintf(out, "ip rules of egressflow (priorities %d-%d) for it:\n", iprule.ExemptPriority, iprule.LandingPriority)
+	fmt.Fprintf(out, "ip rules of egressflow (priorities %d-%d) for it:\n", dataplane.ExemptRulePriority, dataplane.LandingRulePriority)
 	for _, r := range rules {
 		fmt.Fprintf(out, "  %s\n", r)
 	}

@@ -11,32 +11,34 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/egressflow/egressflow/cmd/internal/cli"
+	"github.com/egressflow/egressflow/cmd/internal/clientmetrics"
 	"github.com/egressflow/egressflow/controller/agent"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/iprule"
@@ -77,9 +79,7 @@ func run() error {
 		podCIDRs, serviceCIDRs, rtTables, metricsAddr              string
 		renewInterval, leaseDuration                               = heartbeat.DefaultRenewInterval, heartbeat.DefaultLeaseDuration
 	)
-	fs := flag.CommandLine
-	klog.InitFlags(fs)
-	version := cli.VersionFlag(fs)
+	fs := cli.NewFlags("egressflow-agent")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&namespace, "namespace", cli.EnvOr("POD_NAMESPACE", defaultNamespace), "namespace of the heartbeat Leases")
 	fs.StringVar(&nodeName, "node-name", cli.EnvOr("NODE_NAME", cli.Hostname()), "this node's name, as in its Node object")
@@ -103,9 +103,11 @@ func run() error {
 	fs.BoolVar(&coldGuard, "cold-guard", false, "install the cold guard on a bridge that holds none of egressflow's flows (every pod held to the fail-closed pipeline), then exit: for the node's boot sequence, before the kubelet starts pods, which after a reboot may start before this agent; needs only the bridge, uplink and CIDR flags")
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
-	flag.Parse()
-	if cli.PrintVersion(version) {
-		return nil
+	var liveness agent.LivenessBounds
+	fs.DurationVar(&liveness.Sync, "liveness-sync-timeout", agent.DefaultSyncTimeout, "/healthz fails once a sync attempt has run this long (the sync loop is stuck), so that the kubelet restarts the agent: shorter may restart an agent that is only slow on an overloaded node")
+	fs.DurationVar(&liveness.Bridge, "liveness-bridge-timeout", agent.DefaultBridgeTimeout, "/healthz fails once the OpenFlow connection to the bridge has been down this long, so that the kubelet restarts the agent (which then waits for the bridge, live): it must outlast an ovs-vswitchd restart")
+	if done, err := fs.Parse(os.Args[1:]); done || err != nil {
+		return err
 	}
 
 	node := dataplane.NodeConfig{Name: nodeName}
@@ -145,8 +147,46 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	ofClient, err := openflow.Dial(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
+	// The probes are served from the start: until the agent runs, it waits
+	// for the bridge, live (a restart would wait the same way) and not
+	// ready.
+	reg := cli.NewRegistry("egressflow_agent")
+	clientmetrics.Register(reg) // before any client or queue is made
+	var running atomic.Pointer[agent.Agent]
+	live := func(r *http.Request) error {
+		if a := running.Load(); a != nil {
+			return a.Live(r.Context())
+		}
+		return nil
+	}
+	ready := func(r *http.Request) error {
+		if a := running.Load(); a != nil {
+			return a.Healthy(r.Context())
+		}
+		return fmt.Errorf("waiting for the OpenFlow connection to bridge %s", bridge)
+	}
+	cli.Serve(ctx, metricsAddr, cli.Handler(reg, live, ready, profiling), stop)
+	// Beside the probes, the health address answers the peers that ask,
+	// before fencing, whether this agent can renew (heartbeat.PeerProbe);
+	// until its renewer runs, it does not know (a peer then counts it as
+	// renewing).
+	var runningRenewer atomic.Pointer[heartbeat.Renewer]
+	healthMux := http.NewServeMux()
+	healthMux.Handle("/", cli.HealthHandler(live, ready))
+	healthMux.HandleFunc(heartbeat.PeerPath, func(w http.ResponseWriter, r *http.Request) {
+		if renewer := runningRenewer.Load(); renewer != nil {
+			heartbeat.PeerHandler(nodeName, renewer).ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "not renewing yet", http.StatusServiceUnavailable)
+	})
+	cli.Serve(ctx, healthAddr, healthMux, stop)
+
+	ofClient, err := dialBridge(ctx, bridge, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
 		return fmt.Errorf("connect to bridge %s: %w", bridge, err)
 	}
 	defer ofClient.Close()
@@ -168,8 +208,17 @@ func run() error {
 	// The renewer is made after the agent (it asks the agent's health); the
 	// agent reads its renewals only once Run starts, after both exist.
 	var renewer *heartbeat.Renewer
+	// Set once the peer probe exists, before the agent runs.
+	var sharedOutage func() bool
 	rules := iprule.NewManager(handle)
-	reg := cli.NewRegistry("egressflow_agent")
+	metrics := agent.NewMetrics(reg)
+	emitter, err := recorder(agent.CoreClientConfig(cfg), nodeName, reg)
+	if err != nil {
+		return err
+	}
+	eventsDone := make(chan struct{})
+	go func() { defer close(eventsDone); emitter.Run(ctx) }()
+	defer func() { stop(); <-eventsDone }() // stop ends ctx: the emitter drains and returns
 	a := agent.New(agent.Config{
 		Node:          node,
 		UplinkPort:    uplink,
@@ -180,23 +229,34 @@ func run() error {
 		Forwarding:    forwarding,
 		Disconnected:  ofClient.Disconnected(),
 		LastRenewed:   func() time.Time { return renewer.LastRenewed() },
+		SharedOutage:  func() bool { return sharedOutage != nil && sharedOutage() },
 		LeaseDuration: leaseDuration,
 		Rules:         rules,
 		Tables: iprule.TableResolver{
 			Files:      strings.Split(rtTables, ","),
 			LinkByName: handle.LinkByName,
 		}.Resolve,
-		Recorder: recorder(kube, nodeName),
-		Metrics:  agent.NewMetrics(reg),
+		Recorder: emitter,
+		Metrics:  metrics,
+		Liveness: liveness,
 	})
 
 	renewer, err = heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: namespace, NodeName: nodeName,
 		RenewInterval: renewInterval, LeaseDuration: leaseDuration,
-		Healthy: a.Healthy,
+		// A wedged agent (its sync stuck past the liveness bound) stops
+		// renewing too: its dataplane no longer follows the cluster, so
+		// its services should move while the kubelet restarts it.
+		Healthy: func(ctx context.Context) error {
+			if err := a.Live(ctx); err != nil {
+				return err
+			}
+			return a.Healthy(ctx)
+		},
 		Facts: func() heartbeat.Facts {
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState()}
 		},
+		Observe: metrics.ObserveRenewal,
 	})
 	if err != nil {
 		return err
@@ -210,10 +270,16 @@ func run() error {
 		}
 	}()
 
-	healthy := func(r *http.Request) error { return a.Healthy(r.Context()) }
-	live := func(*http.Request) error { return nil }
-	cli.Serve(ctx, metricsAddr, cli.Handler(reg, live, healthy, profiling), stop)
-	cli.Serve(ctx, healthAddr, cli.HealthHandler(live, healthy), stop)
+	if port, ok := heartbeat.HealthPort(healthAddr); ok {
+		probe := &heartbeat.PeerProbe{
+			Peers:    func() []netip.AddrPort { return a.PeerHealthAddresses(port) },
+			Renewing: renewer.Renewing,
+		}
+		go probe.Run(ctx)
+		sharedOutage = probe.SharedOutage
+	}
+	runningRenewer.Store(renewer)
+	running.Store(a)
 	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)
 	err = a.Run(ctx, ofClient.Reconnected())
 	<-renewerDone
@@ -235,6 +301,40 @@ func run() error {
 		klog.InfoS("Stopping; the dataplane stays and the heartbeat Lease runs out as usual", "reason", reason)
 	}
 	return err
+}
+
+// bridgeRetryInterval is how often an agent that starts while its bridge
+// is away tries it again, as often as the OpenFlow client redials a local
+// bridge it lost: the agent connects within this of ovs-vswitchd's return.
+// An attempt is a failed connect(2) on a unix socket.
+const bridgeRetryInterval = openflow.DefaultLocalBackoff
+
+// dialBridge connects to the bridge's OpenFlow socket, waiting for it as
+// long as ctx lasts. An agent started while ovs-vswitchd is away (after
+// the kubelet restarted it for a bridge lost past --liveness-bridge-timeout,
+// or while Open vSwitch restarts) waits, where exiting would make the
+// kubelet back off from restarting it, up to 5 minutes, and so hold the
+// node's traffic (through the forwarding hold) long after OVS is back. A
+// switch that lacks OpenFlow 1.5 will not grow it: that fails at once.
+func dialBridge(ctx context.Context, bridge, target string) (*openflow.Client, error) {
+	for waiting := false; ; {
+		client, err := openflow.Dial(ctx, target)
+		var version *openflow.VersionError
+		switch {
+		case err == nil:
+			return client, nil
+		case errors.As(err, &version) || ctx.Err() != nil:
+			return nil, err
+		case !waiting:
+			waiting = true
+			klog.InfoS("Waiting for the bridge's OpenFlow socket", "bridge", bridge, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(bridgeRetryInterval):
+		}
+	}
 }
 
 // coldGuardTimeout bounds --cold-guard: a connection and two bundles to a
@@ -334,12 +434,27 @@ func bridgeMAC(handle *netlink.Handle, bridge string) string {
 	return link.Attrs().HardwareAddr.String()
 }
 
-// recorder emits Events about EgressServices from this node's agent.
-func recorder(kube kubernetes.Interface, node string) record.EventRecorder {
+// The agent's Event writes (controller/events). An agent emits Warnings
+// for the services it cannot program, in bursts when one change breaks many
+// (a routing table removed): the burst writes a node's typical problems at
+// once; past it, 2/s per node keeps 1,000 nodes at 2,000 writes/s at worst,
+// which the API server's priority and fairness may throttle further (the
+// emitter retries what it refuses). Higher reports a mass problem sooner at
+// that cost.
+const (
+	agentEventQPS   = 2
+	agentEventBurst = 25
+)
+
+// recorder emits Events about EgressServices from this node's agent, and
+// counts them in reg; run it with Run.
+func recorder(cfg *rest.Config, node string, reg prometheus.Registerer) (*events.Emitter, error) {
 	scheme := runtime.NewScheme()
 	_ = kubescheme.AddToScheme(scheme)
 	_ = esv1.AddToScheme(scheme)
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "egressflow-agent", Host: node})
+	counter := events.NewCounter("egressflow_agent")
+	reg.MustRegister(counter)
+	return events.NewForConfig(cfg, scheme, events.Options{
+		Component: "egressflow-agent", Host: node, QPS: agentEventQPS, Burst: agentEventBurst, Counter: counter,
+	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -22,12 +23,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/egressflow/egressflow/cmd/internal/cli/clitest"
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/proc"
 	"github.com/egressflow/egressflow/test/topology"
@@ -49,8 +52,12 @@ const serviceCIDR = "10.96.0.0/16"
 // to the LB IP (UDP and TCP), which /metrics reflects. An EgressService it
 // cannot program gets a Warning Event and leaves the agent healthy. While
 // ovs-vswitchd is down it is not ready, its Lease runs out and its OpenFlow
-// gauge reads 0, while the process stays live (/healthz); once OVS is back
-// it replays its flows and SNAT works again. On SIGTERM it exits 0.
+// gauge reads 0; the process stays live (/healthz) until the bridge has
+// been away for --liveness-bridge-timeout, then /healthz fails; once OVS is
+// back it replays its flows, SNAT works again and it is live. On SIGTERM
+// it exits 0. Restarted while OVS is down (as the kubelet restarts it
+// then), it waits for the bridge, live past the bound and not ready, and
+// once OVS is back syncs and releases the hold its predecessor set.
 func TestBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := proc.Build(t, "cmd/egressflow-agent")
@@ -69,10 +76,10 @@ func TestBinary(t *testing.T) {
 	objects := &clustertest.Env{Cluster: api, Kube: kube, ES: versioned.NewForConfigOrDie(admin)}
 	ctx := context.Background()
 
-	// One OVS node, three pods on it, and the external host's source server.
+	// One OVS node, four pods on it, and the external host's source server.
 	topo := topology.New(t, 1)
 	n := topo.Nodes[0]
-	pod, other, routed := n.AddPod(t, "a"), n.AddPod(t, "b"), n.AddPod(t, "c")
+	pod, other, routed, away := n.AddPod(t, "a"), n.AddPod(t, "b"), n.AddPod(t, "c"), n.AddPod(t, "d")
 	server := topo.External.Serve(t)
 	node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}, metav1.CreateOptions{})
 	if err != nil {
@@ -85,7 +92,7 @@ func TestBinary(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []*topology.Pod{pod, other, routed} {
+	for _, p := range []*topology.Pod{pod, other, routed, away} {
 		objects.CreatePod(t, "shop", p, nil)
 	}
 
@@ -97,7 +104,8 @@ func TestBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := api.WriteKubeconfigVia(kubeconfig, kubetest.Agent, "https://"+topology.Forward(t, n.Netns, apiURL.Host)); err != nil {
+	apiVia := topology.Forward(t, n.Netns, apiURL.Host)
+	if err := api.WriteKubeconfigVia(kubeconfig, kubetest.Agent, "https://"+apiVia); err != nil {
 		t.Fatal(err)
 	}
 	rtTables := filepath.Join(dir, "rt_tables")
@@ -107,6 +115,8 @@ func TestBinary(t *testing.T) {
 
 	metricsAddr := freeAddr(t, n.Netns)
 	const renew, leaseDuration = 200 * time.Millisecond, 1500 * time.Millisecond
+	// A bridge away this long makes the agent's /healthz fail.
+	const bridgeBound = 3 * time.Second
 	args := []string{"ip", "netns", "exec", n.Netns, bin, // ip execs bin: same pid
 		"--kubeconfig=" + kubeconfig,
 		"--namespace=" + kubetest.SystemNamespace,
@@ -120,6 +130,7 @@ func TestBinary(t *testing.T) {
 		"--heartbeat-renew-interval=" + renew.String(),
 		"--heartbeat-lease-duration=" + leaseDuration.String(),
 		"--metrics-bind-address=" + metricsAddr,
+		"--liveness-bridge-timeout=" + bridgeBound.String(),
 		"--v=2"}
 	agent := proc.Start(t, args[0], args[1:]...)
 	// until waits for check like wait.Until, and fails t at once if the
@@ -227,10 +238,31 @@ func TestBinary(t *testing.T) {
 	until(t, timeout, source(pod, "tcp", lb))
 	until(t, timeout, source(other, "udp", other.IP)) // not an endpoint: its own source
 	until(t, timeout, metrics(map[string]func(float64) bool{
-		`egressflow_agent_flows{service="shop/web"}`:   positive,
-		`egressflow_agent_sync_duration_seconds_count`: positive,
-		`egressflow_agent_openflow_connected`:          equals(1),
-		`egressflow_agent_last_sync_failed`:            equals(0),
+		`egressflow_agent_service_flows{service="shop/web"}`:                                  positive,
+		`egressflow_agent_flows{role="host"}`:                                                 positive,
+		`egressflow_agent_flows{role="shared"}`:                                               positive,
+		`egressflow_agent_sync_duration_seconds_count`:                                        positive,
+		`egressflow_agent_last_successful_sync_timestamp_seconds`:                             positive,
+		`egressflow_agent_openflow_connected`:                                                 equals(1),
+		`egressflow_agent_last_sync_failed`:                                                   equals(0),
+		`egressflow_agent_lease_renewals_total{result="ok"}`:                                  positive,
+		`workqueue_adds_total{name="egressflow-agent"}`:                                       positive,
+		`workqueue_work_duration_seconds_count{name="egressflow-agent"}`:                      positive,
+		fmt.Sprintf(`rest_client_requests_total{code="200",host=%q,method="GET"}`, apiVia):    positive,
+		fmt.Sprintf(`rest_client_request_duration_seconds_count{host=%q,verb="GET"}`, apiVia): positive,
+	}))
+
+	// A service hosted by another node: this node steers its endpoint and
+	// counts those flows under role steer, but exports no series of its
+	// own for it (only a service's host does).
+	objects.CreateHostedService(t, clustertest.Service{Namespace: "shop", Name: "away", IngressIPs: []string{"192.0.2.20"}, Endpoints: clustertest.PodEndpoints(away)},
+		esv1.EgressServiceSpec{}, "node-elsewhere")
+	until(t, timeout, metrics(map[string]func(float64) bool{
+		`egressflow_agent_flows{role="steer"}`:               positive,
+		`egressflow_agent_service_flows{service="shop/web"}`: positive,
+	}))
+	until(t, timeout, metrics(map[string]func(float64) bool{
+		`egressflow_agent_service_flows{service="shop/away"}`: math.IsNaN,
 	}))
 
 	// An EgressService this node cannot program: a Warning Event on it, and
@@ -246,33 +278,40 @@ func TestBinary(t *testing.T) {
 		for _, e := range events.Items {
 			o := e.InvolvedObject
 			if o.Kind == "EgressService" && o.Name == "bad" && e.Type == corev1.EventTypeWarning &&
-				e.Reason == dataplane.ReasonUnknownNetwork && e.Source.Component == "egressflow-agent" &&
+				e.Reason == string(reasons.UnknownNetwork) && e.Source.Component == "egressflow-agent" &&
 				strings.Contains(e.Message, n.Name) && strings.Contains(e.Message, "no-such-table") {
 				t.Logf("Event on shop/bad: %s %s: %s", e.Type, e.Reason, e.Message)
 				return nil
 			}
 			seen = append(seen, fmt.Sprintf("%s/%s %s %s: %s", o.Kind, o.Name, e.Type, e.Reason, e.Message))
 		}
-		return fmt.Errorf("no Warning %s Event on EgressService shop/bad; events: %v", dataplane.ReasonUnknownNetwork, seen)
+		return fmt.Errorf("no Warning %s Event on EgressService shop/bad; events: %v", reasons.UnknownNetwork, seen)
 	})
 	until(t, timeout, status("/readyz", true))
 	until(t, timeout, status("/healthz", true))
 	until(t, timeout, metrics(map[string]func(float64) bool{
-		`egressflow_agent_syncs_total{result="error"}`: absentOrZero,
-		`egressflow_agent_last_sync_failed`:            equals(0),
-		`egressflow_agent_flows{service="shop/web"}`:   positive,
+		`egressflow_agent_syncs_total{result="error"}`:       absentOrZero,
+		`egressflow_agent_last_sync_failed`:                  equals(0),
+		`egressflow_agent_service_flows{service="shop/web"}`: positive,
 	}))
 	until(t, timeout, lease(true))
 	until(t, timeout, source(pod, "udp", lb))
 
-	// ovs-vswitchd dies: the agent is no longer ready and lets its Lease
-	// run out, but stays live: a restart would not bring OVS back (and a
-	// restarted agent could not connect, so it would crash-loop and come
-	// back late once OVS does).
+	// ovs-vswitchd dies: the agent is no longer ready at once and lets its
+	// Lease run out, but stays live until the bridge has been away for
+	// the bound: a restart would not bring OVS back. Past it, /healthz
+	// fails, so that the kubelet would restart it.
+	vswitchdStopped := time.Now()
 	n.StopVswitchd(t)
 	until(t, timeout, status("/readyz", false))
+	until(t, timeout, status("/healthz", false))
+	if since := time.Since(vswitchdStopped); since < bridgeBound {
+		t.Errorf("/healthz failed %v after ovs-vswitchd was stopped, before --liveness-bridge-timeout=%v", since, bridgeBound)
+	}
+	if code, body := get("/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "connection to the bridge has been down") {
+		t.Errorf("/healthz with the bridge away: %d %s", code, body)
+	}
 	until(t, timeout, lease(false))
-	until(t, timeout, status("/healthz", true))
 	// The gauge must say so too, as /readyz already does: nothing else
 	// happens while OVS is down, so it has to be read at scrape time. A
 	// subtest, so that the rest still runs if it is not.
@@ -301,7 +340,7 @@ func TestBinary(t *testing.T) {
 		fmt.Sprintf(`egressflow_agent_build_info{goversion=%q,version="dev"}`, runtime.Version()): equals(1),
 		`egressflow_agent_openflow_connected`:                                                     equals(1),
 		`egressflow_agent_last_sync_failed`:                                                       equals(0),
-		`egressflow_agent_flows{service="shop/web"}`:                                              positive,
+		`egressflow_agent_service_flows{service="shop/web"}`:                                      positive,
 	}))
 
 	// An endpoint routed through table "blue": egressflow's ip rules.
@@ -356,13 +395,55 @@ func TestBinary(t *testing.T) {
 		t.Errorf("a stopped agent removed its dataplane: %d flows, rules:\n%s", flows, rules)
 	}
 
+	// The kubelet's restart for a bridge away past the bound: an agent
+	// runs, ovs-vswitchd dies and the agent holds its successor's
+	// forwarding; the agent is stopped and started again while OVS is
+	// still down. The new one waits for the bridge, not ready and live for
+	// longer than the bound, rather than exit into a crash loop; once OVS
+	// is back it programs the bridge and releases the hold.
+	agent = proc.Start(t, args[0], args[1:]...)
+	until(t, timeout, status("/readyz", true))
+	n.StopVswitchd(t)
+	until(t, timeout, status("/readyz", false))
+	held := func() bool {
+		return strings.Contains(n.Vsctl(t, "get", "Open_vSwitch", ".", "other_config"), `flow-restore-wait="true"`)
+	}
+	until(t, timeout, func() error {
+		if !held() {
+			return errors.New("ovs-vswitchd's forwarding is not held")
+		}
+		return nil
+	})
+	if err := agent.Stop(syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	agent = proc.Start(t, args[0], args[1:]...)
+	until(t, timeout, status("/healthz", true)) // it serves its probes
+	time.Sleep(2 * bridgeBound)
+	for path, want := range map[string]struct {
+		code int
+		body string
+	}{"/healthz": {http.StatusOK, "ok"}, "/readyz": {http.StatusServiceUnavailable, "waiting for the OpenFlow connection"}} {
+		if code, body := get(path); code != want.code || !strings.Contains(body, want.body) {
+			t.Errorf("%s of an agent waiting %v for its bridge: %d %s; want %d %s", path, 2*bridgeBound, code, strings.TrimSpace(body), want.code, want.body)
+		}
+	}
+	if !strings.Contains(agent.Output(), "Waiting for the bridge's OpenFlow socket") {
+		t.Error("the agent's log does not say that it waits for the bridge")
+	}
+	n.StartVswitchd(t)
+	until(t, timeout, status("/readyz", true))
+	until(t, timeout, status("/healthz", true))
+	until(t, timeout, source(pod, "udp", lb))
+	if held() {
+		t.Error("the restarted agent synced but left ovs-vswitchd's forwarding held")
+	}
+
 	// Uninstall: kubectl delete -k deploy/ deletes egressflow's namespace
 	// (this API server runs no namespace controller, so it stays
 	// Terminating). The agent stopped then leaves the node as it was
 	// before egressflow: no flow of ours, no ip rule of ours, no hold of
 	// ovs-vswitchd; the endpoints leave with their own IPs.
-	agent = proc.Start(t, args[0], args[1:]...)
-	until(t, timeout, status("/readyz", true))
 	if err := kube.CoreV1().Namespaces().Delete(ctx, kubetest.SystemNamespace, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -377,6 +458,14 @@ func TestBinary(t *testing.T) {
 	}
 	wait.Until(t, timeout, source(pod, "udp", pod.IP))
 	wait.Until(t, timeout, source(routed, "udp", routed.IP))
+}
+
+// TestFlags: the command line of Kubernetes components. --version prints
+// the build's version; --logging-format=json logs JSON lines; klog's
+// legacy flags are refused (cmd/internal/cli).
+func TestFlags(t *testing.T) {
+	bin := proc.BuildVersion(t, "cmd/egressflow-agent", "v1.2.3-test")
+	clitest.CheckFlags(t, bin, "egressflow-agent", "v1.2.3-test", []string{"--pod-cidrs=not-a-cidr"}, "egressflow-agent failed")
 }
 
 // freeAddr returns a free port on the loopback of network namespace ns.

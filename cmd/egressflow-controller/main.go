@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"flag"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/egressflow/egressflow/cmd/internal/cli"
+	"github.com/egressflow/egressflow/cmd/internal/clientmetrics"
 	"github.com/egressflow/egressflow/controller/cluster"
 )
 
@@ -48,9 +48,7 @@ func run() error {
 		qps         float64
 		burst       int
 	)
-	fs := flag.CommandLine
-	klog.InitFlags(fs)
-	version := cli.VersionFlag(fs)
+	fs := cli.NewFlags("egressflow-controller")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&opts.Namespace, "namespace", cli.EnvOr("POD_NAMESPACE", cluster.DefaultNamespace), "namespace of the agent heartbeat Leases and of the leader Lease")
 	// The default identity is unique per process, as kube-controller-manager's
@@ -74,9 +72,8 @@ func run() error {
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	fs.Float64Var(&qps, "kube-api-qps", defaultQPS, "API client requests per second")
 	fs.IntVar(&burst, "kube-api-burst", defaultBurst, "API client burst")
-	flag.Parse()
-	if cli.PrintVersion(version) {
-		return nil
+	if done, err := fs.Parse(os.Args[1:]); done || err != nil {
+		return err
 	}
 
 	var err error
@@ -94,6 +91,7 @@ func run() error {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 
 	reg := cli.NewRegistry("egressflow_controller")
+	clientmetrics.Register(reg)
 	opts.Registerer = reg
 	c, err := cluster.New(cfg, opts)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressflow/egressflow/cmd/internal/cli/clitest"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -75,6 +76,10 @@ func TestBinary(t *testing.T) {
 		_, body := get("/metrics")
 		for _, want := range []string{"egressflow_controller_assignments_total 1", "egressflow_controller_leader 1",
 			"egressflow_controller_services_without_host 0", "egressflow_controller_event_to_status_seconds_count", "go_goroutines",
+			"egressflow_controller_services_no_matching_node 0", `egressflow_controller_failing_syncs{queue="service"} 0`,
+			`egressflow_controller_last_successful_sync_timestamp_seconds{queue="service"} 1.`,
+			`workqueue_adds_total{name="egressservices"}`, `workqueue_adds_total{name="nodes"}`, `workqueue_depth{name="agent-leases"}`,
+			`rest_client_requests_total{code="200",host=`, `rest_client_request_duration_seconds_count{host=`,
 			fmt.Sprintf(`egressflow_controller_build_info{goversion=%q,version="dev"} 1`, runtime.Version())} {
 			if !strings.Contains(body, want) {
 				return fmt.Errorf("/metrics lacks %q", want)
@@ -93,6 +98,14 @@ func TestBinary(t *testing.T) {
 	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
 		t.Errorf("leader Lease still held by %q after a graceful stop", *h)
 	}
+}
+
+// TestFlags: the command line of Kubernetes components. --version prints
+// the build's version; --logging-format=json logs JSON lines; klog's
+// legacy flags are refused (cmd/internal/cli).
+func TestFlags(t *testing.T) {
+	bin := proc.BuildVersion(t, "cmd/egressflow-controller", "v1.2.3-test")
+	clitest.CheckFlags(t, bin, "egressflow-controller", "v1.2.3-test", []string{"--pod-cidrs=not-a-cidr"}, "egressflow-controller failed")
 }
 
 func freeAddr(t *testing.T) string {

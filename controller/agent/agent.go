@@ -17,12 +17,17 @@
 // restarted, or the agent did), dump the installed flows and diff every
 // service; it waits until every informer has synced, so a partial view of
 // the cluster is never programmed.
+//
+// Healthy says whether the node's dataplane can be trusted (readiness, and
+// the heartbeat); Live whether the agent still makes progress (liveness:
+// a sync that does not end, or a bridge away past a bound; liveness.go).
 package agent
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +41,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -45,6 +51,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
@@ -52,7 +59,6 @@ import (
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
 	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
-	"github.com/egressflow/egressflow/controller/iprule"
 	"github.com/egressflow/egressflow/openflow"
 )
 
@@ -94,7 +100,7 @@ const holdTimeout = 5 * time.Second
 
 // RuleSyncer converges the policy-routing rules (iprule.Manager).
 type RuleSyncer interface {
-	Sync(desired []iprule.Rule) (added, removed int, err error)
+	Sync(desired []dataplane.Rule) (added, removed int, err error)
 }
 
 // Retry backoff after a failed sync: the first retry comes quickly (a
@@ -135,13 +141,22 @@ type Config struct {
 	// renewed again and its caches have caught up with the API.
 	LastRenewed   func() time.Time
 	LeaseDuration time.Duration
-	Rules         RuleSyncer
-	Tables        dataplane.TableResolver
-	Recorder      record.EventRecorder
-	Metrics       *Metrics
+	// SharedOutage, if not nil, says whether the peers cannot renew either
+	// (heartbeat.PeerProbe.SharedOutage): the API server is away for the
+	// cluster, whose component then holds every assignment, so a Lease
+	// that ran out does not fence the node.
+	SharedOutage func() bool
+	Rules        RuleSyncer
+	Tables       dataplane.TableResolver
+	Recorder     record.EventRecorder
+	Metrics      *Metrics
 	// Resync is the informers' resync period (0: none). A resync only
 	// re-runs the level-triggered sync; nothing is written unless it differs.
 	Resync time.Duration
+	// Liveness bounds when the agent counts as wedged (Live); zero fields
+	// take the defaults. Clock, if not nil, times them (tests).
+	Liveness LivenessBounds
+	Clock    clock.PassiveClock
 }
 
 // Agent runs the node's sync loop.
@@ -171,28 +186,11 @@ type Agent struct {
 
 	// Owned by the single worker.
 	planner *dataplane.Planner
-	// onBridge: the bridge holds, of egressflow's flows, exactly those of
-	// flowsOf and sharedOnBridge, as the last bundle on this connection left
-	// it. False: unknown (first sync, reconnection, a failed bundle), so the
-	// next sync reads the bridge and diffs every flow.
-	onBridge bool
-	// ports are the bridge's facts the flows name, read on every sync.
-	ports dataplane.Ports
-	// unapplied holds the keys whose desired part may differ from what the
-	// node holds: recomputed, not yet converged by a successful sync.
-	unapplied map[string]bool
-	// flowsOf is each service's part as its flows on the bridge render it:
-	// a changed service is diffed against these flows, re-rendered, so no
-	// index of the node's hundreds of thousands of flows is kept.
-	flowsOf map[string]dataplane.Service
-	// sharedOnBridge are the shared flows as last sent.
-	sharedOnBridge []*openflow.FlowMod
-	// unflushed holds the part of each unapplied service as it was before
-	// its flows last changed, until its stale conntrack entries are
-	// flushed (only then does a sync succeed).
-	unflushed map[string]dataplane.Service
-	// byGroup holds the keys in the planner by cookie service hash.
-	byGroup  groupKeys
+	// ledger is the account of what the bridge holds, which a sync diffs
+	// the planner's state against and commits to once the bridge took it.
+	ledger *dataplane.Ledger
+	// reported holds the problems of each service already logged and
+	// recorded as Events (report).
 	reported map[string][]dataplane.Problem
 	// prefetched delivers the bridge read that Run starts beside the
 	// informers' initial list; nil once the first full sync took it.
@@ -221,6 +219,9 @@ type Agent struct {
 	// sync started on: the flows are known to be on the bridge only while
 	// the connection is still that one.
 	syncedGeneration uint64
+
+	// liveness records the sync attempts and the bridge's losses (Live).
+	liveness *liveness
 }
 
 // New builds an Agent; Run starts it.
@@ -245,13 +246,11 @@ func New(cfg Config) *Agent {
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.FieldSelector = "spec.nodeName=" + cfg.Node.Name
 			})),
-		dirty:     map[string]bool{},
-		planner:   dataplane.NewPlanner(cfg.Node, cfg.Tables),
-		unapplied: map[string]bool{},
-		flowsOf:   map[string]dataplane.Service{},
-		unflushed: map[string]dataplane.Service{},
-		byGroup:   groupKeys{},
-		reported:  map[string][]dataplane.Problem{},
+		dirty:    map[string]bool{},
+		planner:  dataplane.NewPlanner(cfg.Node, cfg.Tables),
+		ledger:   dataplane.NewLedger(),
+		reported: map[string][]dataplane.Problem{},
+		liveness: newLiveness(cfg.Clock, cfg.Liveness),
 	}
 	// Each handler marks the EgressService an object feeds (if any), or
 	// sets its changed flag (if any), and asks for a sync, on every add and
@@ -351,6 +350,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.podFactory.Start(ctx.Done())
 	go a.holdOnDisconnect(ctx)
 	go a.watchFence(ctx)
+	go a.watchBridge(ctx)
 	if err := a.guardCold(ctx); err != nil {
 		klog.ErrorS(err, "Could not guard a fresh bridge before the first sync; retrying on reconnection", "node", a.cfg.Node.Name)
 	}
@@ -425,6 +425,8 @@ func (a *Agent) watchFence(ctx context.Context) {
 	ticker := time.NewTicker(fenceCheckInterval)
 	defer ticker.Stop()
 	var rechecked time.Time
+	sharedOutage := false // logged once per outage
+	var outageSeen time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -433,6 +435,26 @@ func (a *Agent) watchFence(ctx context.Context) {
 		}
 		last := a.cfg.LastRenewed()
 		lapsed := !last.IsZero() && time.Since(last) > a.cfg.LeaseDuration
+		outage := false
+		if lapsed && !a.planner.Fenced() && a.cfg.SharedOutage != nil {
+			if a.cfg.SharedOutage() {
+				outageSeen = time.Now()
+			}
+			// When the API server returns, the peers renew within an
+			// interval of each other; the cluster component gives every
+			// agent a full Lease duration from the first renewal it sees.
+			// So an agent whose own renewal comes last does not fence for
+			// the peers that renewed first, within that duration.
+			outage = !outageSeen.IsZero() && time.Since(outageSeen) < a.cfg.LeaseDuration-sharedOutageEvidenceLag
+		}
+		if outage {
+			if !sharedOutage {
+				klog.InfoS("Heartbeat Lease ran out, but so many peers cannot renew either that the API server is away for the cluster: staying unfenced (the cluster component holds every assignment in such a disruption)", "node", a.cfg.Node.Name)
+			}
+			lapsed, sharedOutage = false, true
+		} else if sharedOutage && !lapsed {
+			sharedOutage = false
+		}
 		changed := a.leaseLapsed.Swap(lapsed) != lapsed
 		// While renewed but still fenced, each sync lists the
 		// EgressServices from the API server: not more than once per
@@ -444,6 +466,13 @@ func (a *Agent) watchFence(ctx context.Context) {
 		}
 	}
 }
+
+// sharedOutageEvidenceLag is how long after the first peer renews again
+// this agent may still see its last evidence of a shared outage: a peer
+// round counts for two probe intervals, and takes up to a probe timeout.
+// The grace after that evidence is the Lease duration less this lag, so
+// that it ends before the cluster component could judge this agent dead.
+const sharedOutageEvidenceLag = 2*heartbeat.DefaultPeerProbeInterval + heartbeat.DefaultPeerProbeTimeout
 
 // fenceRecheckInterval is how often a renewed but still fenced node checks
 // again whether its cache has caught up: each check lists every
@@ -559,15 +588,19 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	}
 	defer a.queue.Done(key)
 	if key == reconnectKey {
-		a.onBridge = false
+		a.ledger.Forget()
 		a.queue.Forget(key)
 		a.queue.Add(syncKey)
 		return true
 	}
 	generation := a.cfg.Switch.Generation()
+	// From here on the attempt counts towards Live's bound, waiting for
+	// the cold guard's bundle included.
+	a.liveness.syncStarting()
 	a.applyMu.Lock()
 	err := a.sync(ctx, generation)
 	a.applyMu.Unlock()
+	a.liveness.syncEnded()
 	a.mu.Lock()
 	a.lastSyncErr = err
 	if err == nil {
@@ -785,4 +818,31 @@ func leaseFactsChanged(old, new any) bool {
 	o, ok1 := old.(*coordinationv1.Lease)
 	n, ok2 := new.(*coordinationv1.Lease)
 	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(heartbeat.ReadFacts(o), heartbeat.ReadFacts(n))
+}
+
+// PeerHealthAddresses returns, for every other agent with a heartbeat
+// Lease in the cache, its node's first InternalIP with port: where its
+// health server answers heartbeat.PeerPath (heartbeat.PeerProbe).
+func (a *Agent) PeerHealthAddresses(port uint16) []netip.AddrPort {
+	leases, err := a.leases.Leases(a.cfg.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []netip.AddrPort
+	for _, l := range leases {
+		if l.Name == a.cfg.Node.Name {
+			continue
+		}
+		node, err := a.nodes.Get(l.Name) // Leases are named after their node
+		if err != nil {
+			continue
+		}
+		for _, addr := range node.Status.Addresses {
+			if ip, err := netip.ParseAddr(addr.Address); addr.Type == corev1.NodeInternalIP && err == nil {
+				out = append(out, netip.AddrPortFrom(ip, port))
+				break
+			}
+		}
+	}
+	return out
 }

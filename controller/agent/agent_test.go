@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
@@ -186,14 +187,17 @@ func (e *env) addPod(n *topology.Node, name string) *topology.Pod {
 // runningAgent is an agent started by startAgent.
 type runningAgent struct {
 	*Agent
-	sw     *countingSwitch
-	client *openflow.Client
-	stop   func()
+	// metrics is the agent's registry, as its main serves it.
+	metrics *prometheus.Registry
+	sw      *countingSwitch
+	client  *openflow.Client
+	stop    func()
 }
 
 // startAgent runs an agent for node as the agent's main does, and stops it
-// when the test ends (or earlier through stop).
-func (e *env) startAgent(n *topology.Node) *runningAgent {
+// when the test ends (or earlier through stop). Each of configure, if any,
+// changes its Config first.
+func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningAgent {
 	t := e.t
 	ctx, cancel := context.WithCancel(context.Background())
 	var forwarding ForwardingGate = ovsdb.Database{Target: "unix:" + filepath.Join(n.Dir, "db.sock")}
@@ -215,7 +219,8 @@ func (e *env) startAgent(n *topology.Node) *runningAgent {
 		t.Fatal(err)
 	}
 	sw := &countingSwitch{Switch: OpenFlowSwitch{Client: client}}
-	a := New(Config{
+	reg := prometheus.NewPedanticRegistry()
+	cfg := Config{
 		Node: dataplane.NodeConfig{
 			Name:            n.Name,
 			ClusterPodCIDRs: []netip.Prefix{topology.ClusterPodPrefix, topology.ClusterPodPrefix6},
@@ -230,8 +235,12 @@ func (e *env) startAgent(n *topology.Node) *runningAgent {
 		Disconnected: client.Disconnected(),
 		Rules:        iprule.NewManager(handle),
 		Tables:       iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
-		Metrics:      NewMetrics(nil),
-	})
+		Metrics:      NewMetrics(reg),
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	a := New(cfg)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -250,7 +259,7 @@ func (e *env) startAgent(n *topology.Node) *runningAgent {
 		})
 	}
 	t.Cleanup(stop)
-	return &runningAgent{Agent: a, sw: sw, client: client, stop: stop}
+	return &runningAgent{Agent: a, metrics: reg, sw: sw, client: client, stop: stop}
 }
 
 // waitHealthy waits until the agent has synced successfully.

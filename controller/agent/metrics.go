@@ -1,24 +1,34 @@
 package agent
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/heartbeat"
 )
 
 // Metrics are the node agent's Prometheus metrics, prefixed egressflow_agent_.
+// Every series is per node, and their number per node is bounded by a
+// constant, except egressflow_agent_service_flows, which only the host of a
+// service exports: across the cluster, about one series per service, not
+// one per node and service (docs/monitoring.md).
 type Metrics struct {
 	flows        *flowGauge
 	syncDuration prometheus.Histogram
 	syncs        *prometheus.CounterVec
+	lastSuccess  prometheus.Gauge
 	flowMods     prometheus.Counter
 	connected    prometheus.GaugeFunc
 	// isConnected is read at scrape time: nothing else happens while the
 	// connection is down.
-	isConnected atomic.Pointer[func() bool]
-	lastError   prometheus.Gauge
-	ctFlushes   prometheus.Counter
+	isConnected   atomic.Pointer[func() bool]
+	lastError     prometheus.Gauge
+	ctFlushes     prometheus.Counter
+	leaseRenewals *prometheus.CounterVec
 }
 
 // syncBuckets span a no-op sync (well under a millisecond) up to a full
@@ -29,12 +39,7 @@ var syncBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
 // not registered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		flows: &flowGauge{
-			desc: prometheus.NewDesc("egressflow_agent_flows",
-				"Flows egressflow wants on the bridge, by service (namespace/name; \"\" for the shared flows).",
-				[]string{"service"}, nil),
-			count: map[string]int{},
-		},
+		flows: newFlowGauge(),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressflow_agent_sync_duration_seconds",
 			Help:    "Duration of a node sync: compute, diff, bundle, ip rules, conntrack flushes.",
@@ -44,6 +49,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressflow_agent_syncs_total",
 			Help: "Node syncs by result (ok, error).",
 		}, []string{"result"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressflow_agent_last_successful_sync_timestamp_seconds",
+			Help: "When the last node sync that succeeded ended (Unix seconds; 0 before the first). The agent syncs on changes, not on a clock: an old value on an idle node is no fault, a failing sync is (egressflow_agent_last_sync_failed).",
+		}),
 		flowMods: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressflow_agent_flow_mods_total",
 			Help: "Flow mods sent to the bridge (adds, modifies and deletes).",
@@ -56,6 +65,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressflow_agent_conntrack_flushes_total",
 			Help: "Conntrack flushes of endpoints whose SNAT went away or changed.",
 		}),
+		leaseRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_agent_lease_renewals_total",
+			Help: "Attempts to renew the node's heartbeat Lease by result: ok; error (the API server refused or did not answer); skipped (the dataplane was unhealthy, so the agent let the Lease run out on purpose).",
+		}, []string{"result"}),
+	}
+	// Known label values start at 0, so that a rate over them exists
+	// before the first failure.
+	for _, result := range []string{"ok", "error"} {
+		m.syncs.WithLabelValues(result)
+	}
+	for _, result := range []heartbeat.RenewalResult{heartbeat.RenewalOK, heartbeat.RenewalError, heartbeat.RenewalSkipped} {
+		m.leaseRenewals.WithLabelValues(string(result))
 	}
 	m.connected = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "egressflow_agent_openflow_connected",
@@ -67,44 +88,149 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return 0
 	})
 	if reg != nil {
-		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.flowMods, m.connected, m.lastError, m.ctFlushes)
+		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.leaseRenewals)
 	}
 	return m
 }
 
-// flowGauge is egressflow_agent_flows, made at scrape time from a count per
-// service that the sync keeps. A GaugeVec would keep a metric, its label
-// pair and its hash for every service, about 450 bytes each: some 4.5 MB at
-// 10,000 services, held for a figure read once a scrape.
-type flowGauge struct {
-	desc  *prometheus.Desc
-	mu    sync.Mutex
-	count map[string]int
+// boolGauge is a gauge's value for b: 1 or 0.
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
-// set records how many flows service wants.
-func (g *flowGauge) set(service string, flows int) {
+// ObserveRenewal counts one attempt to renew the heartbeat Lease
+// (heartbeat.RenewerConfig.Observe).
+func (m *Metrics) ObserveRenewal(result heartbeat.RenewalResult) {
+	m.leaseRenewals.WithLabelValues(string(result)).Inc()
+}
+
+// flowRoleShared is the role label of the flows every node has whatever
+// the services (the pipeline, exemptions and pod guard).
+const flowRoleShared = "shared"
+
+// flowGauge exports two metrics made at scrape time from counts that the
+// sync keeps:
+//
+//   - egressflow_agent_flows{role}: the node's flows by its role for their
+//     service (host, steer, network) or shared: a few series per node,
+//     whatever the number of services.
+//   - egressflow_agent_service_flows{service}: the flows of each service
+//     this node hosts, only. Every node holds flows for every service with
+//     a host (it steers their endpoints), so a per-service series on every
+//     node would cost nodes × services series; on the host alone it costs
+//     one per service, and the host's count is the one that says what the
+//     service does (it SNATs all its endpoints).
+//
+// A GaugeVec would keep a metric, its label pair and its hash for every
+// service, about 450 bytes each: some 4.5 MB at 10,000 services, held for a
+// figure read once a scrape. The totals are kept as the counts change, so a
+// scrape costs the hosted services only.
+type flowGauge struct {
+	byRole, byService *prometheus.Desc
+	mu                sync.Mutex
+	// services holds every service's flows with the role they were rendered
+	// for; total sums them by role label (and holds the shared flows);
+	// hosted is the subset of services whose role is RoleHost.
+	services map[string]serviceFlows
+	total    map[string]int
+	hosted   map[string]int
+}
+
+type serviceFlows struct {
+	role  dataplane.Role
+	flows int
+}
+
+func newFlowGauge() *flowGauge {
+	g := &flowGauge{
+		byRole: prometheus.NewDesc("egressflow_agent_flows",
+			"Flows egressflow wants on this node's bridge, by role: host (services this node hosts: SNAT and replies), steer (other hosts' services: their endpoints steered there), network (sourceIPBy Network), shared (every node's pipeline and pod guard). A few series per node; sum without (role) is the node's total.",
+			[]string{"role"}, nil),
+		byService: prometheus.NewDesc("egressflow_agent_service_flows",
+			"Flows of each EgressService (namespace/name) that this node hosts. Only the host exports a service's series, so their number is that of the services with a host, not nodes × services; the other nodes count theirs in egressflow_agent_flows{role=\"steer\"}.",
+			[]string{"service"}, nil),
+		services: map[string]serviceFlows{},
+		hosted:   map[string]int{},
+		total:    map[string]int{},
+	}
+	// The roles every node has, present from the start.
+	for _, role := range []string{roleLabel(dataplane.RoleHost), roleLabel(dataplane.RoleSteer), flowRoleShared} {
+		g.total[role] = 0
+	}
+	return g
+}
+
+// roleLabel is role's value of the role label: "host", "steer", "network".
+func roleLabel(role dataplane.Role) string { return strings.ToLower(string(role)) }
+
+// set records how many flows service wants, rendered for role.
+func (g *flowGauge) set(service string, role dataplane.Role, flows int) {
 	g.mu.Lock()
-	g.count[service] = flows
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	g.forget(service)
+	g.services[service] = serviceFlows{role: role, flows: flows}
+	g.total[roleLabel(role)] += flows
+	if role == dataplane.RoleHost {
+		g.hosted[service] = flows
+	}
 }
 
 // remove forgets a service that wants no flows any more.
 func (g *flowGauge) remove(service string) {
 	g.mu.Lock()
-	delete(g.count, service)
+	g.forget(service)
 	g.mu.Unlock()
 }
 
-func (g *flowGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+// count records what a sync's diff rendered (dataplane.DiffOutput.Count):
+// a service's flows, a service gone (role ""), or the shared flows (key "").
+func (g *flowGauge) count(key string, role dataplane.Role, flows int) {
+	switch {
+	case key == "":
+		g.setShared(flows)
+	case role == "":
+		g.remove(key)
+	default:
+		g.set(key, role, flows)
+	}
+}
+
+// setShared records how many shared flows the node wants.
+func (g *flowGauge) setShared(flows int) {
+	g.mu.Lock()
+	g.total[flowRoleShared] = flows
+	g.mu.Unlock()
+}
+
+// forget takes service's flows out of the counts; g.mu is held.
+func (g *flowGauge) forget(service string) {
+	old, ok := g.services[service]
+	if !ok {
+		return
+	}
+	g.total[roleLabel(old.role)] -= old.flows
+	delete(g.services, service)
+	delete(g.hosted, service)
+}
+
+func (g *flowGauge) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.byRole
+	ch <- g.byService
+}
 
 // Collect sends the counts as they are now; the sync waits only while they
 // are copied, not while the scrape reads them.
 func (g *flowGauge) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
-	metrics := make([]prometheus.Metric, 0, len(g.count))
-	for service, n := range g.count {
-		metrics = append(metrics, prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, float64(n), service))
+	metrics := make([]prometheus.Metric, 0, len(g.total)+len(g.hosted))
+	for role, n := range g.total {
+		metrics = append(metrics, prometheus.MustNewConstMetric(g.byRole, prometheus.GaugeValue, float64(n), role))
+	}
+	for service, n := range g.hosted {
+		metrics = append(metrics, prometheus.MustNewConstMetric(g.byService, prometheus.GaugeValue, float64(n), service))
 	}
 	g.mu.Unlock()
 	for _, m := range metrics {

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +33,9 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		}
 		m.syncs.WithLabelValues(result).Inc()
 		m.lastError.Set(failed)
+		if err == nil {
+			m.lastSuccess.SetToCurrentTime()
+		}
 	}()
 
 	if err := a.recompute(ctx); err != nil {
@@ -44,18 +46,14 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 	if err != nil {
 		return err
 	}
-	if ports.Uplink != a.ports.Uplink {
-		a.onBridge = false // every SNAT, steer and reply flow names it
-	}
-	a.ports = ports
-
-	// bridge is what a full sync reads; nil when the flows on the bridge
-	// are known: those of flowsOf and sharedOnBridge.
+	// bridge is what a full sync reads; nil when the ledger knows what the
+	// bridge holds.
 	var bridge *dataplane.Installed
-	if !a.onBridge {
-		// First sync, or the connection came back: what is on the bridge is
-		// unknown (OVS may have restarted empty). Read it, then replay the
-		// difference; flows that are already right are left alone.
+	if a.ledger.NeedsRead(ports) {
+		// First sync, the connection came back, or the uplink moved: what
+		// is on the bridge is unknown (OVS may have restarted empty). Read
+		// it, then replay the difference; flows that are already right are
+		// left alone.
 		read := a.takePrefetched(ctx)
 		if read == nil {
 			read = a.readBridge(ctx)
@@ -64,17 +62,17 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 			return read.err
 		}
 		bridge = read.installed
-		for _, k := range a.planner.Keys() {
-			a.unapplied[k] = true
-		}
-		for k := range a.flowsOf {
-			a.unapplied[k] = true
-		}
 	}
 	// The changes go to the bridge as the diff produces them, in one
 	// atomic bundle.
 	stream := bundleStream{sw: a.cfg.Switch}
-	shared, err := a.diff(ctx, bridge, &stream)
+	diffed, err := a.ledger.Diff(a.planner, ports, bridge, dataplane.DiffOutput{
+		Send: func(c *dataplane.Changes) error { return stream.add(ctx, c) },
+		Dump: func(fn func(openflow.FlowEntry) error) error {
+			return a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, fn)
+		},
+		Count: m.flows.count,
+	})
 	if err == nil {
 		err = stream.commit(ctx)
 	}
@@ -83,51 +81,28 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		if stream.opened() {
 			// The bundle is atomic, but a lost connection leaves us unsure
 			// whether it committed: read the bridge again next time.
-			a.onBridge = false
+			a.ledger.Forget()
 		}
 		return fmt.Errorf("apply %d flow changes: %w", stream.sent, err)
 	}
+	a.ledger.Commit(diffed)
 	m.flowMods.Add(float64(stream.sent))
-	a.onBridge, a.sharedOnBridge = true, shared
 	// The flows are in place: a vswitchd waiting for them may forward.
 	if err := a.release(ctx, generation); err != nil {
 		return err
-	}
-	for k := range a.unapplied {
-		if _, pending := a.unflushed[k]; !pending {
-			if old, ok := a.flowsOf[k]; ok {
-				a.unflushed[k] = old
-			}
-		}
-		if s, ok := a.planner.Service(k); ok {
-			a.flowsOf[k] = s
-		} else {
-			delete(a.flowsOf, k)
-		}
 	}
 
 	if _, _, err := a.cfg.Rules.Sync(a.planner.Rules()); err != nil {
 		return fmt.Errorf("policy-routing rules: %w", err)
 	}
 	// Only now that no flow SNATs them any more (or SNATs them to another
-	// address) can their old translations go: a connection flushed before
-	// would be re-created with the old mapping.
-	before, after := conntrack.Translations{}, conntrack.Translations{}
-	for _, s := range a.unflushed {
-		s.AddTranslations(before)
-	}
-	if len(before) > 0 { // else nothing is stale: a first sync has no past
-		for k := range a.unapplied {
-			a.flowsOf[k].AddTranslations(after)
-		}
-	}
-	flushed, err := conntrack.FlushSources(ctx, a.cfg.Switch, conntrack.SNATZone, conntrack.Stale(before, after))
+	// address) can their old translations go.
+	flushed, err := conntrack.FlushSources(ctx, a.cfg.Switch, conntrack.SNATZone, a.ledger.StaleSources())
 	m.ctFlushes.Add(float64(flushed))
 	if err != nil {
 		return err
 	}
-	clear(a.unflushed)
-	clear(a.unapplied)
+	a.ledger.Flushed()
 	return nil
 }
 
@@ -240,15 +215,7 @@ func (a *Agent) recompute(ctx context.Context) error {
 		changed = append(changed, a.planner.Update(k, in)...)
 		delete(dirty, k)
 	}
-	for _, k := range changed {
-		a.unapplied[k] = true
-		group := dataplane.ServiceHash(k)
-		if _, ok := a.planner.Service(k); ok {
-			a.byGroup.add(group, k)
-		} else {
-			a.byGroup.remove(group, k)
-		}
-	}
+	a.ledger.Changed(a.planner, changed)
 	a.report(changed)
 	return nil
 }
@@ -302,105 +269,6 @@ func (a *Agent) cacheCaughtUp(ctx context.Context) error {
 	return nil
 }
 
-// diff renders the unapplied services' flow groups and the shared flows
-// and compares them with the bridge's flows: those read from it (a full
-// sync, when every group is diffed) or else those last sent, re-rendered.
-// Each group's changes go to stream as they are found, so a full sync
-// never holds every new flow at once. It sets the per-service flow gauge
-// of what it rendered and returns the shared flows.
-func (a *Agent) diff(ctx context.Context, bridge *dataplane.Installed, stream *bundleStream) ([]*openflow.FlowMod, error) {
-	ports := a.ports
-	changed := map[uint32][]string{} // unapplied keys by group
-	for k := range a.unapplied {
-		g := dataplane.ServiceHash(k)
-		changed[g] = append(changed[g], k)
-	}
-	var changes dataplane.Changes
-	// diffGroup diffs a group's flows against the bridge as read (a full
-	// sync: what is left of it once every group is diffed must go), or else
-	// against the group's flows as last sent (what is left of those goes
-	// now).
-	diffGroup := func(desired, sent []*openflow.FlowMod) {
-		if bridge != nil {
-			changes.DiffFlows(desired, bridge)
-			return
-		}
-		installed := dataplane.InstalledOf(sent)
-		changes.DiffFlows(desired, installed)
-		changes.DeleteRest(installed)
-	}
-	// Each group is rendered into these, diffed, and its changes encoded
-	// before the next group reuses them.
-	var desiredBuf, sentBuf dataplane.FlowBuffer
-	var desired, sent []*openflow.FlowMod
-	// In a stable order, so that the same sync sends the same bundle.
-	for _, g := range slices.Sorted(maps.Keys(changed)) {
-		if g == 0 {
-			continue
-		}
-		unapplied := changed[g]
-		// Every key with flows in the group, desired or last sent: a key
-		// whose flows were sent but that is no longer in the planner is
-		// unapplied.
-		keys := slices.Clone(a.byGroup[g])
-		for _, k := range unapplied {
-			if !slices.Contains(a.byGroup[g], k) {
-				keys = append(keys, k)
-			}
-		}
-		slices.Sort(keys)
-		desiredBuf.Reset()
-		sentBuf.Reset()
-		desired, sent = desired[:0], sent[:0]
-		for _, k := range keys {
-			if s, ok := a.planner.Service(k); ok {
-				n := len(desired)
-				desired = desiredBuf.AppendService(desired, s, ports)
-				a.cfg.Metrics.flows.set(k, len(desired)-n)
-			}
-			if s, ok := a.flowsOf[k]; ok && bridge == nil {
-				sent = sentBuf.AppendService(sent, s, ports)
-			}
-		}
-		diffGroup(desired, sent)
-		// Encodes the group's changes: the buffers are free again.
-		if err := stream.add(ctx, &changes); err != nil {
-			return nil, err
-		}
-	}
-	for k := range a.unapplied {
-		if _, ok := a.planner.Service(k); !ok {
-			a.cfg.Metrics.flows.remove(k)
-		}
-	}
-	shared := dataplane.SharedFlows(a.planner.Shared(), ports)
-	a.cfg.Metrics.flows.set("", len(shared))
-	diffGroup(shared, a.sharedOnBridge)
-	if err := stream.add(ctx, &changes); err != nil {
-		return nil, err
-	}
-	if bridge != nil {
-		changes.DeleteRest(bridge) // flows of no service any more, to Stale
-	}
-	if len(changes.Stale) > 0 {
-		// The index of a dump keeps no matches: the flows no longer
-		// desired are deleted as a second dump finds them.
-		err := a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, func(e openflow.FlowEntry) error {
-			del, err := changes.DeleteStale(e)
-			if del == nil || err != nil {
-				return err
-			}
-			changes.Delete = append(changes.Delete, del)
-			return stream.add(ctx, &changes)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("read the stale flows from the bridge: %w", err)
-		}
-		// Any left went from the bridge between the dumps: nothing to do.
-	}
-	return shared, nil
-}
-
 // report logs each new problem of the changed services once and records an
 // Event on its EgressService, when it first appears (not on every sync).
 func (a *Agent) report(changed []string) {
@@ -416,7 +284,7 @@ func (a *Agent) report(changed []string) {
 			}
 			namespace, name, _ := cache.SplitMetaNamespaceKey(k)
 			if es, err := a.egressServices.EgressServices(namespace).Get(name); err == nil {
-				a.cfg.Recorder.Eventf(es, corev1.EventTypeWarning, p.Reason, "node %s: %s", a.cfg.Node.Name, p.Message)
+				a.cfg.Recorder.Eventf(es, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
 			}
 		}
 		if len(problems) == 0 {
@@ -424,36 +292,5 @@ func (a *Agent) report(changed []string) {
 		} else {
 			a.reported[k] = problems
 		}
-	}
-}
-
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// groupKeys holds keys by the service hash of their flows' cookies, each
-// group's sorted. Two keys share a group only when their hashes collide,
-// so nearly every group is one key: a slice of them costs a tenth of a set.
-type groupKeys map[uint32][]string
-
-// add puts key in group, if it is not there yet.
-func (g groupKeys) add(group uint32, key string) {
-	if i, found := slices.BinarySearch(g[group], key); !found {
-		g[group] = slices.Insert(g[group], i, key)
-	}
-}
-
-// remove takes key out of group, and drops the group once it is empty.
-func (g groupKeys) remove(group uint32, key string) {
-	i, found := slices.BinarySearch(g[group], key)
-	switch {
-	case !found:
-	case len(g[group]) == 1:
-		delete(g, group)
-	default:
-		g[group] = slices.Delete(g[group], i, i+1)
 	}
 }

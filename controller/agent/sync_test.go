@@ -126,26 +126,3 @@ func TestSlimKeepsWhatTheAgentReads(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// groupKeys keeps each group's keys sorted and unique, and forgets a group
-// once its last key is removed.
-func TestGroupKeys(t *testing.T) {
-	g := groupKeys{}
-	g.add(7, "shop/web")
-	g.add(7, "shop/db") // a hash collision: two keys in one group
-	g.add(7, "shop/web")
-	g.add(9, "shop/api")
-	if got := g[7]; !slices.Equal(got, []string{"shop/db", "shop/web"}) {
-		t.Fatalf("group 7 = %v, want [shop/db shop/web]", got)
-	}
-	g.remove(7, "shop/none")
-	g.remove(7, "shop/db")
-	g.remove(9, "shop/api")
-	if want := (groupKeys{7: {"shop/web"}}); len(g) != 1 || !slices.Equal(g[7], want[7]) {
-		t.Fatalf("after removals %v, want %v", g, want)
-	}
-	g.remove(7, "shop/web")
-	if len(g) != 0 {
-		t.Fatalf("after removing every key %v, want no groups", g)
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 func egressService(mode esv1.SourceIPMode, sel metav1.LabelSelector) *esv1.EgressService {
@@ -57,48 +58,48 @@ func TestEvaluate(t *testing.T) {
 		svc        *corev1.Service
 		slices     []*discoveryv1.EndpointSlice
 		cidrs      []netip.Prefix
-		reason     Reason
+		reason     reasons.Reason
 		localNodes []string // nil: not ETP=Local
 	}{
 		{name: "eligible", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
 			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, cidrs: podCIDRs},
 		{name: "explicit LoadBalancerIP", es: egressService(esv1.SourceIPByLoadBalancerIP, metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
 			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, cidrs: podCIDRs},
-		{name: "service missing", es: egressService("", metav1.LabelSelector{}), reason: ReasonServiceNotFound},
+		{name: "service missing", es: egressService("", metav1.LabelSelector{}), reason: reasons.ServiceNotFound},
 		{name: "ClusterIP service", es: egressService("", metav1.LabelSelector{}),
-			svc: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}, reason: ReasonNotLoadBalancer},
+			svc: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}, reason: reasons.NotLoadBalancer},
 		{name: "no ingress", es: egressService("", metav1.LabelSelector{}), svc: lbService(""),
-			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, reason: ReasonNoIngressIP},
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, reason: reasons.NoIngressIP},
 		{name: "hostname-only ingress", es: egressService("", metav1.LabelSelector{}),
 			svc: func() *corev1.Service {
 				s := lbService("")
 				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "lb.example.com"}}
 				return s
 			}(),
-			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, reason: ReasonNoIngressIP},
-		{name: "no slices", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"), reason: ReasonNoEndpoints},
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1")}, reason: reasons.NoIngressIP},
+		{name: "no slices", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"), reason: reasons.NoEndpoints},
 		{name: "empty slice", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
-			slices: []*discoveryv1.EndpointSlice{slice(ipv4)}, reason: ReasonNoEndpoints},
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4)}, reason: reasons.NoEndpoints},
 		{name: "only host-network endpoints", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
-			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "172.18.0.2@n1", "172.18.0.3@n2")}, cidrs: podCIDRs, reason: ReasonNoEndpoints},
+			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "172.18.0.2@n1", "172.18.0.3@n2")}, cidrs: podCIDRs, reason: reasons.NoEndpoints},
 		{name: "FQDN slices ignored", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
-			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeFQDN, "10.128.0.5@n1")}, cidrs: podCIDRs, reason: ReasonNoEndpoints},
+			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeFQDN, "10.128.0.5@n1")}, cidrs: podCIDRs, reason: reasons.NoEndpoints},
 		{name: "no pod CIDRs configured: every address counts", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "192.0.2.10"),
 			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "172.18.0.2@n1")}},
 		{name: "IPv6 endpoint in IPv6 pod CIDR", es: egressService("", metav1.LabelSelector{}), svc: lbService("", "2001:db8::10"),
 			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv6, "fd00:10::5@n1")}, cidrs: podCIDRs},
 		{name: "invalid selector wins over everything", es: egressService("", metav1.LabelSelector{
 			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "zone", Operator: "Near", Values: []string{"a"}}}}),
-			reason: ReasonInvalidSelector},
+			reason: reasons.InvalidSelector},
 		{name: "invalid label value in selector", es: egressService("", metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a b"}}),
-			svc: lbService("", "192.0.2.10"), reason: ReasonInvalidSelector},
+			svc: lbService("", "192.0.2.10"), reason: reasons.InvalidSelector},
 		{name: "Network mode needs neither ingress nor endpoints", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{}),
-			svc: lbService(""), reason: ReasonAllNodes},
+			svc: lbService(""), reason: reasons.AllNodes},
 		{name: "Network mode ignores an invalid selector", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a b"}}),
-			svc: lbService(""), reason: ReasonAllNodes},
-		{name: "Network mode needs the Service", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{}), reason: ReasonServiceNotFound},
+			svc: lbService(""), reason: reasons.AllNodes},
+		{name: "Network mode needs the Service", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{}), reason: reasons.ServiceNotFound},
 		{name: "Network mode needs a LoadBalancer", es: egressService(esv1.SourceIPByNetwork, metav1.LabelSelector{}),
-			svc: &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort}}, reason: ReasonNotLoadBalancer},
+			svc: &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort}}, reason: reasons.NotLoadBalancer},
 		{name: "ETP Local lists the nodes of every endpoint, host-network ones too", es: egressService("", metav1.LabelSelector{}),
 			svc:    lbService(corev1.ServiceExternalTrafficPolicyLocal, "192.0.2.10"),
 			slices: []*discoveryv1.EndpointSlice{slice(ipv4, "10.128.0.5@n1", "172.18.0.9@n3", "10.128.0.6"), slice(ipv4, "10.129.0.5@n2")}, cidrs: podCIDRs,
@@ -186,31 +187,31 @@ func TestDecide(t *testing.T) {
 		nodes   map[string]*Node
 		load    map[string]int
 		host    string
-		reason  Reason
+		reason  reasons.Reason
 		lost    NodeProblem
 		message string // a substring
 	}{
 		{name: "least loaded wins", el: eligible, nodes: nodes("a", "b", "c"), load: map[string]int{"a": 2, "b": 1, "c": 2},
-			host: "b", reason: ReasonAssigned, message: "label egress-service.k8s.ovn.org/ns-web"},
+			host: "b", reason: reasons.Assigned, message: "label egress-service.k8s.ovn.org/ns-web"},
 		{name: "valid current kept although unbalanced", el: eligible, current: "a", nodes: nodes("a", "b"), load: map[string]int{"a": 9, "b": 0},
-			host: "a", reason: ReasonAssigned},
-		{name: "current deleted", el: eligible, current: "gone", nodes: nodes("a"), host: "a", reason: ReasonAssigned, lost: NodeDeleted},
-		{name: "current not ready", el: eligible, current: "a", nodes: nodes("a!ready", "b"), host: "b", reason: ReasonAssigned, lost: NodeNotReady},
-		{name: "current lease expired", el: eligible, current: "a", nodes: nodes("a!lease", "b"), host: "b", reason: ReasonAssigned, lost: NodeAgentLeaseExpired},
-		{name: "current no longer selected", el: eligible, current: "a", nodes: nodes("a!selected", "b"), host: "b", reason: ReasonAssigned, lost: NodeNotSelected},
+			host: "a", reason: reasons.Assigned},
+		{name: "current deleted", el: eligible, current: "gone", nodes: nodes("a"), host: "a", reason: reasons.Assigned, lost: NodeDeleted},
+		{name: "current not ready", el: eligible, current: "a", nodes: nodes("a!ready", "b"), host: "b", reason: reasons.Assigned, lost: NodeNotReady},
+		{name: "current lease expired", el: eligible, current: "a", nodes: nodes("a!lease", "b"), host: "b", reason: reasons.Assigned, lost: NodeAgentLeaseExpired},
+		{name: "current no longer selected", el: eligible, current: "a", nodes: nodes("a!selected", "b"), host: "b", reason: reasons.Assigned, lost: NodeNotSelected},
 		{name: "current lost, no replacement", el: eligible, current: "a", nodes: nodes("a!lease", "b!ready", "c!selected"),
-			reason: ReasonNoMatchingNode, lost: NodeAgentLeaseExpired,
+			reason: reasons.NoMatchingNode, lost: NodeAgentLeaseExpired,
 			message: "the nodes are not Ready, or have no fresh agent Lease, or do not match nodeSelector"},
-		{name: "no nodes at all", el: eligible, reason: ReasonNoMatchingNode, message: "there are no nodes"},
+		{name: "no nodes at all", el: eligible, reason: reasons.NoMatchingNode, message: "there are no nodes"},
 		{name: "ETP Local restricts to endpoint nodes", el: Eligibility{Selector: sel, LocalNodes: map[string]bool{"c": true}}, nodes: nodes("a", "b", "c"),
-			load: map[string]int{"c": 5}, host: "c", reason: ReasonAssigned},
-		{name: "ineligible service drops its host without a node cause", el: Eligibility{Reason: ReasonNoEndpoints, Message: "none"}, current: "a", nodes: nodes("a"),
-			reason: ReasonNoEndpoints, message: "none"},
-		{name: "ineligible service with a deleted host", el: Eligibility{Reason: ReasonServiceNotFound, Message: "gone"}, current: "x", nodes: nodes("a"),
-			reason: ReasonServiceNotFound},
-		{name: "network mode is ALL", el: Eligibility{Reason: ReasonAllNodes, Message: "net"}, current: "a", nodes: nodes("a"),
-			host: esv1.HostAll, reason: ReasonAllNodes},
-		{name: "back from network mode picks a node", el: eligible, current: esv1.HostAll, nodes: nodes("a"), host: "a", reason: ReasonAssigned},
+			load: map[string]int{"c": 5}, host: "c", reason: reasons.Assigned},
+		{name: "ineligible service drops its host without a node cause", el: Eligibility{Reason: reasons.NoEndpoints, Message: "none"}, current: "a", nodes: nodes("a"),
+			reason: reasons.NoEndpoints, message: "none"},
+		{name: "ineligible service with a deleted host", el: Eligibility{Reason: reasons.ServiceNotFound, Message: "gone"}, current: "x", nodes: nodes("a"),
+			reason: reasons.ServiceNotFound},
+		{name: "network mode is ALL", el: Eligibility{Reason: reasons.AllNodes, Message: "net"}, current: "a", nodes: nodes("a"),
+			host: esv1.HostAll, reason: reasons.AllNodes},
+		{name: "back from network mode picks a node", el: eligible, current: esv1.HostAll, nodes: nodes("a"), host: "a", reason: reasons.Assigned},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -311,33 +312,6 @@ func TestLabelKey(t *testing.T) {
 	if !strings.HasPrefix(strings.TrimPrefix(a, LabelPrefix), long63[:52]) {
 		t.Errorf("shortened name %s does not start with the readable name", a)
 	}
-}
-
-func TestLoadBalancerIPs(t *testing.T) {
-	cases := []struct {
-		ingress  []string
-		v4, v6   string
-		describe string
-	}{
-		{[]string{"192.0.2.1"}, "192.0.2.1", "", "one IPv4"},
-		{[]string{"192.0.2.1", "192.0.2.2", "2001:db8::1", "2001:db8::2"}, "192.0.2.1", "2001:db8::1", "first of each family"},
-		{[]string{"2001:db8::1", "192.0.2.9"}, "192.0.2.9", "2001:db8::1", "order across families does not matter"},
-		{[]string{"", "bogus", "::ffff:192.0.2.7"}, "192.0.2.7", "", "hostname-only and bad entries skipped, mapped v4 unmapped"},
-		{nil, "", "", "none"},
-	}
-	for _, tc := range cases {
-		v4, v6 := LoadBalancerIPs(lbService("", tc.ingress...))
-		if addrString(v4) != tc.v4 || addrString(v6) != tc.v6 {
-			t.Errorf("%s: got %v %v, want %s %s", tc.describe, v4, v6, tc.v4, tc.v6)
-		}
-	}
-}
-
-func addrString(a netip.Addr) string {
-	if !a.IsValid() {
-		return ""
-	}
-	return a.String()
 }
 
 func TestNodeReady(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // Node is what candidacy depends on about one node.
@@ -52,8 +53,8 @@ func (el Eligibility) Check(n *Node) NodeProblem {
 type Decision struct {
 	// Host is the node name, esv1.HostAll, or "" for none.
 	Host string
-	// Reason is ReasonAssigned, ReasonAllNodes, or why there is no host.
-	Reason Reason
+	// Reason is reasons.Assigned, reasons.AllNodes, or why there is no host.
+	Reason reasons.Reason
 	// Message explains Reason to a person.
 	Message string
 	// Lost is why the current host was given up, when it was a node and is
@@ -79,8 +80,8 @@ func Decide(key string, el Eligibility, current string, nodes map[string]*Node, 
 	}
 	switch el.Reason {
 	case "":
-	case ReasonAllNodes:
-		return Decision{Host: esv1.HostAll, Reason: ReasonAllNodes, Message: el.Message}
+	case reasons.AllNodes:
+		return Decision{Host: esv1.HostAll, Reason: reasons.AllNodes, Message: el.Message}
 	default:
 		d.Reason, d.Message = el.Reason, el.Message
 		return d
@@ -99,7 +100,7 @@ func Decide(key string, el Eligibility, current string, nodes map[string]*Node, 
 		}
 	}
 	if best == "" {
-		d.Reason, d.Message = ReasonNoMatchingNode, noCandidateMessage(len(nodes), problems)
+		d.Reason, d.Message = reasons.NoMatchingNode, noCandidateMessage(len(nodes), problems)
 		return d
 	}
 	a := assigned(key, best)
@@ -109,7 +110,7 @@ func Decide(key string, el Eligibility, current string, nodes map[string]*Node, 
 
 func assigned(key, host string) Decision {
 	ns, name, _ := strings.Cut(key, "/")
-	return Decision{Host: host, Reason: ReasonAssigned,
+	return Decision{Host: host, Reason: reasons.Assigned,
 		Message: fmt.Sprintf("node %s handles the egress traffic; it carries the label %s", host, LabelKey(ns, name))}
 }
 

@@ -37,11 +37,12 @@
 // different nodes and lets every replica compute the same answer from the
 // same state.
 //
-// Several ingress IPs: LoadBalancerIPs picks the first IPv4 and the first
-// IPv6 address of status.loadBalancer.ingress, in list order. The reference
-// keeps the last of each; the first is the one most announcers treat as
-// primary, and it does not change when an address is appended. Entries
-// without an IP (hostname-only) are ignored.
+// Several ingress IPs: endpoints.LoadBalancerIPs picks the first IPv4 and
+// the first IPv6 address of status.loadBalancer.ingress, in list order, for
+// this package and the node agent alike. The reference keeps the last of
+// each; the first is the one most announcers treat as primary, and it does
+// not change when an address is appended. Entries without an IP
+// (hostname-only) are ignored.
 //
 // Node label: LabelKey. See its doc for names longer than 63 characters.
 package assign

@@ -1,31 +1,5 @@
 package assign
 
-// Reason is a machine-readable code for a decision. It is the Ready
-// condition's reason, an Event's reason, and a log key.
-type Reason string
-
-const (
-	// ReasonAssigned: the service has a host node.
-	ReasonAssigned Reason = "Assigned"
-	// ReasonAllNodes: sourceIPBy is Network, so the host is "ALL".
-	ReasonAllNodes Reason = "AllNodes"
-	// ReasonInvalidSelector: spec.nodeSelector does not parse.
-	ReasonInvalidSelector Reason = "InvalidSelector"
-	// ReasonServiceNotFound: there is no Service of the same name.
-	ReasonServiceNotFound Reason = "ServiceNotFound"
-	// ReasonNotLoadBalancer: the Service is not of type LoadBalancer.
-	ReasonNotLoadBalancer Reason = "NotLoadBalancer"
-	// ReasonNoIngressIP: the Service has no load-balancer ingress IP.
-	ReasonNoIngressIP Reason = "NoIngressIP"
-	// ReasonNoEndpoints: the Service has no endpoint on the cluster network.
-	ReasonNoEndpoints Reason = "NoEndpoints"
-	// ReasonNoMatchingNode: the service is eligible but no node is a candidate.
-	ReasonNoMatchingNode Reason = "NoMatchingNode"
-	// ReasonHostLost: the previous host stopped being a candidate (an Event
-	// reason; the NodeProblem says why).
-	ReasonHostLost Reason = "HostLost"
-)
-
 // NodeProblem says why a node is not a candidate for a service. It is also
 // the cause label of the failover metric.
 type NodeProblem string

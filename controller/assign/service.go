@@ -11,6 +11,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/endpoints"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // Input is what the eligibility of one EgressService depends on.
@@ -29,9 +30,9 @@ type Input struct {
 // Eligibility is what Evaluate found about a service, before nodes are
 // looked at.
 type Eligibility struct {
-	// Reason is "" when the service may have a host node, ReasonAllNodes for
+	// Reason is "" when the service may have a host node, reasons.AllNodes for
 	// sourceIPBy Network, and otherwise why it has no host.
-	Reason Reason
+	Reason reasons.Reason
 	// Message explains Reason to a person.
 	Message string
 	// Selector is the parsed nodeSelector (when Reason is "").
@@ -51,22 +52,22 @@ func Evaluate(in Input) Eligibility {
 		var err error
 		selector, err = metav1.LabelSelectorAsSelector(&es.Spec.NodeSelector)
 		if err != nil {
-			return Eligibility{Reason: ReasonInvalidSelector, Message: fmt.Sprintf("spec.nodeSelector is invalid: %v", err)}
+			return Eligibility{Reason: reasons.InvalidSelector, Message: fmt.Sprintf("spec.nodeSelector is invalid: %v", err)}
 		}
 	}
 	switch {
 	case svc == nil:
-		return Eligibility{Reason: ReasonServiceNotFound, Message: fmt.Sprintf("there is no Service %s/%s", es.Namespace, es.Name)}
+		return Eligibility{Reason: reasons.ServiceNotFound, Message: fmt.Sprintf("there is no Service %s/%s", es.Namespace, es.Name)}
 	case svc.Spec.Type != corev1.ServiceTypeLoadBalancer:
-		return Eligibility{Reason: ReasonNotLoadBalancer, Message: fmt.Sprintf("Service %s/%s is of type %s, not LoadBalancer", svc.Namespace, svc.Name, typeName(svc.Spec.Type))}
+		return Eligibility{Reason: reasons.NotLoadBalancer, Message: fmt.Sprintf("Service %s/%s is of type %s, not LoadBalancer", svc.Namespace, svc.Name, typeName(svc.Spec.Type))}
 	case network:
-		return Eligibility{Reason: ReasonAllNodes, Message: "sourceIPBy is Network: every node routes its own endpoints' traffic"}
+		return Eligibility{Reason: reasons.AllNodes, Message: "sourceIPBy is Network: every node routes its own endpoints' traffic"}
 	}
-	if v4, v6 := LoadBalancerIPs(svc); !v4.IsValid() && !v6.IsValid() {
-		return Eligibility{Reason: ReasonNoIngressIP, Message: fmt.Sprintf("Service %s/%s has no IP in status.loadBalancer.ingress", svc.Namespace, svc.Name)}
+	if v4, v6 := endpoints.LoadBalancerIPs(svc); !v4.IsValid() && !v6.IsValid() {
+		return Eligibility{Reason: reasons.NoIngressIP, Message: fmt.Sprintf("Service %s/%s has no IP in status.loadBalancer.ingress", svc.Namespace, svc.Name)}
 	}
 	if len(endpoints.OnClusterNetwork(in.EndpointSlices, in.PodCIDRs)) == 0 {
-		return Eligibility{Reason: ReasonNoEndpoints, Message: fmt.Sprintf("Service %s/%s has no endpoint on the cluster network", svc.Namespace, svc.Name)}
+		return Eligibility{Reason: reasons.NoEndpoints, Message: fmt.Sprintf("Service %s/%s has no endpoint on the cluster network", svc.Namespace, svc.Name)}
 	}
 	el := Eligibility{Selector: selector}
 	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
@@ -97,24 +98,4 @@ func endpointNodes(slices []*discoveryv1.EndpointSlice) map[string]bool {
 		}
 	}
 	return nodes
-}
-
-// LoadBalancerIPs returns the first IPv4 and the first IPv6 address in the
-// Service's status.loadBalancer.ingress, in list order; a family with none is
-// the zero Addr. Hostname-only entries and unparseable IPs are skipped.
-func LoadBalancerIPs(svc *corev1.Service) (v4, v6 netip.Addr) {
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		addr, err := netip.ParseAddr(ing.IP)
-		if err != nil {
-			continue
-		}
-		addr = addr.Unmap()
-		switch {
-		case addr.Is4() && !v4.IsValid():
-			v4 = addr
-		case addr.Is6() && !v6.IsValid():
-			v6 = addr
-		}
-	}
-	return v4, v6
 }

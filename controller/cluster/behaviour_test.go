@@ -20,6 +20,7 @@ import (
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/wait"
 )
@@ -115,13 +116,26 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 	// A service without endpoints counts as without host.
 	f.CreateService(t, clustertest.Service{Namespace: f.ns, Name: "dry", IngressIPs: []string{"192.0.2.99"}})
 	f.CreateEgressService(t, f.ns, "dry", esv1.EgressServiceSpec{})
-	f.waitStatus("dry", "", assign.ReasonNoEndpoints)
-	wait.Until(t, settle, func() error {
-		if got := gauge(t, reg, "egressflow_controller_services_without_host"); got != 1 {
-			return fmt.Errorf("services_without_host %v", got)
+	f.waitStatus("dry", "", reasons.NoEndpoints)
+	withoutHost := func(want, noMatchingNode float64) func() error {
+		return func() error {
+			if got, gotNoNode := gauge(t, reg, "egressflow_controller_services_without_host"), gauge(t, reg, "egressflow_controller_services_no_matching_node"); got != want || gotNoNode != noMatchingNode {
+				return fmt.Errorf("services_without_host %v, services_no_matching_node %v; want %v, %v", got, gotNoNode, want, noMatchingNode)
+			}
+			return nil
 		}
-		return nil
-	})
+	}
+	// It could not have a host, whatever the nodes: not a service without
+	// a matching node.
+	wait.Until(t, settle, withoutHost(1, 0))
+	// A service whose selector matches no node is both, until it is gone.
+	f.service("nowhere", esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"zone": "nowhere"}}}, nodes...)
+	f.waitStatus("nowhere", "", reasons.NoMatchingNode)
+	wait.Until(t, settle, withoutHost(2, 1))
+	if err := f.ES.K8sV1().EgressServices(f.ns).Delete(context.Background(), "nowhere", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, settle, withoutHost(1, 0))
 }
 
 // TestRBACIsNarrow: the deploy/ RBAC lets the controller do its job (every
@@ -219,6 +233,8 @@ func TestFailingWritesBackOff(t *testing.T) {
 	opts := options("replica-a")
 	opts.RetryBaseDelay = 50 * time.Millisecond
 	opts.RetryMaxDelay = 800 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	opts.Registerer = reg
 	r := f.RunController(t, opts)
 	r.WaitLeading(t, settle)
 	ctx := context.Background()
@@ -265,6 +281,19 @@ func TestFailingWritesBackOff(t *testing.T) {
 	if got := f.GetEgressService(t, f.ns, "web").Status.Host; got != "" {
 		t.Fatalf("status written without permission: %q", got)
 	}
+	// The metrics say a service fails to sync, and the alert on them
+	// (deploy/monitoring) would fire.
+	service := map[string]string{"queue": "service"}
+	failing := func() float64 {
+		return metric(t, reg, "egressflow_controller_failing_syncs", service).GetGauge().GetValue()
+	}
+	if got := failing(); got != 1 {
+		t.Errorf("failing_syncs{queue=service} = %v while web's status cannot be written, want 1", got)
+	}
+	if got := counter(t, reg, "egressflow_controller_syncs_total", map[string]string{"queue": "service", "result": "error"}); got < 6 {
+		t.Errorf("syncs_total{queue=service,result=error} = %v after %d failed attempts", got, len(at))
+	}
+	restored := time.Now()
 
 	full.ResourceVersion = ""
 	cur, err := roles.Get(ctx, "egressflow-controller", metav1.GetOptions{})
@@ -275,6 +304,15 @@ func TestFailingWritesBackOff(t *testing.T) {
 	if _, err := roles.Update(ctx, full, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitStatus("web", "node-a", assign.ReasonAssigned)
+	f.waitStatus("web", "node-a", reasons.Assigned)
 	f.waitLabelOn("web", "node-a")
+	wait.Until(t, settle, func() error {
+		if got := failing(); got != 0 {
+			return fmt.Errorf("failing_syncs{queue=service} = %v once the status is written", got)
+		}
+		return nil
+	})
+	if got := metric(t, reg, "egressflow_controller_last_successful_sync_timestamp_seconds", service).GetGauge().GetValue(); got < float64(restored.Unix()) {
+		t.Errorf("last_successful_sync_timestamp_seconds{queue=service} = %v, before the status could be written (%v)", got, restored.Unix())
+	}
 }

@@ -2,28 +2,25 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	esscheme "github.com/egressflow/egressflow/controller/generated/clientset/versioned/scheme"
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
@@ -56,9 +53,8 @@ type Controller struct {
 	slices        cache.Indexer
 	synced        []cache.InformerSynced
 
-	broadcaster record.EventBroadcaster
-	recorder    record.EventRecorder
-	healthz     *leaderelection.HealthzAdaptor
+	events  *events.Emitter
+	healthz *leaderelection.HealthzAdaptor
 
 	// term is the current leadership term, nil while not leading. Event
 	// handlers feed it; they do nothing without one.
@@ -68,6 +64,13 @@ type Controller struct {
 	// to carry a service label any more (see uninstall).
 	uninstalling atomic.Bool
 	active       atomic.Int64 // syncs in progress, for Idle
+
+	// judge decides which agents are dead from the Lease renewals observed
+	// (heartbeat.Judge). Every replica feeds it, leading or not, so that a
+	// replica that takes over knows how long each agent has been silent.
+	judgeMu     sync.Mutex
+	judge       *heartbeat.Judge
+	lastVerdict heartbeat.Verdict
 }
 
 // term is one period of leadership: its queues and state live and die with it.
@@ -103,6 +106,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		es:      es,
 		metrics: newMetrics(opts.Registerer),
 		healthz: leaderelection.NewLeaderHealthzAdaptor(opts.RenewDeadline),
+		judge:   heartbeat.NewJudge(opts.Liveness),
 	}
 	// Informers have no resync of their own: Resync enqueues everything.
 	c.kubeInformers = informers.NewSharedInformerFactory(kube, 0)
@@ -136,7 +140,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onService, UpdateFunc: func(_, n any) { c.onService(n) }, DeleteFunc: c.onService}},
 		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onSlice, UpdateFunc: c.onSliceUpdate, DeleteFunc: c.onSlice}},
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onNodeAdd, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onNodeDelete}},
-		{leaseInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onLease, UpdateFunc: func(_, n any) { c.onLease(n) }, DeleteFunc: c.onLease}},
+		{leaseInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onLease, UpdateFunc: func(_, n any) { c.onLease(n) }, DeleteFunc: c.onLeaseDelete}},
 	} {
 		reg, err := h.inf.AddEventHandler(h.handler)
 		if err != nil {
@@ -145,8 +149,12 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		c.synced = append(c.synced, reg.HasSynced)
 	}
 
-	c.broadcaster = record.NewBroadcaster()
-	c.recorder = c.broadcaster.NewRecorder(esscheme.Scheme, corev1.EventSource{Component: eventComponent})
+	// Events have a client of their own: their writes never wait for, nor
+	// take, the budget of status writes and label patches.
+	c.events, err = events.NewForConfig(cfg, esscheme.Scheme, events.Options{Component: eventComponent, Counter: c.metrics.events})
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -164,15 +172,19 @@ func sliceServiceKeys(obj any) ([]string, error) {
 }
 
 // Run starts the informers, waits for their caches, and then leads (or, with
-// leader election, campaigns to lead) until ctx ends. With leader election it
-// returns an error if leadership is lost while ctx is still alive: the caller
-// should exit, and a restarted replica campaigns again from a clean state.
+// leader election, campaigns to lead) until ctx ends. A replica that loses
+// leadership campaigns again; each term starts from the caches.
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	logger := klog.FromContext(ctx)
-	sink := &typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")}
-	c.broadcaster.StartRecordingToSink(sink)
-	defer c.broadcaster.Shutdown()
+	// Events are written until Run returns, and then for a short drain.
+	eventsCtx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+	eventsDone := make(chan struct{})
+	go func() {
+		defer close(eventsDone)
+		c.events.Run(eventsCtx)
+	}()
+	defer func() { stopEvents(); <-eventsDone }()
 
 	c.kubeInformers.Start(ctx.Done())
 	c.leaseInformers.Start(ctx.Done())
@@ -261,13 +273,23 @@ func (c *Controller) campaign(ctx context.Context) error {
 		return err
 	}
 	c.healthz.SetLeaderElection(elector)
-	elector.Run(electorCtx)
+	for {
+		elector.Run(electorCtx)
+		// The term's workers stop before this replica campaigns again, so
+		// that two terms never overlap.
+		leading.Wait()
+		if ctx.Err() != nil {
+			break
+		}
+		// Lost (the API server was away past the renew deadline, or this
+		// process stalled): campaign again with the warm caches, whose
+		// agent observations (heartbeat.Judge) carry over, rather than
+		// exit and restart cold.
+		logger.Info("Leadership lost; campaigning again", "identity", c.opts.Identity)
+	}
 	mu.Lock()
 	stopping = true
 	mu.Unlock()
 	leading.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errors.New("leader election lost")
+	return nil
 }

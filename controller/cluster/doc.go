@@ -47,11 +47,12 @@
 //
 // # Reasons, Events, metrics
 //
-// Every decision carries an assign.Reason, the Ready condition's reason.
+// Every decision carries a reasons.Reason, the Ready condition's reason.
 // Events are emitted when a write changes the host or the reason, never on a
 // resync: Assigned, AllNodes, HostLost (with the node's problem), and the
-// reason of a missing host (NoEndpoints, NoMatchingNode, ...). Metrics are
-// in metrics.go.
+// reason of a missing host (NoEndpoints, NoMatchingNode, ...). They are
+// written by controller/events, which never drops a Warning nor a service's
+// latest Event (docs/events.md). Metrics are in metrics.go.
 //
 // # What it must not touch
 //

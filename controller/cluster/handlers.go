@@ -8,6 +8,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
@@ -197,39 +198,94 @@ func plainLabels(l map[string]string) map[string]string {
 	return out
 }
 
+// onLease feeds the judge, in every replica; the leader judges again only
+// when the observation may change a verdict at once (heartbeat.Judge.Observe),
+// so that a renewal costs O(1), not a pass over every agent.
 func (c *Controller) onLease(obj any) {
-	t := c.term.Load()
-	if t == nil {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
 		return
 	}
+	c.judgeMu.Lock()
+	changed := c.judge.Observe(c.opts.Clock.Now(), l)
+	c.judgeMu.Unlock()
+	if t := c.term.Load(); t != nil && changed {
+		c.judgeLiveness(t)
+	}
+}
+
+func (c *Controller) onLeaseDelete(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	if l, ok := obj.(*coordinationv1.Lease); ok {
-		c.checkLiveness(t, l.Name)
+		c.judgeMu.Lock()
+		c.judge.Forget(l.Name)
+		c.judgeMu.Unlock()
+	}
+	if t := c.term.Load(); t != nil {
+		c.judgeLiveness(t)
 	}
 }
 
-// checkLiveness evaluates the agent Lease of node now. While it is fresh, a
-// check is scheduled at its expiry, so that an agent that stops renewing is
-// noticed when its Lease runs out, not at the next resync.
-func (c *Controller) checkLiveness(t *term, node string) {
+// judgeLiveness judges every agent now (heartbeat.Judge), marks the nodes
+// whose liveness changed, and schedules the next judgement when a Lease
+// runs out or a held death is due.
+func (c *Controller) judgeLiveness(t *term) {
 	now := c.opts.Clock.Now()
-	alive := false
-	if l, err := c.leaseLister.Leases(c.opts.Namespace).Get(node); err == nil && heartbeat.Fresh(l, now) {
-		alive = true
-		exp, _ := heartbeat.Expiry(l)
-		t.liveness.AddAfter(node, exp.Sub(now))
+	c.judgeMu.Lock()
+	v := c.judge.Judge(now)
+	alive := c.judge.AliveAgents()
+	c.judgeMu.Unlock()
+	c.noteJudgement(klog.Background(), v)
+	if !v.Next.IsZero() {
+		t.liveness.AddAfter(livenessKey, v.Next.Sub(now))
 	}
+
 	t.state.mu.Lock()
-	changed := t.state.alive[node] != alive
-	if alive {
-		t.state.alive[node] = true
-	} else {
-		delete(t.state.alive, node)
+	var changed []string
+	for node := range t.state.alive {
+		if !alive[node] {
+			changed = append(changed, node)
+			delete(t.state.alive, node)
+		}
+	}
+	for node := range alive {
+		if !t.state.alive[node] {
+			changed = append(changed, node)
+			t.state.alive[node] = true
+		}
 	}
 	t.state.mu.Unlock()
-	if changed {
+	for _, node := range changed {
 		c.nodeChanged(t, node)
 	}
 }
+
+// noteJudgement logs the transitions into and out of blindness and
+// disruption, and sets their gauges. Called for every judgement.
+func (c *Controller) noteJudgement(logger klog.Logger, v heartbeat.Verdict) {
+	c.judgeMu.Lock()
+	wasBlind, wasHeld := c.lastVerdict.Blind, c.lastVerdict.Held
+	c.lastVerdict = v
+	c.judgeMu.Unlock()
+	if v.Blind != wasBlind {
+		if v.Blind {
+			logger.Info("No agent Lease renewal observed lately: the API server or this replica's watch is away; no agent is judged dead until renewals are seen again")
+		} else {
+			logger.Info("Agent Lease renewals observed again; every agent has a full Lease duration from now to renew")
+		}
+	}
+	if v.Held != wasHeld {
+		logger.Info("Disruption: agents whose Lease ran out together are failed over one at a time", "held", v.Held, "interval", heartbeat.DefaultDisruptedFailoverInterval)
+	}
+	if len(v.Died) > 0 {
+		logger.Info("Agents judged dead", "nodes", v.Died)
+	}
+	c.metrics.agentsBlind.Set(boolGauge(v.Blind))
+	c.metrics.deathsHeld.Set(float64(v.Held))
+}
+
+// livenessKey is the one item of a term's liveness queue: judge every
+// agent again.
+const livenessKey = "agents"

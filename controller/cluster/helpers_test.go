@@ -17,6 +17,7 @@ import (
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -101,7 +102,7 @@ func (f *fixture) label(name string) string { return assign.LabelKey(f.ns, name)
 
 // waitStatus waits until the EgressService says host, with a Ready
 // condition of that reason for its current generation, and returns it.
-func (f *fixture) waitStatus(name, host string, reason assign.Reason) *esv1.EgressService {
+func (f *fixture) waitStatus(name, host string, reason reasons.Reason) *esv1.EgressService {
 	f.t.Helper()
 	var es *esv1.EgressService
 	wait.Until(f.t, settle, func() error {
@@ -141,7 +142,7 @@ func (f *fixture) waitLabelOn(name string, nodes ...string) {
 
 // waitEvent waits for an Event about name with reason and a message
 // containing text.
-func (f *fixture) waitEvent(name string, eventType string, reason assign.Reason, text string) {
+func (f *fixture) waitEvent(name string, eventType string, reason reasons.Reason, text string) {
 	f.t.Helper()
 	wait.Until(f.t, settle, func() error {
 		evs := f.Events(f.t, f.ns, name)
@@ -197,8 +198,22 @@ func statusWriteAt(t *testing.T, r *clustertest.Replica, name, host string) time
 }
 
 // eventsEmitted is how many Events the replica of reg emitted (counted when
-// emitted, before client-go sends them asynchronously).
+// emitted, before they are written asynchronously).
 func eventsEmitted(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	return eventsCounted(t, reg, "emitted")
+}
+
+// eventsCounted sums egressflow_controller_events_total of one result
+// over types and reasons.
+func eventsCounted(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	return eventsWhere(t, reg, map[string]string{"result": result})
+}
+
+// eventsWhere sums egressflow_controller_events_total over the series
+// whose labels have the values of want.
+func eventsWhere(t *testing.T, reg *prometheus.Registry, want map[string]string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -206,10 +221,17 @@ func eventsEmitted(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	total := 0.0
 	for _, mf := range families {
-		if mf.GetName() == "egressflow_controller_events_total" {
-			for _, m := range mf.GetMetric() {
-				total += m.GetCounter().GetValue()
+		if mf.GetName() != "egressflow_controller_events_total" {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
 			}
+			total += m.GetCounter().GetValue()
 		}
 	}
 	return total

@@ -11,6 +11,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -46,7 +47,7 @@ func TestManualLabelEditsReverted(t *testing.T) {
 	if n.Labels["zone"] != "east" {
 		t.Errorf("unrelated label changed: %v", n.Labels)
 	}
-	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitStatus("web", host, reasons.Assigned)
 }
 
 // TestLongNames: namespace and name longer than a label name together get
@@ -61,7 +62,7 @@ func TestLongNames(t *testing.T) {
 	f.ns = ns
 	name := "a-service-with-a-long-name-" + strings.Repeat("x", 30)
 	f.service(name, esv1.EgressServiceSpec{}, "node-a")
-	es := f.waitStatus(name, "node-a", assign.ReasonAssigned)
+	es := f.waitStatus(name, "node-a", reasons.Assigned)
 	key := assign.LabelKey(ns, name)
 	if len(strings.TrimPrefix(key, assign.LabelPrefix)) > 63 || strings.TrimPrefix(key, assign.LabelPrefix) == ns+"-"+name {
 		t.Fatalf("label key %s was not shortened", key)
@@ -99,7 +100,7 @@ func TestLabelKeyShared(t *testing.T) {
 	})
 	other.service("b-c", esv1.EgressServiceSpec{}, "node-a", "node-b")
 	otherHost := otherThan(ownerHost, "node-a", "node-b") // least loaded
-	es := other.waitStatus("b-c", otherHost, assign.ReasonAssigned)
+	es := other.waitStatus("b-c", otherHost, reasons.Assigned)
 	if !strings.Contains(es.Status.Conditions[0].Message, "lk-a-b/c maps to the same label") {
 		t.Errorf("Ready message %q does not explain the shared label", es.Status.Conditions[0].Message)
 	}

@@ -21,6 +21,7 @@ func (c *Controller) lead(ctx context.Context) {
 	logger.Info("Leading", "identity", c.opts.Identity)
 	c.metrics.leader.Set(1)
 	defer c.metrics.leader.Set(0)
+	defer c.metrics.stoppedLeading()
 
 	limiter := func() workqueue.TypedRateLimiter[string] {
 		// Per object only: a global token bucket would throttle the start-up
@@ -42,11 +43,7 @@ func (c *Controller) lead(ctx context.Context) {
 	c.term.Store(t)
 	defer c.term.Store(nil)
 
-	if leases, err := c.leaseLister.List(labels.Everything()); err == nil {
-		for _, l := range leases {
-			c.checkLiveness(t, l.Name)
-		}
-	}
+	c.judgeLiveness(t)
 	nodes, _ := c.nodeLister.List(labels.Everything())
 	t.state.mu.Lock()
 	for _, n := range nodes {
@@ -149,7 +146,7 @@ func process[T comparable](ctx context.Context, c *Controller, q workqueue.Typed
 	defer c.active.Add(-1)
 	defer q.Done(item)
 	err := sync(ctx, item)
-	c.metrics.syncs.WithLabelValues(name, resultLabel(err)).Inc()
+	c.metrics.synced(name, item, err, c.opts.Clock.Now())
 	if err == nil || ctx.Err() != nil {
 		q.Forget(item)
 		return true
@@ -160,21 +157,22 @@ func process[T comparable](ctx context.Context, c *Controller, q workqueue.Typed
 }
 
 func (c *Controller) processService(ctx context.Context, t *term) bool {
-	return process(ctx, c, t.services, "service", func(ctx context.Context, key string) error { return c.syncService(ctx, t, key) })
+	return process(ctx, c, t.services, queueService, func(ctx context.Context, key string) error { return c.syncService(ctx, t, key) })
 }
 
 func (c *Controller) processNode(ctx context.Context, t *term) bool {
-	return process(ctx, c, t.nodes, "node", func(ctx context.Context, name string) error { return c.syncNode(ctx, t, name) })
+	return process(ctx, c, t.nodes, queueNode, func(ctx context.Context, name string) error { return c.syncNode(ctx, t, name) })
 }
 
-// processLiveness re-checks one agent Lease, at its expiry time.
+// processLiveness judges the agents again when a Lease runs out or a death
+// held back by the disruption rule is due.
 func (c *Controller) processLiveness(ctx context.Context, t *term) bool {
-	name, quit := t.liveness.Get()
+	key, quit := t.liveness.Get()
 	if quit {
 		return false
 	}
-	defer t.liveness.Done(name)
-	c.checkLiveness(t, name)
+	defer t.liveness.Done(key)
+	c.judgeLiveness(t)
 	return true
 }
 

@@ -12,6 +12,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -149,11 +150,11 @@ func TestStartupRepair(t *testing.T) {
 	f.labels.Reset() // from here on, one label per service at any time
 	// (The order check below covers the moments before.)
 
-	f.waitStatus("kept", "node-b", assign.ReasonAssigned)
+	f.waitStatus("kept", "node-b", reasons.Assigned)
 	f.waitLabelOn("kept", "node-b")
-	f.waitStatus("dry", "", assign.ReasonNoEndpoints)
+	f.waitStatus("dry", "", reasons.NoEndpoints)
 	f.waitLabelOn("dry")
-	f.waitStatus("net", esv1.HostAll, assign.ReasonAllNodes)
+	f.waitStatus("net", esv1.HostAll, reasons.AllNodes)
 	f.waitLabelOn("net")
 	var lost string
 	wait.Until(t, settle, func() error {
@@ -162,10 +163,10 @@ func TestStartupRepair(t *testing.T) {
 		}
 		return nil
 	})
-	f.waitStatus("lost", lost, assign.ReasonAssigned)
+	f.waitStatus("lost", lost, reasons.Assigned)
 	f.waitLabelOn("lost", lost)
 	newHost := f.GetEgressService(t, f.ns, "new").Status.Host
-	f.waitStatus("new", newHost, assign.ReasonAssigned)
+	f.waitStatus("new", newHost, reasons.Assigned)
 	f.waitLabelOn("new", newHost)
 	if got := f.NodesWithLabel(t, ghost); len(got) != 0 {
 		t.Errorf("ghost label still on %v", got)

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
-	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/wait"
 )
@@ -31,9 +31,9 @@ func (f *fixture) assigned(spec esv1.EgressServiceSpec, nodes ...string) string 
 		return nil
 	})
 	host := f.GetEgressService(f.t, f.ns, "web").Status.Host
-	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitStatus("web", host, reasons.Assigned)
 	f.waitLabelOn("web", host)
-	f.waitEvent("web", normal, assign.ReasonAssigned, "node "+host)
+	f.waitEvent("web", normal, reasons.Assigned, "node "+host)
 	return host
 }
 
@@ -41,7 +41,7 @@ func TestAssigned(t *testing.T) {
 	f := newFixture(t, "node-a", "node-b")
 	f.run("replica-a")
 	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
-	es := f.waitStatus("web", host, assign.ReasonAssigned)
+	es := f.waitStatus("web", host, reasons.Assigned)
 	if msg := es.Status.Conditions[0].Message; msg == "" || !contains(msg, f.label("web")) {
 		t.Errorf("Ready message %q does not name the label %s", msg, f.label("web"))
 	}
@@ -57,9 +57,9 @@ func TestServiceDeleted(t *testing.T) {
 	if err := f.Kube.CoreV1().Services(f.ns).Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitStatus("web", "", assign.ReasonServiceNotFound)
+	f.waitStatus("web", "", reasons.ServiceNotFound)
 	f.waitLabelOn("web")
-	f.waitEvent("web", warning, assign.ReasonServiceNotFound, "no Service")
+	f.waitEvent("web", warning, reasons.ServiceNotFound, "no Service")
 }
 
 func TestEgressServiceDeleted(t *testing.T) {
@@ -77,14 +77,14 @@ func TestServiceLosesIngress(t *testing.T) {
 	f.run("replica-a")
 	host := f.assigned(esv1.EgressServiceSpec{}, "node-a")
 	f.SetIngress(t, f.ns, "web")
-	f.waitStatus("web", "", assign.ReasonNoIngressIP)
+	f.waitStatus("web", "", reasons.NoIngressIP)
 	f.waitLabelOn("web")
-	f.waitEvent("web", warning, assign.ReasonNoIngressIP, "no IP in status.loadBalancer.ingress")
+	f.waitEvent("web", warning, reasons.NoIngressIP, "no IP in status.loadBalancer.ingress")
 
 	// Back with an IP: assigned again, to the same node (nothing else has
 	// services, and the tie-break is deterministic).
 	f.SetIngress(t, f.ns, "web", "192.0.2.20", "192.0.2.21", "2001:db8::20")
-	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitStatus("web", host, reasons.Assigned)
 	f.waitLabelOn("web", host)
 }
 
@@ -101,9 +101,9 @@ func TestServiceStopsBeingLoadBalancer(t *testing.T) {
 	if _, err := f.Kube.CoreV1().Services(f.ns).Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitStatus("web", "", assign.ReasonNotLoadBalancer)
+	f.waitStatus("web", "", reasons.NotLoadBalancer)
 	f.waitLabelOn("web")
-	f.waitEvent("web", warning, assign.ReasonNotLoadBalancer, "ClusterIP")
+	f.waitEvent("web", warning, reasons.NotLoadBalancer, "ClusterIP")
 }
 
 func TestEndpointsGone(t *testing.T) {
@@ -111,15 +111,15 @@ func TestEndpointsGone(t *testing.T) {
 	f.run("replica-a")
 	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
 	f.SetEndpoints(t, f.ns, "web", nil)
-	f.waitStatus("web", "", assign.ReasonNoEndpoints)
+	f.waitStatus("web", "", reasons.NoEndpoints)
 	f.waitLabelOn("web")
-	f.waitEvent("web", warning, assign.ReasonNoEndpoints, "no endpoint on the cluster network")
+	f.waitEvent("web", warning, reasons.NoEndpoints, "no endpoint on the cluster network")
 
 	// A host-networked endpoint (outside the pod CIDR) does not count.
 	f.SetEndpoints(t, f.ns, "web", []clustertest.Endpoint{{IP: "172.18.0.5", Node: "node-a"}})
-	f.waitStatus("web", "", assign.ReasonNoEndpoints)
+	f.waitStatus("web", "", reasons.NoEndpoints)
 	f.SetEndpoints(t, f.ns, "web", []clustertest.Endpoint{{IP: "10.128.3.3", Node: "node-b"}})
-	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitStatus("web", host, reasons.Assigned)
 	f.waitLabelOn("web", host)
 }
 
@@ -127,27 +127,27 @@ func TestSelectorChanged(t *testing.T) {
 	f := newFixture(t, "node-a=zone:east", "node-b=zone:west")
 	f.run("replica-a")
 	f.assigned(esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"zone": "east"}}}, "node-a", "node-b")
-	f.waitStatus("web", "node-a", assign.ReasonAssigned)
+	f.waitStatus("web", "node-a", reasons.Assigned)
 
 	f.UpdateEgressService(t, f.ns, "web", func(es *esv1.EgressService) {
 		es.Spec.NodeSelector = metav1.LabelSelector{MatchLabels: map[string]string{"zone": "west"}}
 	})
-	f.waitStatus("web", "node-b", assign.ReasonAssigned)
+	f.waitStatus("web", "node-b", reasons.Assigned)
 	f.waitLabelOn("web", "node-b")
-	f.waitEvent("web", warning, assign.ReasonHostLost, "host node-a lost (NotSelected); new host: node-b")
+	f.waitEvent("web", warning, reasons.HostLost, "host node-a lost (NotSelected); new host: node-b")
 
 	// A selector that matches nothing.
 	f.UpdateEgressService(t, f.ns, "web", func(es *esv1.EgressService) {
 		es.Spec.NodeSelector = metav1.LabelSelector{MatchLabels: map[string]string{"zone": "north"}}
 	})
-	f.waitStatus("web", "", assign.ReasonNoMatchingNode)
+	f.waitStatus("web", "", reasons.NoMatchingNode)
 	f.waitLabelOn("web")
-	f.waitEvent("web", warning, assign.ReasonNoMatchingNode, "do not match nodeSelector")
+	f.waitEvent("web", warning, reasons.NoMatchingNode, "do not match nodeSelector")
 
 	// The node's labels change instead: it becomes a candidate.
 	north := "north"
 	f.PatchNodeLabels(t, "node-a", map[string]*string{"zone": &north})
-	f.waitStatus("web", "node-a", assign.ReasonAssigned)
+	f.waitStatus("web", "node-a", reasons.Assigned)
 	f.waitLabelOn("web", "node-a")
 }
 
@@ -157,8 +157,8 @@ func TestInvalidSelector(t *testing.T) {
 	// The CRD's CEL rules reject bad operators; a label value with a space
 	// passes the schema and fails to parse.
 	f.service("web", esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"zone": "not valid"}}}, "node-a")
-	f.waitStatus("web", "", assign.ReasonInvalidSelector)
-	f.waitEvent("web", warning, assign.ReasonInvalidSelector, "spec.nodeSelector is invalid")
+	f.waitStatus("web", "", reasons.InvalidSelector)
+	f.waitEvent("web", warning, reasons.InvalidSelector, "spec.nodeSelector is invalid")
 	f.waitLabelOn("web")
 
 	// Nothing is written again: no hot loop, no retry storm.
@@ -180,16 +180,16 @@ func TestNodeNotReady(t *testing.T) {
 	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
 	other := otherThan(host, "node-a", "node-b")
 	f.SetNodeReady(t, host, false)
-	f.waitStatus("web", other, assign.ReasonAssigned)
+	f.waitStatus("web", other, reasons.Assigned)
 	f.waitLabelOn("web", other)
-	f.waitEvent("web", warning, assign.ReasonHostLost, "host "+host+" lost (NodeNotReady); new host: "+other)
+	f.waitEvent("web", warning, reasons.HostLost, "host "+host+" lost (NodeNotReady); new host: "+other)
 
 	// No candidate left.
 	f.SetNodeReady(t, other, false)
-	f.waitStatus("web", "", assign.ReasonNoMatchingNode)
+	f.waitStatus("web", "", reasons.NoMatchingNode)
 	f.waitLabelOn("web")
-	f.waitEvent("web", warning, assign.ReasonHostLost, "host "+other+" lost (NodeNotReady); new host: none (NoMatchingNode)")
-	es := f.waitStatus("web", "", assign.ReasonNoMatchingNode)
+	f.waitEvent("web", warning, reasons.HostLost, "host "+other+" lost (NodeNotReady); new host: none (NoMatchingNode)")
+	es := f.waitStatus("web", "", reasons.NoMatchingNode)
 	if msg := es.Status.Conditions[0].Message; !contains(msg, "are not Ready") {
 		t.Errorf("Ready message %q does not say why", msg)
 	}
@@ -203,9 +203,9 @@ func TestNodeDeleted(t *testing.T) {
 	if err := f.Kube.CoreV1().Nodes().Delete(context.Background(), host, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitStatus("web", other, assign.ReasonAssigned)
+	f.waitStatus("web", other, reasons.Assigned)
 	f.waitLabelOn("web", other)
-	f.waitEvent("web", warning, assign.ReasonHostLost, "host "+host+" lost (NodeDeleted)")
+	f.waitEvent("web", warning, reasons.HostLost, "host "+host+" lost (NodeDeleted)")
 }
 
 func TestLocalTrafficPolicyWithoutLocalEndpoint(t *testing.T) {
@@ -215,18 +215,18 @@ func TestLocalTrafficPolicyWithoutLocalEndpoint(t *testing.T) {
 		TrafficPol: corev1.ServiceExternalTrafficPolicyLocal,
 		Endpoints:  []clustertest.Endpoint{{IP: "10.128.0.10", Node: "node-c"}}})
 	f.CreateEgressService(t, f.ns, "web", esv1.EgressServiceSpec{})
-	f.waitStatus("web", "node-c", assign.ReasonAssigned)
+	f.waitStatus("web", "node-c", reasons.Assigned)
 	f.waitLabelOn("web", "node-c")
 
 	// The endpoint moves to node-b: node-c no longer runs one.
 	f.SetEndpoints(t, f.ns, "web", []clustertest.Endpoint{{IP: "10.128.0.11", Node: "node-b"}})
-	f.waitStatus("web", "node-b", assign.ReasonAssigned)
+	f.waitStatus("web", "node-b", reasons.Assigned)
 	f.waitLabelOn("web", "node-b")
-	f.waitEvent("web", warning, assign.ReasonHostLost, "host node-c lost (NoLocalEndpoint); new host: node-b")
+	f.waitEvent("web", warning, reasons.HostLost, "host node-c lost (NoLocalEndpoint); new host: node-b")
 
 	// Its only local node is not Ready: no candidate, though others are.
 	f.SetNodeReady(t, "node-b", false)
-	es := f.waitStatus("web", "", assign.ReasonNoMatchingNode)
+	es := f.waitStatus("web", "", reasons.NoMatchingNode)
 	if msg := es.Status.Conditions[0].Message; !contains(msg, "externalTrafficPolicy Local") {
 		t.Errorf("Ready message %q does not mention the local endpoint rule", msg)
 	}
@@ -242,14 +242,14 @@ func TestSourceIPByNetworkAndBack(t *testing.T) {
 		es.Spec.SourceIPBy = esv1.SourceIPByNetwork
 		es.Spec.Network = "100"
 	})
-	f.waitStatus("web", esv1.HostAll, assign.ReasonAllNodes)
+	f.waitStatus("web", esv1.HostAll, reasons.AllNodes)
 	f.waitLabelOn("web")
-	f.waitEvent("web", normal, assign.ReasonAllNodes, "sourceIPBy is Network")
+	f.waitEvent("web", normal, reasons.AllNodes, "sourceIPBy is Network")
 
 	f.UpdateEgressService(t, f.ns, "web", func(es *esv1.EgressService) {
 		es.Spec.SourceIPBy = esv1.SourceIPByLoadBalancerIP
 	})
-	f.waitStatus("web", host, assign.ReasonAssigned)
+	f.waitStatus("web", host, reasons.Assigned)
 	f.waitLabelOn("web", host)
 }
 
@@ -271,14 +271,14 @@ func TestAgentLeaseExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	expiry := lease.Spec.RenewTime.Add(clustertest.AgentExpire)
-	f.waitStatus("web", other, assign.ReasonAssigned)
+	f.waitStatus("web", other, reasons.Assigned)
 	f.waitLabelOn("web", other)
 	took := statusWriteAt(t, r, "web", other).Sub(expiry)
 	t.Logf("reassigned %v after the Lease expired", took)
 	if took > settle/3 {
 		t.Errorf("failover took %v after Lease expiry", took)
 	}
-	f.waitEvent("web", warning, assign.ReasonHostLost, "host "+host+" lost (AgentLeaseExpired); new host: "+other)
+	f.waitEvent("web", warning, reasons.HostLost, "host "+host+" lost (AgentLeaseExpired); new host: "+other)
 
 	// The agent comes back: nothing moves back (the valid host is kept),
 	// not even on a resync.
@@ -290,7 +290,7 @@ func TestAgentLeaseExpired(t *testing.T) {
 	if got, _ := r.Writes.Since(before); len(clustertest.NotLeases(got)) != 0 {
 		t.Errorf("writes after the agent came back: %+v", clustertest.NotLeases(got))
 	}
-	f.waitStatus("web", other, assign.ReasonAssigned)
+	f.waitStatus("web", other, reasons.Assigned)
 }
 
 // TestUninstallRemovesLabels: egressflow's namespace being deleted (the
@@ -312,7 +312,7 @@ func TestUninstallRemovesLabels(t *testing.T) {
 	_, mark := r.Writes.Since(0)
 	other := otherThan(host, "node-a", "node-b")
 	f.SetNodeReady(t, host, false)
-	f.waitStatus("web", other, assign.ReasonAssigned)
+	f.waitStatus("web", other, reasons.Assigned)
 	wait.Until(t, settle, func() error { return idle(r) })
 	writes, _ := r.Writes.Since(mark)
 	for _, w := range writes {

@@ -1,20 +1,35 @@
 package cluster
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressflow/egressflow/controller/events"
 )
 
 // metrics are the controller's Prometheus metrics, all prefixed
 // egressflow_controller_.
 type metrics struct {
-	assignments       prometheus.Counter
-	failovers         *prometheus.CounterVec
-	eventToStatus     prometheus.Histogram
-	withoutHost       prometheus.Gauge
-	syncs             *prometheus.CounterVec
+	assignments    prometheus.Counter
+	failovers      *prometheus.CounterVec
+	eventToStatus  prometheus.Histogram
+	withoutHost    prometheus.Gauge
+	noMatchingNode prometheus.Gauge
+	syncs          *prometheus.CounterVec
+	lastSuccess    *prometheus.GaugeVec
+	failingSyncs   *prometheus.GaugeVec
+	// failing holds, by queue, the keys whose latest sync failed: they
+	// are being retried. Only this replica's current term adds to it.
+	mu                sync.Mutex
+	failing           map[string]map[any]bool
 	leader            prometheus.Gauge
 	apiWritesByResult *prometheus.CounterVec
 	events            *prometheus.CounterVec
+	// Liveness judgement (heartbeat.Judge).
+	agentsBlind prometheus.Gauge
+	deathsHeld  prometheus.Gauge
 }
 
 // eventToStatusBuckets span a sub-millisecond in-memory decision up to the
@@ -40,10 +55,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressflow_controller_services_without_host",
 			Help: "EgressServices whose status.host is empty (see their Ready condition for why).",
 		}),
+		noMatchingNode: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressflow_controller_services_no_matching_node",
+			Help: "EgressServices that could have a host but find no candidate node (Ready reason NoMatchingNode): their endpoints leave with their own IPs. A subset of egressflow_controller_services_without_host.",
+		}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_syncs_total",
 			Help: "Syncs by queue (service, node) and result (ok, error).",
 		}, []string{"queue", "result"}),
+		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_controller_last_successful_sync_timestamp_seconds",
+			Help: "When the last sync that succeeded ended, by queue (service, node), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
+		}, []string{"queue"}),
+		failingSyncs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_controller_failing_syncs",
+			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node); 0 on a replica that does not lead.",
+		}, []string{"queue"}),
+		failing: map[string]map[any]bool{},
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressflow_controller_leader",
 			Help: "1 while this replica leads (and so writes), else 0.",
@@ -52,15 +80,67 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressflow_controller_api_writes_total",
 			Help: "API writes by the controller by kind (status, node_labels) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "egressflow_controller_events_total",
-			Help: "Events emitted on EgressServices, by type and reason (client-go may drop some under a burst).",
-		}, []string{"type", "reason"}),
+		events: events.NewCounter("egressflow_controller"),
+		agentsBlind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressflow_controller_agents_unseen",
+			Help: "1 while this replica has observed no agent Lease renewal for longer than heartbeat.DefaultBlindAfter (API server or watch away): no agent is judged dead meanwhile.",
+		}),
+		deathsHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressflow_controller_failovers_held",
+			Help: "Agents whose Lease ran out but whose failover the disruption rule holds back (one is let through per heartbeat.DefaultDisruptedFailoverInterval).",
+		}),
+	}
+	// Known label values start at 0, so that a rate or a sum over them
+	// exists before the first failure.
+	for _, queue := range []string{queueService, queueNode} {
+		m.failingSyncs.WithLabelValues(queue)
+		for _, result := range []string{"ok", "error"} {
+			m.syncs.WithLabelValues(queue, result)
+		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.syncs, m.leader, m.apiWritesByResult, m.events)
+		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
+			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld)
 	}
 	return m
+}
+
+// The queue label's values.
+const (
+	queueService = "service"
+	queueNode    = "node"
+)
+
+// synced records the sync of key from queue that ended at now with err.
+func (m *metrics) synced(queue string, key any, err error, now time.Time) {
+	m.syncs.WithLabelValues(queue, resultLabel(err)).Inc()
+	if err == nil {
+		m.lastSuccess.WithLabelValues(queue).Set(float64(now.UnixNano()) / 1e9)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	failing := m.failing[queue]
+	if failing == nil {
+		failing = map[any]bool{}
+		m.failing[queue] = failing
+	}
+	if err != nil {
+		failing[key] = true
+	} else {
+		delete(failing, key)
+	}
+	m.failingSyncs.WithLabelValues(queue).Set(float64(len(failing)))
+}
+
+// stoppedLeading forgets the failing keys: their retries ended with the
+// term, and the next leader syncs every object again.
+func (m *metrics) stoppedLeading() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for queue := range m.failing {
+		delete(m.failing, queue)
+		m.failingSyncs.WithLabelValues(queue).Set(0)
+	}
 }
 
 func resultLabel(err error) string {
@@ -68,4 +148,12 @@ func resultLabel(err error) string {
 		return "error"
 	}
 	return "ok"
+}
+
+// boolGauge is a gauge's value for b: 1 or 0.
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

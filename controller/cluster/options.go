@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressflow/egressflow/controller/heartbeat"
 	"k8s.io/utils/clock"
 )
 
@@ -17,21 +19,44 @@ const (
 	// share the namespace but are told apart by heartbeat.LeaseLabel.
 	DefaultLeaderLeaseName = "egressflow-controller"
 
+	// Leader election. A crashed leader's successor takes over within
+	// LeaseDuration after the last renewal it observed, plus up to two of
+	// its retry periods (client-go jitters them by up to 1.2x): about
+	// 2.3 s to 3.1 s with these defaults. Agent Leases run out in 3 s and
+	// every replica judges them (heartbeat.Judge) leading or not, so a node
+	// that dies carrying both the leader and a service host fails over in
+	// about the time of an ordinary host (issue 15: goal p99 <= 5 s).
+	//
+	// The cost: the leader writes its Lease every RetryPeriod (4 writes/s,
+	// against 1 per agent per second for the heartbeats) and each standby
+	// reads it as often. Split-brain safety rests on the gap between
+	// RenewDeadline and LeaseDuration: a leader that cannot renew stops
+	// its workers within RenewDeadline of its last renewal, by its own
+	// clock; a standby takes over no sooner than LeaseDuration after it
+	// observed that renewal, by its own. The 500 ms between them must
+	// cover the workers' stop (their in-flight API writes) and the clocks'
+	// rate difference (NTP keeps it far below 1 %); status writes carry the
+	// resourceVersion they were computed from, so a late one conflicts
+	// rather than overwrite the successor's. A leader that loses the Lease
+	// (an API server away past RenewDeadline) campaigns again in-process
+	// with its warm caches. kube-controller-manager's 15 s / 10 s / 2 s
+	// trade the other way: 0.5 writes/s and tolerance of 10 s API stalls
+	// without a change of leader, for failover 7x slower.
+	//
 	// DefaultLeaseDuration is how long a leader's Lease lasts without
 	// renewal: the longest a crashed leader leaves the cluster without
-	// writes. Shorter hands over faster after a crash but lets a leader
-	// that merely stalls (GC, API server hiccup) lose the lease. A graceful
-	// stop releases the Lease at once, whatever this is.
-	DefaultLeaseDuration = 15 * time.Second
+	// writes. A graceful stop releases the Lease at once, whatever this is.
+	DefaultLeaseDuration = 2 * time.Second
 	// DefaultRenewDeadline is how long the leader keeps retrying a failing
 	// renewal before it stops leading. It must be shorter than the lease
 	// duration, so that the leader stops writing before another replica
 	// may take over.
-	DefaultRenewDeadline = 10 * time.Second
+	DefaultRenewDeadline = 1500 * time.Millisecond
 	// DefaultRetryPeriod is how often replicas try to acquire (and the
 	// leader to renew) the Lease: the delay of a handover after a release,
-	// against one API write per period from the leader.
-	DefaultRetryPeriod = 2 * time.Second
+	// and the standby's lag in observing a renewal, against one API write
+	// per period from the leader and one read per standby.
+	DefaultRetryPeriod = 250 * time.Millisecond
 
 	// DefaultServiceWorkers is how many EgressServices are synced at once.
 	// Syncs are in-memory decisions plus at most one status write; more
@@ -67,9 +92,12 @@ type Options struct {
 	// LeaderLeaseName, LeaseDuration, RenewDeadline, RetryPeriod configure
 	// leader election (see the Default constants).
 	LeaderLeaseName string
-	LeaseDuration   time.Duration
-	RenewDeadline   time.Duration
-	RetryPeriod     time.Duration
+	// Liveness tunes how agents are judged dead (heartbeat.Judge); zero
+	// fields take heartbeat's defaults.
+	Liveness      heartbeat.JudgeConfig
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 
 	// PodCIDRs are the cluster network. Endpoint addresses outside them are
 	// host-networked and do not make a Service eligible. Empty: every

@@ -10,6 +10,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // repair runs when a term starts, before any worker, and fixes what a
@@ -49,7 +50,7 @@ func (c *Controller) repair(ctx context.Context, t *term) {
 		s.mu.Lock()
 		n := c.nodesView(t)[host]
 		switch {
-		case host == esv1.HostAll && el.Reason == assign.ReasonAllNodes:
+		case host == esv1.HostAll && el.Reason == reasons.AllNodes:
 		case host != esv1.HostAll && el.Reason == "" && n != nil && el.Check(n) == assign.NodeOK:
 			s.reserve(key, host)
 			s.confirm(key, host)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -164,6 +165,21 @@ func (s *state) holder(label string) string {
 		return s.services[o].confirmed
 	}
 	return ""
+}
+
+// labelConflict is a note for the Ready message when another service owns
+// key's label key (their names map to the same key). Call with mu held.
+func (s *state) labelConflict(key, label string) string {
+	var other string
+	for o := range s.claims[label] {
+		if o != key && o < key && (other == "" || o < other) {
+			other = o
+		}
+	}
+	if other == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (but %s maps to the same label and holds it; the announcer cannot tell the two apart)", other)
 }
 
 // desiredLabels are the label keys node should carry.

@@ -14,6 +14,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // ConditionReady is the condition that says whether a service has a host
@@ -29,7 +30,7 @@ var statusConflictBackoff = wait.Backoff{Steps: 5, Duration: 10 * time.Milliseco
 // readyCondition is the Ready condition for decision d on es.
 func readyCondition(es *esv1.EgressService, d assign.Decision, message string) metav1.Condition {
 	status := metav1.ConditionFalse
-	if d.Reason == assign.ReasonAssigned || d.Reason == assign.ReasonAllNodes {
+	if d.Reason == reasons.Assigned || d.Reason == reasons.AllNodes {
 		status = metav1.ConditionTrue
 	}
 	return metav1.Condition{

@@ -14,6 +14,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // syncService converges one EgressService: it decides its host from the
@@ -28,6 +29,7 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 		s.mu.Lock()
 		nodes, others := s.release(key)
 		c.metrics.withoutHost.Set(float64(s.withoutHost.Len()))
+		c.metrics.noMatchingNode.Set(float64(s.waiting.Len()))
 		s.mu.Unlock()
 		c.enqueue(t, nodes, others)
 		return nil
@@ -52,13 +54,13 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 	} else {
 		s.reserve(key, d.Host)
 	}
-	if d.Reason == assign.ReasonNoMatchingNode {
+	if d.Reason == reasons.NoMatchingNode {
 		s.waiting.Insert(key)
 	} else {
 		s.waiting.Delete(key)
 	}
 	message := d.Message
-	if d.Reason == assign.ReasonAssigned {
+	if d.Reason == reasons.Assigned {
 		message += s.labelConflict(key, rec.label)
 	}
 	s.mu.Unlock()
@@ -89,6 +91,7 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 		s.withoutHost.Delete(key)
 	}
 	c.metrics.withoutHost.Set(float64(s.withoutHost.Len()))
+	c.metrics.noMatchingNode.Set(float64(s.waiting.Len()))
 	s.mu.Unlock()
 	c.enqueue(t, nodes, others)
 
@@ -137,21 +140,6 @@ func (c *Controller) nodesView(t *term) map[string]*assign.Node {
 	return view
 }
 
-// labelConflict is a note for the Ready message when another service owns
-// key's label key (their names map to the same key). Call with mu held.
-func (s *state) labelConflict(key, label string) string {
-	var other string
-	for o := range s.claims[label] {
-		if o != key && o < key && (other == "" || o < other) {
-			other = o
-		}
-	}
-	if other == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (but %s maps to the same label and holds it; the announcer cannot tell the two apart)", other)
-}
-
 // report emits the Events and metrics of a status change from es's status
 // (before the write) to decision d; previous is the host reserved before d.
 func (c *Controller) report(ctx context.Context, es *esv1.EgressService, previous string, d assign.Decision, message string) {
@@ -167,17 +155,17 @@ func (c *Controller) report(ctx context.Context, es *esv1.EgressService, previou
 		if next == "" {
 			next = "none (" + string(d.Reason) + ")"
 		}
-		c.event(es, corev1.EventTypeWarning, assign.ReasonHostLost, fmt.Sprintf("host %s lost (%s); new host: %s", previous, d.Lost, next))
+		c.event(es, corev1.EventTypeWarning, reasons.HostLost, fmt.Sprintf("host %s lost (%s); new host: %s", previous, d.Lost, next))
 		logger.Info("Host lost", "host", previous, "cause", d.Lost, "newHost", d.Host)
 	}
 	switch {
 	case d.Host == prevHost && string(d.Reason) == prevReason:
 		// only the message or the observed generation changed
-	case d.Host != prevHost && d.Reason == assign.ReasonAssigned:
+	case d.Host != prevHost && d.Reason == reasons.Assigned:
 		c.metrics.assignments.Inc()
 		c.event(es, corev1.EventTypeNormal, d.Reason, message)
 		logger.Info("Host assigned", "host", d.Host, "previous", prevHost)
-	case d.Reason == assign.ReasonAllNodes:
+	case d.Reason == reasons.AllNodes:
 		c.event(es, corev1.EventTypeNormal, d.Reason, message)
 		logger.Info("Host set to ALL", "previous", prevHost)
 	default:
@@ -190,10 +178,9 @@ func (c *Controller) report(ctx context.Context, es *esv1.EgressService, previou
 	}
 }
 
-// event emits an Event on es and counts it.
-func (c *Controller) event(es *esv1.EgressService, eventType string, reason assign.Reason, message string) {
-	c.metrics.events.WithLabelValues(eventType, string(reason)).Inc()
-	c.recorder.Event(es, eventType, string(reason), message)
+// event emits an Event on es (the emitter counts it).
+func (c *Controller) event(es *esv1.EgressService, eventType string, reason reasons.Reason, message string) {
+	c.events.Event(es, eventType, string(reason), message)
 }
 
 // enqueue queues nodes and services (from state changes).

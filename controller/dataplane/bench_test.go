@@ -71,15 +71,7 @@ func BenchmarkEndpointAdded(b *testing.B) {
 		p.Update(k, ServiceInputs{EgressService: es, Service: cluster.Services[k], EndpointSlices: cluster.EndpointSlices[k]})
 	}
 
-	const key = "shop/svc-42"
-	es := cluster.EgressServices[42]
-	grown := cluster.EndpointSlices[key][0].DeepCopy()
-	grown.Endpoints = append(grown.Endpoints, grown.Endpoints[0])
-	grown.Endpoints[len(grown.Endpoints)-1].Addresses = []string{"10.200.0.1"}
-	inputs := []ServiceInputs{
-		{EgressService: es, Service: cluster.Services[key], EndpointSlices: []*discoveryv1.EndpointSlice{grown}},
-		{EgressService: es, Service: cluster.Services[key], EndpointSlices: cluster.EndpointSlices[key]},
-	}
+	key, inputs := endpointAdded(cluster)
 	// As the agent does, each changed service's new flows are diffed
 	// against its flows as last applied, re-rendered.
 	ports := Ports{Uplink: 1}
@@ -107,5 +99,72 @@ func BenchmarkEndpointAdded(b *testing.B) {
 			b.Fatalf("round %d: %d adds %d deletes, want the endpoint's two flows added or deleted", i, len(c.Add), len(c.Delete))
 		}
 		i++
+	}
+}
+
+// BenchmarkLedgerEndpointAdded is BenchmarkEndpointAdded as the agent runs
+// it, through its Ledger, after a full sync of the 10,000 services: the
+// planner update, the ledger's diff of that service and the shared flows,
+// the commit and the stale translations.
+func BenchmarkLedgerEndpointAdded(b *testing.B) {
+	cluster := benchCluster(10000)
+	p := NewPlanner(benchConfig, tables)
+	p.SetNodes(cluster.Nodes)
+	p.SetLeases(cluster.Leases)
+	l := NewLedger()
+	for _, es := range cluster.EgressServices {
+		k := es.Namespace + "/" + es.Name
+		l.Changed(p, p.Update(k, ServiceInputs{EgressService: es, Service: cluster.Services[k], EndpointSlices: cluster.EndpointSlices[k]}))
+	}
+	var sent int
+	out := DiffOutput{
+		Send: func(c *Changes) error {
+			sent += len(c.Add) + len(c.Delete)
+			c.Add, c.Delete = c.Add[:0], c.Delete[:0]
+			return nil
+		},
+		Dump: func(func(openflow.FlowEntry) error) error { return nil },
+	}
+	ports := Ports{Uplink: 1}
+	full, err := l.Diff(p, ports, NewInstalled(nil), out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l.Commit(full)
+	l.Flushed()
+
+	key, inputs := endpointAdded(cluster)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		l.Changed(p, p.Update(key, inputs[i%2]))
+		sent = 0
+		d, err := l.Diff(p, ports, nil, out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if sent != 2 {
+			b.Fatalf("round %d: %d flow mods, want the endpoint's two flows added or deleted", i, sent)
+		}
+		l.Commit(d)
+		if stale := l.StaleSources(); len(stale) != i%2 {
+			b.Fatalf("round %d: stale sources %v", i, stale)
+		}
+		l.Flushed()
+		i++
+	}
+}
+
+// endpointAdded is the key of service 42 of a benchCluster, and its inputs
+// with one endpoint more and as they are, in that order.
+func endpointAdded(cluster Cluster) (string, []ServiceInputs) {
+	const key = "shop/svc-42"
+	es := cluster.EgressServices[42]
+	grown := cluster.EndpointSlices[key][0].DeepCopy()
+	grown.Endpoints = append(grown.Endpoints, grown.Endpoints[0])
+	grown.Endpoints[len(grown.Endpoints)-1].Addresses = []string{"10.200.0.1"}
+	return key, []ServiceInputs{
+		{EgressService: es, Service: cluster.Services[key], EndpointSlices: []*discoveryv1.EndpointSlice{grown}},
+		{EgressService: es, Service: cluster.Services[key], EndpointSlices: cluster.EndpointSlices[key]},
 	}
 }

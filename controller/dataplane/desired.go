@@ -1,10 +1,21 @@
-// Package dataplane computes what one node's dataplane must hold for the
-// cluster's EgressServices: which endpoint IPs this node SNATs to which LB
-// IP, which it steers to the host node, which it routes through which table,
-// and what is never touched. Compute is a pure function of the API objects
-// and the node's configuration; rendering its result into OpenFlow flows and
-// ip rules, and applying them, happen elsewhere. docs/dataplane.md describes
-// the pipeline this feeds.
+// Package dataplane is one node's desired dataplane for the cluster's
+// EgressServices, as a pure model:
+//
+//   - what the node must do: which endpoint IPs it SNATs to which LB IP,
+//     which it steers to the host node, which it routes through which
+//     table, and what is never touched (State). Compute is the
+//     specification, the Planner keeps it current one service at a time;
+//   - how that looks on the node: the OpenFlow flows that render it
+//     (Flows, ServiceFlows, SharedFlows) and the policy-routing rules (Rule);
+//   - how the bridge gets there: the diff of those flows against the
+//     bridge's (Diff, Installed), and the Ledger, the agent's account of
+//     what the bridge holds, which says what a sync must send.
+//
+// Every function here is a function of its arguments: it talks to no
+// switch, kernel or API server (TestNoSystemDependencies). The node agent
+// (controller/agent) reads the API objects and the bridge, and applies
+// what this package says through openflow/ and controller/iprule.
+// docs/dataplane.md describes the pipeline.
 package dataplane
 
 import (
@@ -20,10 +31,9 @@ import (
 
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
-	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/heartbeat"
-	"github.com/egressflow/egressflow/controller/iprule"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // Role is what a node does for one EgressService.
@@ -96,11 +106,6 @@ type Service struct {
 	Table int
 }
 
-func (s Service) hasLoadBalancerIP(ep endpoints.Endpoint) bool {
-	_, ok := s.LoadBalancerIP(ep.IP)
-	return ok
-}
-
 // Translations returns the SNAT this node's flows make: each endpoint of a
 // service this node hosts, to that service's LB IP of its family. Steered
 // and Network endpoints are not translated here.
@@ -145,29 +150,9 @@ func (s Service) LoadBalancerIP(addr netip.Addr) (netip.Addr, bool) {
 // Problem says why part of an EgressService is not programmed as asked.
 type Problem struct {
 	Service string
-	Reason  string
+	Reason  reasons.Reason
 	Message string
 }
-
-// Reasons of Problems.
-const (
-	// ReasonEndpointClaimed: a pod is an endpoint of several EgressServices;
-	// the first by namespace/name gets it, on every node alike.
-	ReasonEndpointClaimed = "EndpointClaimed"
-	// ReasonUnknownNetwork: spec.network names no routing table here.
-	ReasonUnknownNetwork = "UnknownNetwork"
-	// ReasonHostUnknown: the host's agent has not published its bridge MAC,
-	// so local endpoints' egress is dropped until it does.
-	ReasonHostUnknown = "HostUnknown"
-	// ReasonFenced: this node is status.host but could not renew its
-	// heartbeat, so it does not act as the host (fail closed) until it
-	// can and has read the service's current status.
-	ReasonFenced = "Fenced"
-	// ReasonHostMismatch: status.host does not fit sourceIPBy (ALL with
-	// LoadBalancerIP, a node with Network); nothing is programmed until the
-	// cluster component corrects it.
-	ReasonHostMismatch = "HostMismatch"
-)
 
 // State is the node's whole desired EgressService dataplane.
 type State struct {
@@ -182,69 +167,13 @@ type State struct {
 	// flows act on it. Sorted.
 	Admitted []netip.Addr
 	// Rules are the policy-routing rules for services with a table.
-	Rules []iprule.Rule
+	Rules []Rule
 	// Problems, sorted by service.
 	Problems []Problem
 }
 
 // TableResolver turns spec.network into a routing table id.
 type TableResolver func(network string) (int, error)
-
-// Compute returns the desired dataplane of node for the cluster state. It is
-// the specification the Planner keeps up to date incrementally: a Planner
-// fed the same objects, in any order and through any history of updates,
-// holds this State.
-func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
-	p := NewPlanner(node, tables)
-	p.SetNodes(cluster.Nodes)
-	p.SetLeases(cluster.Leases)
-	for _, es := range cluster.EgressServices {
-		k := key(es.Namespace, es.Name)
-		p.Update(k, ServiceInputs{EgressService: es, Service: cluster.Services[k], EndpointSlices: cluster.EndpointSlices[k]})
-	}
-	state := p.State()
-	state.Admitted = AdmittedPods(node, cluster)
-	return state
-}
-
-// AdmittedPods is the pod guard's rule, the specification the Planner
-// keeps up to date incrementally: it admits each address, in the cluster
-// pod CIDRs, of each pod on node that has not finished, unless the address
-// is held. An address is held while an EgressService that claims
-// endpoints (claimsEndpoints) selects the pod through its Service's
-// selector, but the Service's EndpointSlices do not list the address yet:
-// the pod is about to be that service's endpoint, and must not leave with
-// its own IP in the meantime. Only the Service's IP families are held: a
-// single-stack Service's slices never list its pods' other address. A pod
-// the agent does not know yet (its address not reported, or not seen) is
-// not admitted either.
-func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
-	var out []netip.Addr
-	for _, pod := range cluster.Pods {
-		if pod.Spec.NodeName != node.Name {
-			continue
-		}
-		for _, addr := range podAddresses(pod, node.ClusterPodCIDRs) {
-			held := false
-			for _, es := range cluster.EgressServices {
-				k := key(es.Namespace, es.Name)
-				svc := cluster.Services[k]
-				if es.Namespace != pod.Namespace || !claimsEndpoints(es, svc) || !selects(svc, pod) ||
-					!servesFamily(svc.Spec.IPFamilies, addr) {
-					continue
-				}
-				listed := slices.ContainsFunc(endpoints.OnClusterNetwork(cluster.EndpointSlices[k], node.ClusterPodCIDRs),
-					func(ep endpoints.Endpoint) bool { return ep.IP == addr })
-				held = held || !listed
-			}
-			if !held {
-				out = append(out, addr)
-			}
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
-}
 
 // claimsEndpoints reports whether es acts on its Service's endpoints: it
 // has a host that fits its mode, and a LoadBalancer Service.
@@ -303,32 +232,10 @@ func sourceIPBy(es *esv1.EgressService) esv1.SourceIPMode {
 // lbIPs returns the Service's LB IPs, IPv4 first, one per family at most.
 func lbIPs(svc *corev1.Service) []netip.Addr {
 	var out []netip.Addr
-	v4, v6 := assign.LoadBalancerIPs(svc)
+	v4, v6 := endpoints.LoadBalancerIPs(svc)
 	for _, a := range []netip.Addr{v4, v6} {
 		if a.IsValid() {
 			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// addresses returns the IPs of the endpoints keep accepts, in a slice of
-// just that size: the planner holds one per service, 100,000 addresses at
-// 10,000 services.
-func addresses(eps []endpoints.Endpoint, keep func(endpoints.Endpoint) bool) []netip.Addr {
-	n := 0
-	for _, ep := range eps {
-		if keep(ep) {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	out := make([]netip.Addr, 0, n)
-	for _, ep := range eps {
-		if keep(ep) {
-			out = append(out, ep.IP)
 		}
 	}
 	return out

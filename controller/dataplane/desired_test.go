@@ -17,7 +17,7 @@ import (
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
-	"github.com/egressflow/egressflow/controller/iprule"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 func addrs(s ...string) []netip.Addr {
@@ -189,7 +189,7 @@ func TestComputeFenced(t *testing.T) {
 		len(got.Services[0].Endpoints) != 3 || len(got.Services[0].ReplyLBIPs) != 0 {
 		t.Fatalf("fenced host: %+v; want every endpoint caught, no host MAC, no replies", got.Services)
 	}
-	if len(got.Problems) != 1 || got.Problems[0].Reason != ReasonFenced {
+	if len(got.Problems) != 1 || got.Problems[0].Reason != reasons.Fenced {
 		t.Fatalf("problems %+v, want Fenced", got.Problems)
 	}
 	for _, f := range Flows(n1Config, got, Ports{Uplink: 1}) {
@@ -209,7 +209,7 @@ func TestComputeSteerWithoutHostMAC(t *testing.T) {
 	if len(got.Services) != 1 || got.Services[0].HostMAC != nil || len(got.Services[0].Endpoints) != 3 {
 		t.Fatalf("without the host's MAC the endpoints must still be caught (to drop): %+v", got.Services)
 	}
-	if len(got.Problems) != 1 || got.Problems[0].Reason != ReasonHostUnknown {
+	if len(got.Problems) != 1 || got.Problems[0].Reason != reasons.HostUnknown {
 		t.Fatalf("problems %+v", got.Problems)
 	}
 }
@@ -225,33 +225,33 @@ func TestComputeNetworks(t *testing.T) {
 	c.EndpointSlices["shop/db"] = []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1.20", "n2", "10.244.2.20")}
 	c.EndpointSlices["shop/typo"] = []*discoveryv1.EndpointSlice{endpointSlice("n2", "10.244.2.30")}
 
-	rule := func(src string, table int) iprule.Rule {
-		return iprule.Rule{Source: netip.MustParseAddr(src), Table: table}
+	rule := func(src string, table int) Rule {
+		return Rule{Source: netip.MustParseAddr(src), Table: table}
 	}
 	// Destinations inside the cluster skip the route rules, in each family
 	// that has some: the pod and service CIDRs and the node IPs.
-	exempt := func(prefix string) iprule.Rule {
-		return iprule.Rule{Kind: iprule.ExemptRule, Destination: netip.MustParsePrefix(prefix)}
+	exempt := func(prefix string) Rule {
+		return Rule{Kind: ExemptRule, Destination: netip.MustParsePrefix(prefix)}
 	}
-	landing := func(zero string) iprule.Rule {
-		return iprule.Rule{Kind: iprule.LandingRule, Destination: netip.MustParsePrefix(zero)}
+	landing := func(zero string) Rule {
+		return Rule{Kind: LandingRule, Destination: netip.MustParsePrefix(zero)}
 	}
-	exempt4 := []iprule.Rule{exempt("10.96.0.0/16"), exempt("10.244.0.0/16"), exempt("172.18.0.11/32"), exempt("172.18.0.12/32")}
+	exempt4 := []Rule{exempt("10.96.0.0/16"), exempt("10.244.0.0/16"), exempt("172.18.0.11/32"), exempt("172.18.0.12/32")}
 	n1 := Compute(n1Config, c, tables)
 	// web's host routes every SNATed endpoint through table 7; db routes
 	// n1's own endpoint through blue (100).
-	wantN1 := slices.Concat([]iprule.Rule{rule("10.244.1.5", 7), rule("10.244.1.20", 100), rule("10.244.2.5", 7), rule("fd00:10:244:2::5", 7)},
-		exempt4, []iprule.Rule{exempt("fd00:10:244::/48"), landing("0.0.0.0/0"), landing("::/0")})
+	wantN1 := slices.Concat([]Rule{rule("10.244.1.5", 7), rule("10.244.1.20", 100), rule("10.244.2.5", 7), rule("fd00:10:244:2::5", 7)},
+		exempt4, []Rule{exempt("fd00:10:244::/48"), landing("0.0.0.0/0"), landing("::/0")})
 	if !slices.Equal(n1.Rules, wantN1) {
 		t.Errorf("n1 rules %v, want %v", n1.Rules, wantN1)
 	}
 	n2 := Compute(n2Config, c, tables)
 	// n2 steers web (no table there) and routes db's local endpoint; typo's
 	// table is unknown: a problem, default routing.
-	if want := slices.Concat([]iprule.Rule{rule("10.244.2.20", 100)}, exempt4, []iprule.Rule{landing("0.0.0.0/0")}); !slices.Equal(n2.Rules, want) {
+	if want := slices.Concat([]Rule{rule("10.244.2.20", 100)}, exempt4, []Rule{landing("0.0.0.0/0")}); !slices.Equal(n2.Rules, want) {
 		t.Errorf("n2 rules %v, want %v", n2.Rules, want)
 	}
-	if len(n2.Problems) != 1 || n2.Problems[0].Service != "shop/typo" || n2.Problems[0].Reason != ReasonUnknownNetwork {
+	if len(n2.Problems) != 1 || n2.Problems[0].Service != "shop/typo" || n2.Problems[0].Reason != reasons.UnknownNetwork {
 		t.Errorf("n2 problems %+v", n2.Problems)
 	}
 	var roles []string
@@ -276,7 +276,7 @@ func TestComputeSharedEndpoint(t *testing.T) {
 				t.Errorf("%s: shop/web kept the endpoint a/first claimed: %+v", cfg.Name, s)
 			}
 		}
-		if len(got.Problems) != 1 || got.Problems[0].Reason != ReasonEndpointClaimed || got.Problems[0].Service != "shop/web" {
+		if len(got.Problems) != 1 || got.Problems[0].Reason != reasons.EndpointClaimed || got.Problems[0].Service != "shop/web" {
 			t.Errorf("%s: problems %+v", cfg.Name, got.Problems)
 		}
 	}
@@ -290,7 +290,7 @@ func TestComputeHostMismatch(t *testing.T) {
 	c := baseCluster()
 	c.EgressServices[0].Status.Host = esv1.HostAll // LoadBalancerIP with ALL
 	got := Compute(n1Config, c, tables)
-	if len(got.Services) != 0 || len(got.Problems) != 1 || got.Problems[0].Reason != ReasonHostMismatch {
+	if len(got.Services) != 0 || len(got.Problems) != 1 || got.Problems[0].Reason != reasons.HostMismatch {
 		t.Fatalf("%+v", got)
 	}
 }

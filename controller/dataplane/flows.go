@@ -125,9 +125,16 @@ type Ports struct {
 func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 	var out []*openflow.FlowMod
 	var buf FlowBuffer // never reset: the flows are the caller's
-	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted}
 	for _, s := range state.Services {
 		out = buf.AppendService(out, s, ports)
+	}
+	return append(out, SharedFlows(sharedOf(node, state), ports)...)
+}
+
+// sharedOf is what node's shared flows depend on in state.
+func sharedOf(node NodeConfig, state State) Shared {
+	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted}
+	for _, s := range state.Services {
 		switch s.Role {
 		case RoleHost:
 			shared.Hosting++
@@ -135,7 +142,7 @@ func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 			shared.Steering++
 		}
 	}
-	return append(out, SharedFlows(shared, ports)...)
+	return shared
 }
 
 // ServiceFlows renders one service's flows, all carrying its hash in their

@@ -15,7 +15,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/endpoints"
-	"github.com/egressflow/egressflow/controller/iprule"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // ServiceInputs are the API objects one EgressService's part of the
@@ -437,15 +437,16 @@ func (p *Planner) ownedReplies(key string, pl *planned) []netip.Addr {
 	return out
 }
 
-// compute is Compute's rule for one service, given the claims.
+// compute is the rule for one service (Compute's serviceSpec), given the
+// claims.
 func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
 	var problems []Problem
-	problem := func(reason, format string, args ...any) {
+	problem := func(reason reasons.Reason, format string, args ...any) {
 		problems = append(problems, Problem{Service: k, Reason: reason, Message: fmt.Sprintf(format, args...)})
 	}
 	es := pl.es
 	if pl.mismatch {
-		problem(ReasonHostMismatch, "status.host %q does not fit sourceIPBy %q", es.Status.Host, sourceIPBy(es))
+		problem(reasons.HostMismatch, "status.host %q does not fit sourceIPBy %q", es.Status.Host, sourceIPBy(es))
 	}
 	if !pl.active {
 		return Service{}, problems
@@ -455,7 +456,7 @@ func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
 	mine := make([]endpoints.Endpoint, 0, len(pl.all))
 	for _, ep := range pl.all {
 		if owner := p.endpointClaims.owner(ep.IP); owner != k {
-			problem(ReasonEndpointClaimed, "endpoint %s already egresses through EgressService %s", ep.IP, owner)
+			problem(reasons.EndpointClaimed, "endpoint %s already egresses through EgressService %s", ep.IP, owner)
 			continue
 		}
 		mine = append(mine, ep)
@@ -473,7 +474,7 @@ func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
 		s.LoadBalancerIPs = pl.lbIPs
 		s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
 		if len(s.Endpoints) > 0 {
-			problem(ReasonFenced, "node %s could not renew its heartbeat: it does not act as the host, and drops its endpoints' egress, until it can", p.node.Name)
+			problem(reasons.Fenced, "node %s could not renew its heartbeat: it does not act as the host, and drops its endpoints' egress, until it can", p.node.Name)
 		}
 	case es.Status.Host == p.node.Name:
 		s.Role = RoleHost
@@ -488,7 +489,7 @@ func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
 		s.Endpoints = addresses(mine, s.hasLoadBalancerIP)
 		s.HostMAC = p.hostMACs[es.Status.Host]
 		if s.HostMAC == nil && len(s.Endpoints) > 0 {
-			problem(ReasonHostUnknown, "host %s has not published its bridge MAC; dropping local endpoints' egress until it does", es.Status.Host)
+			problem(reasons.HostUnknown, "host %s has not published its bridge MAC; dropping local endpoints' egress until it does", es.Status.Host)
 		}
 	}
 	// The host routes (steered packets cross its stack), so a steering
@@ -496,7 +497,7 @@ func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
 	if es.Spec.Network != "" && s.Role != RoleSteer && len(s.Endpoints) > 0 {
 		table, err := p.tables(es.Spec.Network)
 		if err != nil {
-			problem(ReasonUnknownNetwork, "spec.network %q: %v; using default routing", es.Spec.Network, err)
+			problem(reasons.UnknownNetwork, "spec.network %q: %v; using default routing", es.Spec.Network, err)
 		} else {
 			s.Table = table
 		}
@@ -556,20 +557,20 @@ func (p *Planner) Shared() Shared {
 }
 
 // Rules returns the policy-routing rules of every service (State.Rules).
-func (p *Planner) Rules() []iprule.Rule {
-	var out []iprule.Rule
+func (p *Planner) Rules() []Rule {
+	var out []Rule
 	for k := range p.withTable {
 		out = appendRules(out, p.services[k].result)
 	}
 	// Traffic to the cluster itself is never rerouted.
-	out = append(out, iprule.Exemptions(out, p.exempt)...)
-	slices.SortFunc(out, iprule.Rule.Compare)
+	out = append(out, ExemptionRules(out, p.exempt)...)
+	slices.SortFunc(out, Rule.Compare)
 	return out
 }
 
-func appendRules(out []iprule.Rule, s Service) []iprule.Rule {
+func appendRules(out []Rule, s Service) []Rule {
 	for _, ep := range s.Endpoints {
-		out = append(out, iprule.Route(ep, s.Table))
+		out = append(out, RouteFrom(ep, s.Table))
 	}
 	return out
 }
@@ -585,4 +586,31 @@ func (p *Planner) State() State {
 		}
 	}
 	return state
+}
+
+// addresses returns the IPs of the endpoints keep accepts, in a slice of
+// just that size: the planner holds one per service, 100,000 addresses at
+// 10,000 services.
+func addresses(eps []endpoints.Endpoint, keep func(endpoints.Endpoint) bool) []netip.Addr {
+	n := 0
+	for _, ep := range eps {
+		if keep(ep) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]netip.Addr, 0, n)
+	for _, ep := range eps {
+		if keep(ep) {
+			out = append(out, ep.IP)
+		}
+	}
+	return out
+}
+
+func (s Service) hasLoadBalancerIP(ep endpoints.Endpoint) bool {
+	_, ok := s.LoadBalancerIP(ep.IP)
+	return ok
 }

@@ -87,9 +87,12 @@ func randomPods(r *rand.Rand) []*corev1.Pod {
 
 // TestPlannerMatchesCompute drives a Planner through random histories of
 // single-service updates, lease, node and local pod changes, and checks after every
-// step that it holds exactly what Compute returns for the current objects,
-// and that the keys each step returned include every service whose part
-// changed (the agent re-renders only those).
+// step that it holds exactly what Compute, its specification written
+// apart, returns for the current objects (every part the agent reads: the
+// services, problems, admitted pods, exemptions and rules of its State, the
+// counts by role its shared flows depend on, its keys), and that the keys
+// each step returned include every service whose part changed (the agent
+// re-renders only those).
 func TestPlannerMatchesCompute(t *testing.T) {
 	keys := []string{"a/x", "a/y", "b/x", "b/z", "c/w", "c/x"}
 	macs := []string{"02:00:00:00:00:01", "02:00:00:00:00:02", ""}
@@ -138,6 +141,23 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				if !reflect.DeepEqual(normalize(got), normalize(want)) {
 					t.Fatalf("seed %d node %s step %d: planner\n%+v\nCompute\n%+v", seed, cfg.Name, step, got, want)
 				}
+				if got, want := fmt.Sprintf("%+v", p.Shared()), fmt.Sprintf("%+v", sharedOf(cfg, want)); got != want {
+					t.Fatalf("seed %d node %s step %d: planner's shared flows depend on\n%s\nCompute's on\n%s", seed, cfg.Name, step, got, want)
+				}
+				for _, role := range []Role{RoleHost, RoleSteer, RoleNetwork} {
+					n := 0
+					for _, s := range want.Services {
+						if s.Role == role {
+							n++
+						}
+					}
+					if p.Acting(role) != n {
+						t.Fatalf("seed %d node %s step %d: planner acts on %d services as %s, Compute on %d", seed, cfg.Name, step, p.Acting(role), role, n)
+					}
+				}
+				if got, want := p.Keys(), keysOf(cluster); !slices.Equal(got, want) {
+					t.Fatalf("seed %d node %s step %d: planner keys %v, want %v", seed, cfg.Name, step, got, want)
+				}
 				for _, k := range keys {
 					if !slices.Contains(changed, k) && !reflect.DeepEqual(partOf(before, k), partOf(got, k)) {
 						t.Fatalf("seed %d node %s step %d: %s changed but was not returned (returned %v)", seed, cfg.Name, step, k, changed)
@@ -162,6 +182,16 @@ func clusterOf(inputs map[string]ServiceInputs, nodes []*corev1.Node, leases map
 		c.EndpointSlices[k] = in.EndpointSlices
 	}
 	return c
+}
+
+// keysOf are the keys of the cluster's EgressServices, sorted.
+func keysOf(c Cluster) []string {
+	var out []string
+	for _, es := range c.EgressServices {
+		out = append(out, key(es.Namespace, es.Name))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // partOf is one service's Service and Problems in a State.

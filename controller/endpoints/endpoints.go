@@ -1,13 +1,15 @@
-// Package endpoints reads a Service's endpoint addresses out of its
-// EndpointSlices, as both the cluster component (is the Service eligible,
-// which nodes run an endpoint) and the node agent (which pod IPs to SNAT,
-// steer or route) need them. Pure functions of the slices.
+// Package endpoints reads a Service's addresses: its endpoints' out of its
+// EndpointSlices, and its load-balancer IPs out of its status, as both the
+// cluster component (is the Service eligible, which nodes run an endpoint)
+// and the node agent (which pod IPs to SNAT, steer or route, to which LB IP)
+// need them. Pure functions of the objects.
 package endpoints
 
 import (
 	"net/netip"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
@@ -87,4 +89,24 @@ func Contains(prefixes []netip.Prefix, addr netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// LoadBalancerIPs returns the first IPv4 and the first IPv6 address in the
+// Service's status.loadBalancer.ingress, in list order; a family with none is
+// the zero Addr. Hostname-only entries and unparseable IPs are skipped.
+func LoadBalancerIPs(svc *corev1.Service) (v4, v6 netip.Addr) {
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		addr, err := netip.ParseAddr(ing.IP)
+		if err != nil {
+			continue
+		}
+		addr = addr.Unmap()
+		switch {
+		case addr.Is4() && !v4.IsValid():
+			v4 = addr
+		case addr.Is6() && !v6.IsValid():
+			v6 = addr
+		}
+	}
+	return v4, v6
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
@@ -49,4 +50,40 @@ func TestOnClusterNetwork(t *testing.T) {
 	if got := OnClusterNetwork(nil, pods); len(got) != 0 {
 		t.Fatalf("no slices: %v", got)
 	}
+}
+
+func TestLoadBalancerIPs(t *testing.T) {
+	cases := []struct {
+		ingress  []string
+		v4, v6   string
+		describe string
+	}{
+		{[]string{"192.0.2.1"}, "192.0.2.1", "", "one IPv4"},
+		{[]string{"192.0.2.1", "192.0.2.2", "2001:db8::1", "2001:db8::2"}, "192.0.2.1", "2001:db8::1", "first of each family"},
+		{[]string{"2001:db8::1", "192.0.2.9"}, "192.0.2.9", "2001:db8::1", "order across families does not matter"},
+		{[]string{"", "bogus", "::ffff:192.0.2.7"}, "192.0.2.7", "", "hostname-only and bad entries skipped, mapped v4 unmapped"},
+		{nil, "", "", "none"},
+	}
+	for _, tc := range cases {
+		v4, v6 := LoadBalancerIPs(lbService(tc.ingress...))
+		if addrString(v4) != tc.v4 || addrString(v6) != tc.v6 {
+			t.Errorf("%s: got %v %v, want %s %s", tc.describe, v4, v6, tc.v4, tc.v6)
+		}
+	}
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+// lbService is a Service whose status lists ingress entries with ips.
+func lbService(ips ...string) *corev1.Service {
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+	for _, ip := range ips {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return svc
 }

@@ -36,7 +36,24 @@ type RenewerConfig struct {
 	Facts func() Facts
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
+	// Observe, if not nil, is told the result of every renewal attempt
+	// (for metrics).
+	Observe func(RenewalResult)
 }
+
+// RenewalResult is how one attempt to renew the Lease ended.
+type RenewalResult string
+
+const (
+	// RenewalOK: the Lease was written.
+	RenewalOK RenewalResult = "ok"
+	// RenewalError: the write failed (the API server refused it or did not
+	// answer in time).
+	RenewalError RenewalResult = "error"
+	// RenewalSkipped: Healthy failed, so the renewal was not attempted and
+	// the Lease is left to run out.
+	RenewalSkipped RenewalResult = "skipped"
+)
 
 // Renewer keeps one agent's Lease fresh. It costs one API write per renewal:
 // it updates from the Lease it last wrote, and reads the Lease back only
@@ -49,6 +66,23 @@ type Renewer struct {
 	// renewed is when the last successful renewal started (unix nanos),
 	// by the renewer's clock; 0 before the first.
 	renewed atomic.Int64
+	// failing: the last renewal attempt failed or was skipped.
+	failing atomic.Bool
+}
+
+// Renewing says whether the agent renews: its last attempt succeeded
+// (true before the first), no longer than an interval and a half ago.
+// The half interval's margin makes an agent whose renewal hangs on an
+// unresponsive API server say so at least half an interval before a peer
+// that renewed an interval earlier sees its own Lease run out (after 3
+// intervals with the defaults). What the agent tells its peers
+// (PeerHandler).
+func (r *Renewer) Renewing() bool {
+	if r.failing.Load() {
+		return false
+	}
+	last := r.LastRenewed()
+	return last.IsZero() || r.cfg.Clock.Since(last) <= r.cfg.RenewInterval+r.cfg.RenewInterval/2
 }
 
 // LastRenewed returns when the last successful renewal started (zero
@@ -116,6 +150,8 @@ func (r *Renewer) Handover(ctx context.Context, grace time.Duration) error {
 func (r *Renewer) RenewOnce(ctx context.Context) error {
 	if r.cfg.Healthy != nil {
 		if err := r.cfg.Healthy(ctx); err != nil {
+			r.failing.Store(true)
+			r.observe(RenewalSkipped)
 			return fmt.Errorf("agent unhealthy, renewal skipped: %w", err)
 		}
 	}
@@ -134,8 +170,18 @@ func (r *Renewer) RenewOnce(ctx context.Context) error {
 	}
 	if err == nil {
 		r.renewed.Store(started.UnixNano())
+		r.observe(RenewalOK)
+	} else {
+		r.observe(RenewalError)
 	}
+	r.failing.Store(err != nil)
 	return err
+}
+
+func (r *Renewer) observe(result RenewalResult) {
+	if r.cfg.Observe != nil {
+		r.cfg.Observe(result)
+	}
 }
 
 // write updates the Lease from r.last, reading or creating it first when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,5 +218,56 @@ func TestAgentRBAC(t *testing.T) {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("agent could %s: %v", what, err)
 		}
+	}
+}
+
+// TestRenewalResults: every attempt reports its result to Observe, as the
+// agent's lease renewal counter counts them: ok once the Lease is written,
+// skipped while the agent is unhealthy (nothing is written), and error when
+// the API server refuses the write (here: the agent may keep Leases only in
+// egressflow's namespace).
+func TestRenewalResults(t *testing.T) {
+	env := clustertest.Start(t)
+	ctx := context.Background()
+	agent := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	var unhealthy atomic.Bool
+	var results []heartbeat.RenewalResult
+	cfg := heartbeat.RenewerConfig{
+		Namespace: kubetest.SystemNamespace, NodeName: "node-r",
+		Healthy: func(context.Context) error {
+			if unhealthy.Load() {
+				return errors.New("OVS unreachable")
+			}
+			return nil
+		},
+		Observe: func(r heartbeat.RenewalResult) { results = append(results, r) },
+	}
+	r, err := heartbeat.NewRenewer(agent.CoordinationV1(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	unhealthy.Store(true)
+	if err := r.RenewOnce(ctx); err == nil {
+		t.Fatal("renewed while unhealthy")
+	}
+	unhealthy.Store(false)
+	if err := r.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.Namespace = "default"
+	refused, err := heartbeat.NewRenewer(agent.CoordinationV1(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := refused.RenewOnce(ctx); !apierrors.IsForbidden(err) {
+		t.Fatalf("renewal in namespace default: %v, want forbidden", err)
+	}
+	want := []heartbeat.RenewalResult{heartbeat.RenewalOK, heartbeat.RenewalSkipped, heartbeat.RenewalOK, heartbeat.RenewalError}
+	if !slices.Equal(results, want) {
+		t.Errorf("observed %v, want %v", results, want)
 	}
 }

@@ -14,19 +14,22 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
 
-func rule(src string, table int) Rule { return Rule{Source: netip.MustParseAddr(src), Table: table} }
+func rule(src string, table int) dataplane.Rule {
+	return dataplane.Rule{Source: netip.MustParseAddr(src), Table: table}
+}
 
 func TestDiff(t *testing.T) {
-	installed := []Rule{rule("10.0.0.1", 100), rule("10.0.0.2", 100), rule("fd00::1", 7)}
-	desired := []Rule{rule("10.0.0.2", 100), rule("10.0.0.3", 100), rule("10.0.0.3", 100), rule("fd00::1", 8)}
+	installed := []dataplane.Rule{rule("10.0.0.1", 100), rule("10.0.0.2", 100), rule("fd00::1", 7)}
+	desired := []dataplane.Rule{rule("10.0.0.2", 100), rule("10.0.0.3", 100), rule("10.0.0.3", 100), rule("fd00::1", 8)}
 	add, remove := Diff(installed, desired)
-	if want := []Rule{rule("10.0.0.3", 100), rule("fd00::1", 8)}; !slices.Equal(add, want) {
+	if want := []dataplane.Rule{rule("10.0.0.3", 100), rule("fd00::1", 8)}; !slices.Equal(add, want) {
 		t.Errorf("add = %v, want %v", add, want)
 	}
-	if want := []Rule{rule("10.0.0.1", 100), rule("fd00::1", 7)}; !slices.Equal(remove, want) {
+	if want := []dataplane.Rule{rule("10.0.0.1", 100), rule("fd00::1", 7)}; !slices.Equal(remove, want) {
 		t.Errorf("remove = %v, want %v", remove, want)
 	}
 	if add, remove := Diff(desired, desired); len(add)+len(remove) != 0 {
@@ -100,7 +103,7 @@ func TestSyncInNamespace(t *testing.T) {
 	ip("rule", "add", "priority", "5000", "from", "10.9.9.9", "lookup", "100")
 
 	m := NewManager(handle)
-	desired := []Rule{rule("10.0.0.1", 100), rule("10.0.0.2", 200), rule("fd00::5", 100)}
+	desired := []dataplane.Rule{rule("10.0.0.1", 100), rule("10.0.0.2", 200), rule("fd00::5", 100)}
 	added, removed, err := m.Sync(desired)
 	if err != nil || added != 3 || removed != 1 {
 		t.Fatalf("first Sync: added %d removed %d err %v; want 3, 1, nil", added, removed, err)
@@ -126,15 +129,15 @@ func TestSyncInNamespace(t *testing.T) {
 		t.Fatalf("second Sync: added %d removed %d err %v; want no change", added, removed, err)
 	}
 	// An endpoint moves to another table; one goes away.
-	if added, removed, err := m.Sync([]Rule{rule("10.0.0.1", 150), rule("fd00::5", 100)}); err != nil || added != 1 || removed != 2 {
+	if added, removed, err := m.Sync([]dataplane.Rule{rule("10.0.0.1", 150), rule("fd00::5", 100)}); err != nil || added != 1 || removed != 2 {
 		t.Fatalf("third Sync: added %d removed %d err %v; want 1, 2", added, removed, err)
 	}
 	installed, err := m.Installed()
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.SortFunc(installed, Rule.Compare)
-	if want := []Rule{rule("10.0.0.1", 150), rule("fd00::5", 100)}; !slices.Equal(installed, want) {
+	slices.SortFunc(installed, dataplane.Rule.Compare)
+	if want := []dataplane.Rule{rule("10.0.0.1", 150), rule("fd00::5", 100)}; !slices.Equal(installed, want) {
 		t.Fatalf("installed %v, want %v", installed, want)
 	}
 	// Emptying removes only ours.
@@ -169,9 +172,9 @@ func TestExemptionsInNamespace(t *testing.T) {
 	ip("-6", "route", "add", "default", "dev", "other0", "table", "100")
 	ip("rule", "add", "priority", "4999", "from", "10.9.9.9", "lookup", "300") // not ours
 
-	endpoints := []Rule{Route(netip.MustParseAddr("10.244.1.2"), 100), Route(netip.MustParseAddr("fd00:10:244:1::2"), 100)}
+	endpoints := []dataplane.Rule{dataplane.RouteFrom(netip.MustParseAddr("10.244.1.2"), 100), dataplane.RouteFrom(netip.MustParseAddr("fd00:10:244:1::2"), 100)}
 	cluster := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
-	desired := append(slices.Clone(endpoints), Exemptions(endpoints, cluster)...)
+	desired := append(slices.Clone(endpoints), dataplane.ExemptionRules(endpoints, cluster)...)
 	if len(desired) != 6 {
 		t.Fatalf("Exemptions of two families' routes: %v, want an exemption and a landing per family", desired)
 	}
@@ -204,8 +207,8 @@ func TestExemptionsInNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.SortFunc(installed, Rule.Compare)
-	slices.SortFunc(desired, Rule.Compare)
+	slices.SortFunc(installed, dataplane.Rule.Compare)
+	slices.SortFunc(desired, dataplane.Rule.Compare)
 	if !slices.Equal(installed, desired) {
 		t.Fatalf("installed %v, want %v", installed, desired)
 	}

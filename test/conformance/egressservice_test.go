@@ -1,7 +1,8 @@
-// Package conformance checks that the EgressService REST surface served from
-// deploy/crds/ by a real kube-apiserver behaves as the API reference (the
-// seeds) documents, endpoint by endpoint, including the validation this
-// project adds (CEL rules on nodeSelector).
+// Package conformance checks that the REST surfaces of EgressService and
+// EgressQoS served from deploy/crds/ by a real kube-apiserver behave as the
+// API reference (the seeds) documents, endpoint by endpoint, including the
+// validation this project adds (CEL rules). This file has EgressService's
+// tests and the helpers; egressqos_test.go has EgressQoS's.
 package conformance
 
 import (
@@ -18,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -111,28 +113,28 @@ func (r response) message() string {
 	return string(r.body)
 }
 
+// decode reads a response body as a T.
+func decode[T any](t *testing.T, r response) *T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatalf("decode %T: %v: %s", v, err, r.body)
+	}
+	return &v
+}
+
 func (r response) object(t *testing.T) *esv1.EgressService {
 	t.Helper()
-	var es esv1.EgressService
-	if err := json.Unmarshal(r.body, &es); err != nil {
-		t.Fatalf("decode EgressService: %v: %s", err, r.body)
-	}
-	return &es
+	return decode[esv1.EgressService](t, r)
 }
 
-func (r response) list(t *testing.T) *esv1.EgressServiceList {
+// names lists a list response's items as namespace/name, sorted, whatever
+// their kind.
+func (r response) names(t *testing.T) []string {
 	t.Helper()
-	var list esv1.EgressServiceList
-	if err := json.Unmarshal(r.body, &list); err != nil {
-		t.Fatalf("decode EgressServiceList: %v: %s", err, r.body)
-	}
-	return &list
-}
-
-func names(list *esv1.EgressServiceList) []string {
 	var out []string
-	for _, es := range list.Items {
-		out = append(out, es.Namespace+"/"+es.Name)
+	for _, item := range decode[metav1.PartialObjectMetadataList](t, r).Items {
+		out = append(out, item.Namespace+"/"+item.Name)
 	}
 	slices.Sort(out)
 	return out
@@ -150,7 +152,10 @@ func namespace(t *testing.T) string {
 	return ns.Name
 }
 
-func collection(ns string) string { return basePath + "/namespaces/" + ns + "/egressservices" }
+// collectionOf is the path of a namespace's objects of a resource.
+func collectionOf(resource, ns string) string { return basePath + "/namespaces/" + ns + "/" + resource }
+
+func collection(ns string) string { return collectionOf("egressservices", ns) }
 func item(ns, name string) string { return collection(ns) + "/" + name }
 
 func manifest(name, spec string) string {
@@ -186,13 +191,13 @@ func TestCreateGetList(t *testing.T) {
 	}
 	a.do("GET", item(nsA, "nope"), "", "").expect(t, http.StatusNotFound, "get missing")
 
-	all := names(a.do("GET", basePath+"/egressservices", "", "").expect(t, http.StatusOK, "list all").list(t))
+	all := a.do("GET", basePath+"/egressservices", "", "").expect(t, http.StatusOK, "list all").names(t)
 	for _, want := range []string{nsA + "/web", nsB + "/db"} {
 		if !slices.Contains(all, want) {
 			t.Errorf("cluster-wide list %v lacks %s", all, want)
 		}
 	}
-	if inA := names(a.do("GET", collection(nsA), "", "").expect(t, http.StatusOK, "list one namespace").list(t)); !slices.Equal(inA, []string{nsA + "/web"}) {
+	if inA := a.do("GET", collection(nsA), "", "").expect(t, http.StatusOK, "list one namespace").names(t); !slices.Equal(inA, []string{nsA + "/web"}) {
 		t.Errorf("list of %s = %v", nsA, inA)
 	}
 }
@@ -277,10 +282,10 @@ func TestDeleteAndDeleteCollection(t *testing.T) {
 	a.do("DELETE", item(ns, "a"), "", "").expect(t, http.StatusNotFound, "delete again")
 
 	a.do("DELETE", collection(ns), "", "").expect(t, http.StatusOK, "delete collection")
-	if left := a.do("GET", collection(ns), "", "").expect(t, http.StatusOK, "list").list(t); len(left.Items) != 0 {
-		t.Fatalf("delete collection left %v", names(left))
+	if left := a.do("GET", collection(ns), "", "").expect(t, http.StatusOK, "list").names(t); len(left) != 0 {
+		t.Fatalf("delete collection left %v", left)
 	}
-	if kept := names(a.do("GET", collection(other), "", "").list(t)); !slices.Equal(kept, []string{other + "/keep"}) {
+	if kept := a.do("GET", collection(other), "", "").expect(t, http.StatusOK, "list other").names(t); !slices.Equal(kept, []string{other + "/keep"}) {
 		t.Fatalf("delete collection reached another namespace: %v", kept)
 	}
 }
@@ -391,12 +396,37 @@ func TestSchemaValidation(t *testing.T) {
 		expect(t, http.StatusUnprocessableEntity, "patch to an invalid enum value")
 }
 
+// TestUnauthenticated covers every kind of the group.
 func TestUnauthenticated(t *testing.T) {
 	a := newAPI(t)
-	a.token = ""
-	a.do("GET", basePath+"/egressservices", "", "").expect(t, http.StatusUnauthorized, "anonymous list")
-	a.token = "not-a-token"
-	a.do("GET", basePath+"/egressservices", "", "").expect(t, http.StatusUnauthorized, "list with a bad token")
+	for _, resource := range []string{"egressservices", "egressqoses"} {
+		a.token = ""
+		a.do("GET", basePath+"/"+resource, "", "").expect(t, http.StatusUnauthorized, "anonymous list of "+resource)
+		a.token = "not-a-token"
+		a.do("GET", basePath+"/"+resource, "", "").expect(t, http.StatusUnauthorized, "list of "+resource+" with a bad token")
+	}
+}
+
+// table lists path in the Table form kubectl prints, and its columns' names.
+func (a *api) table(path string) (metav1.Table, []string) {
+	a.t.Helper()
+	req, _ := http.NewRequest("GET", a.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var table metav1.Table
+	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil {
+		a.t.Fatal(err)
+	}
+	var columns []string
+	for _, c := range table.ColumnDefinitions {
+		columns = append(columns, c.Name)
+	}
+	return table, columns
 }
 
 // TestPrinterColumns asks for the Table form kubectl prints.
@@ -406,28 +436,37 @@ func TestPrinterColumns(t *testing.T) {
 	a.do("POST", collection(ns), jsonType, manifest("svc", `{"sourceIPBy":"Network","network":"blue"}`)).expect(t, http.StatusCreated, "create")
 	a.do("PATCH", item(ns, "svc")+"/status", "application/merge-patch+json", `{"status":{"host":"ALL"}}`).expect(t, http.StatusOK, "status")
 
-	req, _ := http.NewRequest("GET", a.url+collection(ns), nil)
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-	resp, err := a.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var table metav1.Table
-	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil {
-		t.Fatal(err)
-	}
-	var columns []string
-	for _, c := range table.ColumnDefinitions {
-		columns = append(columns, c.Name)
-	}
+	table, columns := a.table(collection(ns))
 	if !slices.Equal(columns, []string{"Name", "SourceIPBy", "Host", "Network", "Age"}) {
 		t.Fatalf("columns %v", columns)
 	}
 	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[:4]) != "[svc Network ALL blue]" {
 		t.Fatalf("rows %+v", table.Rows)
 	}
+}
+
+// addedModifiedDeleted reads three events from w, which must be ADDED,
+// MODIFIED and DELETED of a T in that order, and returns them as
+// "TYPE:<what of the object>".
+func addedModifiedDeleted[T runtime.Object](ctx context.Context, t *testing.T, w watch.Interface, what func(T) string) []string {
+	t.Helper()
+	var seen []string
+	for _, want := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted} {
+		select {
+		case ev := <-w.ResultChan():
+			obj, ok := ev.Object.(T)
+			if !ok {
+				t.Fatalf("watch delivered %T: %+v", ev.Object, ev.Object)
+			}
+			seen = append(seen, string(ev.Type)+":"+what(obj))
+			if ev.Type != want {
+				t.Fatalf("watch events %v, want %s next", seen, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch delivered only %v", seen)
+		}
+	}
+	return seen
 }
 
 // TestWatchAndTypedClient drives the generated clientset: a watch sees
@@ -457,22 +496,7 @@ func TestWatchAndTypedClient(t *testing.T) {
 	if err := client.Delete(ctx, "watched", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var seen []string
-	for _, want := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted} {
-		select {
-		case ev := <-w.ResultChan():
-			obj, ok := ev.Object.(*esv1.EgressService)
-			if !ok {
-				t.Fatalf("watch delivered %T: %+v", ev.Object, ev.Object)
-			}
-			seen = append(seen, string(ev.Type)+":"+obj.Status.Host)
-			if ev.Type != want {
-				t.Fatalf("watch events %v, want %s next", seen, want)
-			}
-		case <-ctx.Done():
-			t.Fatalf("watch delivered only %v", seen)
-		}
-	}
+	seen := addedModifiedDeleted(ctx, t, w, func(es *esv1.EgressService) string { return es.Status.Host })
 	if seen[1] != "MODIFIED:node-1" {
 		t.Fatalf("MODIFIED event carried %q", seen[1])
 	}

@@ -336,6 +336,10 @@ func (c *Cluster) dumpState() {
 	for _, n := range c.Nodes {
 		out, _ := run("docker", "exec", n.Container, "tail", "-n", "25", "/var/log/kubelet.log")
 		c.t.Logf("%s kubelet log tail:\n%s", n.Name, out)
+		// From the node's disk: kubectl logs needs the API server and the
+		// kubelet, which the failure may have taken away.
+		out, _ = run("docker", "exec", n.Container, "bash", "-c", "tail -n 40 /var/log/pods/"+Namespace+"_*/*/*.log")
+		c.t.Logf("%s egressflow logs on disk:\n%s", n.Name, out)
 	}
 }
 

@@ -375,8 +375,46 @@ func (c *Cluster) start(name, bin string, args ...string) error {
 	}
 	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
+	for i, old := range c.procs {
+		if old.name == name { // a restart
+			c.procs[i] = p
+			return nil
+		}
+	}
 	c.procs = append(c.procs, p)
 	return nil
+}
+
+// StopAPIServer kills kube-apiserver (by pid) and waits for it to exit:
+// an API server that is down. Every client gets connection refused until
+// StartAPIServer; etcd keeps the data.
+func (c *Cluster) StopAPIServer() {
+	for _, p := range c.procs {
+		if p.name == "kube-apiserver" {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, with the
+// same arguments, and waits until it is ready.
+func (c *Cluster) StartAPIServer() error {
+	for _, p := range c.procs {
+		if p.name == "kube-apiserver" {
+			if err := c.start(p.name, p.cmd.Path, p.cmd.Args[1:]...); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	client := kubernetes.NewForConfigOrDie(c.Config(Admin))
+	return poll(ctx, func() error {
+		_, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err
+	})
 }
 
 // installCRDs creates every CRD in deploy/crds and waits until each is

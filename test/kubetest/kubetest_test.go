@@ -46,8 +46,14 @@ func TestControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatalf("k8s.ovn.org/v1 not served: %v", err)
 	}
-	if len(resources.APIResources) == 0 || resources.APIResources[0].Name != "egressservices" {
-		t.Fatalf("k8s.ovn.org/v1 serves %v, want egressservices", resources.APIResources)
+	served := map[string]bool{}
+	for _, r := range resources.APIResources {
+		served[r.Name] = true
+	}
+	for _, want := range []string{"egressservices", "egressqoses"} {
+		if !served[want] {
+			t.Errorf("k8s.ovn.org/v1 serves %v, not %s", resources.APIResources, want)
+		}
 	}
 	if _, err := os.Stat(c.Kubeconfig); err != nil {
 		t.Errorf("kubeconfig: %v", err)

@@ -62,3 +62,86 @@ func (s *Switch) FlowCount(t testing.TB, filter string) int {
 	}
 	return n
 }
+
+// Settle's tunables. Deleting many flows leaves ovs-vswitchd's RCU thread
+// (urcu<N>) freeing them after the delete has been answered: 100k flows
+// keep it busy for about a second here, and a benchmark round started
+// meanwhile measures that cleanup along with itself.
+const (
+	// settleQuiet is how long the RCU thread must use no CPU at all
+	// (the kernel counts thread CPU time in 10 ms ticks) to count as idle:
+	// long enough to span several of its wakeups, short enough to add
+	// little to a benchmark round.
+	settleQuiet = 200 * time.Millisecond
+	// settlePoll is how often its CPU time is read.
+	settlePoll = 20 * time.Millisecond
+	// settleTimeout bounds the wait on a switch that never goes idle
+	// (a busy machine); the benchmark then fails rather than measure
+	// garbage.
+	settleTimeout = 30 * time.Second
+)
+
+// Settle waits until ovs-vswitchd's RCU thread has used no CPU for
+// settleQuiet, and returns how long that took. Benchmarks call it after
+// deleting many flows, so that the next round measures the switch and not
+// the previous round's deferred frees.
+func (s *Switch) Settle(t testing.TB) time.Duration {
+	t.Helper()
+	s.mu.Lock()
+	d := s.vswitchd
+	s.mu.Unlock()
+	if d == nil {
+		t.Fatal("ovstest: ovs-vswitchd is not running")
+	}
+	task := rcuThread(t, d.cmd.Process.Pid)
+	start := time.Now()
+	last, quietSince := threadCPUTicks(t, task), time.Now()
+	for time.Since(quietSince) < settleQuiet {
+		if time.Since(start) > settleTimeout {
+			t.Fatalf("ovstest: ovs-vswitchd's RCU thread still busy after %v", settleTimeout)
+		}
+		time.Sleep(settlePoll)
+		if now := threadCPUTicks(t, task); now != last {
+			last, quietSince = now, time.Now()
+		}
+	}
+	return time.Since(start)
+}
+
+// rcuThread returns the /proc path of ovs-vswitchd's RCU thread.
+func rcuThread(t testing.TB, pid int) string {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("ovstest: %v", err)
+	}
+	for _, task := range tasks {
+		comm, err := os.ReadFile(filepath.Join(dir, task.Name(), "comm"))
+		if err == nil && strings.HasPrefix(string(comm), "urcu") {
+			return filepath.Join(dir, task.Name())
+		}
+	}
+	t.Fatalf("ovstest: ovs-vswitchd (pid %d) has no urcu thread", pid)
+	return ""
+}
+
+// threadCPUTicks returns a thread's user plus system CPU time, in clock
+// ticks (fields 14 and 15 of /proc/.../stat).
+func threadCPUTicks(t testing.TB, task string) uint64 {
+	stat, err := os.ReadFile(filepath.Join(task, "stat"))
+	if err != nil {
+		t.Fatalf("ovstest: %v", err)
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis, where field 3 (the state) is first.
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(f) < 13 {
+		t.Fatalf("ovstest: short %s/stat: %q", task, stat)
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("ovstest: bad %s/stat: %q", task, stat)
+	}
+	return utime + stime
+}

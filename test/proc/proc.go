@@ -26,12 +26,24 @@ const stopGrace = 20 * time.Second
 // the binary's path.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
+	return build(t, pkg)
+}
+
+// BuildVersion is Build with the version the binary reports (--version,
+// build_info) set to version, as `make build` sets it from git describe.
+func BuildVersion(t testing.TB, pkg, version string) string {
+	t.Helper()
+	return build(t, pkg, "-ldflags", "-X github.com/egressflow/egressflow/cmd/internal/cli.Version="+version)
+}
+
+func build(t testing.TB, pkg string, flags ...string) string {
+	t.Helper()
 	root, err := kubetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	build := exec.Command("go", "build", "-o", bin, "./"+pkg)
+	build := exec.Command("go", append(append([]string{"build", "-o", bin}, flags...), "./"+pkg)...)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("proc: go build ./%s: %v\n%s", pkg, err, out)
@@ -112,7 +124,7 @@ func (p *Process) Output() string {
 
 // Sample returns the value of one sample in a Prometheus text exposition,
 // as our commands serve it on /metrics: sample is the metric name with its
-// labels as exposed, e.g. `egressflow_agent_flows{service="shop/web"}`, or
+// labels as exposed, e.g. `egressflow_agent_service_flows{service="shop/web"}`, or
 // the bare name of an unlabelled metric.
 func Sample(exposition, sample string) (float64, bool) {
 	for _, line := range strings.Split(exposition, "\n") {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine, and
 # nothing that is already there: Open vSwitch and the network tools from
-# Debian's packages, then the Kubernetes binaries (build-binaries.sh).
+# Debian's packages (promtool among them), then the Kubernetes binaries
+# (build-binaries.sh).
 # Needs root (apt-get, and later OVS and network namespaces).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +23,9 @@ command -v iptables >/dev/null || missing+=(iptables)
 command -v make >/dev/null || missing+=(make)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v nft >/dev/null || missing+=(nftables)
+# promtool checks and unit-tests deploy/monitoring's alerts
+# (cmd/internal/monitoring); Debian ships it in the prometheus package.
+command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

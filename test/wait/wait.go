@@ -21,6 +21,13 @@ const pollInterval = 20 * time.Millisecond
 // last error once timeout has passed.
 func Until(t testing.TB, timeout time.Duration, check func() error) {
 	t.Helper()
+	UntilEvery(t, timeout, pollInterval, check)
+}
+
+// UntilEvery is Until with another interval between checks, for checks
+// that cost more (listing thousands of objects).
+func UntilEvery(t testing.TB, timeout, interval time.Duration, check func() error) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
@@ -30,7 +37,7 @@ func Until(t testing.TB, timeout time.Duration, check func() error) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %v: %v", timeout, err)
 		}
-		time.Sleep(pollInterval)
+		time.Sleep(interval)
 	}
 }
 

@@ -1,18 +1,17 @@
-// Package cli holds what egressflow's commands share: flag and environment
-// helpers, and the HTTP server for /metrics, /healthz and /readyz. No logic
-// of the components lives here.
+// Package cli holds what egressflow's commands share: their command line
+// (pflag, component-base's logging flags, --version), environment helpers,
+// the metrics registry and the HTTP server for /metrics, /healthz and
+// /readyz. No logic of the components lives here.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -24,23 +23,9 @@ import (
 )
 
 // Version is the build's version, set by `make images` and `make build`
-// from `git describe` (-ldflags -X); "dev" otherwise.
+// from `git describe` (-ldflags -X); "dev" otherwise. --version prints it
+// (Flags), and <namespace>_build_info carries it (NewRegistry).
 var Version = "dev"
-
-// VersionFlag registers --version on fs; PrintVersion reports whether it
-// was given (after parsing), having printed the command's name and
-// Version.
-func VersionFlag(fs *flag.FlagSet) *bool {
-	return fs.Bool("version", false, "print the version and exit")
-}
-
-// PrintVersion prints "<command> <Version>" if asked and says whether it did.
-func PrintVersion(asked *bool) bool {
-	if *asked {
-		fmt.Printf("%s %s\n", filepath.Base(os.Args[0]), Version)
-	}
-	return *asked
-}
 
 // NewRegistry is a command's metrics registry: Go's runtime and process
 // collectors, and <namespace>_build_info{version, goversion}, always 1, as

@@ -421,9 +421,16 @@ type Agent struct {
 // the test's end stops it.
 func (e *Env) StartAgent(t testing.TB, node string) *Agent {
 	t.Helper()
+	return e.StartAgentEvery(t, node, AgentRenew, AgentExpire)
+}
+
+// StartAgentEvery is StartAgent with another renew interval and Lease
+// duration.
+func (e *Env) StartAgentEvery(t testing.TB, node string, renew, expire time.Duration) *Agent {
+	t.Helper()
 	client := kubernetes.NewForConfigOrDie(e.Cluster.Config(kubetest.Agent))
 	r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
-		Namespace: kubetest.SystemNamespace, NodeName: node, RenewInterval: AgentRenew, LeaseDuration: AgentExpire,
+		Namespace: kubetest.SystemNamespace, NodeName: node, RenewInterval: renew, LeaseDuration: expire,
 		Facts: func() heartbeat.Facts { return heartbeat.Facts{SyncState: heartbeat.SyncStateSynced} },
 	})
 	if err != nil {

@@ -32,12 +32,24 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=k8s.ovn.org, Version=v1
+	case v1.SchemeGroupVersion.WithKind("EgressQoS"):
+		return &egressservicev1.EgressQoSApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressQoSRule"):
+		return &egressservicev1.EgressQoSRuleApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressQoSSpec"):
+		return &egressservicev1.EgressQoSSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressQoSStatus"):
+		return &egressservicev1.EgressQoSStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressService"):
 		return &egressservicev1.EgressServiceApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressServiceSpec"):
 		return &egressservicev1.EgressServiceSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressServiceStatus"):
 		return &egressservicev1.EgressServiceStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("LabelSelector"):
+		return &egressservicev1.LabelSelectorApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("LabelSelectorRequirement"):
+		return &egressservicev1.LabelSelectorRequirementApplyConfiguration{}
 
 	}
 	return nil

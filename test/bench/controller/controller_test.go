@@ -8,6 +8,9 @@
 //   - API writes per assignment (status, node patches, and Events apart),
 //     counted by a transport wrapped around the controller's client;
 //   - spread: max minus min services per node;
+//   - Events: how many the controller emitted, wrote, superseded (a Normal
+//     replaced by a newer one of the same service before it was written)
+//     or abandoned, and how many are on the API server, by type;
 //   - writes during a no-op resync;
 //   - failover: one node holding 5 services loses its agent; time from its
 //     Lease's expiry until all 5 have a new host (seen by a watch);
@@ -31,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,7 +116,9 @@ func BenchmarkController(b *testing.B) {
 
 	// The controller, as in production (leader election, default workers),
 	// through a transport that logs its writes.
-	opts := cluster.Options{Identity: "bench", LeaderElection: true, RetryPeriod: 500 * time.Millisecond, RenewDeadline: 5 * time.Second, LeaseDuration: 10 * time.Second}
+	reg := prometheus.NewRegistry()
+	opts := cluster.Options{Identity: "bench", LeaderElection: true, RetryPeriod: 500 * time.Millisecond, RenewDeadline: 5 * time.Second, LeaseDuration: 10 * time.Second,
+		Registerer: reg}
 	startAt := time.Now()
 	r := env.RunController(b, opts)
 	waitFor(b, "leading", func() bool { return r.Leading() })
@@ -129,6 +135,19 @@ func BenchmarkController(b *testing.B) {
 	out("writes: %d status, %d node patches, %d Events, %d leader Lease: %.2f writes per assignment (%.2f with Events)",
 		initial.status, initial.nodePatches, initial.events, initial.leases, perAssignment,
 		float64(initial.status+initial.nodePatches+initial.events)/float64(len(keys)))
+
+	// waitIdle waited for the Events too: they trail the statuses.
+	var eventsAt time.Time
+	for _, req := range r.Writes.All() {
+		if strings.Contains(req.Path, "/events") && req.At.After(eventsAt) {
+			eventsAt = req.At
+		}
+	}
+	ev := eventCounts(b, reg)
+	onAPI := eventsOnAPI(b, env, (len(keys)+servicesPerNamespace-1)/servicesPerNamespace)
+	out("events: %v emitted, %v written, %v superseded, %v abandoned (%v failed writes, retried), the last written %v after the controller led; on the API server: %d Normal, %d Warning occurrences about EgressServices",
+		ev["emitted"], ev["written"], ev["superseded"], ev["abandoned"], ev["error"], eventsAt.Sub(leadAt).Round(time.Millisecond),
+		onAPI[corev1.EventTypeNormal], onAPI[corev1.EventTypeWarning])
 
 	load := w.load(nodes)
 	lo, hi := slices.Min(load), slices.Max(load)
@@ -186,6 +205,46 @@ func BenchmarkController(b *testing.B) {
 	b.ReportMetric(float64(noop.status+noop.nodePatches+noop.events), "resync-writes")
 	b.ReportMetric(float64(writtenAt.Sub(expiry).Milliseconds()), "failover-ms")
 	b.ReportMetric(plain.Seconds()/controllerTime.Seconds(), "x-plain")
+}
+
+// eventCounts sums egressflow_controller_events_total by result.
+func eventCounts(b *testing.B, reg *prometheus.Registry) map[string]float64 {
+	families, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range families {
+		if mf.GetName() != "egressflow_controller_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// eventsOnAPI sums, by type, the counts of the Events about EgressServices
+// in the bench's namespaces.
+func eventsOnAPI(b *testing.B, env *clustertest.Env, namespaces int) map[string]int {
+	out := map[string]int{}
+	for ns := range namespaces {
+		list, err := env.Kube.CoreV1().Events(fmt.Sprintf("bench-%02d", ns)).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == "EgressService" {
+				out[e.Type] += int(e.Count)
+			}
+		}
+	}
+	return out
 }
 
 func createService(ctx context.Context, env *clustertest.Env, ns, name string, i int, nodes []string) error {

@@ -1,13 +1,32 @@
-// Package v1 holds the EgressService API, group k8s.ovn.org, version v1: the
-// Go types, their registration in a scheme, and the kubebuilder markers from
-// which `make manifests` generates the CRD in deploy/crds/. The deepcopy
-// functions (zz_generated.deepcopy.go) and the typed clientset, informers,
-// listers and apply configurations under controller/generated/ are generated
-// from these types by `make generate`; never edit them by hand.
+// Package v1 holds the kinds of the API group k8s.ovn.org, version v1, that
+// egressflow serves: EgressService (types.go) and EgressQoS (egressqos.go).
+// It has the Go types, their registration in a scheme, and the kubebuilder
+// markers from which `make manifests` generates the CRDs in deploy/crds/. The
+// deepcopy functions (zz_generated.deepcopy.go) and the typed clientset,
+// informers, listers and apply configurations under controller/generated/
+// are generated from these types by `make generate`; never edit them by hand.
 //
-// The fields follow the ovn-kubernetes EgressService API exactly. Beyond it,
-// status carries optional conditions that say why a service has, or has not,
-// a host; and the CRD validates nodeSelector operators with CEL.
+// Why one package for the group, under EgressService's path: client-gen
+// makes one typed client per Go package of types, and names its clientset
+// method after the group and version, so a second package of k8s.ovn.org/v1
+// would give a second, clashing K8sV1(). With every kind of the group here,
+// the clientset has one K8sV1() with EgressServices() and EgressQoSes(), the
+// informer factory one K8s().V1(), and no import path changed when
+// EgressQoS came. The next kinds of the group (EgressIP, EgressFirewall, …)
+// go here too, one file each. The path keeps its historical name.
+//
+// The fields follow the ovn-kubernetes APIs exactly. Beyond them:
+//   - EgressService's status carries optional conditions that say why a
+//     service has, or has not, a host, and its CRD validates nodeSelector
+//     operators with CEL;
+//   - EgressQoS's CRD refuses a name other than default (only that object
+//     counts, as in the reference), a dstCIDR that is not a CIDR, and
+//     podSelector operators the API server does not check by itself in a
+//     custom resource; it bounds spec.egress (see EgressQoSSpec).
+//
+// informer-gen v0.36 names the informer of EgressQoS "egressqoss" in its
+// identifier (it appends an s and ignores --plural-exceptions there); the
+// informer still lists and watches egressqoses through the clientset.
 //
 // +k8s:deepcopy-gen=package
 // +groupName=k8s.ovn.org

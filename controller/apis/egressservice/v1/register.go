@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// GroupName is the API group of EgressService.
+// GroupName is the API group of EgressService and EgressQoS.
 const GroupName = "k8s.ovn.org"
 
 // SchemeGroupVersion is the group and version of this package's types.
@@ -25,7 +25,9 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &EgressService{}, &EgressServiceList{})
+	scheme.AddKnownTypes(SchemeGroupVersion,
+		&EgressService{}, &EgressServiceList{},
+		&EgressQoS{}, &EgressQoSList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

@@ -18,6 +18,14 @@ limitations under the License.
 
 package v1
 
+// EgressQoSListerExpansion allows custom methods to be added to
+// EgressQoSLister.
+type EgressQoSListerExpansion interface{}
+
+// EgressQoSNamespaceListerExpansion allows custom methods to be added to
+// EgressQoSNamespaceLister.
+type EgressQoSNamespaceListerExpansion interface{}
+
 // EgressServiceListerExpansion allows custom methods to be added to
 // EgressServiceLister.
 type EgressServiceListerExpansion interface{}

@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// EgressQoSes returns a EgressQoSInformer.
+	EgressQoSes() EgressQoSInformer
 	// EgressServices returns a EgressServiceInformer.
 	EgressServices() EgressServiceInformer
 }
@@ -37,6 +39,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// EgressQoSes returns a EgressQoSInformer.
+func (v *version) EgressQoSes() EgressQoSInformer {
+	return &egressQoSInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // EgressServices returns a EgressServiceInformer.

@@ -28,12 +28,17 @@ import (
 
 type K8sV1Interface interface {
 	RESTClient() rest.Interface
+	EgressQoSesGetter
 	EgressServicesGetter
 }
 
 // K8sV1Client is used to interact with features provided by the k8s.ovn.org group.
 type K8sV1Client struct {
 	restClient rest.Interface
+}
+
+func (c *K8sV1Client) EgressQoSes(namespace string) EgressQoSInterface {
+	return newEgressQoSes(c, namespace)
 }
 
 func (c *K8sV1Client) EgressServices(namespace string) EgressServiceInterface {

@@ -18,4 +18,6 @@ limitations under the License.
 
 package v1
 
+type EgressQoSExpansion interface{}
+
 type EgressServiceExpansion interface{}

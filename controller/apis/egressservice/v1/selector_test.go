@@ -1,0 +1,111 @@
+package v1
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// TestLabelSelectorIsMetaOnTheWire: the same JSON decodes into both types
+// alike, and AsMeta gives the metav1 form of what LabelSelector decoded.
+func TestLabelSelectorIsMetaOnTheWire(t *testing.T) {
+	for _, doc := range []string{
+		`{}`,
+		`{"matchLabels":{"app":"voice","tier":"a"}}`,
+		`{"matchLabels":{"app":"voice"},"matchExpressions":[{"key":"tier","operator":"In","values":["a","b"]},
+			{"key":"canary","operator":"NotIn","values":["true"]},{"key":"team","operator":"Exists"},{"key":"legacy","operator":"DoesNotExist"}]}`,
+	} {
+		var ours LabelSelector
+		var meta metav1.LabelSelector
+		if err := json.Unmarshal([]byte(doc), &ours); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		if got := ours.AsMeta(); !reflect.DeepEqual(*got, meta) {
+			t.Errorf("%s: AsMeta %+v, metav1 decodes %+v", doc, *got, meta)
+		}
+		oursJSON, _ := json.Marshal(ours)
+		metaJSON, _ := json.Marshal(meta)
+		if string(oursJSON) != string(metaJSON) {
+			t.Errorf("%s: encodes as %s, metav1 as %s", doc, oursJSON, metaJSON)
+		}
+	}
+}
+
+// TestAsMetaSelects: the converted selector matches labels as the API
+// documents (requirements ANDed, each operator).
+func TestAsMetaSelects(t *testing.T) {
+	s := LabelSelector{
+		MatchLabels: map[string]string{"app": "voice"},
+		MatchExpressions: []LabelSelectorRequirement{
+			{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"a", "b"}},
+			{Key: "legacy", Operator: metav1.LabelSelectorOpDoesNotExist},
+		},
+	}
+	selector, err := metav1.LabelSelectorAsSelector(s.AsMeta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		labels labels.Set
+		want   bool
+	}{
+		{labels.Set{"app": "voice", "tier": "a"}, true},
+		{labels.Set{"app": "voice", "tier": "c"}, false},
+		{labels.Set{"app": "voice"}, false},
+		{labels.Set{"app": "video", "tier": "b"}, false},
+		{labels.Set{"app": "voice", "tier": "b", "legacy": ""}, false},
+	} {
+		if got := selector.Matches(c.labels); got != c.want {
+			t.Errorf("%v: matches %v, want %v", c.labels, got, c.want)
+		}
+	}
+	if everything, err := metav1.LabelSelectorAsSelector(LabelSelector{}.AsMeta()); err != nil || !everything.Empty() {
+		t.Errorf("an empty selector gives %v, %v; want one that selects every pod", everything, err)
+	}
+}
+
+// TestCRDBoundsMatchConstants: the generated CRD bounds spec.egress by
+// MaxEgressQoSRules (a marker cannot name the constant).
+func TestCRDBoundsMatchConstants(t *testing.T) {
+	raw, err := os.ReadFile("../../../../deploy/crds/k8s.ovn.org_egressqoses.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties struct {
+							Spec struct {
+								Properties struct {
+									Egress struct {
+										MaxItems *int `json:"maxItems"`
+									} `json:"egress"`
+								} `json:"properties"`
+							} `json:"spec"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	if len(crd.Spec.Versions) != 1 {
+		t.Fatalf("%d versions in the CRD", len(crd.Spec.Versions))
+	}
+	got := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties.Spec.Properties.Egress.MaxItems
+	if got == nil || *got != MaxEgressQoSRules {
+		t.Fatalf("spec.egress maxItems %v, MaxEgressQoSRules %d", got, MaxEgressQoSRules)
+	}
+}

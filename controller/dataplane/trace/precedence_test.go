@@ -1,0 +1,112 @@
+package trace_test
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/dataplane/trace"
+	"github.com/egressflow/egressflow/openflow"
+)
+
+// uplink is the uplink's port number in the pure tests.
+const uplink = 1
+
+// TestPrecedenceOnPureState shows how a test asserts the precedence
+// between parts of the pipeline with no switch: compute a node's desired
+// state from API objects, render its flows, trace packets through them.
+// The EgressIP, EgressQoS and EgressFirewall issues assert their order
+// against EgressService and the pod guard this way.
+//
+// Here: web's endpoint 10.244.1.5 is a known pod of n1 that no service is
+// about to claim, so the pod guard admits it too; the endpoint's flow
+// outranks the admission, and its packet leaves SNATed to web's LB IP.
+// The exemptions outrank the SNAT. A held pod, an unknown one and an
+// endpoint whose host has no known MAC are dropped.
+func TestPrecedenceOnPureState(t *testing.T) {
+	cluster := testCluster()
+	n1 := nodeConfig("n1")
+	state := dataplane.Compute(n1, cluster, routingTables)
+	endpoint := netip.MustParseAddr("10.244.1.5")
+	if !slices.Contains(state.Admitted, endpoint) {
+		t.Fatalf("the pod guard does not admit %v, so this test would not see the endpoint's flow outrank an admission: %v", endpoint, state.Admitted)
+	}
+	bridgeMAC, _ := net.ParseMAC(n1MAC)
+	tables, err := trace.New(append(dataplane.Flows(n1, state, dataplane.Ports{Uplink: uplink, BridgeMAC: bridgeMAC}), trace.DefaultFlow()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, _ := net.ParseMAC(n2MAC)
+
+	// routedOut is a pod's packet as the host stack sends it towards the
+	// uplink: from LOCAL.
+	routedOut := func(src, dst string) trace.Result {
+		t.Helper()
+		return mustTrace(t, tables, trace.Packet{
+			InPort: openflow.PortLocal, Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst),
+			Proto: trace.ProtoTCP, SrcPort: 40000, DstPort: 443,
+		}, trace.Conntrack{})
+	}
+	lastHit := func(r trace.Result) uint64 { return r.Hits[len(r.Hits)-1].Flow.Cookie }
+	leaves := func(name string, r trace.Result, port uint32, check func(trace.Packet) bool) {
+		t.Helper()
+		if len(r.Emits) != 1 || r.Emits[0].Port != port || !check(r.Emits[0].Packet) {
+			t.Errorf("%s: want one output to %s, got\n%v", name, openflow.PortName(port), r)
+		}
+	}
+
+	r := routedOut("10.244.1.5", "198.51.100.7")
+	leaves("web's endpoint, admitted too", r, uplink, func(p trace.Packet) bool { return p.Src == netip.MustParseAddr("192.0.2.10") })
+	if r.Hits[0].Flow.Cookie != dataplane.Cookie(dataplane.KindRedirect, "shop/web") || lastHit(r) != dataplane.Cookie(dataplane.KindSNAT, "shop/web") {
+		t.Errorf("web's endpoint took another path than its redirect and SNAT flows:\n%v", r)
+	}
+	r = routedOut("fd00:10:244:1::5", "2001:db8:ff::1")
+	leaves("web's IPv6 endpoint", r, uplink, func(p trace.Packet) bool { return p.Src == netip.MustParseAddr("2001:db8::10") })
+
+	r = routedOut("10.244.1.5", "10.244.2.9")
+	leaves("web's endpoint to a pod", r, openflow.PortNormal, func(p trace.Packet) bool { return p.Src == endpoint })
+	if lastHit(r) != dataplane.Cookie(dataplane.KindExempt, "") {
+		t.Errorf("web's endpoint to a pod was not exempt:\n%v", r)
+	}
+
+	r = routedOut("10.244.1.9", "198.51.100.7")
+	leaves("a bystander pod", r, openflow.PortNormal, func(p trace.Packet) bool { return p.Src == netip.MustParseAddr("10.244.1.9") })
+	if lastHit(r) != dataplane.Cookie(dataplane.KindAdmit, "") {
+		t.Errorf("the bystander was not admitted:\n%v", r)
+	}
+
+	r = routedOut("10.244.1.6", "198.51.100.7")
+	leaves("api's endpoint, steered to n2", r, uplink, func(p trace.Packet) bool {
+		return p.Src == netip.MustParseAddr("10.244.1.6") && p.EthDst == trace.MACFrom(n2)
+	})
+	r = routedOut("10.244.1.8", "198.51.100.7")
+	leaves("net's endpoint (Network mode: routed by ip rule)", r, openflow.PortNormal, func(p trace.Packet) bool { return true })
+
+	for _, src := range []string{"10.244.1.10", "fd00:10:244:1::10", "10.244.1.11", "10.244.1.7", "fd00:10:244:1::7"} {
+		if r := routedOut(src, "198.51.100.7"); !r.Dropped() {
+			t.Errorf("%s (held, unknown, or an endpoint of a host with no MAC) was not dropped:\n%v", src, r)
+		}
+	}
+	// Held still reaches the cluster.
+	r = routedOut("10.244.1.10", "10.96.0.10")
+	leaves("a held pod to a ClusterIP", r, openflow.PortNormal, func(p trace.Packet) bool { return true })
+
+	// A reply to web's LB IP is un-NATed by conntrack and goes to the host
+	// stack; a new connection to it is not web's.
+	reply := trace.Packet{InPort: uplink, Src: netip.MustParseAddr("198.51.100.7"), Dst: netip.MustParseAddr("192.0.2.10"), Proto: trace.ProtoTCP, SrcPort: 443, DstPort: 40000}
+	established := trace.Conntrack{States: []uint32{openflow.CTStateTrk | openflow.CTStateEst | openflow.CTStateRpl}}
+	leaves("a reply to the LB IP", mustTrace(t, tables, reply, established), openflow.PortLocal, func(p trace.Packet) bool { return p.CTZone != 0 })
+	leaves("a new connection to the LB IP", mustTrace(t, tables, reply, trace.Conntrack{}), openflow.PortNormal, func(p trace.Packet) bool { return true })
+
+	// Fenced, n1 hosts nothing: web's endpoint is dropped, not SNATed.
+	n1.Fenced = true
+	fenced, err := trace.New(append(dataplane.Flows(n1, dataplane.Compute(n1, cluster, routingTables), dataplane.Ports{Uplink: uplink, BridgeMAC: bridgeMAC}), trace.DefaultFlow()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := mustTrace(t, fenced, trace.Packet{InPort: openflow.PortLocal, Src: endpoint, Dst: netip.MustParseAddr("198.51.100.7"), Proto: trace.ProtoUDP}, trace.Conntrack{}); !r.Dropped() {
+		t.Errorf("fenced: web's endpoint was not dropped:\n%v", r)
+	}
+}

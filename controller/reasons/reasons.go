@@ -1,0 +1,80 @@
+// Package reasons is egressflow's one vocabulary of reasons: the
+// machine-readable codes its decisions carry, on both sides.
+//
+//   - The cluster component's decisions (controller/assign) say why a
+//     service has the host it has, or none: the reason of its Ready
+//     condition, and of the Events the controller records.
+//   - The node agent's problems (controller/dataplane) say why part of a
+//     service is not programmed as asked on a node: the reason of the
+//     Warnings the agent records.
+//
+// Each Reason is, as spelled here, an Event's reason on the wire and a log
+// key; docs/events.md lists them and docs/troubleshooting.md says what to do
+// about each. An API of the egress family adds its reasons here, so that no
+// two components spell one code twice or give one spelling two meanings.
+//
+// It holds names only: it decides nothing and imports nothing.
+package reasons
+
+// Reason is a machine-readable code for a decision or a problem.
+type Reason string
+
+// Why a service has a host, or none (controller/assign). Every decision
+// carries one; all but Assigned, AllNodes and HostLost say why there is no
+// host.
+const (
+	// Assigned: the service has a host node.
+	Assigned Reason = "Assigned"
+	// AllNodes: sourceIPBy is Network, so the host is "ALL".
+	AllNodes Reason = "AllNodes"
+	// InvalidSelector: spec.nodeSelector does not parse.
+	InvalidSelector Reason = "InvalidSelector"
+	// ServiceNotFound: there is no Service of the same name.
+	ServiceNotFound Reason = "ServiceNotFound"
+	// NotLoadBalancer: the Service is not of type LoadBalancer.
+	NotLoadBalancer Reason = "NotLoadBalancer"
+	// NoIngressIP: the Service has no load-balancer ingress IP.
+	NoIngressIP Reason = "NoIngressIP"
+	// NoEndpoints: the Service has no endpoint on the cluster network.
+	NoEndpoints Reason = "NoEndpoints"
+	// NoMatchingNode: the service is eligible but no node is a candidate.
+	NoMatchingNode Reason = "NoMatchingNode"
+	// HostLost: the previous host stopped being a candidate (an Event
+	// reason; the assign.NodeProblem says why).
+	HostLost Reason = "HostLost"
+)
+
+// Why part of a service is not programmed as asked on a node
+// (controller/dataplane's Problems).
+const (
+	// EndpointClaimed: a pod is an endpoint of several EgressServices; the
+	// first by namespace/name gets it, on every node alike.
+	EndpointClaimed Reason = "EndpointClaimed"
+	// UnknownNetwork: spec.network names no routing table here.
+	UnknownNetwork Reason = "UnknownNetwork"
+	// HostUnknown: the host's agent has not published its bridge MAC, so
+	// local endpoints' egress is dropped until it does.
+	HostUnknown Reason = "HostUnknown"
+	// Fenced: this node is status.host but could not renew its heartbeat,
+	// so it does not act as the host (fail closed) until it can and has
+	// read the service's current status.
+	Fenced Reason = "Fenced"
+	// HostMismatch: status.host does not fit sourceIPBy (ALL with
+	// LoadBalancerIP, a node with Network); nothing is programmed until the
+	// cluster component corrects it.
+	HostMismatch Reason = "HostMismatch"
+)
+
+// Why part of an EgressQoS is not programmed on a node (controller/dataplane's
+// ComputeQoS). The object's other rules still apply.
+const (
+	// InvalidRule: a rule the CRD refuses (a DSCP outside 0–63, a dstCIDR
+	// or podSelector that does not parse, a position past
+	// esv1.MaxEgressQoSRules), found in an object stored before the CRD
+	// refused it. The rule is skipped: it marks nothing (rendered, a DSCP
+	// of 64 would make Open vSwitch refuse the whole bundle).
+	InvalidRule Reason = "InvalidRule"
+	// WrongFamily: a rule's dstCIDR is of a family the cluster has no pod
+	// of; it can never match.
+	WrongFamily Reason = "WrongFamily"
+)

@@ -1,0 +1,221 @@
+//go:build e2e
+
+package dockercluster
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
+)
+
+// TestAdmissionPolicies: deploy/admission's policies on the real cluster,
+// with the credentials the components' pods really hold: tokens of their
+// ServiceAccounts bound to their pods (what the kubelet projects into
+// them, with the node's name in them). An agent renews its own Lease, but
+// another node's Lease or the leader Lease is refused with a message that
+// says why; a token not bound to a pod writes no Lease at all. The
+// controller adds and removes a service label on a Node, but cannot change
+// another label, an annotation or the spec.
+func TestAdmissionPolicies(t *testing.T) {
+	c := Start(t, Config{Nodes: 3})
+	c.Install()
+	ctx := context.Background()
+	self, other := c.Nodes[0], c.Nodes[1]
+
+	agent := c.componentClient("egressflow-agent", "app.kubernetes.io/name=egressflow-agent", self)
+	leases := agent.CoordinationV1().Leases(Namespace)
+	wait.Until(t, convergeTimeout, func() error {
+		own, err := leases.Get(ctx, self.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		own.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		_, err = leases.Update(ctx, own, metav1.UpdateOptions{})
+		return err // a conflict with the agent's own renewal: try again
+	})
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: admitted", what)
+		} else if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want a refusal that says %q", what, err, want)
+		} else {
+			t.Logf("%s: refused: %v", what, err)
+		}
+	}
+	for _, name := range []string{other.Name, "egressflow-controller"} {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		refused("agent on "+self.Name+" renews Lease "+name, err, fmt.Sprintf("may write only its own heartbeat Lease %q, not %q", self.Name, name))
+		// RBAC grants no delete: refused before admission.
+		refused("agent on "+self.Name+" deletes Lease "+name, leases.Delete(ctx, name, metav1.DeleteOptions{}), "forbidden")
+	}
+	forged := &coordinationLease{name: "forged", node: self.Name}
+	_, err := leases.Create(ctx, forged.lease(), metav1.CreateOptions{})
+	refused("agent on "+self.Name+" creates Lease forged", err, "may write only its own heartbeat Lease")
+
+	unbound := c.componentClientWith("egressflow-agent", nil)
+	own, err := unbound.CoordinationV1().Leases(Namespace).Get(ctx, self.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = unbound.CoordinationV1().Leases(Namespace).Update(ctx, own, metav1.UpdateOptions{})
+	refused("an agent token bound to no pod renews "+self.Name, err, "pod-bound service-account token")
+
+	controller := c.componentClient("egressflow-controller", "app.kubernetes.io/name=egressflow-controller", nil)
+	nodes := controller.CoreV1().Nodes()
+	patch := func(p string) error {
+		_, err := nodes.Patch(ctx, other.Name, types.MergePatchType, []byte(p), metav1.PatchOptions{})
+		return err
+	}
+	if err := patch(`{"metadata":{"labels":{"egress-service.k8s.ovn.org/admission-test":""}}}`); err != nil {
+		t.Errorf("controller adds a service label: %v", err)
+	}
+	if err := patch(`{"metadata":{"labels":{"egress-service.k8s.ovn.org/admission-test":null}}}`); err != nil {
+		t.Errorf("controller removes a service label: %v", err)
+	}
+	refused("controller adds label team=x", patch(`{"metadata":{"labels":{"team":"x"}}}`), "may change only the labels under egress-service.k8s.ovn.org/")
+	refused("controller removes label kubernetes.io/hostname", patch(`{"metadata":{"labels":{"kubernetes.io/hostname":null}}}`), "may change only the labels under egress-service.k8s.ovn.org/")
+	refused("controller annotates", patch(`{"metadata":{"annotations":{"x":"y"}}}`), "may change nothing of Node")
+	refused("controller cordons", patch(`{"spec":{"unschedulable":true}}`), "may change nothing of Node")
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, other.Name, metav1.GetOptions{})
+	if err != nil || n.Spec.Unschedulable || n.Labels["team"] != "" || n.Labels[corev1.LabelHostname] == "" {
+		t.Errorf("node %s after the refused patches: %v, %v", other.Name, n, err)
+	}
+}
+
+type coordinationLease struct{ name, node string }
+
+func (l coordinationLease) lease() *coordinationv1.Lease {
+	holder := l.node
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: Namespace, Labels: map[string]string{heartbeat.LeaseLabel: heartbeat.LeaseLabelValue}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}
+}
+
+// componentClient is a client with a token of serviceAccount bound to its
+// pod (selected by selector, on node if not nil), as the kubelet projects.
+func (c *Cluster) componentClient(serviceAccount, selector string, node *Node) kubernetes.Interface {
+	c.t.Helper()
+	opts := metav1.ListOptions{LabelSelector: selector}
+	if node != nil {
+		opts.FieldSelector = "spec.nodeName=" + node.Name
+	}
+	pods, err := c.Kube.CoreV1().Pods(Namespace).List(context.Background(), opts)
+	if err != nil || len(pods.Items) == 0 {
+		c.t.Fatalf("pods %s: %v (%d)", selector, err, len(pods.Items))
+	}
+	pod := pods.Items[0]
+	return c.componentClientWith(serviceAccount, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+}
+
+func (c *Cluster) componentClientWith(serviceAccount string, bound *authenticationv1.BoundObjectReference) kubernetes.Interface {
+	c.t.Helper()
+	expiry := int64(600)
+	tr, err := c.Kube.CoreV1().ServiceAccounts(Namespace).CreateToken(context.Background(), serviceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: bound, ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatalf("token for %s: %v", serviceAccount, err)
+	}
+	return kubernetes.NewForConfigOrDie(&rest.Config{Host: c.API.URL, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: c.API.CAData()}})
+}
+
+// TestAPIServerOutage: the API server is down for 10 s under traffic.
+// Every agent's Lease runs out meanwhile, in everyone's eyes. Once it is
+// back: the service keeps its host and its label (the announcer never
+// moved), no agent fenced itself or sent a flow mod (the counters of
+// every agent are unchanged), LB-IP packets kept leaving during the
+// outage, and no pod IP reached the external host.
+func TestAPIServerOutage(t *testing.T) {
+	c := Start(t, Config{Nodes: 3})
+	c.Install()
+	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
+	s.expectLBIPs()
+	host, routedAt := s.announcer.Current()
+	capture := c.External.Capture(t)
+	before := c.flowMods()
+
+	c.API.StopAPIServer()
+	stopped := time.Now()
+	time.Sleep(apiOutage)
+	if err := c.API.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	t.Logf("API server down for %v", back.Sub(stopped).Round(time.Millisecond))
+	for _, n := range c.Nodes {
+		c.waitAgentRenewing(n)
+	}
+	// What would move, moves within a Lease duration after the
+	// controller sees renewals again (heartbeat.Judge), and the leader
+	// Lease is retaken meanwhile; watch twice that long.
+	time.Sleep(2 * (heartbeat.DefaultLeaseDuration + heartbeat.DefaultDisruptionWindow/5))
+	packets := capture.Stop()
+
+	if now, at := s.announcer.Current(); now != host || !at.Equal(routedAt) {
+		t.Errorf("the LB IPs moved from %s to %v across the outage", host.Name, now)
+	}
+	es, err := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressServices(scenarioNamespace).Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil || es.Status.Host != host.Name {
+		t.Errorf("status.host after the outage: %q, %v; want %s", es.Status.Host, err, host.Name)
+	}
+	if after := c.flowMods(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("flow mods per node: before the outage %v, after %v: want no change", before, after)
+	}
+	during := map[string]int{}
+	for _, p := range packets {
+		if (p.Src == lbIPs[0] || p.Src == lbIPs[1]) && p.Time.After(stopped.Add(heartbeat.DefaultLeaseDuration)) && p.Time.Before(back) {
+			during[p.Src.String()]++
+		}
+	}
+	if len(during) != 2 {
+		t.Errorf("LB-IP packets while the API server was down (after the Leases ran out): %v; want both families", during)
+	}
+	fromLB, flooded := s.checkNoPodIP(t, packets)
+	t.Logf("host %s kept; LB-IP packets during the outage %v; %d in all, %d pod-IP frames flooded past", host.Name, during, fromLB, flooded)
+}
+
+// apiOutage is how long TestAPIServerOutage keeps the API server down:
+// the issue's 10 s, more than three agent Lease durations.
+const apiOutage = 10 * time.Second
+
+var flowModsLine = regexp.MustCompile(`(?m)^egressflow_agent_flow_mods_total (\S+)$`)
+
+// flowMods reads every agent's egressflow_agent_flow_mods_total from its
+// node's loopback.
+func (c *Cluster) flowMods() map[string]string {
+	c.t.Helper()
+	out := map[string]string{}
+	for _, n := range c.Nodes {
+		metrics := c.Exec(n, "bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/9101 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3`)
+		m := flowModsLine.FindStringSubmatch(metrics)
+		if m == nil {
+			c.t.Fatalf("%s: no egressflow_agent_flow_mods_total in %.300s", n.Name, metrics)
+		}
+		out[n.Name] = m[1]
+	}
+	return out
+}
