@@ -48,6 +48,9 @@ const (
 	AnnotationSteerAddresses = "egressflow.io/steer-addresses"
 	// AnnotationSyncState is the agent's dataplane sync state (see SyncState).
 	AnnotationSyncState = "egressflow.io/sync-state"
+	// AnnotationQoSRevision is the agent's EgressQoS watermark (see
+	// Facts.QoSRevision).
+	AnnotationQoSRevision = "egressflow.io/qos-revision"
 )
 
 // SyncState says whether an agent's dataplane matches its desired state.
@@ -71,6 +74,14 @@ type Facts struct {
 	SteerAddresses []netip.Addr
 	// SyncState is the agent's dataplane sync state.
 	SyncState SyncState
+	// QoSRevision is the agent's EgressQoS watermark: the resourceVersion
+	// of the newest EgressQoS list or event the agent had taken in when its
+	// last successful sync began. Every EgressQoS object at that revision
+	// or before is applied on this node as it was then; the cluster
+	// component compares it with the revision at which it first saw each
+	// object's current generation to report where the object is applied.
+	// Empty until the first sync after the EgressQoS informer has synced.
+	QoSRevision string
 }
 
 // annotations returns the annotations that carry f and d.
@@ -89,6 +100,9 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 	if f.SyncState != "" {
 		a[AnnotationSyncState] = string(f.SyncState)
 	}
+	if f.QoSRevision != "" {
+		a[AnnotationQoSRevision] = f.QoSRevision
+	}
 	return a
 }
 
@@ -96,7 +110,7 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 // are left out.
 func ReadFacts(l *coordinationv1.Lease) Facts {
 	a := l.Annotations
-	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState])}
+	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState]), QoSRevision: a[AnnotationQoSRevision]}
 	for _, s := range strings.Split(a[AnnotationSteerAddresses], ",") {
 		if addr, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
 			f.SteerAddresses = append(f.SteerAddresses, addr)
