@@ -25,8 +25,13 @@ build() { # name, module dir, package, version
     echo "building $1 $4 (cached afterwards in $cache/bin)" >&2
     # Static, stripped, and stamped with its version (kubelet reports it
     # in the Node's status): the kubelet runs inside the node image.
-    (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4" -o "$out.tmp" "$3")
-    mv "$out.tmp" "$out"
+    # A temporary name of its own: two builds at once (make test-deps and
+    # a test that starts the API server) must not move each other's file.
+    local tmp
+    tmp=$(mktemp "$out.XXXXXX.tmp")
+    (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4" -o "$tmp" "$3") || { rm -f "$tmp"; exit 1; }
+    chmod 0755 "$tmp"
+    mv "$tmp" "$out"
   fi
   echo "$1=$out"
 }
