@@ -129,11 +129,6 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	t.Cleanup(c.API.Stop)
 	c.Kubeconfig = c.API.Kubeconfig
 	c.Kube = kubernetes.NewForConfigOrDie(c.API.Config(kubetest.Admin))
-	t.Cleanup(func() {
-		if t.Failed() {
-			c.dumpState()
-		}
-	})
 	if err := c.writeNodeFiles(dir); err != nil {
 		t.Fatalf("dockercluster: %v", err)
 	}
@@ -141,6 +136,13 @@ func Start(t testing.TB, cfg Config) *Cluster {
 		c.startNode(n, dir)
 	}
 	c.startExternal()
+	// Registered after the nodes' own cleanups, so that it runs before
+	// them: the dump reads the node containers' logs.
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dumpState()
+		}
+	})
 	for _, n := range c.Nodes {
 		c.setUpNode(n, false)
 	}
@@ -321,26 +323,47 @@ func (c *Cluster) routePodsFromHost() {
 	}
 }
 
-// dumpState logs what a failed test needs to be understood: the pods and
-// events, egressflow's logs and each node's kubelet log tail.
+// failureDumpDir is where dumpState writes, outside the test's temporary
+// directory (which goes with the test): a CI run's dump stays to be read.
+const failureDumpDir = "/tmp/egressflow-e2e-failures"
+
+// dumpState writes what a failed test needs to be understood to a file of
+// its own under failureDumpDir: the pods and events, egressflow's logs and
+// each node's kubelet and agent logs. The test log gets only the file's
+// name, so that the failure's own messages stay next to its --- FAIL line.
 func (c *Cluster) dumpState() {
+	var dump strings.Builder
 	for _, args := range [][]string{
 		{"get", "nodes,pods", "-A", "-o", "wide"},
+		{"get", "leases", "-n", Namespace, "-o", "wide"},
+		{"get", "egressservices", "-A", "-o", "wide"},
 		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
-		{"logs", "-n", Namespace, "-l", "app.kubernetes.io/name=egressflow-controller", "--tail=30", "--prefix"},
-		{"logs", "-n", Namespace, "-l", "app.kubernetes.io/name=egressflow-agent", "--tail=30", "--prefix"},
+		{"logs", "-n", Namespace, "-l", "app.kubernetes.io/name=egressflow-controller", "--tail=200", "--prefix"},
+		{"logs", "-n", Namespace, "-l", "app.kubernetes.io/name=egressflow-agent", "--tail=200", "--prefix"},
 	} {
 		out, err := c.kubectl(args...)
-		c.t.Logf("kubectl %s:\n%s%v", strings.Join(args, " "), out, errOrEmpty(err))
+		fmt.Fprintf(&dump, "=== kubectl %s\n%s%v\n", strings.Join(args, " "), out, errOrEmpty(err))
 	}
 	for _, n := range c.Nodes {
-		out, _ := run("docker", "exec", n.Container, "tail", "-n", "25", "/var/log/kubelet.log")
-		c.t.Logf("%s kubelet log tail:\n%s", n.Name, out)
+		out, err := run("docker", "exec", n.Container, "tail", "-n", "60", "/var/log/kubelet.log")
+		fmt.Fprintf(&dump, "=== %s kubelet log tail\n%s%v\n", n.Name, out, errOrEmpty(err))
 		// From the node's disk: kubectl logs needs the API server and the
 		// kubelet, which the failure may have taken away.
-		out, _ = run("docker", "exec", n.Container, "bash", "-c", "tail -n 40 /var/log/pods/"+Namespace+"_*/*/*.log")
-		c.t.Logf("%s egressflow logs on disk:\n%s", n.Name, out)
+		out, err = run("docker", "exec", n.Container, "bash", "-c", "tail -n 200 /var/log/pods/"+Namespace+"_*/*/*.log")
+		fmt.Fprintf(&dump, "=== %s egressflow logs on disk\n%s%v\n", n.Name, out, errOrEmpty(err))
+		out, err = run("docker", "exec", n.Container, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex")
+		fmt.Fprintf(&dump, "=== %s flows\n%s%v\n", n.Name, out, errOrEmpty(err))
 	}
+	name := filepath.Join(failureDumpDir, fmt.Sprintf("%s-%s.log", strings.ReplaceAll(c.t.Name(), "/", "_"), time.Now().Format("20060102-150405")))
+	if err := os.MkdirAll(failureDumpDir, 0o755); err != nil {
+		c.t.Logf("dockercluster: state after the failure not written: %v", err)
+		return
+	}
+	if err := os.WriteFile(name, []byte(dump.String()), 0o644); err != nil {
+		c.t.Logf("dockercluster: state after the failure not written: %v", err)
+		return
+	}
+	c.t.Logf("dockercluster: state after the failure (pods, events, Leases, logs, flows) in %s", name)
 }
 
 func errOrEmpty(err error) any {
