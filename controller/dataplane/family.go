@@ -24,7 +24,8 @@ const (
 	TableFirewall uint8 = 44
 	// TableQoS is EgressQoS's: a packet from a pod of this node that the
 	// firewall let through gets the DSCP of its namespace's first matching
-	// rule, then goes on to TableEgress. Reserved: not rendered yet.
+	// rule, then goes on to TableEgress. Rendered since layout 4 (qos.go),
+	// as the only stage so far: TableOrigin's LOCAL flow goes to it.
 	TableQoS uint8 = 45
 )
 
@@ -32,7 +33,7 @@ const (
 // TableEgress, between an EgressService's (priorityService) and the
 // fail-closed drop (priorityFallback). Their order is the precedence
 // between the APIs: a pod that several of them select takes the decision
-// of the highest. Reserved: not rendered yet.
+// of the highest. Reserved, priorityAdmittedLate excepted.
 const (
 	// priorityEgressIP is an EgressIP's SNAT (on the node holding the
 	// address) or steering (towards it). In TableClassify it is also the
@@ -46,6 +47,8 @@ const (
 	// priorityAdmittedLate admits a pod that a node-local stage (firewall,
 	// QoS, next hop) concerns: it passes the stages first, so it cannot be
 	// admitted in TableClassify (priorityAdmitted) as other pods are.
+	// Rendered since layout 4, for the pods of namespaces with an
+	// EgressQoS (State.AdmittedLate).
 	priorityAdmittedLate uint16 = 160
 )
 
