@@ -215,7 +215,7 @@ var (
 	// TableFirewall goes before it once rendered, and its own default and
 	// exemptions resubmit to TableQoS, whose end resubmits to TableEgress.
 	gotoFirstStage = []openflow.Instruction{openflow.GotoTable{Table: TableQoS}}
-	normal     = []openflow.Instruction{openflow.Apply(openflow.Output{Port: openflow.PortNormal})}
+	normal         = []openflow.Instruction{openflow.Apply(openflow.Output{Port: openflow.PortNormal})}
 	// replyThroughCT un-NATs a packet to an LB IP (a reply to a SNATed
 	// connection) and continues in TableReply.
 	replyThroughCT = []openflow.Instruction{openflow.Apply(

@@ -72,11 +72,11 @@ type Ledger struct {
 // NewLedger returns the ledger of a bridge whose content is unknown.
 func NewLedger() *Ledger {
 	return &Ledger{
-		unapplied: map[string]bool{},
+		unapplied:   map[string]bool{},
 		onBridge:    map[string]Service{},
 		qosOnBridge: map[string]QoSNamespace{},
 		unflushed:   map[string]Service{},
-		byGroup:   groupKeys{},
+		byGroup:     groupKeys{},
 	}
 }
 
