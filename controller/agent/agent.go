@@ -169,7 +169,7 @@ type Agent struct {
 	egressQoSes    eslisters.EgressQoSLister
 	// qosInformer is the EgressQoS informer, whose resourceVersions make
 	// the QoS watermark (qosRevision).
-	qosInformer cache.SharedIndexInformer
+	qosInformer    cache.SharedIndexInformer
 	services       corelisters.ServiceLister
 	endpointSlices cache.Indexer
 	nodes          corelisters.NodeLister
