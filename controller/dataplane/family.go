@@ -5,9 +5,10 @@ import "strconv"
 // The egress family's place in the pipeline: the tables, priorities and
 // cookie kinds that the k8s.ovn.org APIs after EgressService will use
 // (docs/dataplane.md, "The egress pipeline for the family", gives the
-// layout and the precedence they encode). Nothing here renders a flow yet;
-// the numbers are fixed now so that no two APIs take the same one, and
-// each API's issue fills its part in.
+// layout and the precedence they encode). TableQoS and
+// priorityAdmittedLate are rendered since layout 4 (qos.go); the other
+// numbers are fixed now so that no two APIs take the same one, and each
+// API's issue fills its part in.
 
 // Tables reserved for the family's node-local stages, after the four
 // egressflow already owns (40–43; tables below 40 are left to other
