@@ -254,7 +254,7 @@ func run() error {
 			return a.Healthy(ctx)
 		},
 		Facts: func() heartbeat.Facts {
-			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState()}
+			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision()}
 		},
 		Observe: metrics.ObserveRenewal,
 	})

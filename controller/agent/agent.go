@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,6 +166,10 @@ type Agent struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	egressServices eslisters.EgressServiceLister
+	egressQoSes    eslisters.EgressQoSLister
+	// qosInformer is the EgressQoS informer, whose resourceVersions make
+	// the QoS watermark (qosRevision).
+	qosInformer    cache.SharedIndexInformer
 	services       corelisters.ServiceLister
 	endpointSlices cache.Indexer
 	nodes          corelisters.NodeLister
@@ -183,6 +188,10 @@ type Agent struct {
 	// podsChanged: a Pod of this node changed since the worker last read
 	// them.
 	podsChanged atomic.Bool
+	// qosSeen is the newest resourceVersion of an EgressQoS event the
+	// handlers have taken in (marked dirty), or of the initial list once
+	// the informer has synced (see qosWatermark).
+	qosSeen qosWatermark
 
 	// Owned by the single worker.
 	planner *dataplane.Planner
@@ -219,6 +228,9 @@ type Agent struct {
 	// sync started on: the flows are known to be on the bridge only while
 	// the connection is still that one.
 	syncedGeneration uint64
+	// qosRevision is the QoS watermark as the last successful sync began
+	// (heartbeat.Facts.QoSRevision); "" before it.
+	qosRevision string
 
 	// liveness records the sync attempts and the bridge's losses (Live).
 	liveness *liveness
@@ -256,13 +268,18 @@ func New(cfg Config) *Agent {
 	// sets its changed flag (if any), and asks for a sync, on every add and
 	// delete, and on updates for which relevant says something the
 	// dataplane reads changed (nil: any).
-	handler := func(keyOf func(obj any) string, relevant func(old, new any) bool, changed *atomic.Bool) cache.ResourceEventHandler {
+	handler := func(keyOf func(obj any) string, relevant func(old, new any) bool, changed *atomic.Bool, seen *qosWatermark) cache.ResourceEventHandler {
 		mark := func(obj any) {
 			if key := keyOf(obj); key != "" {
 				a.markDirty(key)
 			}
 			if changed != nil {
 				changed.Store(true)
+			}
+			// After the mark: a sync that reads the watermark then takes
+			// the dirty keys has taken in what the watermark says.
+			if seen != nil {
+				seen.observe(obj)
 			}
 			a.queue.Add(syncKey)
 		}
@@ -281,6 +298,7 @@ func New(cfg Config) *Agent {
 		}
 	}
 	esInformer := a.esFactory.K8s().V1().EgressServices().Informer()
+	a.qosInformer = a.esFactory.K8s().V1().EgressQoSes().Informer()
 	serviceInformer := a.kubeFactory.Core().V1().Services().Informer()
 	sliceInformer := a.kubeFactory.Discovery().V1().EndpointSlices().Informer()
 	if err := sliceInformer.AddIndexers(cache.Indexers{serviceIndex: sliceServiceKeys}); err != nil {
@@ -295,29 +313,34 @@ func New(cfg Config) *Agent {
 		keyOf    func(any) string
 		relevant func(old, new any) bool
 		changed  *atomic.Bool
+		seen     *qosWatermark
 	}{
-		{esInformer, objectKey, nil, nil},
-		{serviceInformer, objectKey, nil, nil},
-		{sliceInformer, sliceServiceKey, nil, nil},
+		{esInformer, objectKey, nil, nil, nil},
+		{serviceInformer, objectKey, nil, nil, nil},
+		{sliceInformer, sliceServiceKey, nil, nil, nil},
+		// The agent must not sync before it has seen every EgressQoS: a
+		// restart would unmark their pods until it had.
+		{a.qosInformer, qosObjectKey, nil, nil, &a.qosSeen},
 		// Kubelets update Node status every few seconds and agents renew
 		// their Leases every second; the dataplane reads only the nodes'
 		// addresses and the agents' published facts.
-		{nodeInformer, noKey, nodeAddressesChanged, nil},
-		{leaseInformer, noKey, leaseFactsChanged, nil},
+		{nodeInformer, noKey, nodeAddressesChanged, nil, nil},
+		{leaseInformer, noKey, leaseFactsChanged, nil, nil},
 		// Kubelets update a pod's status on every probe and container
 		// change; the pod guard reads its labels, phase and addresses.
-		{podInformer, noKey, podAdmissionChanged, &a.podsChanged},
+		{podInformer, noKey, podAdmissionChanged, &a.podsChanged, nil},
 	} {
 		// The registration has synced once this handler has seen every
 		// object of the initial list, so the first sync's dirty set is
 		// complete.
-		registration, err := h.informer.AddEventHandler(handler(h.keyOf, h.relevant, h.changed))
+		registration, err := h.informer.AddEventHandler(handler(h.keyOf, h.relevant, h.changed, h.seen))
 		if err != nil {
 			panic(err) // only fails once the informer has stopped
 		}
 		a.synced = append(a.synced, registration.HasSynced)
 	}
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
+	a.egressQoSes = a.esFactory.K8s().V1().EgressQoSes().Lister()
 	a.services = a.kubeFactory.Core().V1().Services().Lister()
 	a.endpointSlices = sliceInformer.GetIndexer()
 	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
@@ -326,6 +349,9 @@ func New(cfg Config) *Agent {
 	if cfg.Metrics != nil && cfg.Switch != nil {
 		connected := cfg.Switch.Connected
 		cfg.Metrics.isConnected.Store(&connected)
+		cfg.Metrics.qosPackets.mu.Lock()
+		cfg.Metrics.qosPackets.sw = cfg.Switch
+		cfg.Metrics.qosPackets.mu.Unlock()
 	}
 	return a
 }
@@ -394,6 +420,9 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return errors.New("informer caches did not sync")
 	}
+	// The initial list of EgressQoS objects has been taken in: its
+	// resourceVersion is the watermark's floor.
+	a.qosSeen.observeRevision(a.qosInformer.LastSyncResourceVersion())
 	a.cachesSynced.Store(true)
 	klog.InfoS("Caches synced; starting the node sync", "node", a.cfg.Node.Name)
 	// Handlers have marked every object so far; the first sync reads them
@@ -594,6 +623,9 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		return true
 	}
 	generation := a.cfg.Switch.Generation()
+	// Read before the sync takes the dirty keys: every EgressQoS event up
+	// to it is among them, or was taken before.
+	qosRevision := a.qosSeen.revision()
 	// From here on the attempt counts towards Live's bound, waiting for
 	// the cold guard's bundle included.
 	a.liveness.syncStarting()
@@ -606,6 +638,7 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	if err == nil {
 		a.everSynced = true
 		a.syncedGeneration = generation
+		a.qosRevision = qosRevision
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -652,6 +685,59 @@ func (a *Agent) SyncState() heartbeat.SyncState {
 		return heartbeat.SyncStateSyncing
 	}
 	return heartbeat.SyncStateSynced
+}
+
+// QoSRevision is the heartbeat's EgressQoS watermark
+// (heartbeat.Facts.QoSRevision): the resourceVersion of the newest
+// EgressQoS list or event the agent had taken in when its last successful
+// sync began; "" before the first.
+func (a *Agent) QoSRevision() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.qosRevision
+}
+
+// qosWatermark is the newest resourceVersion among those observed. A
+// resourceVersion is opaque to clients, but the API server's are etcd
+// revisions, integers that grow with every write: compared as such, and
+// kept as the latest seen should one not be an integer.
+type qosWatermark struct {
+	mu sync.Mutex
+	rv string
+	n  uint64
+}
+
+// observe takes in an object's resourceVersion (of a deleted one's last
+// state too).
+func (w *qosWatermark) observe(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if m, err := meta.Accessor(obj); err == nil {
+		w.observeRevision(m.GetResourceVersion())
+	}
+}
+
+// observeRevision takes in a resourceVersion.
+func (w *qosWatermark) observeRevision(rv string) {
+	if rv == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := strconv.ParseUint(rv, 10, 64)
+	switch {
+	case err != nil:
+		w.rv, w.n = rv, 0
+	case n >= w.n:
+		w.rv, w.n = rv, n
+	}
+}
+
+func (w *qosWatermark) revision() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rv
 }
 
 // markDirty records that key's inputs changed.
@@ -710,6 +796,20 @@ func objectKey(obj any) string {
 	return key
 }
 
+// qosObjectKey is the key of an EgressQoS, or of a deleted one's last
+// state: dataplane.ObjectKey(APIEgressQoS, namespace, name).
+func qosObjectKey(obj any) string {
+	namespace, name, err := cache.SplitMetaNamespaceKey(objectKey(obj))
+	if err != nil || name == "" {
+		return ""
+	}
+	return dataplane.ObjectKey(dataplane.APIEgressQoS, namespace, name)
+}
+
+// qosKeyPrefix starts the keys of EgressQoS objects in the dirty set; an
+// EgressService's key ("namespace/name") never does.
+var qosKeyPrefix = dataplane.APIEgressQoS.String() + "/"
+
 // sliceServiceKey is the key of the Service an EndpointSlice belongs to.
 func sliceServiceKey(obj any) string {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -757,6 +857,10 @@ func slim(obj any) (any, error) {
 		// Its annotations may hold a kubectl last-applied-configuration,
 		// a copy of the whole object.
 		return &esv1.EgressService{ObjectMeta: identity(o.ObjectMeta), Spec: o.Spec, Status: o.Status}, nil
+	case *esv1.EgressQoS:
+		// Its status is the cluster component's, written from what the
+		// agents report: no input here.
+		return &esv1.EgressQoS{ObjectMeta: identity(o.ObjectMeta), Spec: o.Spec}, nil
 	}
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil) // Leases: their annotations carry the agents' facts

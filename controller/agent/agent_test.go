@@ -88,6 +88,8 @@ type env struct {
 	// restarting vswitchd, and the remote reconnect backoff (100 ms
 	// doubling to 5 s) on the local socket. For comparison only.
 	unguarded bool
+	// agents are the agents started last on each node, by node name.
+	agents map[string]*runningAgent
 }
 
 // agentManifests are applied to every test API server: the agent runs with
@@ -110,6 +112,7 @@ func newEnv(t testing.TB, nodes int) *env {
 			ES: versioned.NewForConfigOrDie(api.Config(kubetest.Admin))},
 		agentKube:   kubernetes.NewForConfigOrDie(api.Config(kubetest.Agent)),
 		agentEgress: versioned.NewForConfigOrDie(api.Config(kubetest.Agent)),
+		agents:      map[string]*runningAgent{},
 	}
 	// A ClusterIP of each family lives on the external host, as a service
 	// whose backend is reached through the nodes' routes would: packets to
@@ -259,7 +262,9 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 		})
 	}
 	t.Cleanup(stop)
-	return &runningAgent{Agent: a, metrics: reg, sw: sw, client: client, stop: stop}
+	r := &runningAgent{Agent: a, metrics: reg, sw: sw, client: client, stop: stop}
+	e.agents[n.Name] = r
+	return r
 }
 
 // waitHealthy waits until the agent has synced successfully.

@@ -1,14 +1,18 @@
 package agent
 
 import (
+	"context"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/openflow"
 )
 
 // Metrics are the node agent's Prometheus metrics, prefixed egressflow_agent_.
@@ -29,6 +33,9 @@ type Metrics struct {
 	lastError     prometheus.Gauge
 	ctFlushes     prometheus.Counter
 	leaseRenewals *prometheus.CounterVec
+	qosRules      prometheus.Gauge
+	// qosPackets reads the marking flows' packet counters at scrape time.
+	qosPackets *qosPacketCounter
 }
 
 // syncBuckets span a no-op sync (well under a millisecond) up to a full
@@ -39,7 +46,12 @@ var syncBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
 // not registered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		flows: newFlowGauge(),
+		flows:      newFlowGauge(),
+		qosPackets: newQoSPacketCounter(),
+		qosRules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressflow_agent_qos_rules",
+			Help: "EgressQoS rules applied on this node after the last successful sync: of each namespace's EgressQoS, the rules that select a pod of this node.",
+		}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressflow_agent_sync_duration_seconds",
 			Help:    "Duration of a node sync: compute, diff, bundle, ip rules, conntrack flushes.",
@@ -88,7 +100,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return 0
 	})
 	if reg != nil {
-		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.leaseRenewals)
+		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.leaseRenewals,
+			m.qosRules, m.qosPackets)
 	}
 	return m
 }
@@ -188,6 +201,15 @@ func (g *flowGauge) remove(service string) {
 // count records what a sync's diff rendered (dataplane.DiffOutput.Count):
 // a service's flows, a service gone (role ""), or the shared flows (key "").
 func (g *flowGauge) count(key string, role dataplane.Role, flows int) {
+	if role == dataplane.RoleQoS {
+		// Its flows count under role "qos"; no per-object series.
+		g.mu.Lock()
+		g.forget(key)
+		g.services[key] = serviceFlows{role: role, flows: flows}
+		g.total[roleLabel(role)] += flows
+		g.mu.Unlock()
+		return
+	}
 	switch {
 	case key == "":
 		g.setShared(flows)
@@ -235,5 +257,87 @@ func (g *flowGauge) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Unlock()
 	for _, m := range metrics {
 		ch <- m
+	}
+}
+
+// qosScrapeTimeout bounds the flow-stats request a scrape of
+// egressflow_agent_qos_marked_packets_total makes: longer lets a busy
+// switch answer, shorter keeps a scrape from hanging on a wedged one.
+const qosScrapeTimeout = 2 * time.Second
+
+// qosPacketCounter exports egressflow_agent_qos_marked_packets_total
+// {namespace}: the packets TableQoS marked for each namespace's EgressQoS,
+// summed at scrape time from the packet counters of the marking flows,
+// read with one flow-stats request filtered by their cookie kind. The
+// series exist on the nodes where the namespace has pods a rule selects.
+// A flow that is replaced (its class changed) starts counting from 0,
+// which rate() reads as a counter reset.
+type qosPacketCounter struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	// sw is the agent's switch; nil: nothing exported.
+	sw Switch
+	// namespaces holds the namespace of each EgressQoS with flows, by the
+	// hash its cookies carry.
+	namespaces map[uint32]string
+}
+
+func newQoSPacketCounter() *qosPacketCounter {
+	return &qosPacketCounter{
+		desc: prometheus.NewDesc("egressflow_agent_qos_marked_packets_total",
+			"Packets this node marked for each namespace's EgressQoS: the sum of its marking flows' packet counters, read at scrape time (a replaced flow starts from 0).",
+			[]string{"namespace"}, nil),
+		namespaces: map[uint32]string{},
+	}
+}
+
+// track records that key (an EgressQoS's) has flows (role RoleQoS) or none
+// (role ""), as the sync's diff counts them; other keys are ignored.
+func (c *qosPacketCounter) track(key string, role dataplane.Role) {
+	rest, ok := strings.CutPrefix(key, qosKeyPrefix)
+	if !ok {
+		return
+	}
+	namespace, _, _ := strings.Cut(rest, "/")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if role == dataplane.RoleQoS {
+		c.namespaces[dataplane.ServiceHash(key)] = namespace
+	} else {
+		delete(c.namespaces, dataplane.ServiceHash(key))
+	}
+}
+
+func (c *qosPacketCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *qosPacketCounter) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	sw, namespaces := c.sw, maps.Clone(c.namespaces)
+	c.mu.Unlock()
+	if sw == nil || len(namespaces) == 0 || !sw.Connected() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), qosScrapeTimeout)
+	defer cancel()
+	packets := map[string]uint64{}
+	kind := dataplane.Cookie(dataplane.KindQoSMark, "") &^ 0xff
+	err := sw.DumpFlows(ctx, kind, dataplane.CookiePrefixMask|0xff<<40, func(e openflow.FlowEntry) error {
+		ns, ok := namespaces[uint32(e.Cookie()>>8)]
+		if !ok {
+			return nil
+		}
+		f, err := e.Decode()
+		if err != nil {
+			return err
+		}
+		packets[ns] += f.Stats.PacketCount
+		return nil
+	})
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for ns, n := range packets {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), ns)
 	}
 }

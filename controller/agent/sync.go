@@ -9,12 +9,15 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/egressflow/egressflow/conntrack"
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/openflow"
 )
@@ -71,7 +74,10 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		Dump: func(fn func(openflow.FlowEntry) error) error {
 			return a.cfg.Switch.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, fn)
 		},
-		Count: m.flows.count,
+		Count: func(key string, role dataplane.Role, flows int) {
+			m.flows.count(key, role, flows)
+			m.qosPackets.track(key, role)
+		},
 	})
 	if err == nil {
 		err = stream.commit(ctx)
@@ -87,6 +93,7 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 	}
 	a.ledger.Commit(diffed)
 	m.flowMods.Add(float64(stream.sent))
+	m.qosRules.Set(float64(a.planner.QoSRules()))
 	// The flows are in place: a vswitchd waiting for them may forward.
 	if err := a.release(ctx, generation); err != nil {
 		return err
@@ -192,18 +199,31 @@ func (a *Agent) recompute(ctx context.Context) error {
 		leases[l.Name] = l
 	}
 	a.planner.SetNodes(nodes) // the shared flows are diffed on every sync
+	var changed []string
 	if a.podsChanged.Swap(false) {
 		pods, err := a.pods.List(labels.Everything())
 		if err != nil {
 			a.podsChanged.Store(true)
 			return err
 		}
-		a.planner.SetLocalPods(pods)
+		changed = append(changed, a.planner.SetLocalPods(pods)...)
 	}
-	changed := a.planner.SetLeases(leases)
+	changed = append(changed, a.planner.SetLeases(leases)...)
 	changed = append(changed, a.fence(ctx)...)
 	dirty := a.takeDirty()
 	for k := range dirty {
+		if strings.HasPrefix(k, qosKeyPrefix) {
+			q, err := a.qosInput(k)
+			if err != nil {
+				for k := range dirty {
+					a.markDirty(k)
+				}
+				return err
+			}
+			changed = append(changed, a.planner.UpdateQoS(k, q)...)
+			delete(dirty, k)
+			continue
+		}
 		in, err := a.inputs(k)
 		if err != nil {
 			// Mark the rest again so the retry reads them.
@@ -218,6 +238,20 @@ func (a *Agent) recompute(ctx context.Context) error {
 	a.ledger.Changed(a.planner, changed)
 	a.report(changed)
 	return nil
+}
+
+// qosInput reads the EgressQoS of key from the informer cache; nil when
+// it is gone.
+func (a *Agent) qosInput(key string) (*esv1.EgressQoS, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(strings.TrimPrefix(key, qosKeyPrefix))
+	if err != nil {
+		return nil, err
+	}
+	q, err := a.egressQoSes.EgressQoSes(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return q, err
 }
 
 // fence fences the node while its heartbeat Lease has run out, and
@@ -278,13 +312,16 @@ func (a *Agent) report(changed []string) {
 			if slices.Contains(a.reported[k], p) {
 				continue
 			}
-			klog.InfoS("EgressService not programmed as asked", "service", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
+			if strings.HasPrefix(k, qosKeyPrefix) {
+				klog.InfoS("EgressQoS not programmed as asked", "object", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
+			} else {
+				klog.InfoS("EgressService not programmed as asked", "service", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
+			}
 			if a.cfg.Recorder == nil {
 				continue
 			}
-			namespace, name, _ := cache.SplitMetaNamespaceKey(k)
-			if es, err := a.egressServices.EgressServices(namespace).Get(name); err == nil {
-				a.cfg.Recorder.Eventf(es, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
+			if obj := a.reportedObject(k); obj != nil {
+				a.cfg.Recorder.Eventf(obj, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
 			}
 		}
 		if len(problems) == 0 {
@@ -293,4 +330,20 @@ func (a *Agent) report(changed []string) {
 			a.reported[k] = problems
 		}
 	}
+}
+
+// reportedObject is the object of key (an EgressService's or an
+// EgressQoS's) that an Event about its problems goes on; nil if it is gone.
+func (a *Agent) reportedObject(key string) runtime.Object {
+	if strings.HasPrefix(key, qosKeyPrefix) {
+		if q, err := a.qosInput(key); err == nil && q != nil {
+			return q
+		}
+		return nil
+	}
+	namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+	if es, err := a.egressServices.EgressServices(namespace).Get(name); err == nil {
+		return es
+	}
+	return nil
 }

@@ -53,7 +53,8 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 		}
 	}
 
-	state := State{Exempt: exemptions(node, cluster.Nodes), Admitted: AdmittedPods(node, cluster)}
+	state := State{Exempt: exemptions(node, cluster.Nodes), QoS: ComputeQoS(node, cluster.EgressQoSes, cluster.Pods)}
+	state.Admitted, state.AdmittedLate = admittedByStage(node, cluster)
 	for _, e := range byKey {
 		s, problems := serviceSpec(node, e.es, cluster.Services[e.key], eps[e.key], owner, cluster.Leases, tables)
 		state.Problems = append(state.Problems, problems...)
@@ -202,4 +203,26 @@ func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
+}
+
+// admittedByStage splits AdmittedPods by where a pod is admitted: the pods
+// of a namespace with an EgressQoS named default pass TableQoS first and
+// are admitted late (State.AdmittedLate); the others in TableClassify.
+func admittedByStage(node NodeConfig, cluster Cluster) (early, late []netip.Addr) {
+	staged := map[string]bool{}
+	for _, q := range cluster.EgressQoSes {
+		if q.Name == esv1.EgressQoSName {
+			staged[q.Namespace] = true
+		}
+	}
+	earlyPods, latePods := cluster, cluster
+	earlyPods.Pods, latePods.Pods = nil, nil
+	for _, pod := range cluster.Pods {
+		if staged[pod.Namespace] {
+			latePods.Pods = append(latePods.Pods, pod)
+		} else {
+			earlyPods.Pods = append(earlyPods.Pods, pod)
+		}
+	}
+	return AdmittedPods(node, earlyPods), AdmittedPods(node, latePods)
 }

@@ -51,6 +51,9 @@ const (
 	// RoleNetwork: sourceIPBy Network (host ALL). This node routes its local
 	// endpoints' traffic through the service's routing table.
 	RoleNetwork Role = "Network"
+	// RoleQoS is no EgressService's: the role the flows of an EgressQoS's
+	// part are counted under (DiffOutput.Count).
+	RoleQoS Role = "QoS"
 )
 
 // NodeConfig is what Compute needs to know about the node it runs for.
@@ -81,6 +84,9 @@ type Cluster struct {
 	Leases         map[string]*coordinationv1.Lease
 	// Pods are the pods bound to this node (others are ignored).
 	Pods []*corev1.Pod
+	// EgressQoSes are the cluster's EgressQoS objects (only those named
+	// default count).
+	EgressQoSes []*esv1.EgressQoS
 }
 
 // Service is one EgressService's part of this node's dataplane.
@@ -164,8 +170,17 @@ type State struct {
 	// Admitted are the addresses of this node's pods that may leave the
 	// cluster as they are (AdmittedPods): the pod guard drops every other
 	// pod address of the cluster CIDRs on its way out, unless a service's
-	// flows act on it. Sorted.
+	// flows act on it. Sorted. Only pods that no node-local stage concerns:
+	// AdmittedLate holds the others.
 	Admitted []netip.Addr
+	// AdmittedLate are the admitted addresses of this node's pods whose
+	// namespace has an EgressQoS named default: they pass TableQoS first,
+	// and are admitted in TableEgress (priorityAdmittedLate). Sorted. A
+	// pod's address is in one list or the other, by its namespace.
+	AdmittedLate []netip.Addr
+	// QoS is the node's TableQoS (ComputeQoS); its Problems are the
+	// EgressQoS objects'.
+	QoS QoS
 	// Rules are the policy-routing rules for services with a table.
 	Rules []Rule
 	// Problems, sorted by service.

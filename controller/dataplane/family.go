@@ -5,9 +5,10 @@ import "strconv"
 // The egress family's place in the pipeline: the tables, priorities and
 // cookie kinds that the k8s.ovn.org APIs after EgressService will use
 // (docs/dataplane.md, "The egress pipeline for the family", gives the
-// layout and the precedence they encode). Nothing here renders a flow yet;
-// the numbers are fixed now so that no two APIs take the same one, and
-// each API's issue fills its part in.
+// layout and the precedence they encode). TableQoS and
+// priorityAdmittedLate are rendered since layout 4 (qos.go); the other
+// numbers are fixed now so that no two APIs take the same one, and each
+// API's issue fills its part in.
 
 // Tables reserved for the family's node-local stages, after the four
 // egressflow already owns (40–43; tables below 40 are left to other
@@ -24,7 +25,8 @@ const (
 	TableFirewall uint8 = 44
 	// TableQoS is EgressQoS's: a packet from a pod of this node that the
 	// firewall let through gets the DSCP of its namespace's first matching
-	// rule, then goes on to TableEgress. Reserved: not rendered yet.
+	// rule, then goes on to TableEgress. Rendered since layout 4 (qos.go),
+	// as the only stage so far: TableOrigin's LOCAL flow goes to it.
 	TableQoS uint8 = 45
 )
 
@@ -32,7 +34,7 @@ const (
 // TableEgress, between an EgressService's (priorityService) and the
 // fail-closed drop (priorityFallback). Their order is the precedence
 // between the APIs: a pod that several of them select takes the decision
-// of the highest. Reserved: not rendered yet.
+// of the highest. Reserved, priorityAdmittedLate excepted.
 const (
 	// priorityEgressIP is an EgressIP's SNAT (on the node holding the
 	// address) or steering (towards it). In TableClassify it is also the
@@ -46,6 +48,8 @@ const (
 	// priorityAdmittedLate admits a pod that a node-local stage (firewall,
 	// QoS, next hop) concerns: it passes the stages first, so it cannot be
 	// admitted in TableClassify (priorityAdmitted) as other pods are.
+	// Rendered since layout 4, for the pods of namespaces with an
+	// EgressQoS (State.AdmittedLate).
 	priorityAdmittedLate uint16 = 160
 )
 

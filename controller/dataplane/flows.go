@@ -68,7 +68,10 @@ const (
 	// TableOrigin sorts by port (layout 1 matched in_port=LOCAL only).
 	// Layout 3: the pod guard stays after the first sync, below flows that
 	// admit each known pod.
-	CookieLayout uint64 = 3
+	// Layout 4: TableOrigin sends a packet from the host stack through the
+	// node-local stages (TableQoS today) before TableEgress, and a pod a
+	// stage concerns is admitted in TableEgress (priorityAdmittedLate).
+	CookieLayout uint64 = 4
 )
 
 // FlowKind is the role of a flow in the pipeline, bits 47..40 of its cookie.
@@ -85,7 +88,7 @@ const (
 	KindOrigin   FlowKind = 8  // TableOrigin: by in_port; other ports' packets through the host stack
 	KindMarker   FlowKind = 9  // TableMarker: this vswitchd has egressflow's flows
 	KindPodGuard FlowKind = 10 // TableClassify: every pod's packet, to TableOrigin
-	KindAdmit    FlowKind = 11 // TableClassify: an admitted pod's packet, as it is
+	KindAdmit    FlowKind = 11 // TableClassify, or TableEgress after the stages: an admitted pod's packet, as it is
 )
 
 // Cookie is the cookie of a flow of kind for service key ("" for shared).
@@ -119,8 +122,8 @@ type Ports struct {
 }
 
 // Flows renders the desired state of node into flow additions, in a
-// stable order: each service's flows (ServiceFlows), then the shared ones
-// (SharedFlows). Two flows never share a table, priority and match:
+// stable order: each service's flows (ServiceFlows), each EgressQoS
+// namespace's (AppendQoSNamespace), then the shared ones (SharedFlows). Two flows never share a table, priority and match:
 // Compute gives each endpoint and each reply LB IP to one service only.
 func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 	var out []*openflow.FlowMod
@@ -128,12 +131,15 @@ func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 	for _, s := range state.Services {
 		out = buf.AppendService(out, s, ports)
 	}
+	for _, ns := range state.QoS.Namespaces {
+		out = buf.AppendQoSNamespace(out, ns)
+	}
 	return append(out, SharedFlows(sharedOf(node, state), ports)...)
 }
 
 // sharedOf is what node's shared flows depend on in state.
 func sharedOf(node NodeConfig, state State) Shared {
-	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted}
+	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted, AdmittedLate: state.AdmittedLate}
 	for _, s := range state.Services {
 		switch s.Role {
 		case RoleHost:
@@ -204,8 +210,12 @@ func (b *FlowBuffer) add(cookie uint64, table uint8, priority uint16, insts []op
 // them all (and never modified).
 var (
 	gotoOrigin = []openflow.Instruction{openflow.GotoTable{Table: TableOrigin}}
-	gotoEgress = []openflow.Instruction{openflow.GotoTable{Table: TableEgress}}
-	normal     = []openflow.Instruction{openflow.Apply(openflow.Output{Port: openflow.PortNormal})}
+	// gotoFirstStage is where TableOrigin sends a packet from the host
+	// stack: the first node-local stage. TableQoS is the only one rendered;
+	// TableFirewall goes before it once rendered, and its own default and
+	// exemptions resubmit to TableQoS, whose end resubmits to TableEgress.
+	gotoFirstStage = []openflow.Instruction{openflow.GotoTable{Table: TableQoS}}
+	normal         = []openflow.Instruction{openflow.Apply(openflow.Output{Port: openflow.PortNormal})}
 	// replyThroughCT un-NATs a packet to an LB IP (a reply to a SNATed
 	// connection) and continues in TableReply.
 	replyThroughCT = []openflow.Instruction{openflow.Apply(
@@ -272,6 +282,9 @@ type Shared struct {
 	Guarded []netip.Prefix
 	// Admitted are the pod addresses that pass the guard (State.Admitted).
 	Admitted []netip.Addr
+	// AdmittedLate are the pod addresses admitted in TableEgress, after
+	// the node-local stages (State.AdmittedLate).
+	AdmittedLate []netip.Addr
 	// Hosting and Steering count the services the node acts on by role.
 	Hosting, Steering int
 }
@@ -279,8 +292,9 @@ type Shared struct {
 // SharedFlows renders the flows no one service owns: always the marker;
 // the pod guard, and a flow admitting each admitted address; with the
 // guard or any service to divert (hosting or steering), TableOrigin, the
-// exemptions and the fail-closed drop; with any service hosted, the
-// delivery of un-SNATed replies.
+// node-local stages' flows that no object owns (QoSSharedFlows), the
+// exemptions, the late admissions and the fail-closed drop; with any
+// service hosted, the delivery of un-SNATed replies.
 func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 	var buf FlowBuffer
 	out := []*openflow.FlowMod{buf.add(Cookie(KindMarker, ""), TableMarker, 0, nil)}
@@ -301,15 +315,19 @@ func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 		setIP(add(KindAdmit, TableClassify, priorityAdmitted, normal), a, srcField(a))
 	}
 	// TableOrigin, by where the packet entered the bridge.
-	add(KindOrigin, TableOrigin, priorityExempt, gotoEgress).SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
+	add(KindOrigin, TableOrigin, priorityExempt, gotoFirstStage).SetUint(openflow.FieldInPort, uint64(openflow.PortLocal))
 	add(KindOrigin, TableOrigin, priorityExempt, normal).SetUint(openflow.FieldInPort, uint64(ports.Uplink))
 	for _, p := range multicastDestinations {
 		m := add(KindOrigin, TableOrigin, priorityMulticast, normal)
 		setIP(m, p.Addr(), openflow.FieldNone)
 		m.SetPrefix(dstField(p.Addr()), p)
 	}
+	// The stages: a stage table without its default would drop what
+	// misses it (OpenFlow's table-miss), so they come with TableOrigin.
+	out = append(out, QoSSharedFlows(shared.Exempt)...)
 	// In TableOrigin the exemptions come below the in_port flows: a
-	// packet from LOCAL goes on to TableEgress, which exempts them too.
+	// packet from LOCAL goes on through the stages to TableEgress, which
+	// exempts them too.
 	for _, at := range []struct {
 		table    uint8
 		priority uint16
@@ -330,6 +348,10 @@ func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 			openflow.Output{Port: openflow.PortLocal})}
 	}
 	add(KindOrigin, TableOrigin, priorityFallback, throughHost)
+	// A pod a stage concerns has passed the stages by now.
+	for _, a := range shared.AdmittedLate {
+		setIP(add(KindAdmit, TableEgress, priorityAdmittedLate, normal), a, srcField(a))
+	}
 	add(KindDrop, TableEgress, priorityFallback, nil) // no instructions: drop
 	if shared.Hosting == 0 {
 		return out

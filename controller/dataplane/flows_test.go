@@ -41,45 +41,60 @@ func TestCookieLayout(t *testing.T) {
 func TestFlowsText(t *testing.T) {
 	c := baseCluster()
 	// A pod of n1 that no service selects is admitted; one on n2 is n2's.
-	c.Pods = []*corev1.Pod{pod("shop", "n1", nil, "10.244.1.9"), pod("shop", "n2", nil, "10.244.2.9")}
+	// Namespace db has an EgressQoS: its pod on n1 is admitted after
+	// TableQoS, in TableEgress, and marked towards 203.0.113.0/24.
+	c.Pods = []*corev1.Pod{pod("shop", "n1", nil, "10.244.1.9"), pod("shop", "n2", nil, "10.244.2.9"),
+		pod("db", "n1", nil, "10.244.1.8"), pod("db", "n2", nil, "10.244.2.8")}
+	c.EgressQoSes = []*esv1.EgressQoS{egressQoS("db", "default", esv1.EgressQoSRule{DSCP: 46, DstCIDR: "203.0.113.0/24"})}
 	var host []string
 	ports := Ports{Uplink: 1, BridgeMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
 	for _, f := range Flows(n1Config, Compute(n1Config, c, tables), ports) {
 		host = append(host, f.String())
 	}
+	qosCookie := func(kind FlowKind) string { return fmt.Sprintf("%#x", Cookie(kind, "EgressQoS/db/default")) }
+	class := fmt.Sprintf("%#x", qosClassHash("EgressQoS/db/default", []int{0}))
 	want := []string{
-		"cookie=0xef1001eb78a54403, priority=200,ip,nw_src=10.244.1.5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54403, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
-		"cookie=0xef1001eb78a54403, priority=200,ip,nw_src=10.244.2.5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54403, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
-		"cookie=0xef1001eb78a54403, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54403, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,zone=61189,nat(src=2001:db8::10)),output:1",
-		"cookie=0xef1006eb78a54403, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
-		"cookie=0xef1006eb78a54403, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
-		"cookie=0xef10090000000003, table=43, priority=0 actions=drop",
-		"cookie=0xef100a0000000003, priority=150,ip,nw_src=10.244.0.0/16 actions=goto_table:40",
-		"cookie=0xef100a0000000003, priority=150,ipv6,ipv6_src=fd00:10:244::/48 actions=goto_table:40",
-		"cookie=0xef100b0000000003, priority=175,ip,nw_src=10.244.1.9 actions=NORMAL",
-		"cookie=0xef10080000000003, table=40, priority=300,in_port=LOCAL actions=goto_table:41",
-		"cookie=0xef10080000000003, table=40, priority=300,in_port=1 actions=NORMAL",
-		"cookie=0xef10080000000003, table=40, priority=250,ip,nw_dst=224.0.0.0/4 actions=NORMAL",
-		"cookie=0xef10080000000003, table=40, priority=250,ip,nw_dst=255.255.255.255 actions=NORMAL",
-		"cookie=0xef10080000000003, table=40, priority=250,ipv6,ipv6_dst=ff00::/8 actions=NORMAL",
-		"cookie=0xef10020000000003, table=40, priority=200,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000003, table=40, priority=200,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000003, table=40, priority=200,ip,nw_dst=172.18.0.11 actions=NORMAL",
-		"cookie=0xef10020000000003, table=40, priority=200,ip,nw_dst=172.18.0.12 actions=NORMAL",
-		"cookie=0xef10020000000003, table=40, priority=200,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
-		"cookie=0xef10020000000003, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000003, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000003, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
-		"cookie=0xef10020000000003, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
-		"cookie=0xef10020000000003, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
-		"cookie=0xef10080000000003, table=40, priority=100 actions=set_field:02:00:00:00:00:01->eth_dst,LOCAL",
-		"cookie=0xef10050000000003, table=41, priority=100 actions=drop",
-		"cookie=0xef10070000000003, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
-		"cookie=0xef10070000000003, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
-		"cookie=0xef10070000000003, table=42, priority=100 actions=NORMAL",
+		"cookie=0xef1001eb78a54404, priority=200,ip,nw_src=10.244.1.5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54404, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
+		"cookie=0xef1001eb78a54404, priority=200,ip,nw_src=10.244.2.5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54404, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
+		"cookie=0xef1001eb78a54404, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54404, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,zone=61189,nat(src=2001:db8::10)),output:1",
+		"cookie=0xef1006eb78a54404, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef1006eb78a54404, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=" + qosCookie(KindQoSClassify) + ", table=45, priority=2500,ip,reg5=0,nw_src=10.244.1.8 actions=set_field:" + class + "->reg5,resubmit(,45)",
+		"cookie=" + qosCookie(KindQoSMark) + ", table=45, priority=1999,ip,reg5=" + class + ",nw_dst=203.0.113.0/24 actions=set_field:46->ip_dscp,resubmit(,41)",
+		"cookie=0xef10090000000004, table=43, priority=0 actions=drop",
+		"cookie=0xef100a0000000004, priority=150,ip,nw_src=10.244.0.0/16 actions=goto_table:40",
+		"cookie=0xef100a0000000004, priority=150,ipv6,ipv6_src=fd00:10:244::/48 actions=goto_table:40",
+		"cookie=0xef100b0000000004, priority=175,ip,nw_src=10.244.1.9 actions=NORMAL",
+		"cookie=0xef10080000000004, table=40, priority=300,in_port=LOCAL actions=goto_table:45",
+		"cookie=0xef10080000000004, table=40, priority=300,in_port=1 actions=NORMAL",
+		"cookie=0xef10080000000004, table=40, priority=250,ip,nw_dst=224.0.0.0/4 actions=NORMAL",
+		"cookie=0xef10080000000004, table=40, priority=250,ip,nw_dst=255.255.255.255 actions=NORMAL",
+		"cookie=0xef10080000000004, table=40, priority=250,ipv6,ipv6_dst=ff00::/8 actions=NORMAL",
+		"cookie=0xef10330000000004, table=45, priority=3000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,41)",
+		"cookie=0xef10330000000004, table=45, priority=3000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,41)",
+		"cookie=0xef10330000000004, table=45, priority=3000,ip,nw_dst=172.18.0.11 actions=resubmit(,41)",
+		"cookie=0xef10330000000004, table=45, priority=3000,ip,nw_dst=172.18.0.12 actions=resubmit(,41)",
+		"cookie=0xef10330000000004, table=45, priority=3000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,41)",
+		"cookie=0xef10330000000004, table=45, priority=0 actions=resubmit(,41)",
+		"cookie=0xef10020000000004, table=40, priority=200,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000004, table=40, priority=200,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000004, table=40, priority=200,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000004, table=40, priority=200,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000004, table=40, priority=200,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10020000000004, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000004, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000004, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000004, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000004, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10080000000004, table=40, priority=100 actions=set_field:02:00:00:00:00:01->eth_dst,LOCAL",
+		"cookie=0xef100b0000000004, table=41, priority=160,ip,nw_src=10.244.1.8 actions=NORMAL",
+		"cookie=0xef10050000000004, table=41, priority=100 actions=drop",
+		"cookie=0xef10070000000004, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
+		"cookie=0xef10070000000004, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
+		"cookie=0xef10070000000004, table=42, priority=100 actions=NORMAL",
 	}
 	if strings.Join(host, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("host flows:\n%s\nwant:\n%s", strings.Join(host, "\n"), strings.Join(want, "\n"))

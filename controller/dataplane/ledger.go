@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -13,9 +14,13 @@ import (
 // Desired is the desired state a Ledger diffs the bridge against: the
 // Planner's.
 type Desired interface {
-	// Service returns key's part; false when the node does nothing for it.
+	// Service returns an EgressService key's part; false when the node
+	// does nothing for it.
 	Service(key string) (Service, bool)
-	// Keys returns the key of every service there is.
+	// QoS returns an EgressQoS key's part; false when the node does
+	// nothing for it.
+	QoS(key string) (QoSNamespace, bool)
+	// Keys returns the key of every object there is, of either API.
 	Keys() []string
 	// Shared returns what the shared flows depend on.
 	Shared() Shared
@@ -51,6 +56,9 @@ type Ledger struct {
 	unapplied map[string]bool
 	// onBridge is each service's part as its flows on the bridge render it.
 	onBridge map[string]Service
+	// qosOnBridge is each EgressQoS's part as its flows on the bridge
+	// render it.
+	qosOnBridge map[string]QoSNamespace
 	// sharedOnBridge are the shared flows as last committed.
 	sharedOnBridge []*openflow.FlowMod
 	// unflushed holds the part of each unapplied service as it was before
@@ -64,10 +72,11 @@ type Ledger struct {
 // NewLedger returns the ledger of a bridge whose content is unknown.
 func NewLedger() *Ledger {
 	return &Ledger{
-		unapplied: map[string]bool{},
-		onBridge:  map[string]Service{},
-		unflushed: map[string]Service{},
-		byGroup:   groupKeys{},
+		unapplied:   map[string]bool{},
+		onBridge:    map[string]Service{},
+		qosOnBridge: map[string]QoSNamespace{},
+		unflushed:   map[string]Service{},
+		byGroup:     groupKeys{},
 	}
 }
 
@@ -77,7 +86,7 @@ func (l *Ledger) Changed(desired Desired, keys []string) {
 	for _, k := range keys {
 		l.unapplied[k] = true
 		group := ServiceHash(k)
-		if _, ok := desired.Service(k); ok {
+		if hasPart(desired, k) {
 			l.byGroup.add(group, k)
 		} else {
 			l.byGroup.remove(group, k)
@@ -162,9 +171,11 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 				d.others[k] = true
 			}
 		}
-		for k := range l.onBridge {
-			if !l.unapplied[k] {
-				d.others[k] = true
+		for _, onBridge := range []iter.Seq[string]{maps.Keys(l.onBridge), maps.Keys(l.qosOnBridge)} {
+			for k := range onBridge {
+				if !l.unapplied[k] {
+					d.others[k] = true
+				}
 			}
 		}
 	}
@@ -214,8 +225,18 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 				want = wantBuf.AppendService(want, s, ports)
 				out.count(k, s.Role, len(want)-n)
 			}
-			if s, ok := l.onBridge[k]; ok && bridge == nil {
-				sent = sentBuf.AppendService(sent, s, ports)
+			if ns, ok := desired.QoS(k); ok {
+				n := len(want)
+				want = wantBuf.AppendQoSNamespace(want, ns)
+				out.count(k, RoleQoS, len(want)-n)
+			}
+			if bridge == nil {
+				if s, ok := l.onBridge[k]; ok {
+					sent = sentBuf.AppendService(sent, s, ports)
+				}
+				if ns, ok := l.qosOnBridge[k]; ok {
+					sent = sentBuf.AppendQoSNamespace(sent, ns)
+				}
 			}
 		}
 		diffGroup(want, sent)
@@ -225,7 +246,7 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 		}
 	}
 	for k := range d.keys {
-		if _, ok := desired.Service(k); !ok {
+		if !hasPart(desired, k) {
 			out.count(k, "", 0)
 		}
 	}
@@ -274,6 +295,11 @@ func (l *Ledger) Commit(d Diffed) {
 		} else {
 			delete(l.onBridge, k)
 		}
+		if ns, ok := d.desired.QoS(k); ok {
+			l.qosOnBridge[k] = ns
+		} else {
+			delete(l.qosOnBridge, k)
+		}
 	}
 	// The services diffed are unapplied until flushed: the smaller set is
 	// added to the larger (after a restart, the unapplied set is every
@@ -321,6 +347,15 @@ func (l *Ledger) Flushed() {
 	// all of it) for as long as the agent runs.
 	l.unflushed = map[string]Service{}
 	l.unapplied = map[string]bool{}
+}
+
+// hasPart reports whether desired has a part for key, of either API.
+func hasPart(desired Desired, key string) bool {
+	if _, ok := desired.Service(key); ok {
+		return true
+	}
+	_, ok := desired.QoS(key)
+	return ok
 }
 
 // groupKeys holds keys by the service hash of their flows' cookies, each

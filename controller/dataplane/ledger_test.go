@@ -15,6 +15,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/egressflow/egressflow/conntrack"
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/openflow"
 )
 
@@ -211,9 +212,10 @@ func TestLedgerConverges(t *testing.T) {
 		owed := map[netip.Addr][]netip.Addr{}
 		// exact: no bundle applied without its flush since the last flush.
 		exact := true
+		qoses := map[string]*esv1.EgressQoS{}
 		for step := range 80 {
 			var changed []string
-			switch r.IntN(12) {
+			switch r.IntN(14) {
 			case 0:
 				leases["n2"] = agentLease(macs[r.IntN(len(macs))])
 				changed = p.SetLeases(leases)
@@ -221,7 +223,21 @@ func TestLedgerConverges(t *testing.T) {
 				cfg.Fenced = !cfg.Fenced
 				changed = p.SetFenced(cfg.Fenced)
 			case 2:
-				p.SetLocalPods(randomPods(r))
+				// Running pods never share an address; two with one would
+				// give two classifying flows one FlowID in TableQoS.
+				changed = p.SetLocalPods(distinctAddresses(randomPods(r)))
+			case 12, 13:
+				ns := []string{"a", "b"}[r.IntN(2)]
+				q := randomQoS(r, ns)
+				if q != nil && q.Name != esv1.EgressQoSName {
+					q = nil
+				}
+				if q == nil {
+					delete(qoses, ns)
+				} else {
+					qoses[ns] = q
+				}
+				changed = p.UpdateQoS(ObjectKey(APIEgressQoS, ns, esv1.EgressQoSName), q)
 			case 3:
 				// ovs-vswitchd restarted empty: the agent reconnects.
 				clear(bridge)
@@ -241,6 +257,9 @@ func TestLedgerConverges(t *testing.T) {
 			}
 			cluster := clusterOf(inputs, nodes, leases)
 			cluster.Pods = p.localPods
+			for _, ns := range slices.Sorted(maps.Keys(qoses)) {
+				cluster.EgressQoSes = append(cluster.EgressQoSes, qoses[ns])
+			}
 			want := Compute(cfg, cluster, tables)
 			stale, ok := syncLedger(t, l, p, ports, bridge, fail)
 			if fail == failCommitApplied {
@@ -507,4 +526,75 @@ func TestGroupKeys(t *testing.T) {
 	if len(g) != 0 {
 		t.Fatalf("after removing every key %v, want no groups", g)
 	}
+}
+
+// asLayout3 is what an agent of layout 3 left on a bridge for the same
+// state: its cookies carry layout 3, TableOrigin sends the host stack's
+// packets straight to TableEgress, and there is no TableQoS and no late
+// admission (those pods were admitted in TableClassify).
+func asLayout3(flows []*openflow.FlowMod) []*openflow.FlowMod {
+	var out []*openflow.FlowMod
+	for _, fm := range flows {
+		if fm.Table == TableQoS || (fm.Table == TableEgress && fm.Priority == priorityAdmittedLate) {
+			continue
+		}
+		old := *fm
+		old.Cookie = old.Cookie&^0xff | 3
+		if old.Table == TableOrigin && slices.Equal(old.Instructions, gotoFirstStage) {
+			old.Instructions = []openflow.Instruction{openflow.GotoTable{Table: TableEgress}}
+		}
+		out = append(out, &old)
+	}
+	return out
+}
+
+// TestLedgerReplacesOlderLayout: an agent of layout 4 that starts on a
+// bridge an agent of layout 3 programmed (an upgrade) replaces every flow
+// of the older layout in its first sync, which reads the bridge: the
+// flows whose match stays by an add that sets the new cookie (and, for
+// TableOrigin's LOCAL flow, the way into TableQoS), the others by a
+// delete; the stages' flows are added; a foreign flow stays.
+func TestLedgerReplacesOlderLayout(t *testing.T) {
+	c := ledgerCluster()
+	c.Pods = []*corev1.Pod{pod("db", "n1", nil, "10.244.1.30"), pod("shop", "n1", map[string]string{"app": "voice"}, "10.244.1.31")}
+	c.EgressQoSes = []*esv1.EgressQoS{egressQoS("shop", esv1.EgressQoSName, esv1.EgressQoSRule{DSCP: 46, PodSelector: matchLabels("app", "voice")})}
+	p := plannerOf(n1Config, c)
+	p.SetLocalPods(c.Pods)
+	p.UpdateQoS(ObjectKey(APIEgressQoS, "shop", esv1.EgressQoSName), c.EgressQoSes[0])
+	want := Flows(n1Config, Compute(n1Config, c, tables), ledgerPorts)
+	bridge := bridgeModel{FlowID(foreignFlow): foreignFlow}
+	old := asLayout3(want)
+	bridge.apply(t, old)
+	if len(old) == len(want) {
+		t.Fatal("the state renders no flow of layout 4's own: the test would not see them added")
+	}
+	l := NewLedger()
+	l.Changed(p, p.Keys())
+	if _, ok := syncLedger(t, l, p, ledgerPorts, bridge, failNone); !ok {
+		t.Fatal("the first sync failed")
+	}
+	if err := bridge.holds(want, foreignFlow); err != nil {
+		t.Fatalf("after the first sync over layout 3's flows, %v", err)
+	}
+	for _, fm := range bridge {
+		if f, ok := DecodeCookie(fm.Cookie); ok && uint64(f.Layout) != CookieLayout {
+			t.Errorf("a flow of layout %d is left: %v", f.Layout, fm)
+		}
+	}
+}
+
+// distinctAddresses drops each pod that has an address of a pod before it.
+func distinctAddresses(pods []*corev1.Pod) []*corev1.Pod {
+	seen := map[string]bool{}
+	return slices.DeleteFunc(pods, func(p *corev1.Pod) bool {
+		for _, ip := range p.Status.PodIPs {
+			if seen[ip.IP] {
+				return true
+			}
+		}
+		for _, ip := range p.Status.PodIPs {
+			seen[ip.IP] = true
+		}
+		return false
+	})
 }

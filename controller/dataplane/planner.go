@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -66,10 +67,36 @@ type Planner struct {
 	// selecting holds, by namespace, the keys of the active services whose
 	// Service has a pod selector: those that may hold a local pod.
 	selecting map[string]map[string]bool
-	// admitted is the pod guard's admitted addresses (State.Admitted),
-	// recomputed when admittedStale.
-	admitted      []netip.Addr
-	admittedStale bool
+	// admitted and admittedLate are the pod guard's admitted addresses
+	// (State.Admitted, State.AdmittedLate), recomputed when admittedStale.
+	admitted, admittedLate []netip.Addr
+	admittedStale          bool
+
+	// qos holds every EgressQoS named default given, by key.
+	qos map[string]*plannedQoS
+	// qosByNamespace is the key of each namespace's EgressQoS.
+	qosByNamespace map[string]string
+	// podsByNamespace are the local pods by namespace, sorted by name: a
+	// namespace's TableQoS part is recomputed when its pods change.
+	podsByNamespace map[string][]*corev1.Pod
+	// qosHashes counts the classes by their hash (qosClassHash);
+	// qosCollisions counts the hashes that more than one class has, and 0
+	// if a class has it. While there is none, every class's ID is its
+	// hash, and one namespace's change changes no other's IDs.
+	qosHashes     map[uint32]int
+	qosCollisions int
+	// qosRules counts the rules TableQoS applies (plannedQoS.rules).
+	qosRules int
+}
+
+// plannedQoS is one EgressQoS's part (its namespace's TableQoS).
+type plannedQoS struct {
+	q        *esv1.EgressQoS
+	ns       QoSNamespace // with the classes' IDs
+	hashes   []uint32     // of its classes, counted in qosHashes
+	problems []Problem
+	// rules are the rules that select a local pod: those TableQoS applies.
+	rules int
 }
 
 // planned is one EgressService's inputs and what came of them.
@@ -105,29 +132,70 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 		withTable:      map[string]bool{},
 		acting:         map[Role]int{},
 		selecting:      map[string]map[string]bool{},
+		qos:            map[string]*plannedQoS{},
+		qosByNamespace: map[string]string{},
+		qosHashes:      map[uint32]int{},
 	}
 }
 
 // SetLocalPods takes the pods bound to this node, whose addresses the pod
-// guard admits or holds (AdmittedPods).
-func (p *Planner) SetLocalPods(pods []*corev1.Pod) {
+// guard admits or holds (AdmittedPods) and TableQoS classifies, and returns
+// the keys of the EgressQoS objects whose part changed: those of the
+// namespaces whose pods changed (a pod added, gone, or replaced by a newer
+// version, its labels perhaps changed).
+func (p *Planner) SetLocalPods(pods []*corev1.Pod) []string {
 	p.localPods = pods
 	p.admittedStale = true
+	byNamespace := map[string][]*corev1.Pod{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == p.node.Name {
+			byNamespace[pod.Namespace] = append(byNamespace[pod.Namespace], pod)
+		}
+	}
+	var changed []string
+	for ns, list := range byNamespace {
+		slices.SortFunc(list, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+		if k, ok := p.qosByNamespace[ns]; ok && !slices.Equal(list, p.podsByNamespace[ns]) {
+			changed = append(changed, k)
+		}
+	}
+	for ns := range p.podsByNamespace {
+		if k, ok := p.qosByNamespace[ns]; ok && len(byNamespace[ns]) == 0 {
+			changed = append(changed, k)
+		}
+	}
+	p.podsByNamespace = byNamespace
+	return p.replanQoS(changed)
 }
 
-// Admitted returns the addresses the pod guard admits (State.Admitted).
-// Only the services of the local pods' namespaces are consulted, and only
-// after a change to the pods or to a service with a selector.
+// Admitted returns the addresses the pod guard admits in TableClassify
+// (State.Admitted). Only the services of the local pods' namespaces are
+// consulted, and only after a change to the pods, to a service with a
+// selector or to which namespaces have an EgressQoS.
 func (p *Planner) Admitted() []netip.Addr {
+	p.admit()
+	return p.admitted
+}
+
+// AdmittedLate returns the addresses admitted after the node-local stages
+// (State.AdmittedLate).
+func (p *Planner) AdmittedLate() []netip.Addr {
+	p.admit()
+	return p.admittedLate
+}
+
+// admit recomputes the admitted addresses, if stale.
+func (p *Planner) admit() {
 	if !p.admittedStale {
-		return p.admitted
+		return
 	}
 	p.admittedStale = false
-	p.admitted = p.admitted[:0]
+	p.admitted, p.admittedLate = p.admitted[:0], p.admittedLate[:0]
 	for _, pod := range p.localPods {
 		if pod.Spec.NodeName != p.node.Name {
 			continue
 		}
+		_, late := p.qosByNamespace[pod.Namespace]
 		podLabels := labels.Set(pod.Labels)
 		for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {
 			held := false
@@ -138,15 +206,148 @@ func (p *Planner) Admitted() []netip.Addr {
 					break
 				}
 			}
-			if !held {
+			switch {
+			case held:
+			case late:
+				p.admittedLate = append(p.admittedLate, addr)
+			default:
 				p.admitted = append(p.admitted, addr)
 			}
 		}
 	}
-	slices.SortFunc(p.admitted, netip.Addr.Compare)
-	p.admitted = slices.Compact(p.admitted)
-	return p.admitted
+	for _, list := range []*[]netip.Addr{&p.admitted, &p.admittedLate} {
+		slices.SortFunc(*list, netip.Addr.Compare)
+		*list = slices.Compact(*list)
+	}
 }
+
+// UpdateQoS takes the EgressQoS of key (ObjectKey(APIEgressQoS, namespace,
+// name); nil when it is gone) and returns the keys of the EgressQoS
+// objects whose part or Problems may have changed: key, and, only when
+// class IDs collide, those whose IDs moved. An object not named default
+// counts as none (only default counts, as in the reference).
+func (p *Planner) UpdateQoS(key string, q *esv1.EgressQoS) []string {
+	if q != nil && q.Name != esv1.EgressQoSName {
+		q = nil
+	}
+	old := p.qos[key]
+	switch {
+	case q == nil && old == nil:
+		return nil
+	case q == nil:
+		p.dropQoSPart(old)
+		delete(p.qosByNamespace, old.q.Namespace)
+		delete(p.qos, key)
+		p.admittedStale = true
+		return p.assignQoSIDs([]string{key}, 0)
+	case old == nil:
+		p.qos[key] = &plannedQoS{q: q}
+		p.qosByNamespace[q.Namespace] = key
+		p.admittedStale = true
+	default:
+		old.q = q
+	}
+	return p.replanQoS([]string{key})
+}
+
+// replanQoS recomputes the parts of keys from their objects and their
+// namespaces' pods, and returns the keys whose part may have changed.
+func (p *Planner) replanQoS(keys []string) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	collisionsBefore := p.qosCollisions
+	for _, k := range keys {
+		pl := p.qos[k]
+		p.dropQoSPart(pl)
+		pl.ns, pl.problems = computeQoSNamespace(p.node, pl.q, p.podsByNamespace[pl.q.Namespace])
+		applied := map[int]bool{}
+		for _, c := range pl.ns.Classes {
+			h := qosClassHash(pl.ns.Key, c.Rules)
+			pl.hashes = append(pl.hashes, h)
+			p.qosHashes[h]++
+			if n := p.qosHashes[h]; n == 2 || (h == 0 && n == 1) {
+				p.qosCollisions++
+			}
+			for _, r := range c.Rules {
+				applied[r] = true
+			}
+		}
+		pl.rules = len(applied)
+		p.qosRules += pl.rules
+	}
+	return p.assignQoSIDs(keys, collisionsBefore)
+}
+
+// dropQoSPart takes pl's classes out of the hash counts.
+func (p *Planner) dropQoSPart(pl *plannedQoS) {
+	for _, h := range pl.hashes {
+		if n := p.qosHashes[h]; n == 2 || (h == 0 && n == 1) {
+			p.qosCollisions--
+		}
+		if p.qosHashes[h]--; p.qosHashes[h] == 0 {
+			delete(p.qosHashes, h)
+		}
+	}
+	pl.hashes = nil
+	p.qosRules -= pl.rules
+	pl.rules = 0
+}
+
+// assignQoSIDs gives the classes of the changed keys their IDs, as
+// assignQoSClassIDs gives them over the whole node, and returns the keys
+// whose part may have changed. Without a collision, before the change or
+// after it, each class's ID is its hash and only the changed keys move;
+// otherwise every namespace's IDs are assigned again (a collision is rare:
+// 32-bit hashes of the classes of one node) and those that moved are
+// returned too.
+func (p *Planner) assignQoSIDs(changed []string, collisionsBefore int) []string {
+	if collisionsBefore == 0 && p.qosCollisions == 0 {
+		for _, k := range changed {
+			if pl := p.qos[k]; pl != nil {
+				for i := range pl.ns.Classes {
+					pl.ns.Classes[i].ID = pl.hashes[i]
+				}
+			}
+		}
+		slices.Sort(changed)
+		return slices.Compact(changed)
+	}
+	var keys []string
+	var namespaces []QoSNamespace
+	for _, k := range slices.Sorted(maps.Keys(p.qos)) {
+		if ns := p.qos[k].ns; len(ns.Classes) > 0 {
+			// A copy: the part as it was may still be the ledger's record
+			// of the bridge.
+			ns.Classes = slices.Clone(ns.Classes)
+			keys, namespaces = append(keys, k), append(namespaces, ns)
+		}
+	}
+	assignQoSClassIDs(namespaces)
+	for i, k := range keys {
+		pl := p.qos[k]
+		if !slices.EqualFunc(pl.ns.Classes, namespaces[i].Classes, func(a, b QoSClass) bool { return a.ID == b.ID }) {
+			changed = append(changed, k)
+		}
+		pl.ns = namespaces[i]
+	}
+	slices.Sort(changed)
+	return slices.Compact(changed)
+}
+
+// QoS returns key's part of TableQoS; false when the node does nothing for
+// it (no such EgressQoS, or no local pod that one of its rules selects).
+func (p *Planner) QoS(key string) (QoSNamespace, bool) {
+	pl := p.qos[key]
+	if pl == nil || len(pl.ns.Classes) == 0 {
+		return QoSNamespace{}, false
+	}
+	return pl.ns, true
+}
+
+// QoSRules returns how many rules TableQoS applies: of each EgressQoS,
+// those that select a local pod.
+func (p *Planner) QoSRules() int { return p.qosRules }
 
 // listed reports whether addr is among eps, sorted by IP.
 func listed(eps []endpoints.Endpoint, addr netip.Addr) bool {
@@ -531,17 +732,33 @@ func (p *Planner) Service(key string) (Service, bool) {
 	return pl.result, true
 }
 
-// Problems returns why key is not programmed as asked, if it is not.
+// Problems returns why key (an EgressService's or an EgressQoS's) is not
+// programmed as asked, if it is not.
 func (p *Planner) Problems(key string) []Problem {
 	if pl := p.services[key]; pl != nil {
+		return pl.problems
+	}
+	if pl := p.qos[key]; pl != nil {
 		return pl.problems
 	}
 	return nil
 }
 
-// Keys returns the keys of every EgressService given, sorted.
+// Keys returns the keys of every EgressService and every EgressQoS named
+// default given, sorted.
 func (p *Planner) Keys() []string {
-	return slices.Sorted(maps.Keys(p.services))
+	return slices.Sorted(func(yield func(string) bool) {
+		for k := range p.services {
+			if !yield(k) {
+				return
+			}
+		}
+		for k := range p.qos {
+			if !yield(k) {
+				return
+			}
+		}
+	})
 }
 
 // Exempt returns the destinations never rewritten (State.Exempt).
@@ -552,7 +769,7 @@ func (p *Planner) Acting(role Role) int { return p.acting[role] }
 
 // Shared returns what the shared flows depend on (SharedFlows).
 func (p *Planner) Shared() Shared {
-	return Shared{Exempt: p.exempt, Guarded: p.node.ClusterPodCIDRs, Admitted: p.Admitted(),
+	return Shared{Exempt: p.exempt, Guarded: p.node.ClusterPodCIDRs, Admitted: p.Admitted(), AdmittedLate: p.AdmittedLate(),
 		Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer]}
 }
 
@@ -577,12 +794,19 @@ func appendRules(out []Rule, s Service) []Rule {
 
 // State assembles the whole desired dataplane, as Compute returns it.
 func (p *Planner) State() State {
-	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted())}
-	for _, k := range p.Keys() {
+	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted()), AdmittedLate: slices.Clone(p.AdmittedLate())}
+	for _, k := range slices.Sorted(maps.Keys(p.services)) {
 		pl := p.services[k]
 		state.Problems = append(state.Problems, pl.problems...)
 		if pl.inState() {
 			state.Services = append(state.Services, pl.result)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.qos)) {
+		pl := p.qos[k]
+		state.QoS.Problems = append(state.QoS.Problems, pl.problems...)
+		if ns, ok := p.QoS(k); ok {
+			state.QoS.Namespaces = append(state.QoS.Namespaces, ns)
 		}
 	}
 	return state

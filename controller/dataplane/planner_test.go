@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -64,7 +65,10 @@ func randomInputs(r *rand.Rand, key string) ServiceInputs {
 // randomPods draws pods from the same small pools: a few of them on each
 // node, labelled so that services select some, with addresses that are
 // often endpoints.
-func randomPods(r *rand.Rand) []*corev1.Pod {
+func randomPods(r *rand.Rand) []*corev1.Pod { return randomPodsIn(r, "a", "b", "c") }
+
+// randomPodsIn is randomPods in the namespaces given.
+func randomPodsIn(r *rand.Rand, namespaces ...string) []*corev1.Pod {
 	pick := func(options ...string) string { return options[r.IntN(len(options))] }
 	var out []*corev1.Pod
 	for range r.IntN(6) {
@@ -76,7 +80,8 @@ func randomPods(r *rand.Rand) []*corev1.Pod {
 		if app := pick("a", "b", ""); app != "" {
 			labels = map[string]string{"app": app}
 		}
-		p := pod(pick("a", "b", "c"), pick("n1", "n2"), labels, ips...)
+		p := pod(pick(namespaces...), pick("n1", "n2"), labels, ips...)
+		p.Name = fmt.Sprintf("p%d", len(out))
 		if r.IntN(6) == 0 {
 			p.Status.Phase = corev1.PodFailed
 		}
@@ -85,8 +90,52 @@ func randomPods(r *rand.Rand) []*corev1.Pod {
 	return out
 }
 
+// randomQoS draws an EgressQoS for namespace ns from small pools: rules
+// that select by the labels randomPods gives, destinations of both
+// families (one the nodes' pod CIDRs exempt), invalid values a CRD of old
+// would have let through, and sometimes the wrong name or none at all.
+func randomQoS(r *rand.Rand, ns string) *esv1.EgressQoS {
+	if r.IntN(6) == 0 {
+		return nil
+	}
+	name := esv1.EgressQoSName
+	if r.IntN(8) == 0 {
+		name = "other"
+	}
+	var rules []esv1.EgressQoSRule
+	for range r.IntN(4) {
+		rule := esv1.EgressQoSRule{DSCP: r.Int32N(64)}
+		if r.IntN(10) == 0 {
+			rule.DSCP = 64
+		}
+		rule.DstCIDR = []string{"", "", "203.0.113.0/24", "10.244.0.0/16", "2001:db8::/32", "not a cidr"}[r.IntN(6)]
+		if app := []string{"", "a", "b"}[r.IntN(3)]; app != "" {
+			rule.PodSelector = matchLabels("app", app)
+		}
+		rules = append(rules, rule)
+	}
+	return egressQoS(ns, name, rules...)
+}
+
+// qosCollidingNamespaces are two namespaces whose classes of rule 0 alone
+// hash alike (qosClassHash), found once: the planner must then give them
+// the IDs ComputeQoS gives, and move the second's when the first comes or
+// goes.
+var qosCollidingNamespaces = sync.OnceValue(func() [2]string {
+	seen := map[uint32]string{}
+	for i := 0; ; i++ {
+		ns := fmt.Sprintf("q%d", i)
+		h := qosClassHash(ObjectKey(APIEgressQoS, ns, esv1.EgressQoSName), []int{0})
+		if other, ok := seen[h]; ok {
+			return [2]string{other, ns}
+		}
+		seen[h] = ns
+	}
+})
+
 // TestPlannerMatchesCompute drives a Planner through random histories of
-// single-service updates, lease, node and local pod changes, and checks after every
+// single-service and single-EgressQoS updates, lease, node and local pod
+// changes (whole new sets, and one pod's labels changed), and checks after every
 // step that it holds exactly what Compute, its specification written
 // apart, returns for the current objects (every part the agent reads: the
 // services, problems, admitted pods, exemptions and rules of its State, the
@@ -95,11 +144,19 @@ func randomPods(r *rand.Rand) []*corev1.Pod {
 // re-renders only those).
 func TestPlannerMatchesCompute(t *testing.T) {
 	keys := []string{"a/x", "a/y", "b/x", "b/z", "c/w", "c/x"}
+	collide := qosCollidingNamespaces()
+	qosNamespaces := []string{"a", "b", collide[0], collide[1]}
+	var qosKeys []string
+	for _, ns := range qosNamespaces {
+		qosKeys = append(qosKeys, ObjectKey(APIEgressQoS, ns, esv1.EgressQoSName))
+	}
+	podNamespaces := append([]string{"c"}, qosNamespaces...)
 	macs := []string{"02:00:00:00:00:01", "02:00:00:00:00:02", ""}
 	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		for _, cfg := range []NodeConfig{n1Config, n2Config} {
 			inputs := map[string]ServiceInputs{}
+			qoses := map[string]*esv1.EgressQoS{}
 			leases := map[string]*coordinationv1.Lease{"n1": agentLease(macs[0]), "n2": agentLease(macs[1])}
 			nodes := []*corev1.Node{node("n1", "172.18.0.11")}
 			var pods []*corev1.Pod
@@ -109,7 +166,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 			before := p.State()
 			for step := range 60 {
 				var changed []string
-				switch r.IntN(10) {
+				switch r.IntN(13) {
 				case 0:
 					name := fmt.Sprintf("n%d", r.IntN(3)+1)
 					if i := r.IntN(len(macs) + 1); i < len(macs) {
@@ -122,8 +179,38 @@ func TestPlannerMatchesCompute(t *testing.T) {
 					cfg.Fenced = !cfg.Fenced
 					changed = p.SetFenced(cfg.Fenced)
 				case 3:
-					pods = randomPods(r)
-					p.SetLocalPods(pods)
+					pods = randomPodsIn(r, podNamespaces...)
+					changed = p.SetLocalPods(pods)
+				case 10, 11:
+					ns := qosNamespaces[r.IntN(len(qosNamespaces))]
+					q := randomQoS(r, ns)
+					if q == nil {
+						delete(qoses, ns)
+					} else {
+						qoses[ns] = q
+					}
+					// An object of another name replaces the default one
+					// (deleted); it counts as none.
+					def := q
+					if q != nil && q.Name != esv1.EgressQoSName {
+						def = nil
+						if other := p.UpdateQoS(ObjectKey(APIEgressQoS, ns, q.Name), q); len(other) != 0 {
+							t.Fatalf("seed %d step %d: an EgressQoS not named default changed %v", seed, step, other)
+						}
+					}
+					changed = p.UpdateQoS(ObjectKey(APIEgressQoS, ns, esv1.EgressQoSName), def)
+				case 12:
+					// One pod relabelled: a new version of it, the others
+					// as they were.
+					if len(pods) == 0 {
+						continue
+					}
+					pods = slices.Clone(pods)
+					i := r.IntN(len(pods))
+					relabelled := pods[i].DeepCopy()
+					relabelled.Labels = map[string]string{"app": []string{"a", "b", "c"}[r.IntN(3)]}
+					pods[i] = relabelled
+					changed = p.SetLocalPods(pods)
 				case 1:
 					nodes = append(nodes, node(fmt.Sprintf("n%d", len(nodes)+1), fmt.Sprintf("172.18.0.%d", 11+len(nodes))))
 					if !p.SetNodes(nodes) {
@@ -136,6 +223,9 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				}
 				cluster := clusterOf(inputs, nodes, leases)
 				cluster.Pods = pods
+				for _, ns := range slices.Sorted(maps.Keys(qoses)) {
+					cluster.EgressQoSes = append(cluster.EgressQoSes, qoses[ns])
+				}
 				want := Compute(cfg, cluster, tables)
 				got := p.State()
 				if !reflect.DeepEqual(normalize(got), normalize(want)) {
@@ -158,7 +248,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				if got, want := p.Keys(), keysOf(cluster); !slices.Equal(got, want) {
 					t.Fatalf("seed %d node %s step %d: planner keys %v, want %v", seed, cfg.Name, step, got, want)
 				}
-				for _, k := range keys {
+				for _, k := range slices.Concat(keys, qosKeys) {
 					if !slices.Contains(changed, k) && !reflect.DeepEqual(partOf(before, k), partOf(got, k)) {
 						t.Fatalf("seed %d node %s step %d: %s changed but was not returned (returned %v)", seed, cfg.Name, step, k, changed)
 					}
@@ -184,17 +274,24 @@ func clusterOf(inputs map[string]ServiceInputs, nodes []*corev1.Node, leases map
 	return c
 }
 
-// keysOf are the keys of the cluster's EgressServices, sorted.
+// keysOf are the keys of the cluster's EgressServices and EgressQoS
+// objects named default, sorted.
 func keysOf(c Cluster) []string {
 	var out []string
 	for _, es := range c.EgressServices {
 		out = append(out, key(es.Namespace, es.Name))
 	}
+	for _, q := range c.EgressQoSes {
+		if q.Name == esv1.EgressQoSName {
+			out = append(out, ObjectKey(APIEgressQoS, q.Namespace, q.Name))
+		}
+	}
 	slices.Sort(out)
 	return out
 }
 
-// partOf is one service's Service and Problems in a State.
+// partOf is one object's part (its Service, or its namespace's TableQoS)
+// and Problems in a State.
 func partOf(s State, key string) any {
 	var svc *Service
 	for i := range s.Services {
@@ -202,13 +299,19 @@ func partOf(s State, key string) any {
 			svc = &s.Services[i]
 		}
 	}
+	var qos *QoSNamespace
+	for i := range s.QoS.Namespaces {
+		if s.QoS.Namespaces[i].Key == key {
+			qos = &s.QoS.Namespaces[i]
+		}
+	}
 	var problems []Problem
-	for _, p := range s.Problems {
+	for _, p := range slices.Concat(s.Problems, s.QoS.Problems) {
 		if p.Service == key {
 			problems = append(problems, p)
 		}
 	}
-	return fmt.Sprintf("%+v %+v", svc, problems)
+	return fmt.Sprintf("%+v %+v %+v", svc, qos, problems)
 }
 
 // normalize makes nil and empty slices compare equal.

@@ -19,9 +19,10 @@ import (
 
 // EgressQoS's part of a node's desired state: TableQoS (docs/dataplane.md,
 // "The egress pipeline for the family"). ComputeQoS is a pure function of
-// the EgressQoS objects and this node's pods; QoSFlows renders it. Neither
-// is wired into the Planner or the agent yet (issue 18): table 40 does not
-// send packets to TableQoS until layout 4.
+// the EgressQoS objects and this node's pods; QoSFlows renders it. Since
+// layout 4 TableOrigin sends every packet from the host stack to TableQoS,
+// Compute includes it (State.QoS), and the Planner keeps it current one
+// namespace at a time (UpdateQoS, SetLocalPods).
 //
 // # How the flows stay off pods × rules
 //
@@ -250,11 +251,7 @@ func assignQoSClassIDs(namespaces []QoSNamespace) {
 	for i := range namespaces {
 		for j := range namespaces[i].Classes {
 			c := &namespaces[i].Classes[j]
-			h := fnv.New32a()
-			h.Write([]byte(namespaces[i].Key))
-			h.Write([]byte{0})
-			h.Write([]byte(qosSignature(c.Rules)))
-			id := h.Sum32()
+			id := qosClassHash(namespaces[i].Key, c.Rules)
 			for taken[id] {
 				id++
 			}
@@ -262,6 +259,16 @@ func assignQoSClassIDs(namespaces []QoSNamespace) {
 			c.ID = id
 		}
 	}
+}
+
+// qosClassHash is the ID a class of the namespace with key has unless it
+// collides: FNV-1a of the key and the class's rules.
+func qosClassHash(key string, rules []int) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write([]byte(qosSignature(rules)))
+	return h.Sum32()
 }
 
 func familyName(a netip.Addr) string {

@@ -2,7 +2,10 @@ package topology
 
 import (
 	"bufio"
+	"encoding/binary"
+	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -30,6 +33,9 @@ type Packet struct {
 	// Line is tcpdump's one-line summary ("IP 192.0.2.10 > 172.18.0.100:
 	// ICMP echo request, ...").
 	Line string
+	// DSCP is the packet's DSCP: the upper six bits of IPv4's TOS byte or
+	// of IPv6's traffic class, read from the capture file itself.
+	DSCP uint8
 }
 
 // Capture is a tcpdump running on a host's interface.
@@ -114,7 +120,69 @@ func (c *Capture) Stop() []Packet {
 		}
 		packets = append(packets, p)
 	}
+	dscps, err := readDSCPs(c.file)
+	if err != nil {
+		t.Fatalf("topology: read the capture's DSCPs: %v", err)
+	}
+	if len(dscps) != len(packets) {
+		t.Fatalf("topology: the capture holds %d IP packets, tcpdump listed %d", len(dscps), len(packets))
+	}
+	for i := range packets {
+		packets[i].DSCP = dscps[i]
+	}
 	return packets
+}
+
+// readDSCPs reads a pcap file of Ethernet frames (what tcpdump -w writes
+// for a veth) and returns the DSCP of each IPv4 or IPv6 packet in order:
+// the capture's filter ("ip or ip6") keeps no other, so they line up with
+// tcpdump's lines.
+func readDSCPs(file string) ([]uint8, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 24 {
+		return nil, fmt.Errorf("%d bytes: no pcap header", len(b))
+	}
+	var order binary.ByteOrder
+	switch binary.LittleEndian.Uint32(b) {
+	case 0xa1b2c3d4, 0xa1b23c4d: // microseconds, nanoseconds
+		order = binary.LittleEndian
+	case 0xd4c3b2a1, 0x4d3cb2a1:
+		order = binary.BigEndian
+	default:
+		return nil, fmt.Errorf("not a pcap file (magic %#x)", b[:4])
+	}
+	if link := order.Uint32(b[20:]); link != 1 {
+		return nil, fmt.Errorf("link type %d, want Ethernet (1)", link)
+	}
+	var out []uint8
+	for rest := b[24:]; len(rest) > 0; {
+		if len(rest) < 16 {
+			return nil, fmt.Errorf("a truncated record header")
+		}
+		n := int(order.Uint32(rest[8:]))
+		if len(rest) < 16+n {
+			return nil, fmt.Errorf("a truncated record")
+		}
+		frame := rest[16 : 16+n]
+		rest = rest[16+n:]
+		if len(frame) < 16 {
+			continue
+		}
+		ethType, ip := binary.BigEndian.Uint16(frame[12:]), frame[14:]
+		if ethType == 0x8100 && len(frame) >= 20 { // one VLAN tag
+			ethType, ip = binary.BigEndian.Uint16(frame[16:]), frame[18:]
+		}
+		switch ethType {
+		case 0x0800:
+			out = append(out, ip[1]>>2)
+		case 0x86dd:
+			out = append(out, (ip[0]&0x0f)<<2|ip[1]>>6)
+		}
+	}
+	return out, nil
 }
 
 // parsePacketLine reads tcpdump -n -q -e -tt output: "<seconds>.<micros>

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/dataplane/trace"
 	"github.com/egressflow/egressflow/openflow"
@@ -108,5 +111,82 @@ func TestPrecedenceOnPureState(t *testing.T) {
 	}
 	if r := mustTrace(t, fenced, trace.Packet{InPort: openflow.PortLocal, Src: endpoint, Dst: netip.MustParseAddr("198.51.100.7"), Proto: trace.ProtoUDP}, trace.Conntrack{}); !r.Dropped() {
 		t.Errorf("fenced: web's endpoint was not dropped:\n%v", r)
+	}
+}
+
+// TestQoSPrecedenceOnPureState: with an EgressQoS in shop (rule 0: DSCP 46
+// for web's pods towards 198.51.100.0/24; rule 1: DSCP 10 for every pod),
+// the packets of n1's pods leave marked by the first rule that matches,
+// and the EgressService decisions after TableQoS are unchanged: web's
+// endpoint is marked and SNATed to web's LB IP (the DSCP survives the
+// SNAT), api's is marked and steered to n2, a bystander is marked and
+// admitted in TableEgress (not in TableClassify), a held pod is still
+// dropped. Cluster destinations stay unmarked, and a packet steered here
+// from another node keeps the DSCP its own node gave it.
+func TestQoSPrecedenceOnPureState(t *testing.T) {
+	cluster := testCluster()
+	cluster.EgressQoSes = []*esv1.EgressQoS{{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: esv1.EgressQoSName},
+		Spec: esv1.EgressQoSSpec{Egress: []esv1.EgressQoSRule{
+			{DSCP: 46, DstCIDR: "198.51.100.0/24", PodSelector: esv1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+			{DSCP: 10},
+		}},
+	}}
+	n1 := nodeConfig("n1")
+	state := dataplane.Compute(n1, cluster, routingTables)
+	bystander := netip.MustParseAddr(bystanders[0])
+	if slices.Contains(state.Admitted, bystander) || !slices.Contains(state.AdmittedLate, bystander) {
+		t.Fatalf("the bystander %v of a namespace with an EgressQoS must be admitted late: admitted %v, late %v", bystander, state.Admitted, state.AdmittedLate)
+	}
+	bridgeMAC, _ := net.ParseMAC(n1MAC)
+	tables, err := trace.New(append(dataplane.Flows(n1, state, dataplane.Ports{Uplink: uplink, BridgeMAC: bridgeMAC}), trace.DefaultFlow()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, _ := net.ParseMAC(n2MAC)
+	routedOut := func(src, dst string, dscp uint8) trace.Result {
+		t.Helper()
+		return mustTrace(t, tables, trace.Packet{
+			InPort: openflow.PortLocal, Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst),
+			Proto: trace.ProtoUDP, SrcPort: 40000, DstPort: 53, DSCP: dscp,
+		}, trace.Conntrack{})
+	}
+	for _, c := range []struct {
+		name, src, dst string
+		in             uint8
+		port           uint32
+		src2           string // the source that leaves
+		dscp           uint8
+		ethDst         net.HardwareAddr
+	}{
+		{"web's endpoint, rule 0", "10.244.1.5", "198.51.100.7", 0, uplink, "192.0.2.10", 46, nil},
+		{"web's endpoint, rule 1", "10.244.1.5", "203.0.113.7", 0, uplink, "192.0.2.10", 10, nil},
+		{"web's IPv6 endpoint, rule 1 (rule 0 is IPv4)", "fd00:10:244:1::5", "2001:db8:ff::1", 0, uplink, "2001:db8::10", 10, nil},
+		{"api's endpoint, steered to n2", "10.244.1.6", "198.51.100.7", 0, uplink, "10.244.1.6", 10, n2},
+		{"a bystander, admitted late", bystanders[0], "198.51.100.7", 0, openflow.PortNormal, bystanders[0], 10, nil},
+		{"a bystander over IPv6", bystanders[1], "2001:db8:ff::1", 0, openflow.PortNormal, bystanders[1], 10, nil},
+		{"web's endpoint to a pod: exempt", "10.244.1.5", "10.244.2.9", 0, openflow.PortNormal, "10.244.1.5", 0, nil},
+		{"a bystander to a ClusterIP: exempt", bystanders[0], "10.96.0.10", 0, openflow.PortNormal, bystanders[0], 0, nil},
+		{"web's endpoint on n2, steered here, keeps its mark", "10.244.2.5", "198.51.100.7", 46, uplink, "192.0.2.10", 46, nil},
+	} {
+		r := routedOut(c.src, c.dst, c.in)
+		if len(r.Emits) != 1 {
+			t.Errorf("%s: want one output, got\n%v", c.name, r)
+			continue
+		}
+		out := r.Emits[0]
+		if out.Port != c.port || out.Packet.Src != netip.MustParseAddr(c.src2) || out.Packet.DSCP != c.dscp ||
+			(c.ethDst != nil && out.Packet.EthDst != trace.MACFrom(c.ethDst)) {
+			t.Errorf("%s: want out of %s from %s with DSCP %d, got\n%v", c.name, openflow.PortName(c.port), c.src2, c.dscp, r)
+		}
+	}
+	if r := routedOut(bystanders[0], "198.51.100.7", 0); r.Hits[len(r.Hits)-1].Flow.Cookie != dataplane.Cookie(dataplane.KindAdmit, "") ||
+		r.Hits[len(r.Hits)-1].Table != dataplane.TableEgress {
+		t.Errorf("the bystander was not admitted in TableEgress:\n%v", r)
+	}
+	for _, src := range slices.Concat(heldPod, unknownPod) {
+		if r := routedOut(src, "198.51.100.7", 0); !r.Dropped() {
+			t.Errorf("%s (held or unknown) was not dropped:\n%v", src, r)
+		}
 	}
 }
