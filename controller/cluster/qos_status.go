@@ -317,6 +317,7 @@ func (c *Controller) syncQoS(ctx context.Context, t *term, key string) error {
 	s := t.qos
 	q, err := c.qosLister.EgressQoSes(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.qos.forget(key) // also what a sync racing the delete recorded
 		s.mu.Lock()
 		s.forget(key)
 		counts := s.counts()
@@ -414,7 +415,7 @@ func (c *Controller) reportQoS(logger klog.Logger, q *esv1.EgressQoS, v qosVerdi
 	if cur := meta.FindStatusCondition(q.Status.Conditions, ConditionValid); cur != nil && cur.Status == metav1.ConditionFalse {
 		prevValid = cur.Message
 	}
-	ready, valid := conds[0], conds[2]
+	ready, valid := meta.FindStatusCondition(conds, ConditionReady), meta.FindStatusCondition(conds, ConditionValid)
 	if valid.Status == metav1.ConditionFalse && valid.Message != prevValid {
 		c.events.Event(q, corev1.EventTypeWarning, string(reasons.Invalid), valid.Message)
 		logger.Info("EgressQoS invalid", "problems", len(v.problems))
