@@ -30,11 +30,26 @@ type qosFixture struct {
 	r      *clustertest.Replica
 }
 
-func newQoSFixture(t *testing.T, opts func(*cluster.Options), nodes ...string) *qosFixture {
+// Agent timings of the tests that do not test liveness: a renewal as
+// often as the harness's, but a Lease that outlives a loaded machine's late
+// renewals, so that no agent dies in the middle of a count of syncs.
+const (
+	steadyAgentRenew  = clustertest.AgentRenew
+	steadyAgentExpire = 5 * time.Second
+)
+
+// newQoSFixture starts nodes with agents (clustertest's short Leases if
+// short, else steady ones) and a controller, opts applied to its options.
+func newQoSFixture(t *testing.T, short bool, opts func(*cluster.Options), nodes ...string) *qosFixture {
 	env := clustertest.Start(t)
 	f := &qosFixture{Env: env, t: t, agents: map[string]*clustertest.Agent{}}
 	for _, n := range nodes {
-		f.agents[n] = env.Node(t, n, nil)
+		if short {
+			f.agents[n] = env.Node(t, n, nil)
+			continue
+		}
+		env.CreateNode(t, n, nil, true)
+		f.agents[n] = env.StartAgentEvery(t, n, steadyAgentRenew, steadyAgentExpire)
 	}
 	o := options("replica-a")
 	f.reg = prometheus.NewRegistry()
@@ -126,7 +141,7 @@ func (f *qosFixture) qosEvent(ns, eventType string, reason reasons.Reason, text 
 // change does, until the agents catch up. Watermarks that move while
 // everything is applied cost no sync and no write.
 func TestQoSStatusFollowsAgents(t *testing.T) {
-	f := newQoSFixture(t, nil, "node-a", "node-b", "node-c")
+	f := newQoSFixture(t, false, nil, "node-a", "node-b", "node-c")
 	ns := f.Namespace(t)
 	created := f.CreateEgressQoS(t, ns, qosRule)
 	rv1 := created.ResourceVersion
@@ -172,9 +187,9 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 	now := f.GetEgressQoS(t, ns).ResourceVersion
 	syncs, mark := qosSyncs(t, f.reg), f.r.Writes.Len()
 	f.watermark(now, "node-a", "node-b", "node-c")
-	time.Sleep(4 * clustertest.AgentRenew)
+	time.Sleep(4 * steadyAgentRenew)
 	f.watermark(rv1, "node-c") // even backwards, as long as it covers rv1
-	time.Sleep(4 * clustertest.AgentRenew)
+	time.Sleep(4 * steadyAgentRenew)
 	wait.Until(t, settle, func() error { return idle(f.r) })
 	writes, _ = f.r.Writes.Since(mark)
 	if got := qosStatusWrites(writes); len(got) != 0 {
@@ -209,7 +224,7 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 // that comes to life without the generation makes the object Pending on
 // its node until it catches up.
 func TestQoSLivenessAndPendingWarning(t *testing.T) {
-	f := newQoSFixture(t, func(o *cluster.Options) { o.QoSPendingWarning = 500 * time.Millisecond }, "node-a", "node-b", "node-c")
+	f := newQoSFixture(t, true, func(o *cluster.Options) { o.QoSPendingWarning = 500 * time.Millisecond }, "node-a", "node-b", "node-c")
 	ns := f.Namespace(t)
 	rv := f.CreateEgressQoS(t, ns, qosRule).ResourceVersion
 	f.watermark(rv, "node-a", "node-b")
@@ -234,7 +249,7 @@ func TestQoSLivenessAndPendingWarning(t *testing.T) {
 // makes the object Invalid, with the specific reason in condition Valid and
 // a Warning; the other rules' progress is still reported (Applied).
 func TestQoSInvalid(t *testing.T) {
-	f := newQoSFixture(t, nil, "node-a")
+	f := newQoSFixture(t, false, nil, "node-a")
 	family := f.Namespace(t) // the test cluster's pod CIDR is IPv4 only
 	rv := f.CreateEgressQoS(t, family, esv1.EgressQoSSpec{Egress: []esv1.EgressQoSRule{
 		{DSCP: 46, DstCIDR: "203.0.113.0/24"},
@@ -282,7 +297,7 @@ func TestQoSInvalid(t *testing.T) {
 // the revisions says.
 func TestQoSWatermarkCost(t *testing.T) {
 	const objects = 20
-	f := newQoSFixture(t, nil, "node-a", "node-b")
+	f := newQoSFixture(t, false, nil, "node-a", "node-b")
 	var nss, rvs []string
 	for range objects {
 		ns := f.Namespace(t)
@@ -333,7 +348,7 @@ func TestQoSWatermarkCost(t *testing.T) {
 		syncs, mark := qosSyncs(t, f.reg), f.r.Writes.Len()
 		set(node, i)
 		check()
-		time.Sleep(4 * clustertest.AgentRenew) // renewals of the same watermark
+		time.Sleep(4 * steadyAgentRenew) // renewals of the same watermark
 		check()
 		writes, _ := f.r.Writes.Since(mark)
 		var written []int
