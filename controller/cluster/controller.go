@@ -34,7 +34,8 @@ const endpointSliceServiceIndex = "service"
 // eventComponent is the source of the Events the controller emits.
 const eventComponent = "egressflow-controller"
 
-// Controller assigns EgressService hosts. Build it with New, run it with Run.
+// Controller assigns EgressService hosts and reports where EgressQoSes are
+// applied. Build it with New, run it with Run.
 type Controller struct {
 	opts    Options
 	kube    kubernetes.Interface
@@ -47,6 +48,7 @@ type Controller struct {
 	esInformers    esinformers.SharedInformerFactory
 
 	esLister      eslisters.EgressServiceLister
+	qosLister     eslisters.EgressQoSLister
 	serviceLister corelisters.ServiceLister
 	nodeLister    corelisters.NodeLister
 	leaseLister   coordinationlisters.LeaseLister
@@ -71,6 +73,10 @@ type Controller struct {
 	judgeMu     sync.Mutex
 	judge       *heartbeat.Judge
 	lastVerdict heartbeat.Verdict
+
+	// qos is what every replica observes for EgressQoS status (first
+	// sightings of generations, agents' watermarks; see qos.go).
+	qos *qosTracker
 }
 
 // term is one period of leadership: its queues and state live and die with it.
@@ -81,6 +87,10 @@ type term struct {
 	liveness workqueue.TypedDelayingInterface[string]
 	// labelLocks serialize label additions per label key (see syncNode).
 	labelLocks stripedLocks
+	// qoses (namespace/default) writes EgressQoS status; qos is its
+	// bookkeeping.
+	qoses workqueue.TypedRateLimitingInterface[string]
+	qos   *qosTerm
 }
 
 // New builds a controller that talks to the API server of cfg.
@@ -107,6 +117,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		metrics: newMetrics(opts.Registerer),
 		healthz: leaderelection.NewLeaderHealthzAdaptor(opts.RenewDeadline),
 		judge:   heartbeat.NewJudge(opts.Liveness),
+		qos:     newQoSTracker(),
 	}
 	// Informers have no resync of their own: Resync enqueues everything.
 	c.kubeInformers = informers.NewSharedInformerFactory(kube, 0)
@@ -122,6 +133,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	}
 
 	esInf := c.esInformers.K8s().V1().EgressServices()
+	qosInf := c.esInformers.K8s().V1().EgressQoSes()
 	svcInf := c.kubeInformers.Core().V1().Services()
 	nodeInf := c.kubeInformers.Core().V1().Nodes()
 	sliceInf := c.kubeInformers.Discovery().V1().EndpointSlices()
@@ -129,6 +141,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{endpointSliceServiceIndex: sliceServiceKeys}); err != nil {
 		return nil, err
 	}
+	c.qosLister = qosInf.Lister()
 	c.esLister, c.serviceLister, c.nodeLister, c.leaseLister = esInf.Lister(), svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()
 
@@ -137,6 +150,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		handler cache.ResourceEventHandler
 	}{
 		{esInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressService, UpdateFunc: c.onEgressServiceUpdate, DeleteFunc: c.onEgressService}},
+		{qosInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressQoS, UpdateFunc: c.onEgressQoSUpdate, DeleteFunc: c.onEgressQoSDelete}},
 		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onService, UpdateFunc: func(_, n any) { c.onService(n) }, DeleteFunc: c.onService}},
 		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onSlice, UpdateFunc: c.onSliceUpdate, DeleteFunc: c.onSlice}},
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onNodeAdd, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onNodeDelete}},

@@ -1,8 +1,9 @@
 // Package cluster is the cluster component's control loop: it gives every
 // EgressService a host (status.host), labels that node
 // egress-service.k8s.ovn.org/<namespace>-<name> for the load-balancer
-// announcer, and follows node agents' liveness through their heartbeat
-// Leases (controller/heartbeat). Decisions come from controller/assign; this
+// announcer, follows node agents' liveness through their heartbeat Leases
+// (controller/heartbeat), and reports in each EgressQoS's status on which
+// live agents' nodes its current generation is applied (qos.go). Decisions come from controller/assign; this
 // package owns the informers, queues, in-memory bookkeeping and API writes.
 //
 // # Shape
@@ -19,7 +20,11 @@
 //     merge patch.
 //
 // A third, delaying queue re-checks each agent Lease at the instant it
-// expires, so a dead agent is noticed then and not at the next resync.
+// expires, so a dead agent is noticed then and not at the next resync. A
+// fourth (namespace/default) writes EgressQoS status: status.status and the
+// Ready, Applied and Valid conditions, from the revision at which each
+// object's generation was first seen and the watermarks agents publish on
+// their Leases (qos.go says how, and what it relies on).
 //
 // Writes are level-triggered and idempotent: each sync compares the desired
 // state with the cache (or with this replica's own newer write, until the
@@ -56,7 +61,7 @@
 //
 // # What it must not touch
 //
-// It writes only EgressService status, the service labels of Nodes, its own
-// leader Lease and Events. It never writes agent Leases, Services or
+// It writes only EgressService and EgressQoS status, the service labels of
+// Nodes, its own leader Lease and Events. It never writes agent Leases, Services or
 // EndpointSlices.
 package cluster

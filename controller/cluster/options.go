@@ -65,6 +65,21 @@ const (
 	DefaultServiceWorkers = 8
 	// DefaultNodeWorkers is how many nodes' labels are patched at once.
 	DefaultNodeWorkers = 4
+	// DefaultQoSWorkers is how many EgressQoS statuses are evaluated and
+	// written at once. An evaluation reads every live agent's watermark
+	// (O(nodes)) and writes at most one status; objects are one per
+	// namespace and change rarely, so two overlap the writes of a change
+	// that concerns many (an agent catching up) without taking the API
+	// server's concurrency from the EgressService writes.
+	DefaultQoSWorkers = 2
+	// DefaultQoSPendingWarning is how long an EgressQoS generation may
+	// wait for live agents to apply it before the Warning Event Pending
+	// names them. An agent takes in a change and syncs within about a
+	// second; 30 s is past a slow sync or a rolling update of the
+	// agents, so the Warning points at a stuck agent rather than at
+	// ordinary lag. Shorter warns of every slow sync; longer leaves a
+	// stuck node unnamed for longer (status.status names it at once).
+	DefaultQoSPendingWarning = 30 * time.Second
 
 	// DefaultResyncPeriod is how often every EgressService and node is
 	// enqueued again, a safety net for lost events. A no-op resync costs no
@@ -106,9 +121,12 @@ type Options struct {
 
 	ServiceWorkers int
 	NodeWorkers    int
-	ResyncPeriod   time.Duration
-	RetryBaseDelay time.Duration
-	RetryMaxDelay  time.Duration
+	QoSWorkers     int
+	// QoSPendingWarning: see DefaultQoSPendingWarning.
+	QoSPendingWarning time.Duration
+	ResyncPeriod      time.Duration
+	RetryBaseDelay    time.Duration
+	RetryMaxDelay     time.Duration
 
 	// Registerer receives the controller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
@@ -125,6 +143,8 @@ func (o *Options) setDefaults() error {
 	setDefault(&o.RetryPeriod, DefaultRetryPeriod)
 	setDefault(&o.ServiceWorkers, DefaultServiceWorkers)
 	setDefault(&o.NodeWorkers, DefaultNodeWorkers)
+	setDefault(&o.QoSWorkers, DefaultQoSWorkers)
+	setDefault(&o.QoSPendingWarning, DefaultQoSPendingWarning)
 	setDefault(&o.RetryBaseDelay, DefaultRetryBaseDelay)
 	setDefault(&o.RetryMaxDelay, DefaultRetryMaxDelay)
 	setDefault(&o.ResyncPeriod, DefaultResyncPeriod)

@@ -221,7 +221,7 @@ func (r *Renewer) desired(base *coordinationv1.Lease, facts Facts) *coordination
 	}
 	l.Labels[LeaseLabel] = LeaseLabelValue
 	// Facts this agent no longer has are removed; others' annotations stay.
-	for _, k := range []string{AnnotationBridgeMAC, AnnotationSteerAddresses, AnnotationSyncState} {
+	for _, k := range []string{AnnotationBridgeMAC, AnnotationSteerAddresses, AnnotationSyncState, AnnotationQoSRevision} {
 		delete(l.Annotations, k)
 	}
 	if l.Annotations == nil {

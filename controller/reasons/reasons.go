@@ -78,3 +78,29 @@ const (
 	// of; it can never match.
 	WrongFamily Reason = "WrongFamily"
 )
+
+// How far an EgressQoS is applied: the cluster component's status of it
+// (controller/cluster, qos_status.go), the reasons of its conditions and
+// Events. An EgressQoS is node-local: it is applied on a node once that
+// node's agent has taken in its current generation and synced.
+const (
+	// Applied: the object's current generation is applied on the node of
+	// every live agent (condition Applied, and Ready when it is also
+	// Valid). Also the Normal Event sent when that becomes true.
+	Applied Reason = "Applied"
+	// Pending: some live agents have not applied the current generation
+	// yet (the message names them). The Warning Event of that reason is
+	// sent only when it lasts longer than the controller's threshold.
+	Pending Reason = "Pending"
+	// RevisionUnknown: the object's resourceVersion is not an etcd
+	// revision, so the controller cannot tell where it is applied; it
+	// never reports such an object Applied.
+	RevisionUnknown Reason = "RevisionUnknown"
+	// Valid: every rule can be applied as written (condition Valid).
+	Valid Reason = "Valid"
+	// Invalid: some rule cannot be applied (condition Ready; condition
+	// Valid carries the specific reason, InvalidRule or WrongFamily). The
+	// other rules still apply. Also the Warning Event sent when the
+	// problems change.
+	Invalid Reason = "Invalid"
+)

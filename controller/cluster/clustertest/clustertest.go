@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -409,13 +410,55 @@ func (e *Env) Events(t testing.TB, ns, name string) []corev1.Event {
 	return list.Items
 }
 
-// Agent is a node agent's heartbeat, written as the agent's service account
-// through heartbeat.Renewer.
-type Agent struct {
-	Node   string
-	cancel context.CancelFunc
-	done   chan struct{}
+// CreateEgressQoS creates the EgressQoS of namespace ns (named default)
+// and returns it as created.
+func (e *Env) CreateEgressQoS(t testing.TB, ns string, spec esv1.EgressQoSSpec) *esv1.EgressQoS {
+	t.Helper()
+	q, err := e.ES.K8sV1().EgressQoSes(ns).Create(context.Background(),
+		&esv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: esv1.EgressQoSName}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }
+
+// GetEgressQoS reads the EgressQoS of namespace ns.
+func (e *Env) GetEgressQoS(t testing.TB, ns string) *esv1.EgressQoS {
+	t.Helper()
+	q, err := e.ES.K8sV1().EgressQoSes(ns).Get(context.Background(), esv1.EgressQoSName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// UpdateEgressQoS reads, modifies and writes back the EgressQoS of
+// namespace ns, and returns it as written.
+func (e *Env) UpdateEgressQoS(t testing.TB, ns string, modify func(*esv1.EgressQoS)) *esv1.EgressQoS {
+	t.Helper()
+	q := e.GetEgressQoS(t, ns)
+	modify(q)
+	q, err := e.ES.K8sV1().EgressQoSes(ns).Update(context.Background(), q, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// Agent is a node agent's heartbeat, written as the agent's service account
+// through heartbeat.Renewer. It publishes SyncState Synced and the EgressQoS
+// watermark the test sets (SetQoSRevision): it plays the agent's side of the
+// EgressQoS status contract, which the agent's own tests check.
+type Agent struct {
+	Node        string
+	qosRevision atomic.Pointer[string]
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+// SetQoSRevision makes the agent publish rv as its EgressQoS watermark
+// (heartbeat.Facts.QoSRevision) from its next renewal on.
+func (a *Agent) SetQoSRevision(rv string) { a.qosRevision.Store(&rv) }
 
 // StartAgent starts heartbeating for node with AgentRenew and AgentExpire;
 // the test's end stops it.
@@ -429,19 +472,27 @@ func (e *Env) StartAgent(t testing.TB, node string) *Agent {
 func (e *Env) StartAgentEvery(t testing.TB, node string, renew, expire time.Duration) *Agent {
 	t.Helper()
 	client := kubernetes.NewForConfigOrDie(e.Cluster.Config(kubetest.Agent))
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Agent{Node: node, cancel: cancel, done: make(chan struct{})}
 	r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: kubetest.SystemNamespace, NodeName: node, RenewInterval: renew, LeaseDuration: expire,
-		Facts: func() heartbeat.Facts { return heartbeat.Facts{SyncState: heartbeat.SyncStateSynced} },
+		Facts: func() heartbeat.Facts {
+			f := heartbeat.Facts{SyncState: heartbeat.SyncStateSynced}
+			if rv := a.qosRevision.Load(); rv != nil {
+				f.QoSRevision = *rv
+			}
+			return f
+		},
 	})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	// The first renewal is synchronous, so the Lease exists on return.
 	if err := r.RenewOnce(context.Background()); err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a := &Agent{Node: node, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
 		_ = r.Run(ctx)
