@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -98,6 +99,25 @@ func TestEgressQoS(t *testing.T) {
 	// The bystander matches no rule.
 	set(otherIPs, map[netip.Addr]uint8{main4: 0, main6: 0})
 	expectDSCPs(t, c, "rules applied", want)
+	// Every agent reports it through its watermark; the leader writes it.
+	wantStatus := fmt.Sprintf("Applied on %d/%d nodes", len(c.Nodes), len(c.Nodes))
+	wait.Until(t, convergeTimeout, func() error {
+		got, err := qos.Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
+		if got.Status.Status != wantStatus || ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != got.Generation {
+			return fmt.Errorf("status %q, Ready %+v; want %q and Ready True", got.Status.Status, ready, wantStatus)
+		}
+		return nil
+	})
+	events, err := c.Kube.CoreV1().Events(scenarioNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=EgressQoS,reason=Applied"})
+	if err != nil || len(events.Items) == 0 {
+		t.Errorf("no Applied Event for the EgressQoS: %v", err)
+	} else {
+		t.Logf("status %q; Event %s: %s", wantStatus, events.Items[0].Reason, events.Items[0].Message)
+	}
 
 	// qb takes qa's labels: rule 1 now marks all it sends (before rule 2).
 	patch := `{"metadata":{"labels":{"app":"qa"}}}`
