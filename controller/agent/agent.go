@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -725,9 +724,9 @@ func (w *qosWatermark) observeRevision(rv string) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n, err := strconv.ParseUint(rv, 10, 64)
+	n, ok := heartbeat.ParseRevision(rv)
 	switch {
-	case err != nil:
+	case !ok:
 		w.rv, w.n = rv, 0
 	case n >= w.n:
 		w.rv, w.n = rv, n

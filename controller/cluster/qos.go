@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"strconv"
 	"sync"
 	"time"
 
@@ -51,27 +50,10 @@ type revision struct {
 	ok bool
 }
 
-// etcdRevision reads a resourceVersion as an etcd revision. It is the one
-// place egressflow orders resourceVersions of different writes, which the
-// API calls opaque strings. What it relies on is what kube-apiserver's etcd3
-// storage does: an object's resourceVersion is the etcd revision of its last
-// write (mod_revision), a list's or a watch event's is the etcd revision it
-// was served at, and etcd's revision is one counter for the whole keyspace
-// that only grows, written as a decimal uint64. Both sides of every
-// comparison here are EgressQoS resourceVersions (the agent's watermark is
-// one it read from its EgressQoS list or watch), so they come from the same
-// storage (an --etcd-servers-overrides for egressqoses moves both).
-// apimachinery's util/resourceversion orders well-formed resourceVersions of
-// one resource the same way (as decimal integers); this reads them into
-// integers once, so that the comparisons on every watermark change are
-// integer comparisons. Anything else, "0" included (never a live object's),
-// is unknown.
+// etcdRevision reads a resourceVersion as heartbeat.ParseRevision does.
 func etcdRevision(rv string) revision {
-	n, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil || n == 0 {
-		return revision{}
-	}
-	return revision{n: n, ok: true}
+	n, ok := heartbeat.ParseRevision(rv)
+	return revision{n: n, ok: ok}
 }
 
 // reached says whether a watermark r covers a write at revision need: both

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"math"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -154,4 +155,26 @@ func Fresh(l *coordinationv1.Lease, now time.Time) bool {
 // Spec.LeaseDurationSeconds.
 func durationSeconds(d time.Duration) int32 {
 	return int32(math.Ceil(d.Seconds()))
+}
+
+// ParseRevision reads a resourceVersion as an etcd revision; false when it
+// is not one. It is the one place egressflow reads resourceVersions of
+// different writes in order to compare them (the agent for its QoS
+// watermark, the cluster component against it), which the API calls
+// opaque strings. What it relies on is what kube-apiserver's etcd3
+// storage does: an object's resourceVersion is the etcd revision of its last
+// write (mod_revision), a list's or a watch event's is the etcd revision it
+// was served at, and etcd's revision is one counter for the whole keyspace
+// that only grows, written as a decimal uint64. Both sides of every
+// comparison here are EgressQoS resourceVersions (the agent's watermark is
+// one it read from its EgressQoS list or watch), so they come from the same
+// storage (an --etcd-servers-overrides for egressqoses moves both).
+// apimachinery's util/resourceversion orders well-formed resourceVersions of
+// one resource the same way (as decimal integers); this reads them into
+// integers once, so that the comparisons on every watermark change are
+// integer comparisons. Anything else, "0" included (never a live object's),
+// is unknown.
+func ParseRevision(rv string) (uint64, bool) {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	return n, err == nil && n != 0
 }
