@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -436,37 +435,20 @@ func (c *Controller) reportQoS(logger klog.Logger, q *esv1.EgressQoS, v qosVerdi
 // with a fresh read. It returns the object as written, or nil if nothing
 // was written (already up to date, or the object is gone).
 func (c *Controller) writeQoSStatus(ctx context.Context, q *esv1.EgressQoS, text string, conds []metav1.Condition) (*esv1.EgressQoS, error) {
-	var written *esv1.EgressQoS
 	client := c.es.K8sV1().EgressQoSes(q.Namespace)
-	first := true
-	err := retry.RetryOnConflict(statusConflictBackoff, func() error {
-		if !first {
-			fresh, err := client.Get(ctx, q.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
+	written, err := writeStatusRetrying(q,
+		func() (*esv1.EgressQoS, error) { return client.Get(ctx, q.Name, metav1.GetOptions{}) },
+		func(cur *esv1.EgressQoS) bool { return qosUpToDate(cur, text, conds) },
+		func(cur *esv1.EgressQoS) (*esv1.EgressQoS, error) {
+			next := cur.DeepCopy()
+			next.Status.Status = text
+			for _, cond := range conds {
+				meta.SetStatusCondition(&next.Status.Conditions, cond)
 			}
-			q = fresh
-		}
-		first = false
-		if qosUpToDate(q, text, conds) {
-			return nil
-		}
-		next := q.DeepCopy()
-		next.Status.Status = text
-		for _, cond := range conds {
-			meta.SetStatusCondition(&next.Status.Conditions, cond)
-		}
-		updated, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{})
-		c.metrics.apiWritesByResult.WithLabelValues("qos_status", writeResult(err)).Inc()
-		if err != nil {
-			return err
-		}
-		written = updated
-		return nil
-	})
-	if apierrors.IsNotFound(err) {
-		return nil, nil // deleted meanwhile; its delete event cleans up
-	}
+			updated, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+			c.metrics.apiWritesByResult.WithLabelValues("qos_status", writeResult(err)).Inc()
+			return updated, err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("write status of EgressQoS %s/%s: %w", q.Namespace, q.Name, err)
 	}

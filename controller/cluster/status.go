@@ -59,26 +59,45 @@ func statusEqual(a, b esv1.EgressServiceStatus) bool {
 // with a fresh read. It returns the object as written, or nil if nothing
 // was written (already up to date, or the object is gone).
 func (c *Controller) writeStatus(ctx context.Context, es *esv1.EgressService, host string, cond metav1.Condition) (*esv1.EgressService, error) {
-	var written *esv1.EgressService
 	client := c.es.K8sV1().EgressServices(es.Namespace)
+	written, err := writeStatusRetrying(es,
+		func() (*esv1.EgressService, error) { return client.Get(ctx, es.Name, metav1.GetOptions{}) },
+		func(cur *esv1.EgressService) bool { return upToDate(cur, host, cond) },
+		func(cur *esv1.EgressService) (*esv1.EgressService, error) {
+			next := cur.DeepCopy()
+			next.Status.Host = host
+			meta.SetStatusCondition(&next.Status.Conditions, cond)
+			updated, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+			c.metrics.apiWritesByResult.WithLabelValues("status", writeResult(err)).Inc()
+			return updated, err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("write status of EgressService %s/%s: %w", es.Namespace, es.Name, err)
+	}
+	return written, nil
+}
+
+// writeStatusRetrying writes obj's status through update (which changes a
+// copy) unless upToDate says it already reads so, and on a conflict reads
+// the object again with get and tries again. It returns the object as
+// written, or nil if nothing was written (already up to date, or the
+// object is gone: its delete event cleans up).
+func writeStatusRetrying[T any](obj T, get func() (T, error), upToDate func(T) bool, update func(T) (T, error)) (T, error) {
+	var written, none T
 	first := true
 	err := retry.RetryOnConflict(statusConflictBackoff, func() error {
 		if !first {
-			fresh, err := client.Get(ctx, es.Name, metav1.GetOptions{})
+			fresh, err := get()
 			if err != nil {
 				return err
 			}
-			es = fresh
+			obj = fresh
 		}
 		first = false
-		if upToDate(es, host, cond) {
+		if upToDate(obj) {
 			return nil
 		}
-		next := es.DeepCopy()
-		next.Status.Host = host
-		meta.SetStatusCondition(&next.Status.Conditions, cond)
-		updated, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{})
-		c.metrics.apiWritesByResult.WithLabelValues("status", writeResult(err)).Inc()
+		updated, err := update(obj)
 		if err != nil {
 			return err
 		}
@@ -86,10 +105,10 @@ func (c *Controller) writeStatus(ctx context.Context, es *esv1.EgressService, ho
 		return nil
 	})
 	if apierrors.IsNotFound(err) {
-		return nil, nil // deleted meanwhile; its delete event cleans up
+		return none, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("write status of EgressService %s/%s: %w", es.Namespace, es.Name, err)
+		return none, err
 	}
 	return written, nil
 }
