@@ -23,6 +23,10 @@
 //
 // Run it with test/bench/agent.sh (make bench-agent). It needs root. It is a
 // benchmark, so `go test ./...` (make test) compiles it but never runs it.
+//
+// BenchmarkAgentQoS (qos_test.go; test/bench/qos.sh, make bench-qos) runs
+// the same harness on EgressQoS: 1,000 namespaces × 10 rules × 100 pods,
+// every pod on the benchmarked node (docs/egressqos.md, "Benchmark").
 package agent
 
 import (
