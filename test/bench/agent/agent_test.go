@@ -23,6 +23,10 @@
 //
 // Run it with test/bench/agent.sh (make bench-agent). It needs root. It is a
 // benchmark, so `go test ./...` (make test) compiles it but never runs it.
+//
+// BenchmarkAgentQoS (qos_test.go; test/bench/qos.sh, make bench-qos) runs
+// the same harness on EgressQoS: 1,000 namespaces × 10 rules × 100 pods,
+// every pod on the benchmarked node (docs/egressqos.md, "Benchmark").
 package agent
 
 import (
@@ -348,6 +352,9 @@ type env struct {
 	agentEgress versioned.Interface
 	sw          *ovstest.Switch
 	rtTables    string
+	// podCIDRs and serviceCIDRs are the cluster's, as the agent is told
+	// them (IPv4 only unless a benchmark makes its cluster dual-stack).
+	podCIDRs, serviceCIDRs []netip.Prefix
 }
 
 // agentManifests give the agent's identity exactly its deploy/ RBAC.
@@ -368,12 +375,14 @@ func newEnv(b *testing.B) *env {
 	// JSON, and the setup is bound by the API server's CPU. The agents
 	// speak it too, as cmd/egressflow-agent does.
 	e := &env{
-		api:         api,
-		admin:       kubernetes.NewForConfigOrDie(agent.CoreClientConfig(setup)),
-		adminES:     versioned.NewForConfigOrDie(setup),
-		agentKube:   kubernetes.NewForConfigOrDie(agent.CoreClientConfig(api.Config(kubetest.Agent))),
-		agentEgress: versioned.NewForConfigOrDie(api.Config(kubetest.Agent)),
-		sw:          ovstest.Start(b),
+		api:          api,
+		admin:        kubernetes.NewForConfigOrDie(agent.CoreClientConfig(setup)),
+		adminES:      versioned.NewForConfigOrDie(setup),
+		agentKube:    kubernetes.NewForConfigOrDie(agent.CoreClientConfig(api.Config(kubetest.Agent))),
+		agentEgress:  versioned.NewForConfigOrDie(api.Config(kubetest.Agent)),
+		sw:           ovstest.Start(b),
+		podCIDRs:     []netip.Prefix{clusterPodCIDR},
+		serviceCIDRs: []netip.Prefix{serviceCIDR},
 	}
 	// The uplink: an internal port, a tap device inside the switch's
 	// namespace with the userspace datapath. No packet is sent through it.
@@ -425,10 +434,11 @@ func serviceName(i int) (string, string) {
 // shared: the marker, the pod guard of the one pod CIDR (no pod of the
 // node is known: nothing admitted), table 40's six flows by origin and
 // link scope, the exemptions (pod CIDR, service CIDR, every node IP) in
-// tables 40 and 41, the drop, and three delivery flows.
+// tables 40, 41 and (since layout 4) TableQoS, TableQoS's default, the
+// drop, and three delivery flows.
 func expectedFlows(services, endpoints int) int {
 	exemptions := 2 + otherNodes + 1
-	n := 1 + 1 + 6 + 2*exemptions + 1 + 3
+	n := 1 + 1 + 6 + 3*exemptions + 1 + 1 + 3
 	for i := range services {
 		n += 2 * endpoints
 		if hostOf(i) == benchNode {
@@ -557,13 +567,36 @@ type probeSwitch struct {
 	bundled   bool
 	captured  []*openflow.FlowMod
 
-	watch atomic.Pointer[endpointWatch]
+	watch atomic.Pointer[flowWatch]
 }
 
-// endpointWatch is an endpoint whose flows are awaited.
-type endpointWatch struct {
-	ip   []byte
-	done chan time.Time // buffered 1
+// flowWatch is a change whose flows are awaited: the first bundle with a
+// flow mod that carries reports is signalled on done.
+type flowWatch struct {
+	carries func(*openflow.FlowMod) bool
+	done    chan time.Time // buffered 1
+}
+
+// newFlowWatch awaits a bundle with a flow mod for which carries holds.
+func newFlowWatch(carries func(*openflow.FlowMod) bool) *flowWatch {
+	return &flowWatch{carries: carries, done: make(chan time.Time, 1)}
+}
+
+// await stores w on sw, runs change (the API call that causes it) and
+// returns the time from the call to the return of the bundle carrying it.
+func (w *flowWatch) await(b *testing.B, sw *probeSwitch, what string, change func() error) time.Duration {
+	sw.watch.Store(w)
+	start := time.Now()
+	if err := change(); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case acked := <-w.done:
+		return acked.Sub(start)
+	case <-time.After(waitLimit):
+		b.Fatalf("no bundle with %s within %v", what, waitLimit)
+		return 0
+	}
 }
 
 func (s *probeSwitch) BeginBundle(ctx context.Context) (agent.Bundle, error) {
@@ -587,7 +620,7 @@ type probeBundle struct {
 	first    bool // the switch's first bundle
 	mods     int
 	captured []*openflow.FlowMod // when first and capturing
-	watched  *endpointWatch      // carried by this bundle
+	watched  *flowWatch          // carried by this bundle
 }
 
 func (b *probeBundle) Add(ctx context.Context, msgs openflow.Sequence) error {
@@ -596,7 +629,7 @@ func (b *probeBundle) Add(ctx context.Context, msgs openflow.Sequence) error {
 	if b.first && b.sw.capture {
 		b.captured = append(b.captured, flowMods(msgs)...)
 	}
-	if w := b.sw.watch.Load(); w != nil && b.watched == nil && carries(flowMods(msgs), w.ip) {
+	if w := b.sw.watch.Load(); w != nil && b.watched == nil && slices.ContainsFunc(flowMods(msgs), w.carries) {
 		b.watched = w
 	}
 	return b.Bundle.Add(ctx, msgs)
@@ -639,14 +672,22 @@ func flowMods(msgs openflow.Sequence) []*openflow.FlowMod {
 	return out
 }
 
-// carries reports whether one of mods adds a flow matching source ip.
-func carries(mods []*openflow.FlowMod, ip []byte) bool {
-	for _, m := range mods {
-		if v, _, ok := m.Match.Get(openflow.FieldIPv4Src); ok && m.Command == openflow.FlowAdd && bytes.Equal(v, ip) {
-			return true
-		}
+// addsSource is a flowWatch predicate: a flow mod that adds (or replaces)
+// a flow matching source ip.
+func addsSource(ip netip.Addr) func(*openflow.FlowMod) bool {
+	field, want := srcField(ip), ip.AsSlice()
+	return func(m *openflow.FlowMod) bool {
+		v, _, ok := m.Match.Get(field)
+		return ok && m.Command == openflow.FlowAdd && bytes.Equal(v, want)
 	}
-	return false
+}
+
+// srcField is the source address field of ip's family.
+func srcField(ip netip.Addr) openflow.Field {
+	if ip.Is4() {
+		return openflow.FieldIPv4Src
+	}
+	return openflow.FieldIPv6Src
 }
 
 func (s *probeSwitch) firstBundleStart() time.Time {
@@ -698,8 +739,8 @@ func (e *env) startAgent(b *testing.B, logs *klogWatch, capture bool) *runningAg
 	a := agent.New(agent.Config{
 		Node: dataplane.NodeConfig{
 			Name:            benchNode,
-			ClusterPodCIDRs: []netip.Prefix{clusterPodCIDR},
-			ServiceCIDRs:    []netip.Prefix{serviceCIDR},
+			ClusterPodCIDRs: e.podCIDRs,
+			ServiceCIDRs:    e.serviceCIDRs,
 		},
 		UplinkPort: "eth0",
 		Namespace:  kubetest.SystemNamespace,
@@ -790,19 +831,12 @@ func (e *env) endpointLatency(b *testing.B, r *runningAgent, local int) ([]time.
 			Addresses: []string{ip.String()}, NodeName: ptr(benchNode),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
 		})
-		w := &endpointWatch{ip: ip.AsSlice(), done: make(chan time.Time, 1)}
-		r.sw.watch.Store(w)
-		start := time.Now()
-		if _, err := sliceClient.Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case acked := <-w.done:
-			if s >= latencyWarmup {
-				lat = append(lat, acked.Sub(start))
-			}
-		case <-time.After(waitLimit):
-			b.Fatalf("no bundle with endpoint %s's flows within %v", ip, waitLimit)
+		d := newFlowWatch(addsSource(ip)).await(b, r.sw, "endpoint "+ip.String()+"'s flows", func() error {
+			_, err := sliceClient.Update(ctx, slice, metav1.UpdateOptions{})
+			return err
+		})
+		if s >= latencyWarmup {
+			lat = append(lat, d)
 		}
 		time.Sleep(latencyGap)
 	}
@@ -870,7 +904,7 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods, wantFlows int, fileS
 	args := slices.Concat([]string{"netns", "exec", e.sw.Netns, "env"}, deployedGoRuntimeEnv(b), []string{bin,
 		"--kubeconfig=" + kubeconfig, "--node-name=" + benchNode, "--namespace=" + kubetest.SystemNamespace,
 		"--bridge=" + e.sw.Bridge, "--ovs-rundir=" + e.sw.Dir, "--uplink=eth0",
-		"--pod-cidrs=" + clusterPodCIDR.String(), "--service-cidrs=" + serviceCIDR.String(),
+		"--pod-cidrs=" + joinPrefixes(e.podCIDRs), "--service-cidrs=" + joinPrefixes(e.serviceCIDRs),
 		"--rt-tables=" + e.rtTables, "--metrics-bind-address=" + binaryMetricsAddr, "--profiling"})
 	started := time.Now()
 	agent := proc.Start(b, "ip", args...)
@@ -1084,6 +1118,15 @@ func (w *klogWatch) synced() (time.Time, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.at, w.seen
+}
+
+// joinPrefixes is prefixes as a flag takes them, comma-separated.
+func joinPrefixes(prefixes []netip.Prefix) string {
+	s := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 func median(d []time.Duration) time.Duration {
