@@ -31,8 +31,14 @@ type LabelSelector struct {
 // LabelSelectorRequirement is metav1.LabelSelectorRequirement with its
 // operator checked by the CRD.
 //
-// +kubebuilder:validation:XValidation:rule="!(self.operator in ['In', 'NotIn']) || (has(self.values) && size(self.values) > 0)",message="operators In and NotIn need at least one value"
-// +kubebuilder:validation:XValidation:rule="!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || size(self.values) == 0",message="operators Exists and DoesNotExist take no values"
+//
+// The rules compare the operator with == rather than `in` a list literal:
+// the API server charges a list literal's creation on every evaluation,
+// and EgressFirewall holds up to 8,000 × 100 of these requirements, whose
+// rules must stay within the cost budget (see LabelSelector).
+//
+// +kubebuilder:validation:XValidation:rule="!(self.operator == 'In' || self.operator == 'NotIn') || (has(self.values) && size(self.values) > 0)",message="operators In and NotIn need at least one value"
+// +kubebuilder:validation:XValidation:rule="!has(self.values) || size(self.values) == 0 || self.operator == 'In' || self.operator == 'NotIn'",message="operators Exists and DoesNotExist take no values"
 type LabelSelectorRequirement struct {
 	// key is the label key that the selector applies to.
 	// +required
