@@ -21,7 +21,7 @@ import (
 )
 
 func firewallCollection(ns string) string { return collectionOf("egressfirewalls", ns) }
-func firewallItem(ns, name string) string  { return firewallCollection(ns) + "/" + name }
+func firewallItem(ns, name string) string { return firewallCollection(ns) + "/" + name }
 
 func firewallManifest(name, spec string) string {
 	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":"EgressFirewall","metadata":{"name":%q},"spec":%s}`, name, spec)

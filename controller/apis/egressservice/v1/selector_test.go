@@ -77,7 +77,7 @@ func TestAsMetaSelects(t *testing.T) {
 // constant).
 func TestCRDBoundsMatchConstants(t *testing.T) {
 	for file, want := range map[string]int{
-		"k8s.ovn.org_egressqoses.yaml":      MaxEgressQoSRules,
+		"k8s.ovn.org_egressqoses.yaml":     MaxEgressQoSRules,
 		"k8s.ovn.org_egressfirewalls.yaml": MaxEgressFirewallRules,
 	} {
 		raw, err := os.ReadFile("../../../../deploy/crds/" + file)
