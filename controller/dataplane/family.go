@@ -141,3 +141,17 @@ func DecodeCookie(c uint64) (CookieFields, bool) {
 	}
 	return CookieFields{Kind: FlowKind(c >> 40), Hash: uint32(c >> 8), Layout: uint8(c)}, true
 }
+
+// takeID returns id, or the first value above it (wrapping past the
+// largest) that taken lacks, and marks it taken: how a stage gives the
+// values of its register (EgressQoS's classes, EgressFirewall's
+// namespaces) IDs from their hashes that stay put while others come and
+// go, and stay unique on a collision. Put 0 in taken to keep it for
+// "unclassified".
+func takeID(taken map[uint32]bool, id uint32) uint32 {
+	for taken[id] {
+		id++
+	}
+	taken[id] = true
+	return id
+}
