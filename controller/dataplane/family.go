@@ -21,7 +21,9 @@ const (
 	// TableFirewall is EgressFirewall's: a packet from a pod of this node
 	// to a destination outside the cluster's pod and service CIDRs is
 	// checked against its namespace's rules in order; Deny drops it, Allow
-	// or no match send it on to TableQoS. Reserved: not rendered yet.
+	// or no match send it on to TableQoS. Computed and rendered by
+	// firewall.go (ComputeFirewall, FirewallFlows), not wired yet:
+	// TableOrigin does not send packets to it.
 	TableFirewall uint8 = 44
 	// TableQoS is EgressQoS's: a packet from a pod of this node that the
 	// firewall let through gets the DSCP of its namespace's first matching
