@@ -21,7 +21,9 @@ const (
 	// TableFirewall is EgressFirewall's: a packet from a pod of this node
 	// to a destination outside the cluster's pod and service CIDRs is
 	// checked against its namespace's rules in order; Deny drops it, Allow
-	// or no match send it on to TableQoS. Reserved: not rendered yet.
+	// or no match send it on to TableQoS. Computed and rendered by
+	// firewall.go (ComputeFirewall, FirewallFlows), not wired yet:
+	// TableOrigin does not send packets to it.
 	TableFirewall uint8 = 44
 	// TableQoS is EgressQoS's: a packet from a pod of this node that the
 	// firewall let through gets the DSCP of its namespace's first matching
@@ -140,4 +142,18 @@ func DecodeCookie(c uint64) (CookieFields, bool) {
 		return CookieFields{}, false
 	}
 	return CookieFields{Kind: FlowKind(c >> 40), Hash: uint32(c >> 8), Layout: uint8(c)}, true
+}
+
+// takeID returns id, or the first value above it (wrapping past the
+// largest) that taken lacks, and marks it taken: how a stage gives the
+// values of its register (EgressQoS's classes, EgressFirewall's
+// namespaces) IDs from their hashes that stay put while others come and
+// go, and stay unique on a collision. Put 0 in taken to keep it for
+// "unclassified".
+func takeID(taken map[uint32]bool, id uint32) uint32 {
+	for taken[id] {
+		id++
+	}
+	taken[id] = true
+	return id
 }

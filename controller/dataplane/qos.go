@@ -251,12 +251,7 @@ func assignQoSClassIDs(namespaces []QoSNamespace) {
 	for i := range namespaces {
 		for j := range namespaces[i].Classes {
 			c := &namespaces[i].Classes[j]
-			id := qosClassHash(namespaces[i].Key, c.Rules)
-			for taken[id] {
-				id++
-			}
-			taken[id] = true
-			c.ID = id
+			c.ID = takeID(taken, qosClassHash(namespaces[i].Key, c.Rules))
 		}
 	}
 }

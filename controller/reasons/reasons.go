@@ -104,3 +104,16 @@ const (
 	// problems change.
 	Invalid Reason = "Invalid"
 )
+
+// Why part of an EgressFirewall is not programmed on a node
+// (controller/dataplane's ComputeFirewall). The object's other rules still
+// apply; InvalidRule and WrongFamily (above) serve it too: a rule the CRD
+// refuses, found in an object stored before it did, is skipped, and a
+// cidrSelector of a family the cluster has no pod of can never match.
+const (
+	// DNSNameUnresolved: a dnsName rule's name has no answer yet (the
+	// resolver has not resolved it, or its lookups fail). The rule matches
+	// nothing until it has one, so the rules after it decide; that is also
+	// what the reference's empty address set does.
+	DNSNameUnresolved Reason = "DNSNameUnresolved"
+)

@@ -1,8 +1,9 @@
-// Package conformance checks that the REST surfaces of EgressService and
-// EgressQoS served from deploy/crds/ by a real kube-apiserver behave as the
+// Package conformance checks that the REST surfaces of EgressService,
+// EgressQoS and EgressFirewall served from deploy/crds/ by a real kube-apiserver behave as the
 // API reference (the seeds) documents, endpoint by endpoint, including the
 // validation this project adds (CEL rules). This file has EgressService's
-// tests and the helpers; egressqos_test.go has EgressQoS's.
+// tests and the helpers; egressqos_test.go has EgressQoS's and
+// egressfirewall_test.go EgressFirewall's.
 package conformance
 
 import (
@@ -399,7 +400,7 @@ func TestSchemaValidation(t *testing.T) {
 // TestUnauthenticated covers every kind of the group.
 func TestUnauthenticated(t *testing.T) {
 	a := newAPI(t)
-	for _, resource := range []string{"egressservices", "egressqoses"} {
+	for _, resource := range []string{"egressservices", "egressqoses", "egressfirewalls"} {
 		a.token = ""
 		a.do("GET", basePath+"/"+resource, "", "").expect(t, http.StatusUnauthorized, "anonymous list of "+resource)
 		a.token = "not-a-token"

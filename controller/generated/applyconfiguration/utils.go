@@ -32,6 +32,18 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=k8s.ovn.org, Version=v1
+	case v1.SchemeGroupVersion.WithKind("EgressFirewall"):
+		return &egressservicev1.EgressFirewallApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressFirewallDestination"):
+		return &egressservicev1.EgressFirewallDestinationApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressFirewallPort"):
+		return &egressservicev1.EgressFirewallPortApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressFirewallRule"):
+		return &egressservicev1.EgressFirewallRuleApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressFirewallSpec"):
+		return &egressservicev1.EgressFirewallSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressFirewallStatus"):
+		return &egressservicev1.EgressFirewallStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressQoS"):
 		return &egressservicev1.EgressQoSApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressQoSRule"):

@@ -1,5 +1,6 @@
 // Package v1 holds the kinds of the API group k8s.ovn.org, version v1, that
-// egressflow serves: EgressService (types.go) and EgressQoS (egressqos.go).
+// egressflow serves: EgressService (types.go), EgressQoS (egressqos.go) and
+// EgressFirewall (egressfirewall.go).
 // It has the Go types, their registration in a scheme, and the kubebuilder
 // markers from which `make manifests` generates the CRDs in deploy/crds/. The
 // deepcopy functions (zz_generated.deepcopy.go) and the typed clientset,
@@ -10,9 +11,10 @@
 // makes one typed client per Go package of types, and names its clientset
 // method after the group and version, so a second package of k8s.ovn.org/v1
 // would give a second, clashing K8sV1(). With every kind of the group here,
-// the clientset has one K8sV1() with EgressServices() and EgressQoSes(), the
+// the clientset has one K8sV1() with EgressServices(), EgressQoSes() and
+// EgressFirewalls(), the
 // informer factory one K8s().V1(), and no import path changed when
-// EgressQoS came. The next kinds of the group (EgressIP, EgressFirewall, …)
+// EgressQoS and EgressFirewall came. The next kinds of the group (EgressIP, …)
 // go here too, one file each. The path keeps its historical name.
 //
 // The fields follow the ovn-kubernetes APIs exactly. Beyond them:
@@ -22,7 +24,13 @@
 //   - EgressQoS's CRD refuses a name other than default (only that object
 //     counts, as in the reference), a dstCIDR that is not a CIDR, and
 //     podSelector operators the API server does not check by itself in a
-//     custom resource; it bounds spec.egress (see EgressQoSSpec).
+//     custom resource; it bounds spec.egress (see EgressQoSSpec);
+//   - EgressFirewall's CRD refuses a name other than default, a destination
+//     that sets none or several of cidrSelector, dnsName and nodeSelector, a
+//     cidrSelector that is not a CIDR, a dnsName that is not a DNS name (a
+//     "*." wildcard only as the first label) or is an address, and
+//     nodeSelector operators the API server does not check; it bounds
+//     spec.egress at the reference's 8,000 rules (MaxEgressFirewallRules).
 //
 // informer-gen v0.36 names the informer of EgressQoS "egressqoss" in its
 // identifier (it appends an s and ignores --plural-exceptions there); the

@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// GroupName is the API group of EgressService and EgressQoS.
+// GroupName is the API group of EgressService, EgressQoS and EgressFirewall.
 const GroupName = "k8s.ovn.org"
 
 // SchemeGroupVersion is the group and version of this package's types.
@@ -27,7 +27,8 @@ var (
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&EgressService{}, &EgressServiceList{},
-		&EgressQoS{}, &EgressQoSList{})
+		&EgressQoS{}, &EgressQoSList{},
+		&EgressFirewall{}, &EgressFirewallList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

@@ -72,40 +72,46 @@ func TestAsMetaSelects(t *testing.T) {
 	}
 }
 
-// TestCRDBoundsMatchConstants: the generated CRD bounds spec.egress by
-// MaxEgressQoSRules (a marker cannot name the constant).
+// TestCRDBoundsMatchConstants: the generated CRDs bound spec.egress by
+// MaxEgressQoSRules and MaxEgressFirewallRules (a marker cannot name the
+// constant).
 func TestCRDBoundsMatchConstants(t *testing.T) {
-	raw, err := os.ReadFile("../../../../deploy/crds/k8s.ovn.org_egressqoses.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd struct {
-		Spec struct {
-			Versions []struct {
-				Schema struct {
-					OpenAPIV3Schema struct {
-						Properties struct {
-							Spec struct {
-								Properties struct {
-									Egress struct {
-										MaxItems *int `json:"maxItems"`
-									} `json:"egress"`
-								} `json:"properties"`
-							} `json:"spec"`
-						} `json:"properties"`
-					} `json:"openAPIV3Schema"`
-				} `json:"schema"`
-			} `json:"versions"`
-		} `json:"spec"`
-	}
-	if err := yaml.Unmarshal(raw, &crd); err != nil {
-		t.Fatal(err)
-	}
-	if len(crd.Spec.Versions) != 1 {
-		t.Fatalf("%d versions in the CRD", len(crd.Spec.Versions))
-	}
-	got := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties.Spec.Properties.Egress.MaxItems
-	if got == nil || *got != MaxEgressQoSRules {
-		t.Fatalf("spec.egress maxItems %v, MaxEgressQoSRules %d", got, MaxEgressQoSRules)
+	for file, want := range map[string]int{
+		"k8s.ovn.org_egressqoses.yaml":     MaxEgressQoSRules,
+		"k8s.ovn.org_egressfirewalls.yaml": MaxEgressFirewallRules,
+	} {
+		raw, err := os.ReadFile("../../../../deploy/crds/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd struct {
+			Spec struct {
+				Versions []struct {
+					Schema struct {
+						OpenAPIV3Schema struct {
+							Properties struct {
+								Spec struct {
+									Properties struct {
+										Egress struct {
+											MaxItems *int `json:"maxItems"`
+										} `json:"egress"`
+									} `json:"properties"`
+								} `json:"spec"`
+							} `json:"properties"`
+						} `json:"openAPIV3Schema"`
+					} `json:"schema"`
+				} `json:"versions"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal(raw, &crd); err != nil {
+			t.Fatal(err)
+		}
+		if len(crd.Spec.Versions) != 1 {
+			t.Fatalf("%s: %d versions in the CRD", file, len(crd.Spec.Versions))
+		}
+		got := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties.Spec.Properties.Egress.MaxItems
+		if got == nil || *got != want {
+			t.Errorf("%s: spec.egress maxItems %v, the constant %d", file, got, want)
+		}
 	}
 }

@@ -18,6 +18,14 @@ limitations under the License.
 
 package v1
 
+// EgressFirewallListerExpansion allows custom methods to be added to
+// EgressFirewallLister.
+type EgressFirewallListerExpansion interface{}
+
+// EgressFirewallNamespaceListerExpansion allows custom methods to be added to
+// EgressFirewallNamespaceLister.
+type EgressFirewallNamespaceListerExpansion interface{}
+
 // EgressQoSListerExpansion allows custom methods to be added to
 // EgressQoSLister.
 type EgressQoSListerExpansion interface{}

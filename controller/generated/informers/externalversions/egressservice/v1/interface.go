@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// EgressFirewalls returns a EgressFirewallInformer.
+	EgressFirewalls() EgressFirewallInformer
 	// EgressQoSes returns a EgressQoSInformer.
 	EgressQoSes() EgressQoSInformer
 	// EgressServices returns a EgressServiceInformer.
@@ -39,6 +41,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// EgressFirewalls returns a EgressFirewallInformer.
+func (v *version) EgressFirewalls() EgressFirewallInformer {
+	return &egressFirewallInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // EgressQoSes returns a EgressQoSInformer.

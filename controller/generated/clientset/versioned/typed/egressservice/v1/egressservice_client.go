@@ -28,6 +28,7 @@ import (
 
 type K8sV1Interface interface {
 	RESTClient() rest.Interface
+	EgressFirewallsGetter
 	EgressQoSesGetter
 	EgressServicesGetter
 }
@@ -35,6 +36,10 @@ type K8sV1Interface interface {
 // K8sV1Client is used to interact with features provided by the k8s.ovn.org group.
 type K8sV1Client struct {
 	restClient rest.Interface
+}
+
+func (c *K8sV1Client) EgressFirewalls(namespace string) EgressFirewallInterface {
+	return newEgressFirewalls(c, namespace)
 }
 
 func (c *K8sV1Client) EgressQoSes(namespace string) EgressQoSInterface {

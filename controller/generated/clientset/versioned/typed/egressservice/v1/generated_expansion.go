@@ -18,6 +18,8 @@ limitations under the License.
 
 package v1
 
+type EgressFirewallExpansion interface{}
+
 type EgressQoSExpansion interface{}
 
 type EgressServiceExpansion interface{}

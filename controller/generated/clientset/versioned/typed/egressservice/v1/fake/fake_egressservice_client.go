@@ -28,6 +28,10 @@ type FakeK8sV1 struct {
 	*testing.Fake
 }
 
+func (c *FakeK8sV1) EgressFirewalls(namespace string) v1.EgressFirewallInterface {
+	return newFakeEgressFirewalls(c, namespace)
+}
+
 func (c *FakeK8sV1) EgressQoSes(namespace string) v1.EgressQoSInterface {
 	return newFakeEgressQoSes(c, namespace)
 }

@@ -1,0 +1,410 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/reasons"
+	"github.com/egressflow/egressflow/openflow"
+)
+
+// EgressFirewall's part of a node's desired state: TableFirewall
+// (docs/dataplane.md, "The egress pipeline for the family";
+// docs/egressfirewall.md). ComputeFirewall is a pure function of the
+// EgressFirewall objects, this node's pods, the Nodes (for nodeSelector
+// rules) and the addresses of the rules' DNS names; FirewallFlows renders
+// it. Neither is wired yet: TableOrigin does not send packets to
+// TableFirewall, and neither Compute nor the Planner calls them (issue 19,
+// step 2).
+//
+// # How the flows stay off pods × rules
+//
+// A pod's packet is classified once: a flow per local pod address of a
+// namespace with an EgressFirewall loads the namespace's ID into reg4
+// (EgressFirewall's register) and looks TableFirewall up again. The rules
+// then match reg4, not the pods: rule i of the namespace becomes flows at
+// priority 10000 − i (the reference's ACL priorities) matching reg4, one
+// destination prefix and, if the rule has ports, one protocol and port.
+// The first (highest) that matches drops the packet (Deny) or sends it on
+// to TableQoS (Allow); a packet that matches none goes on too (the
+// default allow). A node's TableFirewall therefore holds
+//
+//	Σ_namespaces (local pod addresses + Σ_rules destinations × max(1, ports))
+//	  + exemptions + 1
+//
+// flows, counting a rule's destinations only in the families the
+// namespace has local pods of: a cidrSelector is one destination, a
+// dnsName one per address, a nodeSelector one per address of each
+// selected node. It grows with pods plus rules, never with pods × rules.
+//
+// A destination × port cross product is the one product left. A
+// conjunctive match would make it a sum (conjunction(id,1/2) per
+// destination, conjunction(id,2/2) per port, at the rule's priority,
+// where one rule's clauses may share it), at the cost of one more flow per
+// rule and a packet tracer that models conjunctions; rules with several
+// ports and several addresses are rare enough that it is left for the
+// benchmark to decide. The API's ports are single ports (the seed's
+// `port: integer`), so no masked tp_dst matches are needed; a range, if the
+// API grew one, would cost at most 2 × 16 − 2 masked matches.
+
+// Flow kinds of EgressFirewall, in TableFirewall.
+var (
+	// KindFirewallClassify loads a local pod's namespace ID into reg4 and
+	// looks TableFirewall up again; its namespace's hash.
+	KindFirewallClassify = APIEgressFirewall.Kind(1)
+	// KindFirewallDeny drops a packet a Deny rule matches; its namespace's
+	// hash. Their packet counters are the denied packets.
+	KindFirewallDeny = APIEgressFirewall.Kind(2)
+	// KindFirewallAllow sends a packet an Allow rule matches on to
+	// TableQoS; its namespace's hash.
+	KindFirewallAllow = APIEgressFirewall.Kind(3)
+	// KindFirewallPass sends on to TableQoS what no rule judges: the
+	// exempt destinations above everything, and the table's default.
+	// Hash 0 (no one object owns them).
+	KindFirewallPass = APIEgressFirewall.Kind(4)
+)
+
+// Priorities in TableFirewall. Classification (reg4=0) and the rules
+// (reg4=ID) never match one packet, so only the exemptions must be above
+// both and the default below.
+const (
+	priorityFirewallExempt uint16 = 12000
+	// priorityFirewallClassify could be any value below the exemptions; it
+	// sits above the rules so that a dump reads in the packet's order.
+	priorityFirewallClassify uint16 = 11000
+	// priorityFirewallFirstRule is the priority of rule 0; rule i has
+	// priorityFirewallFirstRule − i, down to 10000 − 7999 = 2001: the
+	// reference's numbers (EgressFirewallStartPriority 10000, and
+	// MinimumReservedEgressFirewallPriority 2000 below the last rule).
+	priorityFirewallFirstRule uint16 = 10000
+	priorityFirewallDefault   uint16 = 0
+)
+
+// firewallNamespaceRegister holds a packet's namespace ID in its pass
+// through TableFirewall: reg4 is EgressFirewall's (docs/dataplane.md,
+// "Conntrack zones, marks and registers"). 0 means "not classified yet".
+var firewallNamespaceRegister = openflow.FieldReg(4)
+
+// FirewallPort is one protocol and destination port a rule matches.
+type FirewallPort struct {
+	// Protocol is the IP protocol number: 6 (TCP), 17 (UDP) or 132 (SCTP).
+	Protocol uint8
+	Port     uint16
+}
+
+// FirewallRule is one rule of an EgressFirewall as TableFirewall matches it.
+type FirewallRule struct {
+	// Index is the rule's position in spec.egress: its precedence.
+	Index int
+	Deny  bool
+	// Destinations are masked prefixes, sorted and without duplicates: the
+	// cidrSelector, or a full-length prefix per address of the dnsName or
+	// of the selected nodes. Empty for a name or selector that has no
+	// address now: the rule matches nothing.
+	Destinations []netip.Prefix
+	// Ports, sorted and without duplicates; none means every protocol and
+	// port (ICMP too).
+	Ports []FirewallPort
+}
+
+// FirewallNamespace is one namespace's EgressFirewall (the object named
+// default) on this node.
+type FirewallNamespace struct {
+	// Key is ObjectKey(APIEgressFirewall, namespace, "default"): its flows'
+	// cookie hash.
+	Key string
+	// ID is the value of reg4 for the namespace's packets, unique on the
+	// node and never 0.
+	ID uint32
+	// Sources are the namespace's local pod addresses, sorted.
+	Sources []netip.Addr
+	// Rules are the rules TableFirewall applies, in spec.egress order; a
+	// rule skipped for a Problem is not among them.
+	Rules []FirewallRule
+}
+
+// Firewall is the node's desired TableFirewall.
+type Firewall struct {
+	// Exempt are the destinations no rule judges: the cluster's pod and
+	// service CIDRs, masked and sorted. Node addresses are not exempt
+	// (docs/dataplane.md, "Precedence", rule 1): nodeSelector rules are
+	// for them.
+	Exempt []netip.Prefix
+	// Namespaces, sorted by Key; only those with local pods.
+	Namespaces []FirewallNamespace
+	// Problems, sorted by Service (the object's key) and then as found.
+	Problems []Problem
+}
+
+// FirewallDNSKey is the form of a dnsName under which ComputeFirewall
+// looks its addresses up: lower case, without a final dot. DNS names
+// compare without regard to case, and "example.com." is "example.com".
+// A wildcard keeps its "*." ("*.example.com"). The resolver files its
+// answers under the same key.
+func FirewallDNSKey(dnsName string) string {
+	return strings.ToLower(strings.TrimSuffix(dnsName, "."))
+}
+
+// firewallProtocols are the protocols a port may name, by the API's names.
+var firewallProtocols = map[string]uint8{"TCP": 6, "UDP": 17, "SCTP": 132}
+
+// ComputeFirewall returns the node's TableFirewall for the EgressFirewall
+// objects (of any namespace; only those named default count), the pods
+// (only those bound to node count; which addresses count is
+// podAddresses'), the Nodes (whose InternalIP and ExternalIP addresses
+// nodeSelector rules match) and the addresses of the rules' DNS names,
+// keyed by FirewallDNSKey. A name missing from resolved has no answer
+// yet: its rule matches nothing, and is reported (DNSNameUnresolved); a
+// name present with no address matches nothing and is not reported.
+func ComputeFirewall(node NodeConfig, firewalls []*esv1.EgressFirewall, pods []*corev1.Pod, nodes []*corev1.Node,
+	resolved map[string][]netip.Addr) Firewall {
+	out := Firewall{Exempt: firewallExemptions(node)}
+	sources := map[string][]netip.Addr{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == node.Name {
+			sources[pod.Namespace] = append(sources[pod.Namespace], podAddresses(pod, node.ClusterPodCIDRs)...)
+		}
+	}
+	for _, fw := range firewalls {
+		if fw.Name != esv1.EgressFirewallName {
+			continue
+		}
+		ns, problems := computeFirewallNamespace(node, fw, nodes, resolved)
+		out.Problems = append(out.Problems, problems...)
+		ns.Sources = slices.Compact(slices.SortedFunc(slices.Values(sources[fw.Namespace]), netip.Addr.Compare))
+		if len(ns.Sources) > 0 {
+			out.Namespaces = append(out.Namespaces, ns)
+		}
+	}
+	slices.SortFunc(out.Namespaces, func(a, b FirewallNamespace) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortStableFunc(out.Problems, func(a, b Problem) int { return strings.Compare(a.Service, b.Service) })
+	taken := map[uint32]bool{0: true}
+	for i := range out.Namespaces {
+		out.Namespaces[i].ID = takeID(taken, ServiceHash(out.Namespaces[i].Key))
+	}
+	return out
+}
+
+// firewallExemptions are the destinations TableFirewall never judges: the
+// cluster pod and service CIDRs (not the node addresses).
+func firewallExemptions(node NodeConfig) []netip.Prefix {
+	out := slices.Concat(node.ClusterPodCIDRs, node.ServiceCIDRs)
+	for i, p := range out {
+		out[i] = p.Masked()
+	}
+	slices.SortFunc(out, comparePrefixes)
+	return slices.Compact(out)
+}
+
+// computeFirewallNamespace computes fw's rules (Sources and ID not yet
+// set) and their problems.
+func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []*corev1.Node,
+	resolved map[string][]netip.Addr) (FirewallNamespace, []Problem) {
+	ns := FirewallNamespace{Key: ObjectKey(APIEgressFirewall, fw.Namespace, fw.Name)}
+	var problems []Problem
+	problem := func(reason reasons.Reason, format string, args ...any) {
+		problems = append(problems, Problem{Service: ns.Key, Reason: reason, Message: fmt.Sprintf(format, args...)})
+	}
+	for i, r := range fw.Spec.Egress {
+		if i >= esv1.MaxEgressFirewallRules {
+			problem(reasons.InvalidRule, "rules past the first %d are ignored", esv1.MaxEgressFirewallRules)
+			break
+		}
+		rule := FirewallRule{Index: i}
+		switch r.Type {
+		case esv1.EgressFirewallRuleAllow:
+		case esv1.EgressFirewallRuleDeny:
+			rule.Deny = true
+		default:
+			problem(reasons.InvalidRule, "rule %d: type %q is neither Allow nor Deny", i, r.Type)
+			continue
+		}
+		ports, err := firewallPorts(r.Ports)
+		if err != nil {
+			problem(reasons.InvalidRule, "rule %d: %v", i, err)
+			continue
+		}
+		rule.Ports = ports
+		to := r.To
+		set := 0
+		for _, isSet := range []bool{to.CIDRSelector != "", to.DNSName != "", to.NodeSelector != nil} {
+			if isSet {
+				set++
+			}
+		}
+		if set != 1 {
+			problem(reasons.InvalidRule, "rule %d: sets %d of cidrSelector, dnsName and nodeSelector, not exactly one", i, set)
+			continue
+		}
+		switch {
+		case to.CIDRSelector != "":
+			p, err := netip.ParsePrefix(to.CIDRSelector)
+			if err != nil {
+				problem(reasons.InvalidRule, "rule %d: cidrSelector %q: %v", i, to.CIDRSelector, err)
+				continue
+			}
+			p = p.Masked()
+			if !slices.ContainsFunc(node.ClusterPodCIDRs, func(c netip.Prefix) bool { return c.Addr().Is4() == p.Addr().Is4() }) {
+				problem(reasons.WrongFamily, "rule %d: cidrSelector %s is %s, and the cluster has no pod of that family", i, p, familyName(p.Addr()))
+			}
+			rule.Destinations = []netip.Prefix{p}
+		case to.DNSName != "":
+			addrs, ok := resolved[FirewallDNSKey(to.DNSName)]
+			if !ok {
+				problem(reasons.DNSNameUnresolved, "rule %d: dnsName %s is not resolved yet; the rule matches nothing until it is", i, to.DNSName)
+			}
+			rule.Destinations = hostPrefixes(addrs)
+		default:
+			sel, err := metav1.LabelSelectorAsSelector(to.NodeSelector.AsMeta())
+			if err != nil {
+				problem(reasons.InvalidRule, "rule %d: nodeSelector: %v", i, err)
+				continue
+			}
+			var addrs []netip.Addr
+			for _, n := range nodes {
+				if sel.Matches(labels.Set(n.Labels)) {
+					addrs = append(addrs, nodeAddresses(n)...)
+				}
+			}
+			rule.Destinations = hostPrefixes(addrs)
+		}
+		ns.Rules = append(ns.Rules, rule)
+	}
+	return ns, problems
+}
+
+// firewallPorts converts a rule's ports, sorted and without duplicates; an
+// error names one the CRD would refuse.
+func firewallPorts(ports []esv1.EgressFirewallPort) ([]FirewallPort, error) {
+	var out []FirewallPort
+	for j, p := range ports {
+		proto, ok := firewallProtocols[p.Protocol]
+		if !ok {
+			return nil, fmt.Errorf("ports[%d]: protocol %q is none of TCP, UDP and SCTP", j, p.Protocol)
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			return nil, fmt.Errorf("ports[%d]: port %d is outside 1-65535", j, p.Port)
+		}
+		out = append(out, FirewallPort{Protocol: proto, Port: uint16(p.Port)})
+	}
+	slices.SortFunc(out, func(a, b FirewallPort) int {
+		if a.Protocol != b.Protocol {
+			return int(a.Protocol) - int(b.Protocol)
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	return slices.Compact(out), nil
+}
+
+// hostPrefixes are the full-length prefixes of addrs, sorted and without
+// duplicates.
+func hostPrefixes(addrs []netip.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	slices.SortFunc(out, comparePrefixes)
+	return slices.Compact(out)
+}
+
+// resubmitQoS ends every path through TableFirewall that lets a packet go
+// on: to TableQoS, the next stage. A goto_table would do (45 is after 44),
+// but the stages end alike, by resubmit, as docs/dataplane.md lays out.
+var resubmitQoS = []openflow.Instruction{openflow.Apply(openflow.ResubmitTable(TableQoS))}
+
+// FirewallFlows renders TableFirewall: the shared flows
+// (FirewallSharedFlows of fw.Exempt), then each namespace's
+// (AppendFirewallNamespace).
+func FirewallFlows(fw Firewall) []*openflow.FlowMod {
+	var buf FlowBuffer // never reset: the flows are the caller's
+	out := FirewallSharedFlows(fw.Exempt)
+	for _, ns := range fw.Namespaces {
+		out = buf.AppendFirewallNamespace(out, ns)
+	}
+	return out
+}
+
+// FirewallSharedFlows renders the flows of TableFirewall that no object
+// owns: each exempt destination goes on to TableQoS above every rule, and
+// whatever no rule judges goes on at the bottom (the default allow).
+func FirewallSharedFlows(exempt []netip.Prefix) []*openflow.FlowMod {
+	var buf FlowBuffer
+	var out []*openflow.FlowMod
+	for _, p := range exempt {
+		fm := buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallExempt, resubmitQoS)
+		setIP(&fm.Match, p.Addr(), openflow.FieldNone)
+		fm.Match.SetPrefix(dstField(p.Addr()), p)
+		out = append(out, fm)
+	}
+	return append(out, buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallDefault, resubmitQoS))
+}
+
+// AppendFirewallNamespace renders ns's flows into b and appends them to
+// dst: a classifying flow per source, then for each rule a flow per
+// destination of a family the sources have, times each port (or one
+// without ports).
+func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns FirewallNamespace) []*openflow.FlowMod {
+	cookieClassify := Cookie(KindFirewallClassify, ns.Key)
+	cookieDeny, cookieAllow := Cookie(KindFirewallDeny, ns.Key), Cookie(KindFirewallAllow, ns.Key)
+	classify := []openflow.Instruction{openflow.Apply(
+		openflow.SetField{Field: firewallNamespaceRegister, Value: be32(ns.ID)},
+		openflow.ResubmitTable(TableFirewall))}
+	var families [2]bool // IPv4, IPv6: of the sources
+	for _, src := range ns.Sources {
+		fm := b.add(cookieClassify, TableFirewall, priorityFirewallClassify, classify)
+		setIP(&fm.Match, src, srcField(src))
+		fm.Match.SetUint(firewallNamespaceRegister, 0)
+		dst = append(dst, fm)
+		families[familyIndex(src)] = true
+	}
+	for _, rule := range ns.Rules {
+		cookie, insts := cookieAllow, resubmitQoS
+		if rule.Deny {
+			cookie, insts = cookieDeny, nil // no instructions: drop
+		}
+		priority := priorityFirewallFirstRule - uint16(rule.Index)
+		for _, d := range rule.Destinations {
+			if !families[familyIndex(d.Addr())] {
+				continue
+			}
+			add := func() *openflow.Match {
+				fm := b.add(cookie, TableFirewall, priority, insts)
+				setIP(&fm.Match, d.Addr(), openflow.FieldNone)
+				fm.Match.SetUint(firewallNamespaceRegister, uint64(ns.ID))
+				fm.Match.SetPrefix(dstField(d.Addr()), d)
+				dst = append(dst, fm)
+				return &fm.Match
+			}
+			if len(rule.Ports) == 0 {
+				add()
+				continue
+			}
+			for _, p := range rule.Ports {
+				m := add()
+				m.SetUint(openflow.FieldIPProto, uint64(p.Protocol))
+				m.SetUint(portField(p.Protocol), uint64(p.Port))
+			}
+		}
+	}
+	return dst
+}
+
+// portField is the destination port field of a protocol firewallProtocols
+// holds.
+func portField(protocol uint8) openflow.Field {
+	switch protocol {
+	case 6:
+		return openflow.FieldTCPDst
+	case 17:
+		return openflow.FieldUDPDst
+	}
+	return openflow.FieldSCTPDst
+}
