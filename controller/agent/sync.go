@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -313,15 +312,21 @@ func (a *Agent) report(changed []string) {
 				continue
 			}
 			if strings.HasPrefix(k, qosKeyPrefix) {
+				// Logged only: an EgressQoS's problems are the same on
+				// every node (the cluster's families, its selectors), and
+				// the cluster component reports them once, in the
+				// object's status and an Invalid Event, where an Event
+				// per node would repeat them a thousand times.
 				klog.InfoS("EgressQoS not programmed as asked", "object", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
-			} else {
-				klog.InfoS("EgressService not programmed as asked", "service", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
+				continue
 			}
+			klog.InfoS("EgressService not programmed as asked", "service", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
 			if a.cfg.Recorder == nil {
 				continue
 			}
-			if obj := a.reportedObject(k); obj != nil {
-				a.cfg.Recorder.Eventf(obj, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
+			namespace, name, _ := cache.SplitMetaNamespaceKey(k)
+			if es, err := a.egressServices.EgressServices(namespace).Get(name); err == nil {
+				a.cfg.Recorder.Eventf(es, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
 			}
 		}
 		if len(problems) == 0 {
@@ -330,20 +335,4 @@ func (a *Agent) report(changed []string) {
 			a.reported[k] = problems
 		}
 	}
-}
-
-// reportedObject is the object of key (an EgressService's or an
-// EgressQoS's) that an Event about its problems goes on; nil if it is gone.
-func (a *Agent) reportedObject(key string) runtime.Object {
-	if strings.HasPrefix(key, qosKeyPrefix) {
-		if q, err := a.qosInput(key); err == nil && q != nil {
-			return q
-		}
-		return nil
-	}
-	namespace, name, _ := cache.SplitMetaNamespaceKey(key)
-	if es, err := a.egressServices.EgressServices(namespace).Get(name); err == nil {
-		return es
-	}
-	return nil
 }
