@@ -284,6 +284,16 @@ func TestCrossCheckHandFlows(t *testing.T) {
 // pick returns a random element of s.
 func pick[T any](rnd *rand.Rand, s []T) T { return s[rnd.IntN(len(s))] }
 
+// pickPair picks a source among sources and a destination of the same
+// family among destinations (which must hold one).
+func pickPair(rnd *rand.Rand, sources, destinations []string) (src, dst netip.Addr) {
+	src = netip.MustParseAddr(pick(rnd, sources))
+	for !dst.IsValid() || dst.Is4() != src.Is4() {
+		dst = netip.MustParseAddr(pick(rnd, destinations))
+	}
+	return src, dst
+}
+
 // randomMAC is a unicast, locally administered MAC.
 func randomMAC(rnd *rand.Rand) trace.MAC {
 	m := trace.MAC{0x02}
@@ -369,11 +379,7 @@ func randomTransport(rnd *rand.Rand, p *trace.Packet) {
 func handProbe(rnd *rand.Rand, b *bridge) probe {
 	sources := []string{"10.1.1.1", "10.1.2.1", "10.1.200.3", "172.16.0.1", "fd00:1::5", "fd00:1:ff::1", "2001:db8:1::1"}
 	destinations := []string{"10.2.0.1", "10.9.0.1", "8.8.8.8", "10.1.1.2", "2001:db8:ff::1", "fd00:1::9"}
-	src := netip.MustParseAddr(pick(rnd, sources))
-	var dst netip.Addr
-	for !dst.IsValid() || dst.Is4() != src.Is4() {
-		dst = netip.MustParseAddr(pick(rnd, destinations))
-	}
+	src, dst := pickPair(rnd, sources, destinations)
 	inPorts := append([]uint32{b.uplink, openflow.PortLocal}, b.pods...)
 	p := trace.Packet{InPort: pick(rnd, inPorts), EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd), Src: src, Dst: dst,
 		DSCP: pick(rnd, []uint8{0, 0, 46, 10}), PktMark: pick(rnd, []uint32{0, 0, 0x7, 0x107, 0x10})}

@@ -95,11 +95,7 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 		"fd00:10:244:2::9", "fd00:10:96::1"}
 	probes := make([]probe, 2*packetsPerScenario)
 	for i := range probes {
-		src := netip.MustParseAddr(pick(rnd, sources))
-		var dst netip.Addr
-		for !dst.IsValid() || dst.Is4() != src.Is4() {
-			dst = netip.MustParseAddr(pick(rnd, destinations))
-		}
+		src, dst := pickPair(rnd, sources, destinations)
 		p := trace.Packet{InPort: openflow.PortLocal, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd), Src: src, Dst: dst}
 		randomTransport(rnd, &p)
 		if rnd.IntN(4) > 0 && (p.Proto == trace.ProtoTCP || p.Proto == trace.ProtoUDP || p.Proto == trace.ProtoSCTP) {

@@ -16,9 +16,9 @@ import (
 )
 
 // TestCrossCheckQoSFlows installs the TableQoS that dataplane.ComputeQoS
-// and QoSFlows render (EgressQoS, issue 18; not wired into the agent yet)
-// on a real bridge, behind a table 0 that sends every packet to TableQoS
-// and a TableEgress that sends it out of the uplink. Open vSwitch accepts
+// and QoSFlows render (EgressQoS, issue 18) alone on a real bridge, behind
+// a table 0 that sends every packet to TableQoS and a TableEgress that
+// sends it out of the uplink. Open vSwitch accepts
 // them (one bundle), and the tracer and ofproto/trace agree on the DSCP of
 // every generated packet; dataplane's TestQoSMatchesSpecification holds
 // the tracer's answers to the API's rule.
@@ -71,11 +71,7 @@ func TestCrossCheckQoSFlows(t *testing.T) {
 		"2001:db8:ff::1", "2001:db8:fe::1", "fd00:10:244:2::9"}
 	probes := make([]probe, packetsPerScenario)
 	for i := range probes {
-		src := netip.MustParseAddr(pick(rnd, sources))
-		var dst netip.Addr
-		for !dst.IsValid() || dst.Is4() != src.Is4() {
-			dst = netip.MustParseAddr(pick(rnd, destinations))
-		}
+		src, dst := pickPair(rnd, sources, destinations)
 		p := trace.Packet{InPort: openflow.PortLocal, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd), Src: src, Dst: dst,
 			DSCP: pick(rnd, []uint8{0, 0, 12})}
 		randomTransport(rnd, &p)
