@@ -281,15 +281,7 @@ func (s *qosTerm) isOwnWrite(key string, n *esv1.EgressQoS) bool {
 
 // freshest returns q or the newer object this term wrote for it.
 func (s *qosTerm) freshest(key string, q *esv1.EgressQoS) *esv1.EgressQoS {
-	w := s.written[key]
-	if w == nil {
-		return q
-	}
-	if newer(w.ResourceVersion, q.ResourceVersion) {
-		return w
-	}
-	delete(s.written, key)
-	return q
+	return fresherOfWritten(s.written, key, q)
 }
 
 func (s *qosTerm) forget(key string) {

@@ -255,15 +255,22 @@ func (s *state) carriedElsewhere(label, node string) bool {
 
 // freshest returns es or the newer object this term wrote for it.
 func (s *state) freshest(key string, es *esv1.EgressService) *esv1.EgressService {
-	w := s.written[key]
-	if w == nil {
-		return es
+	return fresherOfWritten(s.written, key, es)
+}
+
+// fresherOfWritten returns obj, or the status write of key in written (the
+// writes the informer cache has not caught up with) if that is newer; once
+// the cache has caught up, the write is forgotten.
+func fresherOfWritten[T interface{ GetResourceVersion() string }](written map[string]T, key string, obj T) T {
+	w, ok := written[key]
+	if !ok {
+		return obj
 	}
-	if newer(w.ResourceVersion, es.ResourceVersion) {
+	if newer(w.GetResourceVersion(), obj.GetResourceVersion()) {
 		return w
 	}
-	delete(s.written, key)
-	return es
+	delete(written, key)
+	return obj
 }
 
 // noteEvent remembers when the first unprocessed event of key arrived.
