@@ -23,9 +23,7 @@ import (
 func firewallCollection(ns string) string { return collectionOf("egressfirewalls", ns) }
 func firewallItem(ns, name string) string { return firewallCollection(ns) + "/" + name }
 
-func firewallManifest(name, spec string) string {
-	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":"EgressFirewall","metadata":{"name":%q},"spec":%s}`, name, spec)
-}
+func firewallManifest(name, spec string) string { return manifestOf("EgressFirewall", name, spec) }
 
 func (r response) firewall(t *testing.T) *esv1.EgressFirewall {
 	t.Helper()
@@ -36,8 +34,7 @@ func (r response) firewall(t *testing.T) *esv1.EgressFirewall {
 // EgressFirewall at its current resourceVersion.
 func (a *api) firewallReplacement(ns, spec string) string {
 	a.t.Helper()
-	rv := a.do("GET", firewallItem(ns, esv1.EgressFirewallName), "", "").expect(a.t, http.StatusOK, "get for put").firewall(a.t).ResourceVersion
-	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":"EgressFirewall","metadata":{"name":"default","resourceVersion":%q},"spec":%s}`, rv, spec)
+	return a.replacementOf("egressfirewalls", "EgressFirewall", ns, esv1.EgressFirewallName, spec)
 }
 
 // everyFirewallField is a spec that sets every field the API has, in every

@@ -24,9 +24,7 @@ import (
 func qosCollection(ns string) string { return collectionOf("egressqoses", ns) }
 func qosItem(ns, name string) string { return qosCollection(ns) + "/" + name }
 
-func qosManifest(name, spec string) string {
-	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":"EgressQoS","metadata":{"name":%q},"spec":%s}`, name, spec)
-}
+func qosManifest(name, spec string) string { return manifestOf("EgressQoS", name, spec) }
 
 func (r response) qos(t *testing.T) *esv1.EgressQoS {
 	t.Helper()
@@ -37,8 +35,7 @@ func (r response) qos(t *testing.T) *esv1.EgressQoS {
 // current resourceVersion.
 func (a *api) qosReplacement(ns, spec string) string {
 	a.t.Helper()
-	rv := a.do("GET", qosItem(ns, esv1.EgressQoSName), "", "").expect(a.t, http.StatusOK, "get for put").qos(a.t).ResourceVersion
-	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":"EgressQoS","metadata":{"name":"default","resourceVersion":%q},"spec":%s}`, rv, spec)
+	return a.replacementOf("egressqoses", "EgressQoS", ns, esv1.EgressQoSName, spec)
 }
 
 // everyField is a spec that sets every field the API has, in every form:

@@ -159,15 +159,27 @@ func collectionOf(resource, ns string) string { return basePath + "/namespaces/"
 func collection(ns string) string { return collectionOf("egressservices", ns) }
 func item(ns, name string) string { return collection(ns) + "/" + name }
 
-func manifest(name, spec string) string {
-	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":"EgressService","metadata":{"name":%q},"spec":%s}`, name, spec)
-}
+func manifest(name, spec string) string { return manifestOf("EgressService", name, spec) }
 
 // replacement is a PUT body for the object at its current resourceVersion.
 func (a *api) replacement(ns, name, spec string) string {
 	a.t.Helper()
-	rv := a.do("GET", item(ns, name), "", "").expect(a.t, http.StatusOK, "get for put").object(a.t).ResourceVersion
-	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":"EgressService","metadata":{"name":%q,"resourceVersion":%q},"spec":%s}`, name, rv, spec)
+	return a.replacementOf("egressservices", "EgressService", ns, name, spec)
+}
+
+// manifestOf is a create body for an object of kind (of this API group)
+// named name with spec.
+func manifestOf(kind, name, spec string) string {
+	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":%q,"metadata":{"name":%q},"spec":%s}`, kind, name, spec)
+}
+
+// replacementOf is a PUT body for namespace ns's object name of resource
+// (kind) with spec, at the object's current resourceVersion.
+func (a *api) replacementOf(resource, kind, ns, name, spec string) string {
+	a.t.Helper()
+	got := a.do("GET", collectionOf(resource, ns)+"/"+name, "", "").expect(a.t, http.StatusOK, "get for put")
+	rv := decode[metav1.PartialObjectMetadata](a.t, got).ResourceVersion
+	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":%q,"metadata":{"name":%q,"resourceVersion":%q},"spec":%s}`, kind, name, rv, spec)
 }
 
 const jsonType = "application/json"
