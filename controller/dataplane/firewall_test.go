@@ -110,21 +110,12 @@ func TestFirewallFlowsText(t *testing.T) {
 	}
 }
 
-// firewallPipeline wraps TableFirewall in the least of a bridge that lets a
-// test trace it: table 0 sends every packet to TableFirewall, and TableQoS
-// sends whatever reaches it out of port 1. A packet the firewall drops
-// emits nothing.
+// firewallPipeline wraps TableFirewall in the least of a bridge that lets
+// a test trace it (stagePipeline): a packet the firewall lets through
+// leaves by TableQoS, one it drops emits nothing.
 func firewallPipeline(t *testing.T, flows []*openflow.FlowMod) *trace.Tables {
 	t.Helper()
-	all := append([]*openflow.FlowMod{
-		{Command: openflow.FlowAdd, Table: TableClassify, Instructions: []openflow.Instruction{openflow.GotoTable{Table: TableFirewall}}},
-		{Command: openflow.FlowAdd, Table: TableQoS, Instructions: []openflow.Instruction{openflow.Apply(openflow.Output{Port: 1})}},
-	}, flows...)
-	tables, err := trace.New(all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tables
+	return stagePipeline(t, TableFirewall, TableQoS, flows)
 }
 
 // firewallPacket is what the specification judges: the addresses, the

@@ -83,14 +83,22 @@ func TestQoSFlowsText(t *testing.T) {
 }
 
 // qosPipeline wraps TableQoS in the least of a bridge that lets a test
-// trace it: table 0 sends every packet to TableQoS, and TableEgress sends
-// whatever reaches it out of port 1, so the emitted packet shows the DSCP
-// TableQoS left it.
+// trace it (stagePipeline): the emitted packet shows the DSCP TableQoS left
+// it.
 func qosPipeline(t *testing.T, flows []*openflow.FlowMod) *trace.Tables {
 	t.Helper()
+	return stagePipeline(t, TableQoS, TableEgress, flows)
+}
+
+// stagePipeline wraps a family stage's flows in the least of a bridge that
+// lets a test trace them: table 0 sends every packet to stage, and table
+// next (the one the stage goes on to) sends whatever reaches it out of port
+// 1. A packet the stage drops emits nothing.
+func stagePipeline(t *testing.T, stage, next uint8, flows []*openflow.FlowMod) *trace.Tables {
+	t.Helper()
 	all := append([]*openflow.FlowMod{
-		{Command: openflow.FlowAdd, Table: TableClassify, Instructions: []openflow.Instruction{openflow.GotoTable{Table: TableQoS}}},
-		{Command: openflow.FlowAdd, Table: TableEgress, Instructions: []openflow.Instruction{openflow.Apply(openflow.Output{Port: 1})}},
+		{Command: openflow.FlowAdd, Table: TableClassify, Instructions: []openflow.Instruction{openflow.GotoTable{Table: stage}}},
+		{Command: openflow.FlowAdd, Table: next, Instructions: []openflow.Instruction{openflow.Apply(openflow.Output{Port: 1})}},
 	}, flows...)
 	tables, err := trace.New(all)
 	if err != nil {
