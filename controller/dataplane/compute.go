@@ -53,7 +53,8 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 		}
 	}
 
-	state := State{Exempt: exemptions(node, cluster.Nodes), QoS: ComputeQoS(node, cluster.EgressQoSes, cluster.Pods)}
+	state := State{Exempt: exemptions(node, cluster.Nodes), QoS: ComputeQoS(node, cluster.EgressQoSes, cluster.Pods),
+		Firewall: ComputeFirewall(node, cluster.EgressFirewalls, cluster.Pods, cluster.Nodes, cluster.Resolved)}
 	state.Admitted, state.AdmittedLate = admittedByStage(node, cluster)
 	for _, e := range byKey {
 		s, problems := serviceSpec(node, e.es, cluster.Services[e.key], eps[e.key], owner, cluster.Leases, tables)
@@ -206,13 +207,19 @@ func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
 }
 
 // admittedByStage splits AdmittedPods by where a pod is admitted: the pods
-// of a namespace with an EgressQoS named default pass TableQoS first and
-// are admitted late (State.AdmittedLate); the others in TableClassify.
+// of a namespace with an EgressQoS or an EgressFirewall named default pass
+// the stages first and are admitted late (State.AdmittedLate); the others
+// in TableClassify.
 func admittedByStage(node NodeConfig, cluster Cluster) (early, late []netip.Addr) {
 	staged := map[string]bool{}
 	for _, q := range cluster.EgressQoSes {
 		if q.Name == esv1.EgressQoSName {
 			staged[q.Namespace] = true
+		}
+	}
+	for _, fw := range cluster.EgressFirewalls {
+		if fw.Name == esv1.EgressFirewallName {
+			staged[fw.Namespace] = true
 		}
 	}
 	earlyPods, latePods := cluster, cluster

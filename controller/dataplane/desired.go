@@ -54,6 +54,9 @@ const (
 	// RoleQoS is no EgressService's: the role the flows of an EgressQoS's
 	// part are counted under (DiffOutput.Count).
 	RoleQoS Role = "QoS"
+	// RoleFirewall is no EgressService's: the role the flows of an
+	// EgressFirewall's part are counted under.
+	RoleFirewall Role = "Firewall"
 )
 
 // NodeConfig is what Compute needs to know about the node it runs for.
@@ -87,6 +90,12 @@ type Cluster struct {
 	// EgressQoSes are the cluster's EgressQoS objects (only those named
 	// default count).
 	EgressQoSes []*esv1.EgressQoS
+	// EgressFirewalls are the cluster's EgressFirewall objects (only those
+	// named default count).
+	EgressFirewalls []*esv1.EgressFirewall
+	// Resolved are the addresses of the firewalls' DNS names, by
+	// FirewallDNSKey; a name absent has no answer yet.
+	Resolved map[string][]netip.Addr
 }
 
 // Service is one EgressService's part of this node's dataplane.
@@ -174,10 +183,14 @@ type State struct {
 	// AdmittedLate holds the others.
 	Admitted []netip.Addr
 	// AdmittedLate are the admitted addresses of this node's pods whose
-	// namespace has an EgressQoS named default: they pass TableQoS first,
-	// and are admitted in TableEgress (priorityAdmittedLate). Sorted. A
-	// pod's address is in one list or the other, by its namespace.
+	// namespace has an EgressQoS or an EgressFirewall named default: they
+	// pass the stages first, and are admitted in TableEgress
+	// (priorityAdmittedLate). Sorted. A pod's address is in one list or
+	// the other, by its namespace.
 	AdmittedLate []netip.Addr
+	// Firewall is the node's TableFirewall (ComputeFirewall); its Problems
+	// are the EgressFirewall objects'.
+	Firewall Firewall
 	// QoS is the node's TableQoS (ComputeQoS); its Problems are the
 	// EgressQoS objects'.
 	QoS QoS

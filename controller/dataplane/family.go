@@ -6,7 +6,8 @@ import "strconv"
 // cookie kinds that the k8s.ovn.org APIs after EgressService will use
 // (docs/dataplane.md, "The egress pipeline for the family", gives the
 // layout and the precedence they encode). TableQoS and
-// priorityAdmittedLate are rendered since layout 4 (qos.go); the other
+// priorityAdmittedLate are rendered since layout 4 (qos.go), TableFirewall
+// since layout 5 (firewall.go); the other
 // numbers are fixed now so that no two APIs take the same one, and each
 // API's issue fills its part in.
 
@@ -21,14 +22,13 @@ const (
 	// TableFirewall is EgressFirewall's: a packet from a pod of this node
 	// to a destination outside the cluster's pod and service CIDRs is
 	// checked against its namespace's rules in order; Deny drops it, Allow
-	// or no match send it on to TableQoS. Computed and rendered by
-	// firewall.go (ComputeFirewall, FirewallFlows), not wired yet:
-	// TableOrigin does not send packets to it.
+	// or no match send it on to TableQoS. Rendered since layout 5
+	// (firewall.go), as the first stage: TableOrigin's LOCAL flow goes to
+	// it.
 	TableFirewall uint8 = 44
 	// TableQoS is EgressQoS's: a packet from a pod of this node that the
 	// firewall let through gets the DSCP of its namespace's first matching
-	// rule, then goes on to TableEgress. Rendered since layout 4 (qos.go),
-	// as the only stage so far: TableOrigin's LOCAL flow goes to it.
+	// rule, then goes on to TableEgress. Rendered since layout 4 (qos.go).
 	TableQoS uint8 = 45
 )
 
@@ -51,7 +51,7 @@ const (
 	// QoS, next hop) concerns: it passes the stages first, so it cannot be
 	// admitted in TableClassify (priorityAdmitted) as other pods are.
 	// Rendered since layout 4, for the pods of namespaces with an
-	// EgressQoS (State.AdmittedLate).
+	// EgressQoS or an EgressFirewall (State.AdmittedLate).
 	priorityAdmittedLate uint16 = 160
 )
 

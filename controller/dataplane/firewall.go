@@ -20,9 +20,9 @@ import (
 // docs/egressfirewall.md). ComputeFirewall is a pure function of the
 // EgressFirewall objects, this node's pods, the Nodes (for nodeSelector
 // rules) and the addresses of the rules' DNS names; FirewallFlows renders
-// it. Neither is wired yet: TableOrigin does not send packets to
-// TableFirewall, and neither Compute nor the Planner calls them (issue 19,
-// step 2).
+// it. Compute includes it in State.Firewall; the Planner keeps the same
+// namespaces current incrementally (UpdateFirewall, SetNodes, SetResolved,
+// SetLocalPods), and the Ledger diffs each namespace by its key.
 //
 // # How the flows stay off pods × rules
 //
@@ -346,6 +346,15 @@ func FirewallSharedFlows(exempt []netip.Prefix) []*openflow.FlowMod {
 	}
 	return append(out, buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallDefault, resubmitQoS))
 }
+
+// AppendFlows renders ns's flows into b and appends them to dst
+// (AppendFirewallNamespace).
+func (ns FirewallNamespace) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod) []*openflow.FlowMod {
+	return b.AppendFirewallNamespace(dst, ns)
+}
+
+// Role is RoleFirewall.
+func (FirewallNamespace) Role() Role { return RoleFirewall }
 
 // AppendFirewallNamespace renders ns's flows into b and appends them to
 // dst: a classifying flow per source, then for each rule a flow per

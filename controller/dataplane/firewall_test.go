@@ -90,10 +90,10 @@ func TestFirewallFlowsText(t *testing.T) {
 	id := fmt.Sprintf("%#x", fw.Namespaces[0].ID)
 	cookie := func(kind FlowKind) string { return fmt.Sprintf("%#x", Cookie(kind, "EgressFirewall/shop/default")) }
 	want := []string{
-		"cookie=0xef10440000000004, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
-		"cookie=0xef10440000000004, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
-		"cookie=0xef10440000000004, table=44, priority=12000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,45)",
-		"cookie=0xef10440000000004, table=44, priority=0 actions=resubmit(,45)",
+		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
+		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
+		"cookie=0xef10440000000005, table=44, priority=12000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,45)",
+		"cookie=0xef10440000000005, table=44, priority=0 actions=resubmit(,45)",
 		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ip,reg4=0,nw_src=10.244.1.5 actions=set_field:" + id + "->reg4,resubmit(,44)",
 		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ipv6,reg4=0,ipv6_src=fd00:10:244:1::5 actions=set_field:" + id + "->reg4,resubmit(,44)",
 		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=443 actions=resubmit(,45)",

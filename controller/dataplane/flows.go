@@ -71,7 +71,9 @@ const (
 	// Layout 4: TableOrigin sends a packet from the host stack through the
 	// node-local stages (TableQoS today) before TableEgress, and a pod a
 	// stage concerns is admitted in TableEgress (priorityAdmittedLate).
-	CookieLayout uint64 = 4
+	// Layout 5: TableFirewall is the first stage: TableOrigin's LOCAL flow
+	// goes to it, and a firewalled namespace's pods are admitted late.
+	CookieLayout uint64 = 5
 )
 
 // FlowKind is the role of a flow in the pipeline, bits 47..40 of its cookie.
@@ -122,24 +124,41 @@ type Ports struct {
 }
 
 // Flows renders the desired state of node into flow additions, in a
-// stable order: each service's flows (ServiceFlows), each EgressQoS
-// namespace's (AppendQoSNamespace), then the shared ones (SharedFlows). Two flows never share a table, priority and match:
-// Compute gives each endpoint and each reply LB IP to one service only.
+// stable order: each service's flows (ServiceFlows), each EgressFirewall
+// namespace's (AppendFirewallNamespace), each EgressQoS namespace's
+// (AppendQoSNamespace), then the shared ones (SharedFlows). Two flows
+// never share a table, priority and match: Compute gives each endpoint and
+// each reply LB IP to one service only.
 func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 	var out []*openflow.FlowMod
 	var buf FlowBuffer // never reset: the flows are the caller's
 	for _, s := range state.Services {
 		out = buf.AppendService(out, s, ports)
 	}
+	for _, ns := range state.Firewall.Namespaces {
+		out = ns.AppendFlows(&buf, out)
+	}
 	for _, ns := range state.QoS.Namespaces {
-		out = buf.AppendQoSNamespace(out, ns)
+		out = ns.AppendFlows(&buf, out)
 	}
 	return append(out, SharedFlows(sharedOf(node, state), ports)...)
 }
 
+// StagePart is one object's part of a node-local stage: an
+// EgressFirewall's namespace in TableFirewall (FirewallNamespace), an
+// EgressQoS's in TableQoS (QoSNamespace). The Ledger diffs it by its
+// object's key, as it diffs a Service.
+type StagePart interface {
+	// AppendFlows renders the part into b and appends its flows to dst.
+	AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod) []*openflow.FlowMod
+	// Role is what its flows are counted under (DiffOutput.Count).
+	Role() Role
+}
+
 // sharedOf is what node's shared flows depend on in state.
 func sharedOf(node NodeConfig, state State) Shared {
-	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted, AdmittedLate: state.AdmittedLate}
+	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted, AdmittedLate: state.AdmittedLate,
+		FirewallExempt: state.Firewall.Exempt}
 	for _, s := range state.Services {
 		switch s.Role {
 		case RoleHost:
@@ -211,10 +230,10 @@ func (b *FlowBuffer) add(cookie uint64, table uint8, priority uint16, insts []op
 var (
 	gotoOrigin = []openflow.Instruction{openflow.GotoTable{Table: TableOrigin}}
 	// gotoFirstStage is where TableOrigin sends a packet from the host
-	// stack: the first node-local stage. TableQoS is the only one rendered;
-	// TableFirewall goes before it once rendered, and its own default and
-	// exemptions resubmit to TableQoS, whose end resubmits to TableEgress.
-	gotoFirstStage = []openflow.Instruction{openflow.GotoTable{Table: TableQoS}}
+	// stack: the first node-local stage, TableFirewall. Every path through
+	// it that lets the packet go on resubmits to TableQoS, whose end
+	// resubmits to TableEgress.
+	gotoFirstStage = []openflow.Instruction{openflow.GotoTable{Table: TableFirewall}}
 	normal         = []openflow.Instruction{openflow.Apply(openflow.Output{Port: openflow.PortNormal})}
 	// replyThroughCT un-NATs a packet to an LB IP (a reply to a SNATed
 	// connection) and continues in TableReply.
@@ -285,6 +304,10 @@ type Shared struct {
 	// AdmittedLate are the pod addresses admitted in TableEgress, after
 	// the node-local stages (State.AdmittedLate).
 	AdmittedLate []netip.Addr
+	// FirewallExempt are the destinations TableFirewall never judges
+	// (Firewall.Exempt): the pod and service CIDRs, not the node
+	// addresses.
+	FirewallExempt []netip.Prefix
 	// Hosting and Steering count the services the node acts on by role.
 	Hosting, Steering int
 }
@@ -292,7 +315,8 @@ type Shared struct {
 // SharedFlows renders the flows no one service owns: always the marker;
 // the pod guard, and a flow admitting each admitted address; with the
 // guard or any service to divert (hosting or steering), TableOrigin, the
-// node-local stages' flows that no object owns (QoSSharedFlows), the
+// node-local stages' flows that no object owns (FirewallSharedFlows,
+// QoSSharedFlows), the
 // exemptions, the late admissions and the fail-closed drop; with any
 // service hosted, the delivery of un-SNATed replies.
 func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
@@ -324,6 +348,7 @@ func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 	}
 	// The stages: a stage table without its default would drop what
 	// misses it (OpenFlow's table-miss), so they come with TableOrigin.
+	out = append(out, FirewallSharedFlows(shared.FirewallExempt)...)
 	out = append(out, QoSSharedFlows(shared.Exempt)...)
 	// In TableOrigin the exemptions come below the in_port flows: a
 	// packet from LOCAL goes on through the stages to TableEgress, which

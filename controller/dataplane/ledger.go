@@ -17,10 +17,11 @@ type Desired interface {
 	// Service returns an EgressService key's part; false when the node
 	// does nothing for it.
 	Service(key string) (Service, bool)
-	// QoS returns an EgressQoS key's part; false when the node does
+	// Stage returns a node-local stage's object's part (an
+	// EgressFirewall's or an EgressQoS's); false when the node does
 	// nothing for it.
-	QoS(key string) (QoSNamespace, bool)
-	// Keys returns the key of every object there is, of either API.
+	Stage(key string) (StagePart, bool)
+	// Keys returns the key of every object there is, of every API.
 	Keys() []string
 	// Shared returns what the shared flows depend on.
 	Shared() Shared
@@ -56,9 +57,9 @@ type Ledger struct {
 	unapplied map[string]bool
 	// onBridge is each service's part as its flows on the bridge render it.
 	onBridge map[string]Service
-	// qosOnBridge is each EgressQoS's part as its flows on the bridge
-	// render it.
-	qosOnBridge map[string]QoSNamespace
+	// stagesOnBridge is each stage object's part as its flows on the
+	// bridge render it.
+	stagesOnBridge map[string]StagePart
 	// sharedOnBridge are the shared flows as last committed.
 	sharedOnBridge []*openflow.FlowMod
 	// unflushed holds the part of each unapplied service as it was before
@@ -72,11 +73,11 @@ type Ledger struct {
 // NewLedger returns the ledger of a bridge whose content is unknown.
 func NewLedger() *Ledger {
 	return &Ledger{
-		unapplied:   map[string]bool{},
-		onBridge:    map[string]Service{},
-		qosOnBridge: map[string]QoSNamespace{},
-		unflushed:   map[string]Service{},
-		byGroup:     groupKeys{},
+		unapplied:      map[string]bool{},
+		onBridge:       map[string]Service{},
+		stagesOnBridge: map[string]StagePart{},
+		unflushed:      map[string]Service{},
+		byGroup:        groupKeys{},
 	}
 }
 
@@ -171,7 +172,7 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 				d.others[k] = true
 			}
 		}
-		for _, onBridge := range []iter.Seq[string]{maps.Keys(l.onBridge), maps.Keys(l.qosOnBridge)} {
+		for _, onBridge := range []iter.Seq[string]{maps.Keys(l.onBridge), maps.Keys(l.stagesOnBridge)} {
 			for k := range onBridge {
 				if !l.unapplied[k] {
 					d.others[k] = true
@@ -225,17 +226,17 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 				want = wantBuf.AppendService(want, s, ports)
 				out.count(k, s.Role, len(want)-n)
 			}
-			if ns, ok := desired.QoS(k); ok {
+			if part, ok := desired.Stage(k); ok {
 				n := len(want)
-				want = wantBuf.AppendQoSNamespace(want, ns)
-				out.count(k, RoleQoS, len(want)-n)
+				want = part.AppendFlows(&wantBuf, want)
+				out.count(k, part.Role(), len(want)-n)
 			}
 			if bridge == nil {
 				if s, ok := l.onBridge[k]; ok {
 					sent = sentBuf.AppendService(sent, s, ports)
 				}
-				if ns, ok := l.qosOnBridge[k]; ok {
-					sent = sentBuf.AppendQoSNamespace(sent, ns)
+				if part, ok := l.stagesOnBridge[k]; ok {
+					sent = part.AppendFlows(&sentBuf, sent)
 				}
 			}
 		}
@@ -295,10 +296,10 @@ func (l *Ledger) Commit(d Diffed) {
 		} else {
 			delete(l.onBridge, k)
 		}
-		if ns, ok := d.desired.QoS(k); ok {
-			l.qosOnBridge[k] = ns
+		if part, ok := d.desired.Stage(k); ok {
+			l.stagesOnBridge[k] = part
 		} else {
-			delete(l.qosOnBridge, k)
+			delete(l.stagesOnBridge, k)
 		}
 	}
 	// The services diffed are unapplied until flushed: the smaller set is
@@ -349,12 +350,12 @@ func (l *Ledger) Flushed() {
 	l.unapplied = map[string]bool{}
 }
 
-// hasPart reports whether desired has a part for key, of either API.
+// hasPart reports whether desired has a part for key, of any API.
 func hasPart(desired Desired, key string) bool {
 	if _, ok := desired.Service(key); ok {
 		return true
 	}
-	_, ok := desired.QoS(key)
+	_, ok := desired.Stage(key)
 	return ok
 }
 

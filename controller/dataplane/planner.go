@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"fmt"
+	"iter"
 	"maps"
 	"net"
 	"net/netip"
@@ -87,6 +88,8 @@ type Planner struct {
 	qosCollisions int
 	// qosRules counts the rules TableQoS applies (plannedQoS.rules).
 	qosRules int
+
+	firewallInputs
 }
 
 // plannedQoS is one EgressQoS's part (its namespace's TableQoS).
@@ -135,14 +138,16 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 		qos:            map[string]*plannedQoS{},
 		qosByNamespace: map[string]string{},
 		qosHashes:      map[uint32]int{},
+		firewallInputs: newFirewallInputs(node),
 	}
 }
 
 // SetLocalPods takes the pods bound to this node, whose addresses the pod
-// guard admits or holds (AdmittedPods) and TableQoS classifies, and returns
-// the keys of the EgressQoS objects whose part changed: those of the
-// namespaces whose pods changed (a pod added, gone, or replaced by a newer
-// version, its labels perhaps changed).
+// guard admits or holds (AdmittedPods) and TableFirewall and TableQoS
+// classify, and returns the keys of the EgressQoS and EgressFirewall
+// objects whose part changed: those of the namespaces whose pods changed
+// (a pod added, gone, or replaced by a newer version, its labels perhaps
+// changed).
 func (p *Planner) SetLocalPods(pods []*corev1.Pod) []string {
 	p.localPods = pods
 	p.admittedStale = true
@@ -152,20 +157,29 @@ func (p *Planner) SetLocalPods(pods []*corev1.Pod) []string {
 			byNamespace[pod.Namespace] = append(byNamespace[pod.Namespace], pod)
 		}
 	}
-	var changed []string
+	var changedNamespaces []string
 	for ns, list := range byNamespace {
 		slices.SortFunc(list, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-		if k, ok := p.qosByNamespace[ns]; ok && !slices.Equal(list, p.podsByNamespace[ns]) {
-			changed = append(changed, k)
+		if !slices.Equal(list, p.podsByNamespace[ns]) {
+			changedNamespaces = append(changedNamespaces, ns)
 		}
 	}
 	for ns := range p.podsByNamespace {
-		if k, ok := p.qosByNamespace[ns]; ok && len(byNamespace[ns]) == 0 {
-			changed = append(changed, k)
+		if len(byNamespace[ns]) == 0 {
+			changedNamespaces = append(changedNamespaces, ns)
 		}
 	}
 	p.podsByNamespace = byNamespace
-	return p.replanQoS(changed)
+	var qos, firewalls []string
+	for _, ns := range changedNamespaces {
+		if k, ok := p.qosByNamespace[ns]; ok {
+			qos = append(qos, k)
+		}
+		if k, ok := p.firewallByNamespace[ns]; ok {
+			firewalls = append(firewalls, k)
+		}
+	}
+	return append(p.replanQoS(qos), p.replanFirewalls(firewalls)...)
 }
 
 // Admitted returns the addresses the pod guard admits in TableClassify
@@ -195,7 +209,9 @@ func (p *Planner) admit() {
 		if pod.Spec.NodeName != p.node.Name {
 			continue
 		}
-		_, late := p.qosByNamespace[pod.Namespace]
+		_, qos := p.qosByNamespace[pod.Namespace]
+		_, firewall := p.firewallByNamespace[pod.Namespace]
+		late := qos || firewall
 		podLabels := labels.Set(pod.Labels)
 		for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {
 			held := false
@@ -355,15 +371,18 @@ func listed(eps []endpoints.Endpoint, addr netip.Addr) bool {
 	return found
 }
 
-// SetNodes takes the cluster's nodes, whose addresses are exempt, and
-// reports whether the exemptions changed.
-func (p *Planner) SetNodes(nodes []*corev1.Node) bool {
+// SetNodes takes the cluster's nodes, whose addresses are exempt and
+// nodeSelector rules match; it reports whether the exemptions changed,
+// and returns the keys of the EgressFirewall objects whose part the nodes
+// changed.
+func (p *Planner) SetNodes(nodes []*corev1.Node) (exemptChanged bool, firewalls []string) {
+	firewalls = p.setFirewallNodes(nodes)
 	exempt := exemptions(p.node, nodes)
 	if slices.Equal(exempt, p.exempt) {
-		return false
+		return false, firewalls
 	}
 	p.exempt = exempt
-	return true
+	return true, firewalls
 }
 
 // SetLeases takes the agents' heartbeat Leases by node name and returns the
@@ -732,8 +751,8 @@ func (p *Planner) Service(key string) (Service, bool) {
 	return pl.result, true
 }
 
-// Problems returns why key (an EgressService's or an EgressQoS's) is not
-// programmed as asked, if it is not.
+// Problems returns why key (an EgressService's, an EgressQoS's or an
+// EgressFirewall's) is not programmed as asked, if it is not.
 func (p *Planner) Problems(key string) []Problem {
 	if pl := p.services[key]; pl != nil {
 		return pl.problems
@@ -741,21 +760,33 @@ func (p *Planner) Problems(key string) []Problem {
 	if pl := p.qos[key]; pl != nil {
 		return pl.problems
 	}
+	if pl := p.firewalls[key]; pl != nil {
+		return pl.problems
+	}
 	return nil
 }
 
-// Keys returns the keys of every EgressService and every EgressQoS named
-// default given, sorted.
+// Stage returns key's part of a node-local stage: an EgressFirewall's or
+// an EgressQoS's (Firewall, QoS).
+func (p *Planner) Stage(key string) (StagePart, bool) {
+	if ns, ok := p.Firewall(key); ok {
+		return ns, true
+	}
+	if ns, ok := p.QoS(key); ok {
+		return ns, true
+	}
+	return nil, false
+}
+
+// Keys returns the keys of every EgressService, and every EgressQoS and
+// EgressFirewall named default, given, sorted.
 func (p *Planner) Keys() []string {
 	return slices.Sorted(func(yield func(string) bool) {
-		for k := range p.services {
-			if !yield(k) {
-				return
-			}
-		}
-		for k := range p.qos {
-			if !yield(k) {
-				return
+		for _, keys := range []iter.Seq[string]{maps.Keys(p.services), maps.Keys(p.qos), maps.Keys(p.firewalls)} {
+			for k := range keys {
+				if !yield(k) {
+					return
+				}
 			}
 		}
 	})
@@ -770,7 +801,7 @@ func (p *Planner) Acting(role Role) int { return p.acting[role] }
 // Shared returns what the shared flows depend on (SharedFlows).
 func (p *Planner) Shared() Shared {
 	return Shared{Exempt: p.exempt, Guarded: p.node.ClusterPodCIDRs, Admitted: p.Admitted(), AdmittedLate: p.AdmittedLate(),
-		Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer]}
+		FirewallExempt: p.firewallExempt, Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer]}
 }
 
 // Rules returns the policy-routing rules of every service (State.Rules).
@@ -794,7 +825,8 @@ func appendRules(out []Rule, s Service) []Rule {
 
 // State assembles the whole desired dataplane, as Compute returns it.
 func (p *Planner) State() State {
-	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted()), AdmittedLate: slices.Clone(p.AdmittedLate())}
+	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted()), AdmittedLate: slices.Clone(p.AdmittedLate()),
+		Firewall: p.firewallState()}
 	for _, k := range slices.Sorted(maps.Keys(p.services)) {
 		pl := p.services[k]
 		state.Problems = append(state.Problems, pl.problems...)

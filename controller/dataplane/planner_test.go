@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -133,8 +135,80 @@ var qosCollidingNamespaces = sync.OnceValue(func() [2]string {
 	}
 })
 
+// randomFirewall draws an EgressFirewall for namespace ns from small
+// pools: rules to CIDRs of both families, to the names randomResolved
+// answers (and one it never does), to the nodes by the labels
+// randomNodeLabels gives, with and without ports, an invalid rule a CRD
+// of old would have let through, and sometimes the wrong name or none at
+// all.
+func randomFirewall(r *rand.Rand, ns string) *esv1.EgressFirewall {
+	if r.IntN(6) == 0 {
+		return nil
+	}
+	name := esv1.EgressFirewallName
+	if r.IntN(8) == 0 {
+		name = "other"
+	}
+	fw := egressFirewall(ns, name)
+	for range r.IntN(4) {
+		rule := esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleDeny}
+		if r.IntN(2) == 0 {
+			rule.Type = esv1.EgressFirewallRuleAllow
+		}
+		switch r.IntN(5) {
+		case 0:
+			rule.To = cidrTo([]string{"203.0.113.0/24", "2001:db8::/32", "0.0.0.0/0", "bad"}[r.IntN(4)])
+		case 1, 2:
+			rule.To = dnsTo([]string{"a.example", "B.example.", "never.example"}[r.IntN(3)])
+		default:
+			rule.To = nodesTo("role", []string{"infra", "app"}[r.IntN(2)])
+		}
+		if r.IntN(3) == 0 {
+			rule.Ports = []esv1.EgressFirewallPort{{Protocol: "TCP", Port: 443}}
+		}
+		fw.Spec.Egress = append(fw.Spec.Egress, rule)
+	}
+	return fw
+}
+
+// randomResolved draws the answers of the names randomFirewall uses:
+// some unresolved, some empty.
+func randomResolved(r *rand.Rand) map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for _, name := range []string{"a.example", "b.example"} {
+		if r.IntN(4) == 0 {
+			continue
+		}
+		out[name] = []netip.Addr{}
+		for range r.IntN(3) {
+			out[name] = append(out[name], []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2"),
+				netip.MustParseAddr("2001:db8:9::1")}[r.IntN(3)])
+		}
+		slices.SortFunc(out[name], netip.Addr.Compare)
+		out[name] = slices.Compact(out[name])
+	}
+	return out
+}
+
+// firewallCollidingNamespaces are two namespaces whose EgressFirewall
+// keys hash alike (ServiceHash), found once: the planner must then give
+// them the IDs ComputeFirewall gives, and move the second's when the first
+// comes or goes.
+var firewallCollidingNamespaces = sync.OnceValue(func() [2]string {
+	seen := map[uint32]string{}
+	for i := 0; ; i++ {
+		ns := fmt.Sprintf("f%d", i)
+		h := ServiceHash(ObjectKey(APIEgressFirewall, ns, esv1.EgressFirewallName))
+		if other, ok := seen[h]; ok {
+			return [2]string{other, ns}
+		}
+		seen[h] = ns
+	}
+})
+
 // TestPlannerMatchesCompute drives a Planner through random histories of
-// single-service and single-EgressQoS updates, lease, node and local pod
+// single-service, single-EgressQoS and single-EgressFirewall updates,
+// lease, node (new ones, relabelled ones), DNS answer and local pod
 // changes (whole new sets, and one pod's labels changed), and checks after every
 // step that it holds exactly what Compute, its specification written
 // apart, returns for the current objects (every part the agent reads: the
@@ -150,13 +224,21 @@ func TestPlannerMatchesCompute(t *testing.T) {
 	for _, ns := range qosNamespaces {
 		qosKeys = append(qosKeys, ObjectKey(APIEgressQoS, ns, esv1.EgressQoSName))
 	}
-	podNamespaces := append([]string{"c"}, qosNamespaces...)
+	fwCollide := firewallCollidingNamespaces()
+	firewallNamespaces := []string{"a", "c", fwCollide[0], fwCollide[1]}
+	var firewallKeys []string
+	for _, ns := range firewallNamespaces {
+		firewallKeys = append(firewallKeys, ObjectKey(APIEgressFirewall, ns, esv1.EgressFirewallName))
+	}
+	podNamespaces := append([]string{"c", fwCollide[0], fwCollide[1]}, qosNamespaces...)
 	macs := []string{"02:00:00:00:00:01", "02:00:00:00:00:02", ""}
 	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		for _, cfg := range []NodeConfig{n1Config, n2Config} {
 			inputs := map[string]ServiceInputs{}
 			qoses := map[string]*esv1.EgressQoS{}
+			firewalls := map[string]*esv1.EgressFirewall{}
+			var resolved map[string][]netip.Addr
 			leases := map[string]*coordinationv1.Lease{"n1": agentLease(macs[0]), "n2": agentLease(macs[1])}
 			nodes := []*corev1.Node{node("n1", "172.18.0.11")}
 			var pods []*corev1.Pod
@@ -166,7 +248,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 			before := p.State()
 			for step := range 60 {
 				var changed []string
-				switch r.IntN(13) {
+				switch r.IntN(17) {
 				case 0:
 					name := fmt.Sprintf("n%d", r.IntN(3)+1)
 					if i := r.IntN(len(macs) + 1); i < len(macs) {
@@ -213,9 +295,42 @@ func TestPlannerMatchesCompute(t *testing.T) {
 					changed = p.SetLocalPods(pods)
 				case 1:
 					nodes = append(nodes, node(fmt.Sprintf("n%d", len(nodes)+1), fmt.Sprintf("172.18.0.%d", 11+len(nodes))))
-					if !p.SetNodes(nodes) {
+					exemptChanged, fwChanged := p.SetNodes(nodes)
+					if !exemptChanged {
 						t.Fatalf("seed %d step %d: a new node's address did not change the exemptions", seed, step)
 					}
+					changed = fwChanged
+				case 13:
+					// A node relabelled: a new version of it.
+					nodes = slices.Clone(nodes)
+					i := r.IntN(len(nodes))
+					relabelled := nodes[i].DeepCopy()
+					relabelled.Labels = map[string]string{"role": []string{"infra", "app", "db"}[r.IntN(3)]}
+					nodes[i] = relabelled
+					exemptChanged, fwChanged := p.SetNodes(nodes)
+					if exemptChanged {
+						t.Fatalf("seed %d step %d: a relabelled node changed the exemptions", seed, step)
+					}
+					changed = fwChanged
+				case 14:
+					resolved = randomResolved(r)
+					changed = p.SetResolved(resolved)
+				case 15, 16:
+					ns := firewallNamespaces[r.IntN(len(firewallNamespaces))]
+					fw := randomFirewall(r, ns)
+					if fw == nil {
+						delete(firewalls, ns)
+					} else {
+						firewalls[ns] = fw
+					}
+					def := fw
+					if fw != nil && fw.Name != esv1.EgressFirewallName {
+						def = nil
+						if other := p.UpdateFirewall(ObjectKey(APIEgressFirewall, ns, fw.Name), fw); len(other) != 0 {
+							t.Fatalf("seed %d step %d: an EgressFirewall not named default changed %v", seed, step, other)
+						}
+					}
+					changed = p.UpdateFirewall(ObjectKey(APIEgressFirewall, ns, esv1.EgressFirewallName), def)
 				default:
 					k := keys[r.IntN(len(keys))]
 					inputs[k] = randomInputs(r, k)
@@ -226,6 +341,10 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				for _, ns := range slices.Sorted(maps.Keys(qoses)) {
 					cluster.EgressQoSes = append(cluster.EgressQoSes, qoses[ns])
 				}
+				for _, ns := range slices.Sorted(maps.Keys(firewalls)) {
+					cluster.EgressFirewalls = append(cluster.EgressFirewalls, firewalls[ns])
+				}
+				cluster.Resolved = resolved
 				want := Compute(cfg, cluster, tables)
 				got := p.State()
 				if !reflect.DeepEqual(normalize(got), normalize(want)) {
@@ -248,7 +367,10 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				if got, want := p.Keys(), keysOf(cluster); !slices.Equal(got, want) {
 					t.Fatalf("seed %d node %s step %d: planner keys %v, want %v", seed, cfg.Name, step, got, want)
 				}
-				for _, k := range slices.Concat(keys, qosKeys) {
+				if got, want := p.DNSNames(), dnsNamesOf(cfg, cluster); !slices.Equal(got, want) {
+					t.Fatalf("seed %d node %s step %d: planner follows names %v, want %v", seed, cfg.Name, step, got, want)
+				}
+				for _, k := range slices.Concat(keys, qosKeys, firewallKeys) {
 					if !slices.Contains(changed, k) && !reflect.DeepEqual(partOf(before, k), partOf(got, k)) {
 						t.Fatalf("seed %d node %s step %d: %s changed but was not returned (returned %v)", seed, cfg.Name, step, k, changed)
 					}
@@ -286,8 +408,35 @@ func keysOf(c Cluster) []string {
 			out = append(out, ObjectKey(APIEgressQoS, q.Namespace, q.Name))
 		}
 	}
+	for _, fw := range c.EgressFirewalls {
+		if fw.Name == esv1.EgressFirewallName {
+			out = append(out, ObjectKey(APIEgressFirewall, fw.Namespace, fw.Name))
+		}
+	}
 	slices.Sort(out)
 	return out
+}
+
+// dnsNamesOf are the names node needs answers for, by the API: those of
+// the dnsName rules of every EgressFirewall named default in a namespace
+// with a running pod on node, in FirewallDNSKey form, sorted.
+func dnsNamesOf(node NodeConfig, c Cluster) []string {
+	var out []string
+	for _, fw := range c.EgressFirewalls {
+		local := slices.ContainsFunc(c.Pods, func(p *corev1.Pod) bool {
+			return p.Namespace == fw.Namespace && p.Spec.NodeName == node.Name && len(podAddresses(p, node.ClusterPodCIDRs)) > 0
+		})
+		if fw.Name != esv1.EgressFirewallName || !local {
+			continue
+		}
+		for _, r := range fw.Spec.Egress {
+			if r.To.DNSName != "" {
+				out = append(out, strings.ToLower(strings.TrimSuffix(r.To.DNSName, ".")))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // partOf is one object's part (its Service, or its namespace's TableQoS)
@@ -305,13 +454,19 @@ func partOf(s State, key string) any {
 			qos = &s.QoS.Namespaces[i]
 		}
 	}
+	var firewall *FirewallNamespace
+	for i := range s.Firewall.Namespaces {
+		if s.Firewall.Namespaces[i].Key == key {
+			firewall = &s.Firewall.Namespaces[i]
+		}
+	}
 	var problems []Problem
-	for _, p := range slices.Concat(s.Problems, s.QoS.Problems) {
+	for _, p := range slices.Concat(s.Problems, s.QoS.Problems, s.Firewall.Problems) {
 		if p.Service == key {
 			problems = append(problems, p)
 		}
 	}
-	return fmt.Sprintf("%+v %+v %+v", svc, qos, problems)
+	return fmt.Sprintf("%+v %+v %+v %+v", svc, qos, firewall, problems)
 }
 
 // normalize makes nil and empty slices compare equal.

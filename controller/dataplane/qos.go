@@ -320,6 +320,15 @@ func QoSSharedFlows(exempt []netip.Prefix) []*openflow.FlowMod {
 	return append(out, buf.add(Cookie(KindQoSPass, ""), TableQoS, priorityQoSDefault, resubmitEgress))
 }
 
+// AppendFlows renders ns's flows into b and appends them to dst
+// (AppendQoSNamespace).
+func (ns QoSNamespace) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod) []*openflow.FlowMod {
+	return b.AppendQoSNamespace(dst, ns)
+}
+
+// Role is RoleQoS.
+func (QoSNamespace) Role() Role { return RoleQoS }
+
 // AppendQoSNamespace renders ns's flows into b and appends them to dst:
 // for each class, a classifying flow per source, and a marking flow per
 // rule and family of its sources (both families for a rule without
