@@ -254,7 +254,8 @@ func run() error {
 			return a.Healthy(ctx)
 		},
 		Facts: func() heartbeat.Facts {
-			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision()}
+			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
+				FirewallRevision: a.FirewallRevision()}
 		},
 		Observe: metrics.ObserveRenewal,
 	})

@@ -98,6 +98,19 @@ type ForwardingGate interface {
 // ovsdb-server from stalling the agent.
 const holdTimeout = 5 * time.Second
 
+// FirewallDNS follows the addresses of DNS names (dnsresolve.Resolver):
+// the agent tells it which names its node's EgressFirewall rules need, and
+// reads the answers whenever it signals a change.
+type FirewallDNS interface {
+	// SetNames sets the names to follow, by dataplane.FirewallDNSKey.
+	SetNames(keys []string)
+	// Snapshot returns each followed name's addresses; a name absent has
+	// no answer yet.
+	Snapshot() map[string][]netip.Addr
+	// Changed is signalled whenever Snapshot would return something new.
+	Changed() <-chan struct{}
+}
+
 // RuleSyncer converges the policy-routing rules (iprule.Manager).
 type RuleSyncer interface {
 	Sync(desired []dataplane.Rule) (added, removed int, err error)
@@ -148,8 +161,12 @@ type Config struct {
 	SharedOutage func() bool
 	Rules        RuleSyncer
 	Tables       dataplane.TableResolver
-	Recorder     record.EventRecorder
-	Metrics      *Metrics
+	// DNS follows the addresses of the EgressFirewall rules' DNS names
+	// (controller/dnsresolve); nil: no name is ever answered, so dnsName
+	// rules match nothing (and are reported unresolved).
+	DNS      FirewallDNS
+	Recorder record.EventRecorder
+	Metrics  *Metrics
 	// Resync is the informers' resync period (0: none). A resync only
 	// re-runs the level-triggered sync; nothing is written unless it differs.
 	Resync time.Duration
@@ -168,17 +185,21 @@ type Agent struct {
 	egressQoSes    eslisters.EgressQoSLister
 	// qosInformer is the EgressQoS informer, whose resourceVersions make
 	// the QoS watermark (qosRevision).
-	qosInformer    cache.SharedIndexInformer
-	services       corelisters.ServiceLister
-	endpointSlices cache.Indexer
-	nodes          corelisters.NodeLister
-	leases         coordinationlisters.LeaseLister
-	pods           corelisters.PodLister
-	kubeFactory    informers.SharedInformerFactory
-	leaseFactory   informers.SharedInformerFactory
-	podFactory     informers.SharedInformerFactory
-	esFactory      esinformers.SharedInformerFactory
-	synced         []cache.InformerSynced
+	qosInformer     cache.SharedIndexInformer
+	egressFirewalls eslisters.EgressFirewallLister
+	// firewallInformer is the EgressFirewall informer, whose
+	// resourceVersions make the firewall watermark (firewallRevision).
+	firewallInformer cache.SharedIndexInformer
+	services         corelisters.ServiceLister
+	endpointSlices   cache.Indexer
+	nodes            corelisters.NodeLister
+	leases           coordinationlisters.LeaseLister
+	pods             corelisters.PodLister
+	kubeFactory      informers.SharedInformerFactory
+	leaseFactory     informers.SharedInformerFactory
+	podFactory       informers.SharedInformerFactory
+	esFactory        esinformers.SharedInformerFactory
+	synced           []cache.InformerSynced
 
 	dirtyMu sync.Mutex
 	// dirty holds the keys of the EgressServices whose inputs changed since
@@ -189,8 +210,12 @@ type Agent struct {
 	podsChanged atomic.Bool
 	// qosSeen is the newest resourceVersion of an EgressQoS event the
 	// handlers have taken in (marked dirty), or of the initial list once
-	// the informer has synced (see qosWatermark).
-	qosSeen qosWatermark
+	// the informer has synced (see revisionWatermark); firewallSeen, of an
+	// EgressFirewall's.
+	qosSeen, firewallSeen revisionWatermark
+	// dnsChanged: the DNS names' answers changed since the worker last
+	// read them (Config.DNS).
+	dnsChanged atomic.Bool
 
 	// Owned by the single worker.
 	planner *dataplane.Planner
@@ -227,9 +252,10 @@ type Agent struct {
 	// sync started on: the flows are known to be on the bridge only while
 	// the connection is still that one.
 	syncedGeneration uint64
-	// qosRevision is the QoS watermark as the last successful sync began
-	// (heartbeat.Facts.QoSRevision); "" before it.
-	qosRevision string
+	// qosRevision and firewallRevision are the QoS and firewall
+	// watermarks as the last successful sync began
+	// (heartbeat.Facts.QoSRevision, FirewallRevision); "" before it.
+	qosRevision, firewallRevision string
 
 	// liveness records the sync attempts and the bridge's losses (Live).
 	liveness *liveness
@@ -267,7 +293,7 @@ func New(cfg Config) *Agent {
 	// sets its changed flag (if any), and asks for a sync, on every add and
 	// delete, and on updates for which relevant says something the
 	// dataplane reads changed (nil: any).
-	handler := func(keyOf func(obj any) string, relevant func(old, new any) bool, changed *atomic.Bool, seen *qosWatermark) cache.ResourceEventHandler {
+	handler := func(keyOf func(obj any) string, relevant func(old, new any) bool, changed *atomic.Bool, seen *revisionWatermark) cache.ResourceEventHandler {
 		mark := func(obj any) {
 			if key := keyOf(obj); key != "" {
 				a.markDirty(key)
@@ -298,6 +324,7 @@ func New(cfg Config) *Agent {
 	}
 	esInformer := a.esFactory.K8s().V1().EgressServices().Informer()
 	a.qosInformer = a.esFactory.K8s().V1().EgressQoSes().Informer()
+	a.firewallInformer = a.esFactory.K8s().V1().EgressFirewalls().Informer()
 	serviceInformer := a.kubeFactory.Core().V1().Services().Informer()
 	sliceInformer := a.kubeFactory.Discovery().V1().EndpointSlices().Informer()
 	if err := sliceInformer.AddIndexers(cache.Indexers{serviceIndex: sliceServiceKeys}); err != nil {
@@ -312,7 +339,7 @@ func New(cfg Config) *Agent {
 		keyOf    func(any) string
 		relevant func(old, new any) bool
 		changed  *atomic.Bool
-		seen     *qosWatermark
+		seen     *revisionWatermark
 	}{
 		{esInformer, objectKey, nil, nil, nil},
 		{serviceInformer, objectKey, nil, nil, nil},
@@ -320,10 +347,14 @@ func New(cfg Config) *Agent {
 		// The agent must not sync before it has seen every EgressQoS: a
 		// restart would unmark their pods until it had.
 		{a.qosInformer, qosObjectKey, nil, nil, &a.qosSeen},
+		// Nor before it has seen every EgressFirewall: a restart would
+		// let their pods out unjudged until it had.
+		{a.firewallInformer, firewallObjectKey, nil, nil, &a.firewallSeen},
 		// Kubelets update Node status every few seconds and agents renew
 		// their Leases every second; the dataplane reads only the nodes'
-		// addresses and the agents' published facts.
-		{nodeInformer, noKey, nodeAddressesChanged, nil, nil},
+		// addresses and labels (nodeSelector rules) and the agents'
+		// published facts.
+		{nodeInformer, noKey, nodeViewChanged, nil, nil},
 		{leaseInformer, noKey, leaseFactsChanged, nil, nil},
 		// Kubelets update a pod's status on every probe and container
 		// change; the pod guard reads its labels, phase and addresses.
@@ -340,6 +371,7 @@ func New(cfg Config) *Agent {
 	}
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
 	a.egressQoSes = a.esFactory.K8s().V1().EgressQoSes().Lister()
+	a.egressFirewalls = a.esFactory.K8s().V1().EgressFirewalls().Lister()
 	a.services = a.kubeFactory.Core().V1().Services().Lister()
 	a.endpointSlices = sliceInformer.GetIndexer()
 	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
@@ -348,9 +380,8 @@ func New(cfg Config) *Agent {
 	if cfg.Metrics != nil && cfg.Switch != nil {
 		connected := cfg.Switch.Connected
 		cfg.Metrics.isConnected.Store(&connected)
-		cfg.Metrics.qosPackets.mu.Lock()
-		cfg.Metrics.qosPackets.sw = cfg.Switch
-		cfg.Metrics.qosPackets.mu.Unlock()
+		cfg.Metrics.qosPackets.setSwitch(cfg.Switch)
+		cfg.Metrics.firewallDenied.setSwitch(cfg.Switch)
 	}
 	return a
 }
@@ -374,6 +405,9 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.esFactory.Start(ctx.Done())
 	a.podFactory.Start(ctx.Done())
 	go a.holdOnDisconnect(ctx)
+	if a.cfg.DNS != nil {
+		go a.watchDNS(ctx)
+	}
 	go a.watchFence(ctx)
 	go a.watchBridge(ctx)
 	if err := a.guardCold(ctx); err != nil {
@@ -422,6 +456,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	// The initial list of EgressQoS objects has been taken in: its
 	// resourceVersion is the watermark's floor.
 	a.qosSeen.observeRevision(a.qosInformer.LastSyncResourceVersion())
+	a.firewallSeen.observeRevision(a.firewallInformer.LastSyncResourceVersion())
 	a.cachesSynced.Store(true)
 	klog.InfoS("Caches synced; starting the node sync", "node", a.cfg.Node.Name)
 	// Handlers have marked every object so far; the first sync reads them
@@ -434,6 +469,19 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	for a.processNext(ctx) {
 	}
 	return nil
+}
+
+// watchDNS asks for a sync whenever the DNS names' answers change.
+func (a *Agent) watchDNS(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.cfg.DNS.Changed():
+			a.dnsChanged.Store(true)
+			a.queue.Add(syncKey)
+		}
+	}
 }
 
 // fenceCheckInterval is how often the agent checks whether its heartbeat
@@ -624,7 +672,7 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	generation := a.cfg.Switch.Generation()
 	// Read before the sync takes the dirty keys: every EgressQoS event up
 	// to it is among them, or was taken before.
-	qosRevision := a.qosSeen.revision()
+	qosRevision, firewallRevision := a.qosSeen.revision(), a.firewallSeen.revision()
 	// From here on the attempt counts towards Live's bound, waiting for
 	// the cold guard's bundle included.
 	a.liveness.syncStarting()
@@ -637,7 +685,7 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	if err == nil {
 		a.everSynced = true
 		a.syncedGeneration = generation
-		a.qosRevision = qosRevision
+		a.qosRevision, a.firewallRevision = qosRevision, firewallRevision
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -696,11 +744,19 @@ func (a *Agent) QoSRevision() string {
 	return a.qosRevision
 }
 
-// qosWatermark is the newest resourceVersion among those observed. A
+// FirewallRevision is the heartbeat's EgressFirewall watermark
+// (heartbeat.Facts.FirewallRevision), as QoSRevision is EgressQoS's.
+func (a *Agent) FirewallRevision() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.firewallRevision
+}
+
+// revisionWatermark is the newest resourceVersion among those observed. A
 // resourceVersion is opaque to clients, but the API server's are etcd
 // revisions, integers that grow with every write: compared as such, and
 // kept as the latest seen should one not be an integer.
-type qosWatermark struct {
+type revisionWatermark struct {
 	mu sync.Mutex
 	rv string
 	n  uint64
@@ -708,7 +764,7 @@ type qosWatermark struct {
 
 // observe takes in an object's resourceVersion (of a deleted one's last
 // state too).
-func (w *qosWatermark) observe(obj any) {
+func (w *revisionWatermark) observe(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -718,7 +774,7 @@ func (w *qosWatermark) observe(obj any) {
 }
 
 // observeRevision takes in a resourceVersion.
-func (w *qosWatermark) observeRevision(rv string) {
+func (w *revisionWatermark) observeRevision(rv string) {
 	if rv == "" {
 		return
 	}
@@ -733,7 +789,7 @@ func (w *qosWatermark) observeRevision(rv string) {
 	}
 }
 
-func (w *qosWatermark) revision() string {
+func (w *revisionWatermark) revision() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.rv
@@ -797,17 +853,29 @@ func objectKey(obj any) string {
 
 // qosObjectKey is the key of an EgressQoS, or of a deleted one's last
 // state: dataplane.ObjectKey(APIEgressQoS, namespace, name).
-func qosObjectKey(obj any) string {
+func qosObjectKey(obj any) string { return apiObjectKey(dataplane.APIEgressQoS, obj) }
+
+// firewallObjectKey is the key of an EgressFirewall, as qosObjectKey is
+// an EgressQoS's.
+func firewallObjectKey(obj any) string { return apiObjectKey(dataplane.APIEgressFirewall, obj) }
+
+// apiObjectKey is dataplane.ObjectKey of an object of api, or of a
+// deleted one's last state.
+func apiObjectKey(api dataplane.API, obj any) string {
 	namespace, name, err := cache.SplitMetaNamespaceKey(objectKey(obj))
 	if err != nil || name == "" {
 		return ""
 	}
-	return dataplane.ObjectKey(dataplane.APIEgressQoS, namespace, name)
+	return dataplane.ObjectKey(api, namespace, name)
 }
 
-// qosKeyPrefix starts the keys of EgressQoS objects in the dirty set; an
-// EgressService's key ("namespace/name") never does.
-var qosKeyPrefix = dataplane.APIEgressQoS.String() + "/"
+// qosKeyPrefix and firewallKeyPrefix start the keys of EgressQoS and
+// EgressFirewall objects in the dirty set; an EgressService's key
+// ("namespace/name") never does.
+var (
+	qosKeyPrefix      = dataplane.APIEgressQoS.String() + "/"
+	firewallKeyPrefix = dataplane.APIEgressFirewall.String() + "/"
+)
 
 // sliceServiceKey is the key of the Service an EndpointSlice belongs to.
 func sliceServiceKey(obj any) string {
@@ -846,7 +914,9 @@ func slim(obj any) (any, error) {
 		}
 		return out, nil
 	case *corev1.Node:
-		return &corev1.Node{ObjectMeta: identity(o.ObjectMeta), Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}, nil
+		id := identity(o.ObjectMeta)
+		id.Labels = o.Labels // EgressFirewall's nodeSelector rules
+		return &corev1.Node{ObjectMeta: id, Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}, nil
 	case *corev1.Pod:
 		id := identity(o.ObjectMeta)
 		id.Labels = o.Labels // the pod guard holds pods a Service selects
@@ -860,6 +930,9 @@ func slim(obj any) (any, error) {
 		// Its status is the cluster component's, written from what the
 		// agents report: no input here.
 		return &esv1.EgressQoS{ObjectMeta: identity(o.ObjectMeta), Spec: o.Spec}, nil
+	case *esv1.EgressFirewall:
+		// Its status too is the cluster component's.
+		return &esv1.EgressFirewall{ObjectMeta: identity(o.ObjectMeta), Spec: o.Spec}, nil
 	}
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil) // Leases: their annotations carry the agents' facts
@@ -904,10 +977,14 @@ func identity(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }
 
-func nodeAddressesChanged(old, new any) bool {
+// nodeViewChanged reports whether what the dataplane reads of a Node
+// changed: its addresses (exemptions, nodeSelector rules) or its labels
+// (nodeSelector rules).
+func nodeViewChanged(old, new any) bool {
 	o, ok1 := old.(*corev1.Node)
 	n, ok2 := new.(*corev1.Node)
-	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses)
+	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) ||
+		!equality.Semantic.DeepEqual(o.Labels, n.Labels)
 }
 
 func podAdmissionChanged(old, new any) bool {

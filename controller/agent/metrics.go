@@ -34,8 +34,10 @@ type Metrics struct {
 	ctFlushes     prometheus.Counter
 	leaseRenewals *prometheus.CounterVec
 	qosRules      prometheus.Gauge
-	// qosPackets reads the marking flows' packet counters at scrape time.
-	qosPackets *qosPacketCounter
+	// qosPackets reads the marking flows' packet counters at scrape time,
+	// firewallDenied the deny flows'.
+	qosPackets, firewallDenied *stagePacketCounter
+	firewallRules              prometheus.Gauge
 }
 
 // syncBuckets span a no-op sync (well under a millisecond) up to a full
@@ -46,8 +48,17 @@ var syncBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
 // not registered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		flows:      newFlowGauge(),
-		qosPackets: newQoSPacketCounter(),
+		flows: newFlowGauge(),
+		qosPackets: newStagePacketCounter("egressflow_agent_qos_marked_packets_total",
+			"Packets this node marked for each namespace's EgressQoS: the sum of its marking flows' packet counters, read at scrape time (a replaced flow starts from 0).",
+			dataplane.KindQoSMark, dataplane.RoleQoS, qosKeyPrefix),
+		firewallDenied: newStagePacketCounter("egressflow_agent_firewall_denied_packets_total",
+			"Packets of this node's pods that each namespace's EgressFirewall dropped: the sum of its Deny flows' packet counters, read at scrape time (a replaced flow starts from 0).",
+			dataplane.KindFirewallDeny, dataplane.RoleFirewall, firewallKeyPrefix),
+		firewallRules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressflow_agent_firewall_rules",
+			Help: "EgressFirewall rules applied on this node after the last successful sync: of each namespace's EgressFirewall with a pod on this node, the rules not skipped for a problem.",
+		}),
 		qosRules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressflow_agent_qos_rules",
 			Help: "EgressQoS rules applied on this node after the last successful sync: of each namespace's EgressQoS, the rules that select a pod of this node.",
@@ -101,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.leaseRenewals,
-			m.qosRules, m.qosPackets)
+			m.qosRules, m.qosPackets, m.firewallRules, m.firewallDenied)
 	}
 	return m
 }
@@ -201,8 +212,8 @@ func (g *flowGauge) remove(service string) {
 // count records what a sync's diff rendered (dataplane.DiffOutput.Count):
 // a service's flows, a service gone (role ""), or the shared flows (key "").
 func (g *flowGauge) count(key string, role dataplane.Role, flows int) {
-	if role == dataplane.RoleQoS {
-		// Its flows count under role "qos"; no per-object series.
+	if role == dataplane.RoleQoS || role == dataplane.RoleFirewall {
+		// Its flows count under its role; no per-object series.
 		g.mu.Lock()
 		g.forget(key)
 		g.services[key] = serviceFlows{role: role, flows: flows}
@@ -260,67 +271,80 @@ func (g *flowGauge) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// qosScrapeTimeout bounds the flow-stats request a scrape of
-// egressflow_agent_qos_marked_packets_total makes: longer lets a busy
-// switch answer, shorter keeps a scrape from hanging on a wedged one.
-const qosScrapeTimeout = 2 * time.Second
+// stageScrapeTimeout bounds the flow-stats request a scrape of a
+// stagePacketCounter makes: longer lets a busy switch answer, shorter
+// keeps a scrape from hanging on a wedged one.
+const stageScrapeTimeout = 2 * time.Second
 
-// qosPacketCounter exports egressflow_agent_qos_marked_packets_total
-// {namespace}: the packets TableQoS marked for each namespace's EgressQoS,
-// summed at scrape time from the packet counters of the marking flows,
-// read with one flow-stats request filtered by their cookie kind. The
-// series exist on the nodes where the namespace has pods a rule selects.
-// A flow that is replaced (its class changed) starts counting from 0,
-// which rate() reads as a counter reset.
-type qosPacketCounter struct {
+// stagePacketCounter exports a counter by namespace of the packets one
+// kind of a node-local stage's flows matched
+// (egressflow_agent_qos_marked_packets_total: the packets TableQoS marked;
+// egressflow_agent_firewall_denied_packets_total: those TableFirewall
+// dropped), summed at scrape time from those flows' packet counters, read
+// with one flow-stats request filtered by their cookie kind. The series
+// exist on the nodes where the namespace's object has flows. A flow that
+// is replaced starts counting from 0, which rate() reads as a counter
+// reset.
+type stagePacketCounter struct {
 	desc *prometheus.Desc
-	mu   sync.Mutex
+	// kind is the flows' cookie kind; role and keyPrefix, their objects'.
+	kind      dataplane.FlowKind
+	role      dataplane.Role
+	keyPrefix string
+	mu        sync.Mutex
 	// sw is the agent's switch; nil: nothing exported.
 	sw Switch
-	// namespaces holds the namespace of each EgressQoS with flows, by the
+	// namespaces holds the namespace of each object with flows, by the
 	// hash its cookies carry.
 	namespaces map[uint32]string
 }
 
-func newQoSPacketCounter() *qosPacketCounter {
-	return &qosPacketCounter{
-		desc: prometheus.NewDesc("egressflow_agent_qos_marked_packets_total",
-			"Packets this node marked for each namespace's EgressQoS: the sum of its marking flows' packet counters, read at scrape time (a replaced flow starts from 0).",
-			[]string{"namespace"}, nil),
+func newStagePacketCounter(name, help string, kind dataplane.FlowKind, role dataplane.Role, keyPrefix string) *stagePacketCounter {
+	return &stagePacketCounter{
+		desc: prometheus.NewDesc(name, help, []string{"namespace"}, nil),
+		kind: kind, role: role, keyPrefix: keyPrefix,
 		namespaces: map[uint32]string{},
 	}
 }
 
-// track records that key (an EgressQoS's) has flows (role RoleQoS) or none
-// (role ""), as the sync's diff counts them; other keys are ignored.
-func (c *qosPacketCounter) track(key string, role dataplane.Role) {
-	rest, ok := strings.CutPrefix(key, qosKeyPrefix)
+// setSwitch gives the counter the switch whose flows it reads.
+func (c *stagePacketCounter) setSwitch(sw Switch) {
+	c.mu.Lock()
+	c.sw = sw
+	c.mu.Unlock()
+}
+
+// track records that key (an object of the counter's API) has flows
+// (the counter's role) or none (role ""), as the sync's diff counts them;
+// other keys are ignored.
+func (c *stagePacketCounter) track(key string, role dataplane.Role) {
+	rest, ok := strings.CutPrefix(key, c.keyPrefix)
 	if !ok {
 		return
 	}
 	namespace, _, _ := strings.Cut(rest, "/")
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if role == dataplane.RoleQoS {
+	if role == c.role {
 		c.namespaces[dataplane.ServiceHash(key)] = namespace
 	} else {
 		delete(c.namespaces, dataplane.ServiceHash(key))
 	}
 }
 
-func (c *qosPacketCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *stagePacketCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
-func (c *qosPacketCounter) Collect(ch chan<- prometheus.Metric) {
+func (c *stagePacketCounter) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	sw, namespaces := c.sw, maps.Clone(c.namespaces)
 	c.mu.Unlock()
 	if sw == nil || len(namespaces) == 0 || !sw.Connected() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), qosScrapeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), stageScrapeTimeout)
 	defer cancel()
 	packets := map[string]uint64{}
-	kind := dataplane.Cookie(dataplane.KindQoSMark, "") &^ 0xff
+	kind := dataplane.Cookie(c.kind, "") &^ 0xff
 	err := sw.DumpFlows(ctx, kind, dataplane.CookiePrefixMask|0xff<<40, func(e openflow.FlowEntry) error {
 		ns, ok := namespaces[uint32(e.Cookie()>>8)]
 		if !ok {

@@ -76,6 +76,7 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		Count: func(key string, role dataplane.Role, flows int) {
 			m.flows.count(key, role, flows)
 			m.qosPackets.track(key, role)
+			m.firewallDenied.track(key, role)
 		},
 	})
 	if err == nil {
@@ -93,6 +94,7 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 	a.ledger.Commit(diffed)
 	m.flowMods.Add(float64(stream.sent))
 	m.qosRules.Set(float64(a.planner.QoSRules()))
+	m.firewallRules.Set(float64(a.planner.FirewallRules()))
 	// The flows are in place: a vswitchd waiting for them may forward.
 	if err := a.release(ctx, generation); err != nil {
 		return err
@@ -197,8 +199,9 @@ func (a *Agent) recompute(ctx context.Context) error {
 	for _, l := range leaseList {
 		leases[l.Name] = l
 	}
-	a.planner.SetNodes(nodes) // the shared flows are diffed on every sync
-	var changed []string
+	// The shared flows are diffed on every sync: the exemptions need no
+	// keys.
+	_, changed := a.planner.SetNodes(nodes)
 	if a.podsChanged.Swap(false) {
 		pods, err := a.pods.List(labels.Everything())
 		if err != nil {
@@ -211,19 +214,25 @@ func (a *Agent) recompute(ctx context.Context) error {
 	changed = append(changed, a.fence(ctx)...)
 	dirty := a.takeDirty()
 	for k := range dirty {
-		if strings.HasPrefix(k, qosKeyPrefix) {
-			q, err := a.qosInput(k)
-			if err != nil {
-				for k := range dirty {
-					a.markDirty(k)
-				}
-				return err
+		var keys []string
+		var err error
+		switch {
+		case strings.HasPrefix(k, qosKeyPrefix):
+			var q *esv1.EgressQoS
+			if q, err = a.qosInput(k); err == nil {
+				keys = a.planner.UpdateQoS(k, q)
 			}
-			changed = append(changed, a.planner.UpdateQoS(k, q)...)
-			delete(dirty, k)
-			continue
+		case strings.HasPrefix(k, firewallKeyPrefix):
+			var fw *esv1.EgressFirewall
+			if fw, err = a.firewallInput(k); err == nil {
+				keys = a.planner.UpdateFirewall(k, fw)
+			}
+		default:
+			var in dataplane.ServiceInputs
+			if in, err = a.inputs(k); err == nil {
+				keys = a.planner.Update(k, in)
+			}
 		}
-		in, err := a.inputs(k)
 		if err != nil {
 			// Mark the rest again so the retry reads them.
 			for k := range dirty {
@@ -231,8 +240,16 @@ func (a *Agent) recompute(ctx context.Context) error {
 			}
 			return err
 		}
-		changed = append(changed, a.planner.Update(k, in)...)
+		changed = append(changed, keys...)
 		delete(dirty, k)
+	}
+	if a.cfg.DNS != nil {
+		// The names of this node's firewalls, as they are now; answers to
+		// new ones come later, through Changed.
+		a.cfg.DNS.SetNames(a.planner.DNSNames())
+		if a.dnsChanged.Swap(false) {
+			changed = append(changed, a.planner.SetResolved(a.cfg.DNS.Snapshot())...)
+		}
 	}
 	a.ledger.Changed(a.planner, changed)
 	a.report(changed)
@@ -251,6 +268,20 @@ func (a *Agent) qosInput(key string) (*esv1.EgressQoS, error) {
 		return nil, nil
 	}
 	return q, err
+}
+
+// firewallInput reads the EgressFirewall of key from the informer cache;
+// nil when it is gone.
+func (a *Agent) firewallInput(key string) (*esv1.EgressFirewall, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(strings.TrimPrefix(key, firewallKeyPrefix))
+	if err != nil {
+		return nil, err
+	}
+	fw, err := a.egressFirewalls.EgressFirewalls(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return fw, err
 }
 
 // fence fences the node while its heartbeat Lease has run out, and
@@ -311,13 +342,14 @@ func (a *Agent) report(changed []string) {
 			if slices.Contains(a.reported[k], p) {
 				continue
 			}
-			if strings.HasPrefix(k, qosKeyPrefix) {
-				// Logged only: an EgressQoS's problems are the same on
-				// every node (the cluster's families, its selectors), and
-				// the cluster component reports them once, in the
-				// object's status and an Invalid Event, where an Event
-				// per node would repeat them a thousand times.
-				klog.InfoS("EgressQoS not programmed as asked", "object", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
+			if strings.HasPrefix(k, qosKeyPrefix) || strings.HasPrefix(k, firewallKeyPrefix) {
+				// Logged only: an EgressQoS's or an EgressFirewall's
+				// problems are nearly all the same on every node (the
+				// cluster's families, its rules), and the cluster
+				// component reports them once, in the object's status and
+				// an Invalid Event, where an Event per node would repeat
+				// them a thousand times.
+				klog.InfoS("Object not programmed as asked", "object", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
 				continue
 			}
 			klog.InfoS("EgressService not programmed as asked", "service", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)

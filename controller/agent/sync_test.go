@@ -34,13 +34,18 @@ func TestRelevantUpdates(t *testing.T) {
 	node := &corev1.Node{Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "172.18.0.11"}}}}
 	heartbeatOnly := node.DeepCopy()
 	heartbeatOnly.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-	if nodeAddressesChanged(node, heartbeatOnly) {
+	if nodeViewChanged(node, heartbeatOnly) {
 		t.Error("a kubelet status heartbeat must not trigger a sync")
 	}
 	readdressed := node.DeepCopy()
 	readdressed.Status.Addresses[0].Address = "172.18.0.99"
-	if !nodeAddressesChanged(node, readdressed) {
+	if !nodeViewChanged(node, readdressed) {
 		t.Error("a changed node address must trigger a sync")
+	}
+	relabelled := node.DeepCopy()
+	relabelled.Labels = map[string]string{"role": "infra"}
+	if !nodeViewChanged(node, relabelled) {
+		t.Error("a changed node label must trigger a sync (EgressFirewall's nodeSelector rules)")
 	}
 }
 

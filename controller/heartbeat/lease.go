@@ -52,6 +52,9 @@ const (
 	// AnnotationQoSRevision is the agent's EgressQoS watermark (see
 	// Facts.QoSRevision).
 	AnnotationQoSRevision = "egressflow.io/qos-revision"
+	// AnnotationFirewallRevision is the agent's EgressFirewall watermark
+	// (see Facts.FirewallRevision).
+	AnnotationFirewallRevision = "egressflow.io/firewall-revision"
 )
 
 // SyncState says whether an agent's dataplane matches its desired state.
@@ -83,6 +86,9 @@ type Facts struct {
 	// object's current generation to report where the object is applied.
 	// Empty until the first sync after the EgressQoS informer has synced.
 	QoSRevision string
+	// FirewallRevision is the agent's EgressFirewall watermark, as
+	// QoSRevision is its EgressQoS one.
+	FirewallRevision string
 }
 
 // annotations returns the annotations that carry f and d.
@@ -104,6 +110,9 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 	if f.QoSRevision != "" {
 		a[AnnotationQoSRevision] = f.QoSRevision
 	}
+	if f.FirewallRevision != "" {
+		a[AnnotationFirewallRevision] = f.FirewallRevision
+	}
 	return a
 }
 
@@ -111,7 +120,8 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 // are left out.
 func ReadFacts(l *coordinationv1.Lease) Facts {
 	a := l.Annotations
-	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState]), QoSRevision: a[AnnotationQoSRevision]}
+	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState]), QoSRevision: a[AnnotationQoSRevision],
+		FirewallRevision: a[AnnotationFirewallRevision]}
 	for _, s := range strings.Split(a[AnnotationSteerAddresses], ",") {
 		if addr, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
 			f.SteerAddresses = append(f.SteerAddresses, addr)

@@ -221,12 +221,12 @@ func (r *Renewer) desired(base *coordinationv1.Lease, facts Facts) *coordination
 	}
 	l.Labels[LeaseLabel] = LeaseLabelValue
 	// Facts this agent no longer has are removed; others' annotations stay.
-	// The QoS watermark is not among them: a restarted agent finds its
-	// predecessor's flows on the bridge (docs/dataplane.md, "How the agent
-	// applies it"), so the predecessor's watermark stays true until this
-	// agent's first sync replaces it. Dropping it would flip every
-	// EgressQoS to Pending and back on each agent restart: two status
-	// writes per object per node in a rolling update.
+	// The QoS and firewall watermarks are not among them: a restarted
+	// agent finds its predecessor's flows on the bridge (docs/dataplane.md,
+	// "How the agent applies it"), so the predecessor's watermark stays
+	// true until this agent's first sync replaces it. Dropping it would flip every
+	// EgressQoS and EgressFirewall to Pending and back on each agent
+	// restart: two status writes per object per node in a rolling update.
 	for _, k := range []string{AnnotationBridgeMAC, AnnotationSteerAddresses, AnnotationSyncState} {
 		delete(l.Annotations, k)
 	}
