@@ -164,7 +164,7 @@ func revisionAtLeast(got, want string) error {
 	g, err1 := strconv.ParseUint(got, 10, 64)
 	w, err2 := strconv.ParseUint(want, 10, 64)
 	if err1 != nil || err2 != nil || g < w {
-		return fmt.Errorf("QoS watermark %q, want at least %q", got, want)
+		return fmt.Errorf("watermark %q, want at least %q", got, want)
 	}
 	return nil
 }

@@ -1,0 +1,190 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/test/topology"
+)
+
+// expectDenied waits until pod's packets to dst over network get no
+// answer and none of them reaches the external host (a capture there sees
+// no packet to dst, from the pod's address or any other).
+func (e *env) expectDenied(pod *topology.Pod, network string, dst netip.AddrPort) {
+	e.t.Helper()
+	eventually(e.t, fmt.Sprintf("%s from %s to %s denied", network, pod.Name, dst), func() error {
+		capture := e.topo.External.Capture(e.t)
+		src, err := pod.Dial(network, dst)
+		packets := capture.Stop()
+		if err == nil {
+			return fmt.Errorf("answered, seen as %s", src)
+		}
+		for _, p := range packets {
+			if p.Dst == dst.Addr() {
+				return fmt.Errorf("reached the external host: %s", p.Line)
+			}
+		}
+		return nil
+	})
+}
+
+// expectPing waits until a ping from pod to dst is answered (ok) or gets
+// no answer (!ok).
+func (e *env) expectPing(pod *topology.Pod, dst netip.Addr, ok bool) {
+	e.t.Helper()
+	eventually(e.t, fmt.Sprintf("ping from %s to %s answered: %v", pod.Name, dst, ok), func() error {
+		err := pod.Ping(dst, 1)
+		switch {
+		case ok && err != nil:
+			return err
+		case !ok && err == nil:
+			return fmt.Errorf("answered")
+		}
+		return nil
+	})
+}
+
+// TestAgentEgressFirewall judges real packets: two nodes, the dual-stack
+// service web hosted on n1 with an endpoint on each node, a pod app on n1,
+// all in namespace shop, and a pod in namespace open, which has no
+// EgressFirewall. shop/default says, in order:
+//
+//	0: Allow TCP to the external host's IPv4 address, on the server's port
+//	1: Deny everything else to that address
+//	2: Deny nodes labelled role=infra
+//	3: Deny 10.0.0.0/8 (which holds the pod and service CIDRs)
+//	4: Deny UDP to ::/0 on the server's port
+//
+// It checks TCP allowed and UDP denied by rule order, port and protocol,
+// in both families; the endpoints' denied packets never SNATed nor
+// steered (no packet reaches the external host) while their allowed ones
+// leave with the LB IP; pod-to-pod and pod-to-service traffic never
+// blocked, though rule 3 covers them; a node's label added, which denies
+// it; an established TCP connection cut once the rule that allowed it
+// goes (as the reference applies ACL changes to established connections);
+// the agents' metrics and firewall watermark; and the object deleted,
+// which allows everything again.
+func TestAgentEgressFirewall(t *testing.T) {
+	e := newEnv(t, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	ep1, ep2, app := e.addPod(n1, "ep1"), e.addPod(n2, "ep2"), e.addPod(n1, "app")
+	ctx := context.Background()
+	if _, err := e.admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "open"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	open := n1.AddPod(t, "open")
+	e.admin.CreatePod(t, "open", open, nil)
+	lbs := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
+	e.hostWeb(n1, lbs, ep1, ep2)
+
+	ext4, ext6 := e.server.Addr, e.server.Addr6
+	port := []esv1.EgressFirewallPort{{Protocol: "TCP", Port: int32(ext4.Port())}}
+	udpPort := []esv1.EgressFirewallPort{{Protocol: "UDP", Port: int32(ext4.Port())}}
+	infra := esv1.LabelSelector{MatchLabels: map[string]string{"role": "infra"}}
+	fw := &esv1.EgressFirewall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: esv1.EgressFirewallName},
+		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{
+			{Type: esv1.EgressFirewallRuleAllow, To: esv1.EgressFirewallDestination{CIDRSelector: ext4.Addr().String() + "/32"}, Ports: port},
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: ext4.Addr().String() + "/32"}},
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{NodeSelector: &infra}},
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: "10.0.0.0/8"}},
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: "::/0"}, Ports: udpPort},
+		}},
+	}
+	// Before: everything passes; n2 answers pings.
+	e.expectSource(app, "udp", app.IP)
+	e.expectPing(app, n2.IP, true)
+	created, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Create(ctx, fw, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e.expectDenied(app, "udp", ext4)                                  // rule 1
+	e.expectSource(app, "tcp", app.IP)                                // rule 0 first
+	e.expectDenied(app, "udp", ext6)                                  // rule 4: UDP on the port
+	e.expectSourceAt(app, "tcp", ext6, app.IP6)                       // not TCP
+	e.expectDenied(ep1, "udp", ext4)                                  // never SNATed on the host
+	e.expectDenied(ep2, "udp", ext4)                                  // never steered from n2
+	e.expectSource(ep1, "tcp", lbs[0])                                // allowed: SNATed
+	e.expectSource(ep2, "tcp", lbs[0])                                // steered, SNATed
+	e.expectSourceAt(ep2, "tcp", ext6, lbs[1])                        // in IPv6 too
+	e.expectSource(open, "udp", open.IP)                              // another namespace
+	e.expectPing(app, ep2.IP, true)                                   // pod to pod: exempt from rule 3
+	e.expectPing(app, ep2.IP6, true)                                  // in IPv6 too
+	e.expectSourceAt(app, "udp", e.server.At(clusterIPs[0]), app.IP)  // pod to service: exempt
+	e.expectSourceAt(app, "udp", e.server.At(clusterIPs[1]), app.IP6) // rule 4 would match it
+	e.expectPing(app, n2.IP, true)                                    // n2 is not infra yet
+
+	// n2 labelled infra: rule 2 denies its addresses.
+	node, err := e.admin.Kube.CoreV1().Nodes().Get(ctx, n2.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Labels = map[string]string{"role": "infra"}
+	if _, err := e.admin.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.expectPing(app, n2.IP, false)
+	e.expectPing(app, n2.IP6, false)
+	e.expectPing(open, n2.IP, true) // open has no firewall
+
+	for _, n := range []string{n1.Name, n2.Name} {
+		eventually(t, n+" reports its firewall rules, denied packets and watermark", func() error {
+			s := samples(t, e.agents[n].metrics, "egressflow_agent_firewall_rules", "egressflow_agent_firewall_denied_packets_total")
+			if got := s["egressflow_agent_firewall_rules"]; got != 5 {
+				return fmt.Errorf("egressflow_agent_firewall_rules = %v, want 5", got)
+			}
+			if got := s[`egressflow_agent_firewall_denied_packets_total{namespace="shop"}`]; got == 0 {
+				return fmt.Errorf("no denied packet counted for shop")
+			}
+			return revisionAtLeast(e.agents[n].FirewallRevision(), created.ResourceVersion)
+		})
+	}
+
+	// An established connection that rule 0 allowed is cut once rule 0
+	// goes: the next packet of every connection is judged by the rules.
+	conn, err := app.Connect("tcp", ext4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if src, err := conn.Probe(); err != nil || src != app.IP {
+		t.Fatalf("the connection before the change: %v, %v", src, err)
+	}
+	current, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Get(ctx, esv1.EgressFirewallName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.Egress = current.Spec.Egress[1:]
+	if _, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Update(ctx, current, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the established connection cut", func() error {
+		if src, err := conn.Probe(); err == nil {
+			return fmt.Errorf("still answered, seen as %s", src)
+		}
+		return nil
+	})
+	e.expectDenied(app, "tcp", ext4)
+
+	// Deleted: everything passes again.
+	if err := e.admin.ES.K8sV1().EgressFirewalls("shop").Delete(ctx, esv1.EgressFirewallName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.expectSource(app, "udp", app.IP)
+	e.expectSource(ep2, "udp", lbs[0])
+	e.expectSourceAt(app, "udp", ext6, app.IP6)
+	e.expectPing(app, n2.IP, true)
+	eventually(t, "n1's firewall rules gone", func() error {
+		if got := samples(t, e.agents[n1.Name].metrics, "egressflow_agent_firewall_rules")["egressflow_agent_firewall_rules"]; got != 0 {
+			return fmt.Errorf("egressflow_agent_firewall_rules = %v, want 0", got)
+		}
+		return nil
+	})
+}
