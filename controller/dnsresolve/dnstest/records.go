@@ -9,15 +9,15 @@ import (
 type Kind int
 
 const (
-	KindA          Kind = iota + 1 // an IPv4 address
-	KindAAAA                       // an IPv6 address
-	KindCNAME                      // an alias: the answer goes on at Target
-	KindNXDomain                   // the name does not exist
-	KindServFail                   // every query for the name gets SERVFAIL
-	KindRefused                    // every query for the name gets REFUSED
-	KindDrop                       // every query for the name gets no reply
-	KindNegativeTTL                // a SOA with this negative TTL in negative answers
-	KindRoundRobin                 // each answer carries N of the addresses, rotating
+	KindA           Kind = iota + 1 // an IPv4 address
+	KindAAAA                        // an IPv6 address
+	KindCNAME                       // an alias: the answer goes on at Target
+	KindNXDomain                    // the name does not exist
+	KindServFail                    // every query for the name gets SERVFAIL
+	KindRefused                     // every query for the name gets REFUSED
+	KindDrop                        // every query for the name gets no reply
+	KindNegativeTTL                 // a SOA with this negative TTL in negative answers
+	KindRoundRobin                  // each answer carries N of the addresses, rotating
 )
 
 // Record is one fact about a name, given to Server.Set. Build one with A,
