@@ -23,14 +23,20 @@
 //
 // An address stays in its name's set until its own TTL (at least MinTTL,
 // at most MaxAddressTTL) has run out since the last answer that gave it,
-// the rule a DNS cache follows. The set is therefore the union of every
-// answer that a cache (a pod's, CoreDNS's) could still hold when they get
-// their answers from the same upstream. This is what the reference
-// (ovn-kubernetes, which replaces the set with each answer) gets wrong
-// when the firewall's answer and the pod's differ: a round-robin name
-// that gives 2 of its 4 addresses per answer converges here to all 4, and
-// an address the pod still has cached stays allowed (or denied) after the
-// upstream stopped giving it, until its TTL has run out.
+// the rule a DNS cache follows, plus a grace of Prefetch (2 s) so that the
+// lookup refreshing it always ends first. The set is therefore the union
+// of every answer that a cache (a pod's, CoreDNS's) could still hold when
+// they get their answers from the same upstream. The reference
+// (ovn-kubernetes) replaces the set with each answer, and flakes when
+// the firewall's answer and the pod's differ (openshift/enhancements,
+// dns/coredns-egressfirewall-integration.md): here an address the pod
+// still has cached stays allowed (or denied) after the upstream stopped
+// giving it, until its TTL has run out.
+//
+// Addresses do not expire while a lookup of their name is due, under way
+// or failing (holding): a TTL of 0 is asked exactly when its addresses
+// expire, and a lookup that waits for a slow server must not empty the
+// set meanwhile.
 //
 // # When a name is asked again
 //
@@ -41,6 +47,14 @@
 //     fetches again, never sooner than MinTTL. A TTL of 0 is asked every
 //     5 s, as the reference does. It is the last answer's TTL that counts,
 //     not that of addresses it left out, which keep their own expiry.
+//   - After an answer that differs from the one before: at MinTTL. A name
+//     whose answers vary (a round-robin server answering 2 of its 4
+//     addresses, cache replicas holding different answers) is sampled
+//     every MinTTL, so each subset is seen again well within its TTL and
+//     the set converges to, and keeps, the union; once two answers in a
+//     row agree, the pace is the TTL's again. Without it a rotating name
+//     would hold only the subsets of the last TTL, not those a pod's cache
+//     may have fetched in between.
 //   - After a failure (either query timed out or got an error code): every
 //     RetryInterval (5 s) for RetryAttempts (10) failures in a row, then
 //     doubling up to MaxBackoff (2 min), as the reference does.
@@ -48,8 +62,8 @@
 // While a name's lookups fail, its known addresses are kept, whatever
 // their TTL, until an answer comes again (as a cache serving stale
 // answers does, RFC 8767): dropping them on a resolver hiccup would flip
-// an Allow to a Deny for connections that still work. Addresses that had
-// already expired when the failures began are gone.
+// a rule for connections that still work, and the failing lookup says
+// nothing about them.
 //
 // # The snapshot
 //
@@ -65,11 +79,14 @@
 // A wildcard ("*.example.com") cannot be looked up: its names cannot be
 // listed. It is filled by answers about the names it covers: those the
 // resolver gets for wanted exact names, and those the agent passes to
-// Learn (a pod's DNS replies, for instance). The "*" is exactly one label,
-// as the reference defines it (ovn-kubernetes' EgressFirewall dnsName,
-// OpenShift's DNSNameResolver: "*.example.com will match sub1.example.com
-// but won't match sub2.sub1.example.com"). A wildcard is absent until an
-// answer about one of its names came.
+// Learn (a pod's DNS replies, for instance), with the same expiry rule.
+// The "*" is exactly one label, as the reference defines it
+// (ovn-kubernetes' EgressFirewallDestination.dnsName in
+// go-controller/pkg/crd/egressfirewall/v1/types.go, and OpenShift's
+// DNSNameResolver: "*.example.com will match sub1.example.com but won't
+// match sub2.sub1.example.com"). A wildcard is absent until an answer
+// about one of its names came; a negative one (NXDOMAIN for
+// a.example.com) makes it present with no address.
 //
 // # Scheduling
 //
