@@ -38,8 +38,8 @@ type entry struct {
 	// askable is false for a wildcard or a name no query can carry.
 	question dnsmessage.Question
 	askable  bool
-	// addrs: every address learned and not yet expired, with the time it
-	// expires: its TTL after the last answer that gave it.
+	// addrs: every address learned and not yet removed, with the time it
+	// expires: addressLifetime after the last answer that gave it.
 	addrs map[netip.Addr]time.Time
 	// answered: an answer came (addresses, NXDOMAIN or NODATA); the name
 	// is in the snapshot from then on.
@@ -124,9 +124,9 @@ func (r *Resolver) SetNames(keys []string) {
 
 // holding reports whether e's addresses are kept past their expiry at
 // now: while a lookup of the name is due, under way, or failing. A due
-// lookup may bring the same addresses again (a TTL of 0 is asked exactly
-// when its addresses expire), and a failing server says nothing about
-// them.
+// lookup may bring the same addresses again (the grace of Prefetch
+// normally lets it end first, but not a lookup waiting out a timeout or
+// a free slot), and a failing server says nothing about them.
 func (e *entry) holding(now time.Time) bool {
 	return e.failing || e.inFlight || (!e.nextQuery.IsZero() && !e.nextQuery.After(now))
 }
