@@ -38,6 +38,7 @@ import (
 	"github.com/egressflow/egressflow/controller/agent"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/dnsresolve"
 	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
@@ -61,6 +62,28 @@ const (
 	defaultHealthAddr  = ":9102"
 )
 
+// parseDNSServers reads --dns-servers: addresses, each with an optional
+// port (53 by default).
+func parseDNSServers(list string) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			out = append(out, ap)
+			continue
+		}
+		addr, err := netip.ParseAddr(strings.Trim(s, "[]"))
+		if err != nil {
+			return nil, fmt.Errorf("--dns-servers: %q is neither an address nor address:port", s)
+		}
+		out = append(out, netip.AddrPortFrom(addr, 53))
+	}
+	return out, nil
+}
+
 func main() {
 	if err := run(); err != nil {
 		klog.ErrorS(err, "egressflow-agent failed")
@@ -77,6 +100,7 @@ func run() error {
 	var (
 		kubeconfig, namespace, nodeName, bridge, ovsRundir, uplink string
 		podCIDRs, serviceCIDRs, rtTables, metricsAddr              string
+		dnsServers, resolvConf                                     string
 		renewInterval, leaseDuration                               = heartbeat.DefaultRenewInterval, heartbeat.DefaultLeaseDuration
 	)
 	fs := cli.NewFlags("egressflow-agent")
@@ -88,6 +112,8 @@ func run() error {
 	fs.StringVar(&uplink, "uplink", "", "name of the bridge's uplink port (required)")
 	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs (required): endpoints outside them are host-networked and untouched; traffic to them is never rewritten")
 	fs.StringVar(&serviceCIDRs, "service-cidrs", "", "comma-separated ClusterIP CIDRs: traffic to them is never rewritten")
+	fs.StringVar(&dnsServers, "dns-servers", "", "comma-separated DNS servers (address or address:port) at which EgressFirewall's dnsName rules are resolved; empty: the nameservers of --resolv-conf")
+	fs.StringVar(&resolvConf, "resolv-conf", dnsresolve.DefaultResolvConf, "resolv.conf whose nameservers resolve EgressFirewall's dnsName rules when --dns-servers is empty (the node's, for an agent on the host network with dnsPolicy Default)")
 	fs.StringVar(&rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
 	fs.DurationVar(&renewInterval, "heartbeat-renew-interval", renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
 	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time after this agent or its dataplane dies")
@@ -130,6 +156,13 @@ func run() error {
 	if coldGuard {
 		return guardCold(node, bridge, ovsRundir, uplink)
 	}
+	servers, err := parseDNSServers(dnsServers)
+	if err != nil {
+		return err
+	}
+	// Without a nameserver the agent still runs: dnsName rules match
+	// nothing, and each is reported unresolved.
+	resolver, resolverErr := dnsresolve.New(dnsresolve.Config{Servers: servers, ResolvConf: resolvConf})
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -219,7 +252,7 @@ func run() error {
 	eventsDone := make(chan struct{})
 	go func() { defer close(eventsDone); emitter.Run(ctx) }()
 	defer func() { stop(); <-eventsDone }() // stop ends ctx: the emitter drains and returns
-	a := agent.New(agent.Config{
+	agentCfg := agent.Config{
 		Node:          node,
 		UplinkPort:    uplink,
 		Namespace:     namespace,
@@ -239,7 +272,17 @@ func run() error {
 		Recorder: emitter,
 		Metrics:  metrics,
 		Liveness: liveness,
-	})
+	}
+	if resolverErr != nil {
+		klog.ErrorS(resolverErr, "No DNS resolver: EgressFirewall's dnsName rules will match nothing")
+	} else {
+		agentCfg.DNS = resolver
+		resolverDone := make(chan struct{})
+		go func() { defer close(resolverDone); _ = resolver.Run(ctx) }()
+		defer func() { stop(); <-resolverDone }()
+		klog.InfoS("Resolving EgressFirewall's DNS names", "servers", resolver.Servers())
+	}
+	a := agent.New(agentCfg)
 
 	renewer, err = heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: namespace, NodeName: nodeName,

@@ -25,6 +25,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/dnsresolve"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/iprule"
@@ -88,6 +89,9 @@ type env struct {
 	// restarting vswitchd, and the remote reconnect backoff (100 ms
 	// doubling to 5 s) on the local socket. For comparison only.
 	unguarded bool
+	// dnsServers, if any, are where each agent started resolves
+	// EgressFirewall's names (a resolver of its own); none: no resolver.
+	dnsServers []netip.AddrPort
 	// agents are the agents started last on each node, by node name.
 	agents map[string]*runningAgent
 }
@@ -239,6 +243,16 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 		Rules:        iprule.NewManager(handle),
 		Tables:       iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
 		Metrics:      NewMetrics(reg),
+	}
+	if len(e.dnsServers) > 0 {
+		resolver, err := dnsresolve.New(dnsresolve.Config{Servers: e.dnsServers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resolverDone := make(chan struct{})
+		go func() { defer close(resolverDone); _ = resolver.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-resolverDone })
+		cfg.DNS = resolver
 	}
 	for _, f := range configure {
 		f(&cfg)
@@ -744,6 +758,16 @@ func TestAgentRestartAndRepair(t *testing.T) {
 // underlay, table 100 over the second segment. Which host answers tells
 // which table a packet followed.
 var internet = []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:100::1")}
+
+// routeInternet routes the internet addresses, which the external host
+// holds, from every node over the underlay, as a default route would.
+func (e *env) routeInternet() {
+	for _, n := range e.topo.Nodes {
+		for i, via := range []netip.Addr{e.topo.External.IP, e.topo.External.IP6} {
+			n.Exec(e.t, "ip", "route", "replace", netip.PrefixFrom(internet[i], internet[i].BitLen()).String(), "via", via.String())
+		}
+	}
+}
 
 // serviceFlowsNaming are egressflow's flows on n that name addr, but the
 // pod guard's admission of it (a pod stays admitted when it stops being an

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dnsresolve/dnstest"
 	"github.com/egressflow/egressflow/test/topology"
 )
 
@@ -60,11 +61,14 @@ func (e *env) expectPing(pod *topology.Pod, dst netip.Addr, ok bool) {
 //	2: Deny nodes labelled role=infra
 //	3: Deny 10.0.0.0/8 (which holds the pod and service CIDRs)
 //	4: Deny UDP to ::/0 on the server's port
+//	5: Deny dnsName Blocked.Test. (answered by the test's DNS server)
 //
 // It checks TCP allowed and UDP denied by rule order, port and protocol,
 // in both families; the endpoints' denied packets never SNATed nor
 // steered (no packet reaches the external host) while their allowed ones
-// leave with the LB IP; pod-to-pod and pod-to-service traffic never
+// leave with the LB IP; a name's address denied, and the name's new
+// address once its answer changes (the old one allowed again once its TTL
+// has run out); pod-to-pod and pod-to-service traffic never
 // blocked, though rule 3 covers them; a node's label added, which denies
 // it; an established TCP connection cut once the rule that allowed it
 // goes (as the reference applies ACL changes to established connections);
@@ -72,6 +76,13 @@ func (e *env) expectPing(pod *topology.Pod, dst netip.Addr, ok bool) {
 // which allows everything again.
 func TestAgentEgressFirewall(t *testing.T) {
 	e := newEnv(t, 2)
+	dns, err := dnstest.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dns.Close() })
+	dns.Set("blocked.test", dnstest.A(internet[0].String(), 1))
+	e.dnsServers = []netip.AddrPort{dns.Addr()}
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
 	ep1, ep2, app := e.addPod(n1, "ep1"), e.addPod(n2, "ep2"), e.addPod(n1, "app")
 	ctx := context.Background()
@@ -95,6 +106,7 @@ func TestAgentEgressFirewall(t *testing.T) {
 			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{NodeSelector: &infra}},
 			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: "10.0.0.0/8"}},
 			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: "::/0"}, Ports: udpPort},
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: "Blocked.Test."}},
 		}},
 	}
 	// Before: everything passes; n2 answers pings.
@@ -120,6 +132,19 @@ func TestAgentEgressFirewall(t *testing.T) {
 	e.expectSourceAt(app, "udp", e.server.At(clusterIPs[0]), app.IP)  // pod to service: exempt
 	e.expectSourceAt(app, "udp", e.server.At(clusterIPs[1]), app.IP6) // rule 4 would match it
 	e.expectPing(app, n2.IP, true)                                    // n2 is not infra yet
+	// The internet addresses are the external host's too; the nodes route
+	// to them over the underlay.
+	e.routeInternet()
+	internet4, internet6 := e.server.At(internet[0]), e.server.At(internet[1])
+	e.expectDenied(app, "tcp", internet4)            // rule 5: the name's address
+	e.expectSourceAt(app, "tcp", internet6, app.IP6) // not an answer of the name
+
+	// The name's answer changes: its new address is denied once the
+	// resolver has it, the old one allowed again once its TTL (at least
+	// the resolver's floor) has run out since it was last seen.
+	dns.Set("blocked.test", dnstest.AAAA(internet[1].String(), 1))
+	e.expectDenied(app, "tcp", internet6)
+	e.expectSourceAt(app, "tcp", internet4, app.IP)
 
 	// n2 labelled infra: rule 2 denies its addresses.
 	node, err := e.admin.Kube.CoreV1().Nodes().Get(ctx, n2.Name, metav1.GetOptions{})
@@ -137,8 +162,8 @@ func TestAgentEgressFirewall(t *testing.T) {
 	for _, n := range []string{n1.Name, n2.Name} {
 		eventually(t, n+" reports its firewall rules, denied packets and watermark", func() error {
 			s := samples(t, e.agents[n].metrics, "egressflow_agent_firewall_rules", "egressflow_agent_firewall_denied_packets_total")
-			if got := s["egressflow_agent_firewall_rules"]; got != 5 {
-				return fmt.Errorf("egressflow_agent_firewall_rules = %v, want 5", got)
+			if got := s["egressflow_agent_firewall_rules"]; got != 6 {
+				return fmt.Errorf("egressflow_agent_firewall_rules = %v, want 6", got)
 			}
 			if got := s[`egressflow_agent_firewall_denied_packets_total{namespace="shop"}`]; got == 0 {
 				return fmt.Errorf("no denied packet counted for shop")

@@ -97,11 +97,7 @@ func TestAgentEgressQoS(t *testing.T) {
 	}
 	// The internet addresses, outside the rules' dstCIDRs, are the
 	// external host's too; the nodes route to them over the underlay.
-	for _, n := range e.topo.Nodes {
-		for i, via := range []netip.Addr{e.topo.External.IP, e.topo.External.IP6} {
-			n.Exec(t, "ip", "route", "replace", netip.PrefixFrom(internet[i], internet[i].BitLen()).String(), "via", via.String())
-		}
-	}
+	e.routeInternet()
 	internet4, internet6 := e.server.At(internet[0]), e.server.At(internet[1])
 
 	e.expectDSCP(voice, ext4, voice.IP, 46)                       // rule 0 before rule 1

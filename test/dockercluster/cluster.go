@@ -60,6 +60,11 @@ const readyTimeout = 3 * time.Minute
 type Config struct {
 	// Nodes is how many node containers run (default 3).
 	Nodes int
+	// NodeDNS: the node containers' resolver (their /etc/resolv.conf, and
+	// so the pods' and the agents') is Cluster.DNSAddr, an address of the
+	// external host where the test serves DNS itself. Without it they use
+	// Docker's.
+	NodeDNS bool
 }
 
 // Cluster is a running cluster in Docker.
@@ -80,6 +85,10 @@ type Cluster struct {
 	External *topology.Host
 	// ExternalContainer is its container's name.
 	ExternalContainer string
+	// DNSAddr is the external host's address the nodes resolve names at,
+	// with Config.NodeDNS; the test serves port 53 there (it holds the
+	// address from the start).
+	DNSAddr netip.Addr
 
 	assets *assets
 	subnet byte
@@ -108,6 +117,9 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	sweep()
 	c := &Cluster{t: t, subnet: byte(rand.IntN(200) + 20)}
 	c.Name = fmt.Sprintf("ef%d", c.subnet)
+	if cfg.NodeDNS {
+		c.DNSAddr = netip.MustParseAddr(fmt.Sprintf("172.31.%d.53", c.subnet))
+	}
 	dir := t.TempDir()
 	var err error
 	if c.assets, err = prepareAssets(dir); err != nil {
@@ -253,14 +265,18 @@ func (c *Cluster) startNode(n *Node, dir string) {
 	c.docker("volume", "create", "--label", ownerLabel(), volume)
 	c.t.Cleanup(func() { _, _ = run("docker", "volume", "rm", "-f", volume) })
 	c.t.Cleanup(func() { _, _ = run("docker", "rm", "-f", n.Container) })
-	c.docker("run", "-d", "--label", ownerLabel(), "--name", n.Container, "--hostname", n.Name,
+	args := []string{"run", "-d", "--label", ownerLabel(), "--name", n.Container, "--hostname", n.Name,
 		"--network", c.Network, "--ip", n.IP.String(), "--ip6", n.IP6.String(),
 		"--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
 		"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined",
 		"--device-cgroup-rule", "a *:* rwm", "--device", "/dev/net/tun", "--device", "/dev/kmsg", "--device", "/dev/fuse",
 		"--cgroupns=private", "--tmpfs", "/run", "--tmpfs", "/tmp",
-		"-v", volume+":/var", "-v", dir+":/egressflow:ro", "-e", "container=docker",
-		c.assets.nodeImage, "sleep", "infinity")
+		"-v", volume + ":/var", "-v", dir + ":/egressflow:ro", "-e", "container=docker",
+	}
+	if c.DNSAddr.IsValid() {
+		args = append(args, "--dns", c.DNSAddr.String())
+	}
+	c.docker(append(args, c.assets.nodeImage, "sleep", "infinity")...)
 }
 
 // setUpNode lays n out and starts its kubelet (node-setup.sh); with
@@ -302,6 +318,9 @@ func (c *Cluster) startExternal() {
 	t.Cleanup(func() { _, _ = run("ip", "netns", "delete", netns) })
 	c.External = &topology.Host{Name: "external", Netns: netns, IP: ip, IP6: ip6}
 	c.External.Exec(t, "ethtool", "-K", "eth0", "tx", "off")
+	if c.DNSAddr.IsValid() {
+		c.External.AddAddress(t, c.DNSAddr)
+	}
 	for _, n := range c.Nodes {
 		c.External.Exec(t, "ip", "route", "add", n.PodCIDR4.String(), "via", n.IP.String())
 		c.External.Exec(t, "ip", "-6", "route", "add", n.PodCIDR6.String(), "via", n.IP6.String())
