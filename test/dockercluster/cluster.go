@@ -61,9 +61,9 @@ type Config struct {
 	// Nodes is how many node containers run (default 3).
 	Nodes int
 	// NodeDNS: the node containers' resolver (their /etc/resolv.conf, and
-	// so the pods' and the agents') is Cluster.DNSAddr, an address of the
-	// external host where the test serves DNS itself. Without it they use
-	// Docker's.
+	// so the pods' and the agents', by dnsPolicy Default or a kubelet
+	// without cluster DNS) is Cluster.DNSAddr, an address of the external
+	// host where the test serves DNS itself. Without it they use Docker's.
 	NodeDNS bool
 }
 
@@ -273,10 +273,13 @@ func (c *Cluster) startNode(n *Node, dir string) {
 		"--cgroupns=private", "--tmpfs", "/run", "--tmpfs", "/tmp",
 		"-v", volume + ":/var", "-v", dir + ":/egressflow:ro", "-e", "container=docker",
 	}
-	if c.DNSAddr.IsValid() {
-		args = append(args, "--dns", c.DNSAddr.String())
-	}
 	c.docker(append(args, c.assets.nodeImage, "sleep", "infinity")...)
+	if c.DNSAddr.IsValid() {
+		// Written, not --dns: on a user-defined network that only sets
+		// the upstream of Docker's resolver at 127.0.0.11, which pods (in
+		// namespaces of their own) cannot reach.
+		c.docker("exec", n.Container, "sh", "-c", "echo nameserver "+c.DNSAddr.String()+" > /etc/resolv.conf")
+	}
 }
 
 // setUpNode lays n out and starts its kubelet (node-setup.sh); with
@@ -370,6 +373,9 @@ func (c *Cluster) dumpState() {
 		// kubelet, which the failure may have taken away.
 		out, err = run("docker", "exec", n.Container, "bash", "-c", "tail -n 200 /var/log/pods/"+Namespace+"_*/*/*.log")
 		fmt.Fprintf(&dump, "=== %s egressflow logs on disk\n%s%v\n", n.Name, out, errOrEmpty(err))
+		// The test's own pods (probes log what each target saw).
+		out, err = run("docker", "exec", n.Container, "bash", "-c", "tail -n 40 $(ls -d /var/log/pods/* | grep -v "+Namespace+"_)/*/*.log")
+		fmt.Fprintf(&dump, "=== %s test pods' logs on disk\n%s%v\n", n.Name, out, errOrEmpty(err))
 		out, err = run("docker", "exec", n.Container, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex")
 		fmt.Fprintf(&dump, "=== %s flows\n%s%v\n", n.Name, out, errOrEmpty(err))
 	}
