@@ -206,22 +206,25 @@ func countQoS(namespaces, podsPer int) qosCount {
 	}
 }
 
-// qosSharedFlows are benchNode's flows besides the EgressQoS objects' and
-// the late admissions, with no EgressService: the marker, the pod guard
-// of each cluster pod CIDR, TableOrigin's in_port (2), multicast (3) and
-// fallback flows, the exemptions (the cluster pod and service CIDRs and
-// the node's IP) in TableOrigin, TableEgress and TableQoS, TableQoS's
-// default and TableEgress's drop.
-func qosSharedFlows(podCIDRs, serviceCIDRs, nodeIPs int) int {
+// stageSharedFlows are benchNode's flows besides the stage objects'
+// (EgressQoS, EgressFirewall) and the late admissions, with no
+// EgressService: the marker, the pod guard of each cluster pod CIDR,
+// TableOrigin's in_port (2), multicast (3) and fallback flows,
+// TableFirewall's exemptions (the cluster pod and service CIDRs, not the
+// node IPs) and default (since layout 5), the exemptions (the cluster pod
+// and service CIDRs and every node address) in TableOrigin, TableEgress
+// and TableQoS, TableQoS's default and TableEgress's drop.
+func stageSharedFlows(podCIDRs, serviceCIDRs, nodeIPs int) int {
 	exemptions := podCIDRs + serviceCIDRs + nodeIPs
-	return 1 + podCIDRs + 2 + 3 + 1 + 3*exemptions + 1 + 1
+	firewall := podCIDRs + serviceCIDRs + 1
+	return 1 + podCIDRs + 2 + 3 + 1 + firewall + 3*exemptions + 1 + 1
 }
 
 // expectedQoSFlows is benchNode's whole flow set: the shared flows, a
 // classifying flow and a late admission per pod address, the marking
 // flows.
 func (c qosCount) expectedFlows(e *env) int {
-	return qosSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), 1) + 2*c.addresses + c.marking
+	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), 1) + 2*c.addresses + c.marking
 }
 
 func BenchmarkAgentQoS(b *testing.B) {
