@@ -27,6 +27,10 @@
 // BenchmarkAgentQoS (qos_test.go; test/bench/qos.sh, make bench-qos) runs
 // the same harness on EgressQoS: 1,000 namespaces × 10 rules × 100 pods,
 // every pod on the benchmarked node (docs/egressqos.md, "Benchmark").
+// BenchmarkAgentFirewall (firewall_test.go; test/bench/firewall.sh, make
+// bench-firewall) runs it on EgressFirewall: 100 namespaces × 1,000 rules
+// × 50 pods, every pod on the benchmarked node (docs/egressfirewall.md,
+// "Benchmark").
 package agent
 
 import (
@@ -355,6 +359,9 @@ type env struct {
 	// podCIDRs and serviceCIDRs are the cluster's, as the agent is told
 	// them (IPv4 only unless a benchmark makes its cluster dual-stack).
 	podCIDRs, serviceCIDRs []netip.Prefix
+	// newDNS, if not nil, gives each in-process agent its Config.DNS (a
+	// benchmark's fixed answers); nil: none, as the agent binary has.
+	newDNS func() agent.FirewallDNS
 }
 
 // agentManifests give the agent's identity exactly its deploy/ RBAC.
@@ -434,11 +441,12 @@ func serviceName(i int) (string, string) {
 // shared: the marker, the pod guard of the one pod CIDR (no pod of the
 // node is known: nothing admitted), table 40's six flows by origin and
 // link scope, the exemptions (pod CIDR, service CIDR, every node IP) in
-// tables 40, 41 and (since layout 4) TableQoS, TableQoS's default, the
-// drop, and three delivery flows.
+// tables 40, 41 and (since layout 4) TableQoS, TableQoS's default,
+// TableFirewall's exemptions (the pod and service CIDRs only) and default
+// (since layout 5), the drop, and three delivery flows.
 func expectedFlows(services, endpoints int) int {
 	exemptions := 2 + otherNodes + 1
-	n := 1 + 1 + 6 + 3*exemptions + 1 + 1 + 3
+	n := 1 + 1 + 6 + 3*exemptions + 1 + 2 + 1 + 1 + 3
 	for i := range services {
 		n += 2 * endpoints
 		if hostOf(i) == benchNode {
@@ -713,6 +721,7 @@ type runningAgent struct {
 	*agent.Agent
 	sw      *probeSwitch
 	reg     *prometheus.Registry
+	dns     agent.FirewallDNS // env.newDNS's, or nil
 	started time.Time
 	stop    func()
 }
@@ -736,6 +745,10 @@ func (e *env) startAgent(b *testing.B, logs *klogWatch, capture bool) *runningAg
 	}
 	sw := &probeSwitch{Switch: agent.OpenFlowSwitch{Client: client}, capture: capture}
 	reg := prometheus.NewRegistry()
+	var dns agent.FirewallDNS // an untyped nil without newDNS
+	if e.newDNS != nil {
+		dns = e.newDNS()
+	}
 	a := agent.New(agent.Config{
 		Node: dataplane.NodeConfig{
 			Name:            benchNode,
@@ -749,10 +762,11 @@ func (e *env) startAgent(b *testing.B, logs *klogWatch, capture bool) *runningAg
 		Switch:     sw,
 		Rules:      iprule.NewManager(handle),
 		Tables:     iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
+		DNS:        dns,
 		Metrics:    agent.NewMetrics(reg),
 	})
 	done := make(chan struct{})
-	r := &runningAgent{Agent: a, sw: sw, reg: reg}
+	r := &runningAgent{Agent: a, sw: sw, reg: reg, dns: dns}
 	logs.reset()
 	r.started = time.Now()
 	go func() {

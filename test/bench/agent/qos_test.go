@@ -117,7 +117,13 @@ func qosPodName(j int) string   { return fmt.Sprintf("pod-%03d", j) }
 // qosPodIPs are pod j of namespace i's addresses, IPv4 and IPv6, in the
 // node's pod CIDRs.
 func qosPodIPs(i, j int) [2]netip.Addr {
-	k := i*(*qosPodsPer) + j + 1
+	return dualStackPodIPs(i*(*qosPodsPer) + j)
+}
+
+// dualStackPodIPs are the addresses of the node's k-th pod (from 0), IPv4
+// and IPv6, in qosNodePodCIDRs.
+func dualStackPodIPs(k int) [2]netip.Addr {
+	k++ // the CIDRs' first address is not a pod's
 	v6 := qosNodePodCIDRs[1].Addr().As16()
 	v6[12], v6[13], v6[14], v6[15] = byte(k>>24), byte(k>>16), byte(k>>8), byte(k)
 	return [2]netip.Addr{nth(qosNodePodCIDRs[0], k), netip.AddrFrom16(v6)}
@@ -206,22 +212,25 @@ func countQoS(namespaces, podsPer int) qosCount {
 	}
 }
 
-// qosSharedFlows are benchNode's flows besides the EgressQoS objects' and
-// the late admissions, with no EgressService: the marker, the pod guard
-// of each cluster pod CIDR, TableOrigin's in_port (2), multicast (3) and
-// fallback flows, the exemptions (the cluster pod and service CIDRs and
-// the node's IP) in TableOrigin, TableEgress and TableQoS, TableQoS's
-// default and TableEgress's drop.
-func qosSharedFlows(podCIDRs, serviceCIDRs, nodeIPs int) int {
+// stageSharedFlows are benchNode's flows besides the stage objects'
+// (EgressQoS, EgressFirewall) and the late admissions, with no
+// EgressService: the marker, the pod guard of each cluster pod CIDR,
+// TableOrigin's in_port (2), multicast (3) and fallback flows,
+// TableFirewall's exemptions (the cluster pod and service CIDRs, not the
+// node IPs) and default (since layout 5), the exemptions (the cluster pod
+// and service CIDRs and every node address) in TableOrigin, TableEgress
+// and TableQoS, TableQoS's default and TableEgress's drop.
+func stageSharedFlows(podCIDRs, serviceCIDRs, nodeIPs int) int {
 	exemptions := podCIDRs + serviceCIDRs + nodeIPs
-	return 1 + podCIDRs + 2 + 3 + 1 + 3*exemptions + 1 + 1
+	firewall := podCIDRs + serviceCIDRs + 1
+	return 1 + podCIDRs + 2 + 3 + 1 + firewall + 3*exemptions + 1 + 1
 }
 
 // expectedQoSFlows is benchNode's whole flow set: the shared flows, a
 // classifying flow and a late admission per pod address, the marking
 // flows.
 func (c qosCount) expectedFlows(e *env) int {
-	return qosSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), 1) + 2*c.addresses + c.marking
+	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), 1) + 2*c.addresses + c.marking
 }
 
 func BenchmarkAgentQoS(b *testing.B) {
@@ -339,12 +348,12 @@ func BenchmarkAgentQoS(b *testing.B) {
 		restartSynced.Sub(restarted.started).Round(time.Millisecond), restartHealthy.Sub(restartSynced).Round(time.Millisecond))
 
 	// Incremental: pods relabelled, then rules' DSCP changed.
-	relabel, relabelSync := e.qosLatency(b, restarted, e.relabelPod)
+	relabel, relabelSync := changeLatency(b, restarted, *qosNamespaces, *qosChanges, e.relabelPod)
 	e.expectFlowCount(b, wantFlows)
 	out("pod relabelled -> its classifying flows in OVS (%d samples): p50 %v, p99 %v, max %v; mean agent node sync meanwhile %v",
 		len(relabel), percentile(relabel, 50).Round(100*time.Microsecond), percentile(relabel, 99).Round(100*time.Microsecond),
 		slices.Max(relabel).Round(100*time.Microsecond), relabelSync.Round(100*time.Microsecond))
-	dscp, dscpSync := e.qosLatency(b, restarted, e.changeDSCP)
+	dscp, dscpSync := changeLatency(b, restarted, *qosNamespaces, *qosChanges, e.changeDSCP)
 	e.expectFlowCount(b, wantFlows)
 	out("rule %d's DSCP changed -> its marking flows in OVS (%d samples): p50 %v, p99 %v, max %v; mean agent node sync meanwhile %v",
 		qosChangedRule, len(dscp), percentile(dscp, 50).Round(100*time.Microsecond), percentile(dscp, 99).Round(100*time.Microsecond),
@@ -432,20 +441,20 @@ func (e *env) createQoSCluster(b *testing.B) {
 	})
 }
 
-// qosLatency makes latencyWarmup+qosChanges changes through change (the
-// s-th of them), each in another namespace, and returns the time from each
-// change's API call to the return of the bundle carrying its flows (the
-// warm-up's not counted), and the agent's mean sync duration over the
-// counted ones.
-func (e *env) qosLatency(b *testing.B, r *runningAgent, change func(b *testing.B, r *runningAgent, namespace int) time.Duration) ([]time.Duration, time.Duration) {
-	total := latencyWarmup + *qosChanges
+// changeLatency makes latencyWarmup+changes changes through change, the
+// s-th of them on target s × targets / total (a namespace, or whatever
+// change numbers), so each in another one while targets allow, and
+// returns what change timed for each (the warm-up's not counted) and the
+// agent's mean sync duration over the counted ones.
+func changeLatency(b *testing.B, r *runningAgent, targets, changes int, change func(b *testing.B, r *runningAgent, target int) time.Duration) ([]time.Duration, time.Duration) {
+	total := latencyWarmup + changes
 	var lat []time.Duration
 	var sum0, count0 float64
 	for s := range total {
 		if s == latencyWarmup {
 			sum0, count0 = syncHistogram(b, r.reg)
 		}
-		d := change(b, r, s*(*qosNamespaces)/total)
+		d := change(b, r, s*targets/total)
 		if s >= latencyWarmup {
 			lat = append(lat, d)
 		}
