@@ -39,6 +39,8 @@ func goldenMessages(t testing.TB) []struct {
 	fm := mustParseFlow(t, "cookie=0x5, table=2, priority=100,ip,nw_src=10.1.0.5 actions=output:2")
 	var ipMatch Match
 	ipMatch.SetUint(FieldEthType, 0x0800)
+	var inPort1 Match
+	inPort1.SetUint(FieldInPort, 1)
 	flow := Flow{Table: 1, Priority: 7, Cookie: 0x10, Match: ipMatch, Instructions: []Instruction{Apply(Output{Port: 1})},
 		Stats: Stats{Present: StatDuration | StatIdleTime | StatPacketCount | StatByteCount,
 			DurationSec: 1, DurationNsec: 5000000, IdleSec: 1, PacketCount: 2, ByteCount: 120}}
@@ -108,6 +110,11 @@ func goldenMessages(t testing.TB) []struct {
 			Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 1000, DstPort: 2000}},
 			"060400680000000d0000232000000020110000000000000000000048000000000000001400000000000000000000ffff0a000001000000000001001400000000000000000000ffff0a000002000000000002000803e800000003000807d000000002000800050000",
 			"NXT_CT_FLUSH (OF1.5) (xid=0xd): zone=5 'ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.2,ct_tp_src=1000,ct_tp_dst=2000,ct_nw_proto=17' 'ct_nw_src=::,ct_nw_dst=::,ct_tp_src=0,ct_tp_dst=0'"},
+		// A DNS reply (UDP from port 53) punted by an output to CONTROLLER.
+		{7, &PacketIn{BufferID: NoBuffer, TotalLen: 46, Reason: PacketInApplyAction, Cookie: 0xef10450000000005, Match: inPort1,
+			Data: mustHex(t, "0200000000010200000000020800450000200001000040110000"+"0a0000010af4010500359c40000c000061626364")},
+			"060a005800000007ffffffff002e0100ef104500000000050001000c800000040000000100000000000002000000000102000000000208004500002000010000401100000a0000010af4010500359c40000c000061626364",
+			"OFPT_PACKET_IN (OF1.5) (xid=0x7): cookie=0xef10450000000005 total_len=46 in_port=1 (via action) data_len=46 (unbuffered)\nudp,vlan_tci=0x0000,dl_src=02:00:00:00:00:02,dl_dst=02:00:00:00:00:01,nw_src=10.0.0.1,nw_dst=10.244.1.5,nw_tos=0,nw_ecn=0,nw_ttl=64,nw_frag=no,tp_src=53,tp_dst=40000 udp_csum:0"},
 	}
 }
 

@@ -178,6 +178,8 @@ func decodeBody(h Header, body []byte) (Message, error) {
 		return decodeBundleControl(body)
 	case TypeBundleAddMessage:
 		return decodeBundleAdd(h, body)
+	case TypePacketIn:
+		return decodePacketIn(body)
 	}
 	return &RawMessage{Type: h.Type, Body: cloneBytes(body)}, nil
 }

@@ -1,0 +1,138 @@
+package dnsresolve
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// LearnFrame learns from a DNS reply a pod received: frame is the packet
+// from its Ethernet header (an 802.1Q tag allowed), IPv4 or IPv6, UDP from
+// port 53, as Open vSwitch hands it to the agent (TableFirewall's snoop
+// flows send a copy to the controller; the pod gets the original). For the
+// reply's question, if it asks for A or AAAA and the answer is positive,
+// the addresses at the end of its CNAME chain are learned under the asked
+// name (Learn: under the exact name and the wildcard covering it, each if
+// wanted), with the least TTL of the chain. It returns how many addresses
+// it learned, and an error for a frame that is not such a reply; a
+// negative answer or another question type learns nothing, and is no
+// error.
+//
+// This is how a wildcard rule fills, and how a name's new address is
+// known as soon as the pod knows it rather than at the resolver's next
+// lookup. It never panics, whatever the frame holds (FuzzLearnFrame).
+func (r *Resolver) LearnFrame(frame []byte) (int, error) {
+	payload, err := udpPayloadFromPort53(frame)
+	if err != nil {
+		return 0, err
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(payload)
+	if err != nil {
+		return 0, fmt.Errorf("DNS header: %w", err)
+	}
+	if !h.Response {
+		return 0, errors.New("a DNS query, not a reply")
+	}
+	q, err := p.Question()
+	if err != nil {
+		return 0, fmt.Errorf("DNS question: %w", err)
+	}
+	if q.Type != dnsmessage.TypeA && q.Type != dnsmessage.TypeAAAA {
+		return 0, nil
+	}
+	ans, err := parseAnswer(payload, h.ID, q)
+	if err != nil {
+		var rcode rcodeError
+		if errors.As(err, &rcode) || errors.Is(err, errTruncated) {
+			return 0, nil // nothing to learn: no error of the frame's
+		}
+		return 0, err
+	}
+	if ans.negative || len(ans.addrs) == 0 {
+		return 0, nil
+	}
+	addrs := make([]netip.Addr, 0, len(ans.addrs))
+	for _, a := range ans.addrs {
+		addrs = append(addrs, a.addr)
+	}
+	r.Learn(q.Name.String(), addrs, ans.ttl)
+	return len(addrs), nil
+}
+
+// Header sizes and protocol numbers LearnFrame reads.
+const (
+	ethernetHeaderLen = 14
+	vlanTagLen        = 4
+	udpHeaderLen      = 8
+	ipv4MinHeaderLen  = 20
+	ipv6HeaderLen     = 40
+	etherTypeIPv4     = 0x0800
+	etherTypeIPv6     = 0x86dd
+	etherTypeVLAN     = 0x8100
+	protocolUDP       = 17
+	dnsPort           = 53
+)
+
+// udpPayloadFromPort53 returns the UDP payload of an Ethernet frame that
+// carries a datagram from port 53 in IPv4 (not a later fragment) or IPv6
+// (UDP as the first next header).
+func udpPayloadFromPort53(frame []byte) ([]byte, error) {
+	if len(frame) < ethernetHeaderLen {
+		return nil, errors.New("frame shorter than an Ethernet header")
+	}
+	etherType, rest := binary.BigEndian.Uint16(frame[12:]), frame[ethernetHeaderLen:]
+	if etherType == etherTypeVLAN {
+		if len(rest) < vlanTagLen {
+			return nil, errors.New("truncated 802.1Q tag")
+		}
+		etherType, rest = binary.BigEndian.Uint16(rest[2:]), rest[vlanTagLen:]
+	}
+	var udp []byte
+	switch etherType {
+	case etherTypeIPv4:
+		if len(rest) < ipv4MinHeaderLen || rest[0]>>4 != 4 {
+			return nil, errors.New("not an IPv4 header")
+		}
+		ihl := int(rest[0]&0x0f) * 4
+		total := int(binary.BigEndian.Uint16(rest[2:]))
+		if ihl < ipv4MinHeaderLen || total < ihl || total > len(rest) {
+			return nil, fmt.Errorf("IPv4 header length %d, total length %d, in %d bytes", ihl, total, len(rest))
+		}
+		if binary.BigEndian.Uint16(rest[6:])&0x1fff != 0 {
+			return nil, errors.New("a later IPv4 fragment")
+		}
+		if rest[9] != protocolUDP {
+			return nil, fmt.Errorf("IPv4 protocol %d, not UDP", rest[9])
+		}
+		udp = rest[ihl:total]
+	case etherTypeIPv6:
+		if len(rest) < ipv6HeaderLen || rest[0]>>4 != 6 {
+			return nil, errors.New("not an IPv6 header")
+		}
+		if rest[6] != protocolUDP {
+			return nil, fmt.Errorf("IPv6 next header %d, not UDP", rest[6])
+		}
+		payloadLen := int(binary.BigEndian.Uint16(rest[4:]))
+		if ipv6HeaderLen+payloadLen > len(rest) {
+			return nil, fmt.Errorf("IPv6 payload length %d in %d bytes", payloadLen, len(rest)-ipv6HeaderLen)
+		}
+		udp = rest[ipv6HeaderLen : ipv6HeaderLen+payloadLen]
+	default:
+		return nil, fmt.Errorf("EtherType 0x%04x is neither IPv4 nor IPv6", etherType)
+	}
+	if len(udp) < udpHeaderLen {
+		return nil, errors.New("truncated UDP header")
+	}
+	if port := binary.BigEndian.Uint16(udp); port != dnsPort {
+		return nil, fmt.Errorf("UDP from port %d, not %d", port, dnsPort)
+	}
+	length := int(binary.BigEndian.Uint16(udp[4:]))
+	if length < udpHeaderLen || length > len(udp) {
+		return nil, fmt.Errorf("UDP length %d in %d bytes", length, len(udp))
+	}
+	return udp[udpHeaderLen:length], nil
+}
