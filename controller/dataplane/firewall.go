@@ -69,7 +69,26 @@ var (
 	// exempt destinations above everything, and the table's default.
 	// Hash 0 (no one object owns them).
 	KindFirewallPass = APIEgressFirewall.Kind(4)
+	// KindFirewallSnoop, in TableClassify, sends the agent a copy of each
+	// DNS reply (UDP from port 53) to a local pod of a namespace with a
+	// dnsName rule, and the packet on as OVS would (NORMAL): the agent
+	// learns the names' addresses as the pods do (dnsresolve.LearnFrame).
+	// Its namespace's hash.
+	KindFirewallSnoop = APIEgressFirewall.Kind(5)
 )
+
+// priorityFirewallSnoop is the snoop flows' priority in TableClassify:
+// above every flow there that matches a packet to a pod (a reply to an LB
+// IP is not to a pod address; an endpoint's own classification matches
+// its source), so that a reply is copied whatever else matches it. Every
+// packet such a flow takes came from outside the node and would go on by
+// NORMAL anyway (TableOrigin hands what the uplink brings to NORMAL).
+const priorityFirewallSnoop uint16 = 210
+
+// dnsReplyMaxLen is how much of a snooped reply the switch sends the
+// agent: all of it (a UDP DNS reply is at most 64 KiB, and nearly always
+// under 512 bytes).
+const dnsReplyMaxLen = 0xffff
 
 // Priorities in TableFirewall. Classification (reg4=0) and the rules
 // (reg4=ID) never match one packet, so only the exemptions must be above
@@ -128,6 +147,9 @@ type FirewallNamespace struct {
 	// Rules are the rules TableFirewall applies, in spec.egress order; a
 	// rule skipped for a Problem is not among them.
 	Rules []FirewallRule
+	// SnoopDNS: a rule names a dnsName, so the DNS replies to the
+	// namespace's local pods are copied to the agent (KindFirewallSnoop).
+	SnoopDNS bool
 }
 
 // Firewall is the node's desired TableFirewall.
@@ -256,6 +278,7 @@ func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []
 			}
 			rule.Destinations = []netip.Prefix{p}
 		case to.DNSName != "":
+			ns.SnoopDNS = true
 			addrs, ok := resolved[FirewallDNSKey(to.DNSName)]
 			if !ok {
 				problem(reasons.DNSNameUnresolved, "rule %d: dnsName %s is not resolved yet; the rule matches nothing until it is", i, to.DNSName)
@@ -315,6 +338,11 @@ func hostPrefixes(addrs []netip.Addr) []netip.Prefix {
 	return slices.Compact(out)
 }
 
+// snoopDNSReply copies a DNS reply to the agent and sends it on.
+var snoopDNSReply = []openflow.Instruction{openflow.Apply(
+	openflow.Output{Port: openflow.PortController, MaxLen: dnsReplyMaxLen},
+	openflow.Output{Port: openflow.PortNormal})}
+
 // resubmitQoS ends every path through TableFirewall that lets a packet go
 // on: to TableQoS, the next stage. A goto_table would do (45 is after 44),
 // but the stages end alike, by resubmit, as docs/dataplane.md lays out.
@@ -373,6 +401,16 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 		fm.Match.SetUint(firewallNamespaceRegister, 0)
 		dst = append(dst, fm)
 		families[familyIndex(src)] = true
+	}
+	if ns.SnoopDNS {
+		cookieSnoop := Cookie(KindFirewallSnoop, ns.Key)
+		for _, pod := range ns.Sources {
+			fm := b.add(cookieSnoop, TableClassify, priorityFirewallSnoop, snoopDNSReply)
+			setIP(&fm.Match, pod, dstField(pod))
+			fm.Match.SetUint(openflow.FieldIPProto, 17)
+			fm.Match.SetUint(openflow.FieldUDPSrc, 53)
+			dst = append(dst, fm)
+		}
 	}
 	for _, rule := range ns.Rules {
 		cookie, insts := cookieAllow, resubmitQoS

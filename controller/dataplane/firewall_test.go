@@ -96,6 +96,8 @@ func TestFirewallFlowsText(t *testing.T) {
 		"cookie=0xef10440000000005, table=44, priority=0 actions=resubmit(,45)",
 		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ip,reg4=0,nw_src=10.244.1.5 actions=set_field:" + id + "->reg4,resubmit(,44)",
 		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ipv6,reg4=0,ipv6_src=fd00:10:244:1::5 actions=set_field:" + id + "->reg4,resubmit(,44)",
+		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp,nw_dst=10.244.1.5,tp_src=53 actions=CONTROLLER:65535,NORMAL",
+		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp6,ipv6_dst=fd00:10:244:1::5,tp_src=53 actions=CONTROLLER:65535,NORMAL",
 		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=443 actions=resubmit(,45)",
 		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=53 actions=resubmit(,45)",
 		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=443 actions=resubmit(,45)",
@@ -400,9 +402,10 @@ func TestFirewallFlowCount(t *testing.T) {
 		resolved[name] = addrs(fmt.Sprintf("203.0.113.%d", i), fmt.Sprintf("203.0.114.%d", i), fmt.Sprintf("203.0.115.%d", i), "2001:db8::1")
 		r = append(r, allowTo(dnsTo(name), esv1.EgressFirewallPort{Protocol: "TCP", Port: 443}, esv1.EgressFirewallPort{Protocol: "UDP", Port: 443}))
 	}
-	// The IPv6 address costs nothing: no pod of the namespace has one.
-	if got, want := count(r, resolved), pods+10*3*2; got != want {
-		t.Errorf("10 names × 3 addresses × 2 ports: %d flows, want %d", got, want)
+	// The IPv6 address costs nothing: no pod of the namespace has one. A
+	// namespace with a dnsName rule has a snoop flow per pod address too.
+	if got, want := count(r, resolved), 2*pods+10*3*2; got != want {
+		t.Errorf("10 names × 3 addresses × 2 ports: %d flows, want %d (2 × pods + names × addresses × ports)", got, want)
 	}
 }
 

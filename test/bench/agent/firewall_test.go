@@ -279,8 +279,9 @@ func fwNodeAddresses() int { return 1 + 2*fwOtherNodes }
 type fwCount struct {
 	// addresses are the local pod addresses of namespaces with an
 	// EgressFirewall: a classifying flow each in TableFirewall, and a late
-	// admission each in TableEgress.
-	addresses int
+	// admission each in TableEgress. snooped are those of namespaces with
+	// a dnsName rule: a snoop flow each in TableClassify.
+	addresses, snooped int
 	// ruleFlows is Σ rules destinations × max(1, ports); deny and allow
 	// split it by the rule's type, cidr, dns and nodes by its destination.
 	ruleFlows, deny, allow int
@@ -312,6 +313,12 @@ func countFirewall(firewalls []*esv1.EgressFirewall, podsOf func(namespace strin
 			continue // no local pod: nothing on this node
 		}
 		c.addresses += len(addrs)
+		for _, r := range fw.Spec.Egress {
+			if r.To.DNSName != "" {
+				c.snooped += len(addrs)
+				break
+			}
+		}
 		inFamilies := func(dsts map[netip.Addr]bool) int {
 			n := 0
 			for a := range dsts {
@@ -387,9 +394,10 @@ func fwFamily(a netip.Addr) int {
 func (c fwCount) tableFirewall(exempt int) int { return c.addresses + c.ruleFlows + exempt + 1 }
 
 // expectedFlows is benchNode's whole flow set: the shared flows, a
-// classifying flow and a late admission per pod address, the rule flows.
+// classifying flow and a late admission per pod address, a snoop flow per
+// pod address of a namespace with a dnsName rule, the rule flows.
 func (c fwCount) expectedFlows(e *env) int {
-	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), fwNodeAddresses()) + 2*c.addresses + c.ruleFlows
+	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), fwNodeAddresses()) + 2*c.addresses + c.snooped + c.ruleFlows
 }
 
 // fixedDNS is a FirewallDNS with fixed answers (agent.FirewallDNS): the
@@ -537,7 +545,7 @@ func BenchmarkAgentFirewall(b *testing.B) {
 	}
 	for kind, want := range map[dataplane.FlowKind]int{dataplane.KindFirewallClassify: count.addresses,
 		dataplane.KindFirewallDeny: count.deny, dataplane.KindFirewallAllow: count.allow, dataplane.KindFirewallPass: fwExempt + 1,
-		dataplane.KindAdmit: count.addresses} {
+		dataplane.KindAdmit: count.addresses, dataplane.KindFirewallSnoop: count.snooped} {
 		if byKind[kind] != want {
 			b.Fatalf("%d flows of kind %#x in the agent's first bundle, the benchmark counts %d", byKind[kind], kind, want)
 		}
@@ -550,7 +558,8 @@ func BenchmarkAgentFirewall(b *testing.B) {
 		count.cidr, count.dns, count.nodes, count.deny, count.allow, count.portExtra)
 	out("  rules with several destinations and several ports: %d, costing %d flows as destinations x ports, %d as conjunctive matches",
 		count.crossRules, count.crossFlows, count.conjunctive)
-	out("  outside TableFirewall: a late admission per pod address %d (TableEgress) + %d shared", count.addresses, wantFlows-tableFW-count.addresses)
+	out("  outside TableFirewall: a late admission per pod address %d (TableEgress) + a DNS snoop flow per pod address of a namespace with a dnsName rule %d (TableClassify) + %d shared",
+		count.addresses, count.snooped, wantFlows-tableFW-count.addresses-count.snooped)
 
 	// Rounds: ovs-ofctl, then the agent, each into the emptied bridge.
 	var agentSync, agentInformers, ofctlTime []time.Duration
