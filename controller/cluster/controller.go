@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	esscheme "github.com/egressflow/egressflow/controller/generated/clientset/versioned/scheme"
@@ -34,8 +35,8 @@ const endpointSliceServiceIndex = "service"
 // eventComponent is the source of the Events the controller emits.
 const eventComponent = "egressflow-controller"
 
-// Controller assigns EgressService hosts and reports where EgressQoSes are
-// applied. Build it with New, run it with Run.
+// Controller assigns EgressService hosts and reports where EgressQoSes and
+// EgressFirewalls are applied. Build it with New, run it with Run.
 type Controller struct {
 	opts    Options
 	kube    kubernetes.Interface
@@ -48,7 +49,6 @@ type Controller struct {
 	esInformers    esinformers.SharedInformerFactory
 
 	esLister      eslisters.EgressServiceLister
-	qosLister     eslisters.EgressQoSLister
 	serviceLister corelisters.ServiceLister
 	nodeLister    corelisters.NodeLister
 	leaseLister   coordinationlisters.LeaseLister
@@ -74,9 +74,12 @@ type Controller struct {
 	judge       *heartbeat.Judge
 	lastVerdict heartbeat.Verdict
 
-	// qos is what every replica observes for EgressQoS status (first
-	// sightings of generations, agents' watermarks; see qos.go).
-	qos *qosTracker
+	// qos and firewall report where EgressQoSes and EgressFirewalls are
+	// applied (rollout.go); every replica feeds their trackers (first
+	// sightings of generations, agents' watermarks). rollouts are both.
+	qos      *rollout[*esv1.EgressQoS]
+	firewall *rollout[*esv1.EgressFirewall]
+	rollouts []rolloutRunner
 }
 
 // term is one period of leadership: its queues and state live and die with it.
@@ -87,10 +90,12 @@ type term struct {
 	liveness workqueue.TypedDelayingInterface[string]
 	// labelLocks serialize label additions per label key (see syncNode).
 	labelLocks stripedLocks
-	// qoses (namespace/default) writes EgressQoS status; qos is its
-	// bookkeeping.
-	qoses workqueue.TypedRateLimitingInterface[string]
-	qos   *qosTerm
+	// qos and firewall write EgressQoS and EgressFirewall status: their
+	// queues (namespace/name) and bookkeeping. podCIDRs are the Nodes'
+	// pod CIDRs, which both check rules' families against.
+	qos      *rolloutTerm[*esv1.EgressQoS]
+	firewall *rolloutTerm[*esv1.EgressFirewall]
+	podCIDRs podCIDRCache
 }
 
 // New builds a controller that talks to the API server of cfg.
@@ -117,7 +122,6 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		metrics: newMetrics(opts.Registerer),
 		healthz: leaderelection.NewLeaderHealthzAdaptor(opts.RenewDeadline),
 		judge:   heartbeat.NewJudge(opts.Liveness),
-		qos:     newQoSTracker(),
 	}
 	// Informers have no resync of their own: Resync enqueues everything.
 	c.kubeInformers = informers.NewSharedInformerFactory(kube, 0)
@@ -134,6 +138,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 
 	esInf := c.esInformers.K8s().V1().EgressServices()
 	qosInf := c.esInformers.K8s().V1().EgressQoSes()
+	firewallInf := c.esInformers.K8s().V1().EgressFirewalls()
 	svcInf := c.kubeInformers.Core().V1().Services()
 	nodeInf := c.kubeInformers.Core().V1().Nodes()
 	sliceInf := c.kubeInformers.Discovery().V1().EndpointSlices()
@@ -141,7 +146,9 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{endpointSliceServiceIndex: sliceServiceKeys}); err != nil {
 		return nil, err
 	}
-	c.qosLister = qosInf.Lister()
+	c.qos = newQoSRollout(c, qosInf.Informer())
+	c.firewall = newFirewallRollout(c, firewallInf.Informer())
+	c.rollouts = []rolloutRunner{c.qos, c.firewall}
 	c.esLister, c.serviceLister, c.nodeLister, c.leaseLister = esInf.Lister(), svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()
 
@@ -150,7 +157,8 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		handler cache.ResourceEventHandler
 	}{
 		{esInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressService, UpdateFunc: c.onEgressServiceUpdate, DeleteFunc: c.onEgressService}},
-		{qosInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressQoS, UpdateFunc: c.onEgressQoSUpdate, DeleteFunc: c.onEgressQoSDelete}},
+		{qosInf.Informer(), c.qos.handler()},
+		{firewallInf.Informer(), c.firewall.handler()},
 		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onService, UpdateFunc: func(_, n any) { c.onService(n) }, DeleteFunc: c.onService}},
 		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onSlice, UpdateFunc: c.onSliceUpdate, DeleteFunc: c.onSlice}},
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onNodeAdd, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onNodeDelete}},

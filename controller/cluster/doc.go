@@ -2,9 +2,11 @@
 // EgressService a host (status.host), labels that node
 // egress-service.k8s.ovn.org/<namespace>-<name> for the load-balancer
 // announcer, follows node agents' liveness through their heartbeat Leases
-// (controller/heartbeat), and reports in each EgressQoS's status on which
-// live agents' nodes its current generation is applied (qos.go). Decisions come from controller/assign; this
-// package owns the informers, queues, in-memory bookkeeping and API writes.
+// (controller/heartbeat), and reports in each EgressQoS's and
+// EgressFirewall's status on which live agents' nodes its current
+// generation is applied (rollout.go). Decisions come from
+// controller/assign; this package owns the informers, queues, in-memory
+// bookkeeping and API writes.
 //
 // # Shape
 //
@@ -20,11 +22,14 @@
 //     merge patch.
 //
 // A third, delaying queue re-checks each agent Lease at the instant it
-// expires, so a dead agent is noticed then and not at the next resync. A
-// fourth (namespace/default) writes EgressQoS status: status.status and the
-// Ready, Applied and Valid conditions, from the revision at which each
-// object's generation was first seen and the watermarks agents publish on
-// their Leases (qos.go says how, and what it relies on).
+// expires, so a dead agent is noticed then and not at the next resync. Two
+// more (namespace/name) write the status of the node-local APIs, from the
+// revision at which each object's generation was first seen and the
+// watermarks agents publish on their Leases (rollout.go says how, and what
+// it relies on; rollout_status.go is the verdict and the writes they
+// share): EgressQoS's status.status and Ready, Applied and Valid
+// conditions (qos.go), EgressFirewall's status.status and status.messages
+// (firewall.go).
 //
 // Writes are level-triggered and idempotent: each sync compares the desired
 // state with the cache (or with this replica's own newer write, until the
@@ -61,7 +66,7 @@
 //
 // # What it must not touch
 //
-// It writes only EgressService and EgressQoS status, the service labels of
-// Nodes, its own leader Lease and Events. It never writes agent Leases, Services or
+// It writes only EgressService, EgressQoS and EgressFirewall status, the
+// service labels of Nodes, its own leader Lease and Events. It never writes agent Leases, Services or
 // EndpointSlices.
 package cluster

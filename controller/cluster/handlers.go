@@ -104,7 +104,7 @@ func (c *Controller) onNodeAdd(obj any) {
 	n := obj.(*corev1.Node)
 	c.nodeChanged(t, n.Name)
 	c.nodeLabelsObserved(t, n)
-	c.qosNodeCIDRsChanged(t, nil, n)
+	c.nodeCIDRsChanged(t, nil, n)
 }
 
 func (c *Controller) onNodeUpdate(oldObj, newObj any) {
@@ -117,7 +117,7 @@ func (c *Controller) onNodeUpdate(oldObj, newObj any) {
 		c.nodeChanged(t, n.Name)
 	}
 	c.nodeLabelsObserved(t, n)
-	c.qosNodeCIDRsChanged(t, o, n)
+	c.nodeCIDRsChanged(t, o, n)
 }
 
 func (c *Controller) onNodeDelete(obj any) {
@@ -137,7 +137,7 @@ func (c *Controller) onNodeDelete(obj any) {
 	t.state.mu.Unlock()
 	c.nodeChanged(t, n.Name)
 	c.unblockHolders(t, removed)
-	c.qosNodeCIDRsChanged(t, n, nil)
+	c.nodeCIDRsChanged(t, n, nil)
 }
 
 // nodeLabelsObserved records a node's service labels and queues the node
@@ -201,18 +201,22 @@ func plainLabels(l map[string]string) map[string]string {
 	return out
 }
 
-// onLease feeds the judge and the EgressQoS watermarks, in every replica;
+// onLease feeds the judge and the rollouts' watermarks, in every replica;
 // the leader judges again only when the observation may change a verdict at
-// once (heartbeat.Judge.Observe), and re-evaluates EgressQoSes only when a
-// watermark moved (observeAgentQoS), so that a renewal costs O(1), not a
-// pass over every agent or object.
+// once (heartbeat.Judge.Observe), and re-evaluates EgressQoSes and
+// EgressFirewalls only when a watermark moved (observeAgent), so that a
+// renewal costs O(1), not a pass over every agent or object.
 func (c *Controller) onLease(obj any) {
 	l, ok := obj.(*coordinationv1.Lease)
 	if !ok {
 		return
 	}
-	// The watermark first: an agent coming to life is then judged with it.
-	c.observeAgentQoS(l)
+	// The watermarks first: an agent coming to life is then judged with
+	// them.
+	facts, t := heartbeat.ReadFacts(l), c.term.Load()
+	for _, r := range c.rollouts {
+		r.observeAgent(t, l.Name, facts)
+	}
 	c.judgeMu.Lock()
 	changed := c.judge.Observe(c.opts.Clock.Now(), l)
 	c.judgeMu.Unlock()
@@ -229,7 +233,9 @@ func (c *Controller) onLeaseDelete(obj any) {
 		c.judgeMu.Lock()
 		c.judge.Forget(l.Name)
 		c.judgeMu.Unlock()
-		c.forgetAgentQoS(l.Name)
+		for _, r := range c.rollouts {
+			r.forgetAgent(l.Name)
+		}
 	}
 	if t := c.term.Load(); t != nil {
 		c.judgeLiveness(t)
@@ -267,7 +273,9 @@ func (c *Controller) judgeLiveness(t *term) {
 	t.state.mu.Unlock()
 	for _, node := range changed {
 		c.nodeChanged(t, node)
-		c.qosAgentLivenessChanged(t, node)
+		for _, r := range c.rollouts {
+			r.agentLivenessChanged(t, node)
+		}
 	}
 }
 

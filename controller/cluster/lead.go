@@ -33,12 +33,13 @@ func (c *Controller) lead(ctx context.Context) {
 		services: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressservices", Clock: c.opts.Clock}),
 		nodes:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", Clock: c.opts.Clock}),
 		liveness: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "agent-leases", Clock: c.opts.Clock}),
-		qoses:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressqoses", Clock: c.opts.Clock}),
-		qos:      newQoSTerm(),
+	}
+	for _, r := range c.rollouts {
+		r.newTerm(t, limiter())
+		defer r.shutDown(t)
+		defer r.clearStates()
 	}
 	defer t.services.ShutDown()
-	defer t.qoses.ShutDown()
-	defer c.metrics.setQoSStates(nil)
 	defer t.nodes.ShutDown()
 	defer t.liveness.ShutDown()
 
@@ -73,7 +74,9 @@ func (c *Controller) lead(ctx context.Context) {
 	run(c.opts.ServiceWorkers, c.processService)
 	run(c.opts.NodeWorkers, c.processNode)
 	run(1, c.processLiveness)
-	run(c.opts.QoSWorkers, c.processQoS)
+	for _, r := range c.rollouts {
+		run(r.workerCount(), r.process)
+	}
 	if c.opts.ResyncPeriod > 0 {
 		wg.Go(func() {
 			ticker := c.opts.Clock.NewTicker(c.opts.ResyncPeriod)
@@ -92,13 +95,15 @@ func (c *Controller) lead(ctx context.Context) {
 	t.services.ShutDown()
 	t.nodes.ShutDown()
 	t.liveness.ShutDown()
-	t.qoses.ShutDown()
+	for _, r := range c.rollouts {
+		r.shutDown(t)
+	}
 	wg.Wait()
 	logger.Info("Stopped leading work", "identity", c.opts.Identity)
 }
 
-// enqueueAll enqueues every EgressService, EgressQoS and node: a resync.
-// Syncs of objects that are right cost no API call.
+// enqueueAll enqueues every EgressService, EgressQoS, EgressFirewall and
+// node: a resync. Syncs of objects that are right cost no API call.
 func (c *Controller) enqueueAll(t *term) {
 	ess, _ := c.esLister.List(labels.Everything())
 	for _, es := range ess {
@@ -108,11 +113,13 @@ func (c *Controller) enqueueAll(t *term) {
 	for _, n := range nodes {
 		t.nodes.Add(n.Name)
 	}
-	c.enqueueAllQoS(t)
+	for _, r := range c.rollouts {
+		r.enqueueAll(t)
+	}
 }
 
-// Resync enqueues every EgressService, EgressQoS and node now, as the periodic resync
-// does. It does nothing while this replica does not lead.
+// Resync enqueues every EgressService, EgressQoS, EgressFirewall and node
+// now, as the periodic resync does. It does nothing while this replica does not lead.
 func (c *Controller) Resync() {
 	if t := c.term.Load(); t != nil {
 		c.enqueueAll(t)
@@ -127,7 +134,15 @@ func (c *Controller) Leading() bool { return c.term.Load() != nil }
 // progress (delayed retries and Lease expiry checks are not counted).
 func (c *Controller) Idle() bool {
 	t := c.term.Load()
-	return t != nil && t.services.Len() == 0 && t.nodes.Len() == 0 && t.qoses.Len() == 0 && c.active.Load() == 0
+	if t == nil || t.services.Len() > 0 || t.nodes.Len() > 0 || c.active.Load() > 0 {
+		return false
+	}
+	for _, r := range c.rollouts {
+		if r.queueLen(t) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Ready is a readiness check: the caches have synced.
@@ -165,10 +180,6 @@ func process[T comparable](ctx context.Context, c *Controller, q workqueue.Typed
 
 func (c *Controller) processService(ctx context.Context, t *term) bool {
 	return process(ctx, c, t.services, queueService, func(ctx context.Context, key string) error { return c.syncService(ctx, t, key) })
-}
-
-func (c *Controller) processQoS(ctx context.Context, t *term) bool {
-	return process(ctx, c, t.qoses, queueQoS, func(ctx context.Context, key string) error { return c.syncQoS(ctx, t, key) })
 }
 
 func (c *Controller) processNode(ctx context.Context, t *term) bool {

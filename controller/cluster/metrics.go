@@ -30,9 +30,11 @@ type metrics struct {
 	// Liveness judgement (heartbeat.Judge).
 	agentsBlind prometheus.Gauge
 	deathsHeld  prometheus.Gauge
-	// EgressQoS status.
-	qosStates  *prometheus.GaugeVec
-	qosApplied prometheus.Histogram
+	// EgressQoS and EgressFirewall status.
+	qosStates       *prometheus.GaugeVec
+	qosApplied      prometheus.Histogram
+	firewallStates  *prometheus.GaugeVec
+	firewallApplied prometheus.Histogram
 }
 
 // eventToStatusBuckets span a sub-millisecond in-memory decision up to the
@@ -64,15 +66,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_syncs_total",
-			Help: "Syncs by queue (service, node, egressqos) and result (ok, error).",
+			Help: "Syncs by queue (service, node, egressqos, egressfirewall) and result (ok, error).",
 		}, []string{"queue", "result"}),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_last_successful_sync_timestamp_seconds",
-			Help: "When the last sync that succeeded ended, by queue (service, node, egressqos), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
+			Help: "When the last sync that succeeded ended, by queue (service, node, egressqos, egressfirewall), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
 		}, []string{"queue"}),
 		failingSyncs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_failing_syncs",
-			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node, egressqos); 0 on a replica that does not lead.",
+			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node, egressqos, egressfirewall); 0 on a replica that does not lead.",
 		}, []string{"queue"}),
 		failing: map[string]map[any]bool{},
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -81,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		apiWritesByResult: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_api_writes_total",
-			Help: "API writes by the controller by kind (status, node_labels, qos_status) and result (ok, conflict, error).",
+			Help: "API writes by the controller by kind (status, node_labels, qos_status, firewall_status) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
 		events: events.NewCounter("egressflow_controller"),
 		agentsBlind: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -101,11 +103,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from the controller first seeing an EgressQoS generation to every live agent having applied it (generations that waited for agents only).",
 			Buckets: eventToStatusBuckets,
 		}),
+		firewallStates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_controller_egressfirewall",
+			Help: "EgressFirewall objects by state, status.status's first word: applied (on every live agent's node), pending (some agent has not applied the current generation), invalid (a rule cannot be applied, the others are; or the object is not named default and applies nowhere), unknown (resourceVersion not an etcd revision). 0 on a replica that does not lead.",
+		}, []string{"state"}),
+		firewallApplied: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egressflow_controller_egressfirewall_apply_seconds",
+			Help:    "Time from the controller first seeing an EgressFirewall generation to every live agent having applied it (generations that waited for agents only).",
+			Buckets: eventToStatusBuckets,
+		}),
 	}
 	// Known label values start at 0, so that a rate or a sum over them
 	// exists before the first failure.
-	m.setQoSStates(nil)
-	for _, queue := range []string{queueService, queueNode, queueQoS} {
+	setStates(m.qosStates, nil)
+	setStates(m.firewallStates, nil)
+	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall} {
 		m.failingSyncs.WithLabelValues(queue)
 		for _, result := range []string{"ok", "error"} {
 			m.syncs.WithLabelValues(queue, result)
@@ -113,25 +125,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
-			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.qosStates, m.qosApplied)
+			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.qosStates, m.qosApplied,
+			m.firewallStates, m.firewallApplied)
 	}
 	return m
 }
 
 // The queue label's values.
 const (
-	queueService = "service"
-	queueNode    = "node"
-	queueQoS     = "egressqos"
+	queueService  = "service"
+	queueNode     = "node"
+	queueQoS      = "egressqos"
+	queueFirewall = "egressfirewall"
 )
-
-// setQoSStates sets egressflow_controller_egressqos from counts by state
-// (nil: all 0, when a term ends).
-func (m *metrics) setQoSStates(counts map[string]int) {
-	for _, st := range qosStates {
-		m.qosStates.WithLabelValues(st).Set(float64(counts[st]))
-	}
-}
 
 // synced records the sync of key from queue that ended at now with err.
 func (m *metrics) synced(queue string, key any, err error, now time.Time) {

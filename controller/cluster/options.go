@@ -80,6 +80,12 @@ const (
 	// ordinary lag. Shorter warns of every slow sync; longer leaves a
 	// stuck node unnamed for longer (status.status names it at once).
 	DefaultQoSPendingWarning = 30 * time.Second
+	// DefaultFirewallWorkers and DefaultFirewallPendingWarning are their
+	// EgressFirewall counterparts, for the same reasons: one object per
+	// namespace, changed rarely, taken in by an agent within about a
+	// second.
+	DefaultFirewallWorkers        = 2
+	DefaultFirewallPendingWarning = 30 * time.Second
 
 	// DefaultResyncPeriod is how often every EgressService and node is
 	// enqueued again, a safety net for lost events. A no-op resync costs no
@@ -124,9 +130,12 @@ type Options struct {
 	QoSWorkers     int
 	// QoSPendingWarning: see DefaultQoSPendingWarning.
 	QoSPendingWarning time.Duration
-	ResyncPeriod      time.Duration
-	RetryBaseDelay    time.Duration
-	RetryMaxDelay     time.Duration
+	FirewallWorkers   int
+	// FirewallPendingWarning: see DefaultFirewallPendingWarning.
+	FirewallPendingWarning time.Duration
+	ResyncPeriod           time.Duration
+	RetryBaseDelay         time.Duration
+	RetryMaxDelay          time.Duration
 
 	// Registerer receives the controller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
@@ -145,6 +154,8 @@ func (o *Options) setDefaults() error {
 	setDefault(&o.NodeWorkers, DefaultNodeWorkers)
 	setDefault(&o.QoSWorkers, DefaultQoSWorkers)
 	setDefault(&o.QoSPendingWarning, DefaultQoSPendingWarning)
+	setDefault(&o.FirewallWorkers, DefaultFirewallWorkers)
+	setDefault(&o.FirewallPendingWarning, DefaultFirewallPendingWarning)
 	setDefault(&o.RetryBaseDelay, DefaultRetryBaseDelay)
 	setDefault(&o.RetryMaxDelay, DefaultRetryMaxDelay)
 	setDefault(&o.ResyncPeriod, DefaultResyncPeriod)

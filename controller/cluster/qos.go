@@ -1,285 +1,159 @@
 package cluster
 
 import (
-	"sync"
-	"time"
+	"fmt"
+	"net/netip"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
-// EgressQoS status: where each object's current generation is applied.
-//
-// An EgressQoS is node-local: each agent programs it on its own node, and
-// publishes on its heartbeat Lease a watermark (heartbeat.Facts.QoSRevision,
-// annotation egressflow.io/qos-revision): the resourceVersion of the newest
-// EgressQoS list or event it had taken in when its last successful sync
-// began. Every EgressQoS written at that revision or before is applied on
-// that node as it then was. The controller remembers, per object, the
-// resourceVersion at which it first saw the object's current
-// metadata.generation; the generation is applied on node N iff N's agent is
-// alive (heartbeat.Judge) and N's watermark has reached that revision.
-//
-// Status writes bump an object's resourceVersion but not its generation, so
-// the controller's own writes never make an object Pending again (no write
-// loop). A controller that starts (or a replica that first lists an object)
-// takes the resourceVersion it first sees, which may be that of a later
-// status write: conservative, since it can only ask agents for more.
-//
-// # Cost
-//
-// Agents renew every second; a renewal whose watermark did not change costs
-// a map lookup and nothing else. A watermark that moves forward re-evaluates
-// only the objects not yet applied on every live agent (the term's pending
-// set) whose applied-ness on that node it flips; one that moves back (an
-// agent that restarted), or a change of an agent's liveness, checks every
-// object's first-seen revision against that node's watermark (integer
-// comparisons) and re-evaluates those it flips. A sync reads the live agents
-// and their watermarks: O(nodes).
+// EgressQoS status: status.status and the Ready, Applied and Valid
+// conditions, from where each object's current generation is applied
+// (rollout.go says how) and from the problems of its rules.
 
-// revision is a resourceVersion read as an etcd revision; ok is false when
-// it is not one ("unknown": an object of unknown revision is never reported
-// applied, and an agent of unknown watermark has applied nothing).
-type revision struct {
-	n  uint64
-	ok bool
-}
+// The conditions of an EgressQoS, besides ConditionReady (True when both
+// of these are).
+const (
+	// ConditionApplied: the current generation is applied on the node of
+	// every live agent (reason Applied), or not yet (Pending, naming the
+	// nodes), or cannot be told (RevisionUnknown). Rules that cannot be
+	// applied (see ConditionValid) do not hold it back: the others are
+	// applied.
+	ConditionApplied = "Applied"
+	// ConditionValid: every rule can be applied as written (reason Valid),
+	// or not (reason InvalidRule or WrongFamily, the message listing every
+	// problem). Checked here as the agents check it (dataplane.ComputeQoS),
+	// for what the CRD cannot check: a dstCIDR of a family the cluster has
+	// no pod CIDR of, a podSelector that does not parse.
+	ConditionValid = "Valid"
+)
 
-// etcdRevision reads a resourceVersion as heartbeat.ParseRevision does.
-func etcdRevision(rv string) revision {
-	n, ok := heartbeat.ParseRevision(rv)
-	return revision{n: n, ok: ok}
-}
+// qosConditionProblems is how many problems the Valid condition's message
+// lists (an object has up to esv1.MaxEgressQoSRules rules).
+const qosConditionProblems = 10
 
-// reached says whether a watermark r covers a write at revision need: both
-// known, and r at or past need.
-func (r revision) reached(need revision) bool {
-	return r.ok && need.ok && r.n >= need.n
-}
-
-// qosSeen is when this replica first saw an EgressQoS's current generation.
-type qosSeen struct {
-	generation int64
-	rv         revision
-	at         time.Time
-}
-
-// agentWatermark is an agent's published EgressQoS watermark.
-type agentWatermark struct {
-	raw string
-	rv  revision
-}
-
-// qosTracker is what every replica, leading or not, observes for EgressQoS
-// status: first sightings of generations and the agents' watermarks. A
-// replica that takes over thereby knows the revisions its informer saw,
-// not just the current ones.
-type qosTracker struct {
-	mu         sync.Mutex
-	seen       map[string]qosSeen
-	watermarks map[string]agentWatermark
-}
-
-func newQoSTracker() *qosTracker {
-	return &qosTracker{seen: map[string]qosSeen{}, watermarks: map[string]agentWatermark{}}
-}
-
-// observe records q's generation if it is new, and returns what is recorded.
-func (k *qosTracker) observe(q *esv1.EgressQoS, now time.Time) qosSeen {
-	key := q.Namespace + "/" + q.Name
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	cur, ok := k.seen[key]
-	if ok && cur.generation == q.Generation {
-		return cur
-	}
-	cur = qosSeen{generation: q.Generation, rv: etcdRevision(q.ResourceVersion), at: now}
-	k.seen[key] = cur
-	return cur
-}
-
-func (k *qosTracker) forget(key string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.seen, key)
-}
-
-// setWatermark records node's watermark; changed is false when it is the
-// one already recorded (a plain renewal).
-func (k *qosTracker) setWatermark(node, raw string) (old, now revision, changed bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	prev, known := k.watermarks[node]
-	if known && prev.raw == raw {
-		return prev.rv, prev.rv, false
-	}
-	w := agentWatermark{raw: raw, rv: etcdRevision(raw)}
-	k.watermarks[node] = w
-	return prev.rv, w.rv, true
-}
-
-func (k *qosTracker) forgetWatermark(node string) (old revision) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	old = k.watermarks[node].rv
-	delete(k.watermarks, node)
-	return old
-}
-
-// watermarksOf returns the watermarks of nodes (unknown for a node without).
-func (k *qosTracker) watermarksOf(nodes []string) map[string]revision {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	out := make(map[string]revision, len(nodes))
-	for _, n := range nodes {
-		out[n] = k.watermarks[n].rv
-	}
-	return out
-}
-
-// flipped returns the keys among candidates (every object if nil) whose
-// first-seen revision one watermark reaches and the other does not.
-func (k *qosTracker) flipped(candidates sets.Set[string], a, b revision) []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var out []string
-	check := func(key string) {
-		if s, ok := k.seen[key]; ok && a.reached(s.rv) != b.reached(s.rv) {
-			out = append(out, key)
-		}
-	}
-	if candidates == nil {
-		for key := range k.seen {
-			check(key)
-		}
-	} else {
-		for key := range candidates {
-			check(key)
-		}
-	}
-	return out
+// newQoSRollout is the EgressQoS rollout, of the objects inf watches:
+// objects not named default are ignored (the CRD refuses them; one stored
+// before it did is not applied by any agent either).
+func newQoSRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*esv1.EgressQoS] {
+	return newRollout(c, rolloutConfig{
+		kind: "EgressQoS", name: esv1.EgressQoSName,
+		resource: "egressqoses", queueLabel: queueQoS, writeKind: "qos_status",
+		watermark: func(f heartbeat.Facts) string { return f.QoSRevision },
+		workers:   c.opts.QoSWorkers, pendingWarning: c.opts.QoSPendingWarning,
+		states: c.metrics.qosStates, applied: c.metrics.qosApplied,
+	}, qosAPI{}, inf,
+		func(ns string) statusClient[*esv1.EgressQoS] { return c.es.K8sV1().EgressQoSes(ns) },
+		func(t *term) **rolloutTerm[*esv1.EgressQoS] { return &t.qos })
 }
 
 // qosKey is the queue key of an EgressQoS that counts (named default), or
 // "" for one that does not (the CRD refuses other names; one stored before
 // it did is ignored).
-func qosKey(obj any) string {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+func qosKey(obj any) string { return rolloutKey[*esv1.EgressQoS](obj, esv1.EgressQoSName, false) }
+
+// qosAPI judges EgressQoSes and writes their status.
+type qosAPI struct{}
+
+func (qosAPI) problems(q *esv1.EgressQoS, podCIDRs []netip.Prefix) []dataplane.Problem {
+	return qosProblems(q, podCIDRs)
+}
+
+// qosProblems are the agents' own check, on no pod: only the object's
+// problems.
+func qosProblems(q *esv1.EgressQoS, podCIDRs []netip.Prefix) []dataplane.Problem {
+	return dataplane.ComputeQoS(dataplane.NodeConfig{ClusterPodCIDRs: familyCheckCIDRs(podCIDRs)}, []*esv1.EgressQoS{q}, nil).Problems
+}
+
+func (qosAPI) says(q *esv1.EgressQoS, v rolloutVerdict) bool {
+	return qosUpToDate(q, v.statusText(), v.conditions())
+}
+
+func (qosAPI) withStatus(q *esv1.EgressQoS, v rolloutVerdict) *esv1.EgressQoS {
+	next := q.DeepCopy()
+	next.Status.Status = v.statusText()
+	for _, cond := range v.conditions() {
+		meta.SetStatusCondition(&next.Status.Conditions, cond)
 	}
-	q, ok := obj.(*esv1.EgressQoS)
-	if !ok || q.Name != esv1.EgressQoSName {
+	return next
+}
+
+func (qosAPI) status(q *esv1.EgressQoS) any { return q.Status }
+
+// reported reads the Ready condition's reason and, when the Valid
+// condition is False, its message.
+func (qosAPI) reported(q *esv1.EgressQoS) (reasons.Reason, string, bool) {
+	var state reasons.Reason
+	problems := ""
+	if cur := meta.FindStatusCondition(q.Status.Conditions, ConditionReady); cur != nil {
+		state = reasons.Reason(cur.Reason)
+	}
+	if cur := meta.FindStatusCondition(q.Status.Conditions, ConditionValid); cur != nil && cur.Status == metav1.ConditionFalse {
+		problems = cur.Message
+	}
+	return state, problems, true
+}
+
+// problemsText is the Valid condition's message when it is False.
+func (qosAPI) problemsText(v rolloutVerdict) string {
+	if len(v.problems) == 0 {
 		return ""
 	}
-	return q.Namespace + "/" + q.Name
+	return v.problemList(qosConditionProblems)
 }
 
-func (c *Controller) onEgressQoS(obj any) {
-	key := qosKey(obj)
-	if key == "" {
-		return
-	}
-	c.qos.observe(obj.(*esv1.EgressQoS), c.opts.Clock.Now())
-	if t := c.term.Load(); t != nil {
-		t.qoses.Add(key)
-	}
-}
-
-func (c *Controller) onEgressQoSUpdate(oldObj, newObj any) {
-	key := qosKey(newObj)
-	if key == "" {
-		return
-	}
-	o, n := oldObj.(*esv1.EgressQoS), newObj.(*esv1.EgressQoS)
-	c.qos.observe(n, c.opts.Clock.Now())
-	t := c.term.Load()
-	if t == nil {
-		return
-	}
-	if o.Generation == n.Generation {
-		if qosStatusEqual(o.Status, n.Status) {
-			return // metadata only
-		}
-		t.qos.mu.Lock()
-		echo := t.qos.isOwnWrite(key, n)
-		t.qos.mu.Unlock()
-		if echo {
-			return // this term's own status write coming back
+// conditions are an EgressQoS's Ready, Applied and Valid conditions.
+func (v rolloutVerdict) conditions() []metav1.Condition {
+	applied := metav1.Condition{Type: ConditionApplied, Status: metav1.ConditionTrue, Reason: string(reasons.Applied),
+		Message: v.appliedMessage()}
+	switch {
+	case v.unknown:
+		applied.Status, applied.Reason, applied.Message = metav1.ConditionFalse, string(reasons.RevisionUnknown), v.where(0)
+	case v.waiting():
+		applied.Status, applied.Reason = metav1.ConditionFalse, string(reasons.Pending)
+		applied.Message = fmt.Sprintf("generation %d pending %s", v.generation, v.where(messageNodeNames))
+		if v.total() == 0 {
+			applied.Message = fmt.Sprintf("generation %d pending: %s", v.generation, v.where(0))
 		}
 	}
-	t.qoses.Add(key)
+	valid := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: string(reasons.Valid), Message: "every rule can be applied"}
+	if len(v.problems) > 0 {
+		valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, string(v.problems[0].Reason), v.problemList(qosConditionProblems)
+	}
+	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: string(v.readyReason())}
+	switch v.readyReason() {
+	case reasons.Invalid:
+		ready.Message = valid.Message + " (the other rules apply; see condition Applied)"
+	case reasons.Applied:
+		ready.Status, ready.Message = metav1.ConditionTrue, applied.Message
+	default:
+		ready.Message = applied.Message
+	}
+	out := []metav1.Condition{ready, applied, valid}
+	for i := range out {
+		out[i].ObservedGeneration = v.generation
+	}
+	return out
 }
 
-func (c *Controller) onEgressQoSDelete(obj any) {
-	key := qosKey(obj)
-	if key == "" {
-		return
+// qosUpToDate says whether q's status already says text and conds (their
+// transition times aside).
+func qosUpToDate(q *esv1.EgressQoS, text string, conds []metav1.Condition) bool {
+	if q.Status.Status != text {
+		return false
 	}
-	c.qos.forget(key)
-	if t := c.term.Load(); t != nil {
-		t.qoses.Add(key)
-	}
-}
-
-// observeAgentQoS records an agent Lease's EgressQoS watermark and, when it
-// moved and the agent counts, re-queues the objects whose applied-ness on
-// that node it flips.
-func (c *Controller) observeAgentQoS(l *coordinationv1.Lease) {
-	old, now, changed := c.qos.setWatermark(l.Name, heartbeat.ReadFacts(l).QoSRevision)
-	if !changed {
-		return
-	}
-	t := c.term.Load()
-	if t == nil {
-		return
-	}
-	t.state.mu.Lock()
-	alive := t.state.alive[l.Name]
-	t.state.mu.Unlock()
-	if !alive {
-		return // a change of liveness re-queues what it flips
-	}
-	var candidates sets.Set[string]
-	if now.reached(old) {
-		// Forward: only objects not applied everywhere can flip. A sync
-		// inserts its key in pending before it reads the watermarks, so
-		// a sync that read the old watermark is found here.
-		t.qos.mu.Lock()
-		candidates = t.qos.pending.Clone()
-		t.qos.mu.Unlock()
-	}
-	for _, key := range c.qos.flipped(candidates, old, now) {
-		t.qoses.Add(key)
-	}
-}
-
-// forgetAgentQoS drops a deleted Lease's watermark; its liveness change
-// re-queues the objects concerned.
-func (c *Controller) forgetAgentQoS(node string) {
-	c.qos.forgetWatermark(node)
-}
-
-// qosAgentLivenessChanged re-queues the objects whose applied-ness on node
-// differs from "applied": those that node's agent, coming to life, has not
-// applied, or, dying, no longer holds back.
-func (c *Controller) qosAgentLivenessChanged(t *term, node string) {
-	w := c.qos.watermarksOf([]string{node})[node]
-	for _, key := range c.qos.flipped(nil, w, revision{n: ^uint64(0), ok: true}) {
-		t.qoses.Add(key)
-	}
-}
-
-// enqueueAllQoS queues every EgressQoS that counts.
-func (c *Controller) enqueueAllQoS(t *term) {
-	qs, _ := c.qosLister.List(labels.Everything())
-	for _, q := range qs {
-		if q.Name == esv1.EgressQoSName {
-			t.qoses.Add(q.Namespace + "/" + q.Name)
+	for _, want := range conds {
+		cur := meta.FindStatusCondition(q.Status.Conditions, want.Type)
+		if cur == nil || cur.Status != want.Status || cur.Reason != want.Reason || cur.Message != want.Message || cur.ObservedGeneration != want.ObservedGeneration {
+			return false
 		}
 	}
+	return true
 }

@@ -51,6 +51,13 @@ func watermarks(kv ...string) map[string]revision {
 
 var v4Only = []netip.Prefix{netip.MustParsePrefix("10.128.0.0/14")}
 
+// evaluateQoS is what the sync of q decides, whose current generation was
+// first seen at revision seen, given the live agents' watermarks and the
+// cluster's pod CIDRs (nil: unknown).
+func evaluateQoS(q *esv1.EgressQoS, seen revision, agents map[string]revision, podCIDRs []netip.Prefix) rolloutVerdict {
+	return evaluateRollout(q, seen, agents, qosProblems(q, podCIDRs))
+}
+
 // The status of every state, as operators read it.
 func TestQoSVerdict(t *testing.T) {
 	rule := esv1.EgressQoSRule{DSCP: 46, DstCIDR: "203.0.113.0/24"}
@@ -135,7 +142,7 @@ func TestQoSKey(t *testing.T) {
 // through status writes, takes a new one with a new generation, and flips
 // exactly the objects one watermark reaches and the other does not.
 func TestQoSTracker(t *testing.T) {
-	k := newQoSTracker()
+	k := newRevisionTracker()
 	var zero time.Time
 	for i, rv := range []string{"100", "200", "300", "400"} {
 		q := qosObject(1, rv)

@@ -20,60 +20,11 @@ import (
 	"github.com/egressflow/egressflow/test/wait"
 )
 
-// qosFixture is an API server, nodes with agents whose EgressQoS watermark
-// the test sets (the agent's side of the contract), and a controller.
-type qosFixture struct {
-	*clustertest.Env
-	t      *testing.T
-	agents map[string]*clustertest.Agent
-	reg    *prometheus.Registry
-	r      *clustertest.Replica
-}
-
-// Agent timings of the tests that do not test liveness: a renewal as
-// often as the harness's, but a Lease that outlives a loaded machine's late
-// renewals, so that no agent dies in the middle of a count of syncs.
-const (
-	steadyAgentRenew  = clustertest.AgentRenew
-	steadyAgentExpire = 5 * time.Second
-)
-
-// newQoSFixture starts nodes with agents (clustertest's short Leases if
-// short, else steady ones) and a controller, opts applied to its options.
-func newQoSFixture(t *testing.T, short bool, opts func(*cluster.Options), nodes ...string) *qosFixture {
-	env := clustertest.Start(t)
-	f := &qosFixture{Env: env, t: t, agents: map[string]*clustertest.Agent{}}
-	for _, n := range nodes {
-		if short {
-			f.agents[n] = env.Node(t, n, nil)
-			continue
-		}
-		env.CreateNode(t, n, nil, true)
-		f.agents[n] = env.StartAgentEvery(t, n, steadyAgentRenew, steadyAgentExpire)
-	}
-	o := options("replica-a")
-	f.reg = prometheus.NewRegistry()
-	o.Registerer = f.reg
-	if opts != nil {
-		opts(&o)
-	}
-	f.r = env.RunController(t, o)
-	f.r.WaitLeading(t, settle)
-	return f
-}
-
-// watermark makes the agents of nodes publish rv.
-func (f *qosFixture) watermark(rv string, nodes ...string) {
-	for _, n := range nodes {
-		f.agents[n].SetQoSRevision(rv)
-	}
-}
-
 var qosRule = esv1.EgressQoSSpec{Egress: []esv1.EgressQoSRule{{DSCP: 46, DstCIDR: "203.0.113.0/24"}}}
 
 // waitQoS waits until the EgressQoS of ns says text, with a Ready condition
 // of reason for its current generation, and returns it.
-func (f *qosFixture) waitQoS(ns, text string, reason reasons.Reason) *esv1.EgressQoS {
+func (f *rolloutFixture) waitQoS(ns, text string, reason reasons.Reason) *esv1.EgressQoS {
 	f.t.Helper()
 	var q *esv1.EgressQoS
 	wait.Until(f.t, settle, func() error {
@@ -108,29 +59,16 @@ func qosSays(q *esv1.EgressQoS, text string, reason reasons.Reason) error {
 
 // qosStatusWrites are the replica's EgressQoS status writes.
 func qosStatusWrites(reqs []clustertest.Request) []clustertest.Request {
-	return slices.DeleteFunc(reqs, func(r clustertest.Request) bool { return !strings.HasSuffix(r.Path, "/egressqoses/default/status") })
+	return statusWrites(reqs, "egressqoses", esv1.EgressQoSName)
 }
 
 // qosSyncs is egressflow_controller_syncs_total{queue="egressqos"}.
-func qosSyncs(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	return counter(t, reg, "egressflow_controller_syncs_total", map[string]string{"queue": "egressqos", "result": "ok"}) +
-		counter(t, reg, "egressflow_controller_syncs_total", map[string]string{"queue": "egressqos", "result": "error"})
-}
+func qosSyncs(t *testing.T, reg *prometheus.Registry) float64 { return queueSyncs(t, reg, "egressqos") }
 
 // qosEvent waits for an Event about the EgressQoS of ns.
-func (f *qosFixture) qosEvent(ns, eventType string, reason reasons.Reason, text string) {
+func (f *rolloutFixture) qosEvent(ns, eventType string, reason reasons.Reason, text string) {
 	f.t.Helper()
-	wait.Until(f.t, settle, func() error {
-		var got []string
-		for _, e := range f.Events(f.t, ns, esv1.EgressQoSName) {
-			if e.Type == eventType && e.Reason == string(reason) && strings.Contains(e.Message, text) && e.InvolvedObject.Kind == "EgressQoS" {
-				return nil
-			}
-			got = append(got, e.Type+" "+e.Reason+": "+e.Message)
-		}
-		return fmt.Errorf("no %s Event %s containing %q among %q", eventType, reason, text, got)
-	})
+	f.eventOn(ns, "EgressQoS", esv1.EgressQoSName, eventType, reason, text)
 }
 
 // TestQoSStatusFollowsAgents: an EgressQoS is Pending on the nodes whose
@@ -141,7 +79,7 @@ func (f *qosFixture) qosEvent(ns, eventType string, reason reasons.Reason, text 
 // change does, until the agents catch up. Watermarks that move while
 // everything is applied cost no sync and no write.
 func TestQoSStatusFollowsAgents(t *testing.T) {
-	f := newQoSFixture(t, false, nil, "node-a", "node-b", "node-c")
+	f := newRolloutFixture(t, false, nil, "node-a", "node-b", "node-c")
 	ns := f.Namespace(t)
 	created := f.CreateEgressQoS(t, ns, qosRule)
 	rv1 := created.ResourceVersion
@@ -154,9 +92,9 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 		t.Errorf("applied condition %+v, want Pending on 3 nodes", c)
 	}
 
-	f.watermark(rv1, "node-a", "node-b")
+	f.qosWatermark(rv1, "node-a", "node-b")
 	f.waitQoS(ns, "Pending on 1 of 3 nodes: node-c", reasons.Pending)
-	f.watermark(rv1, "node-c")
+	f.qosWatermark(rv1, "node-c")
 	q = f.waitQoS(ns, "Applied on 3/3 nodes", reasons.Applied)
 	f.qosEvent(ns, normal, reasons.Applied, "generation 1 applied on 3/3 nodes")
 	if !newerRV(q.ResourceVersion, rv1) {
@@ -170,28 +108,18 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitQoS(ns, "Applied on 3/3 nodes", reasons.Applied)
-	wait.Until(t, settle, func() error { return idle(f.r) })
-	writes, _ := f.r.Writes.Since(mark)
-	writes = qosStatusWrites(writes)
-	if len(writes) != 1 {
-		t.Errorf("%d status writes to undo a status-only write, want 1", len(writes))
-	}
-	for _, w := range writes {
-		if strings.Contains(w.Body, "Pending") {
-			t.Errorf("a status-only write made the object Pending: %s", w.Body)
-		}
-	}
+	f.checkPutRightOnce(mark, qosStatusWrites)
 
 	// Watermarks moving on, and renewals, with everything applied: no
 	// sync, no write.
 	now := f.GetEgressQoS(t, ns).ResourceVersion
 	syncs, mark := qosSyncs(t, f.reg), f.r.Writes.Len()
-	f.watermark(now, "node-a", "node-b", "node-c")
+	f.qosWatermark(now, "node-a", "node-b", "node-c")
 	time.Sleep(4 * steadyAgentRenew)
-	f.watermark(rv1, "node-c") // even backwards, as long as it covers rv1
+	f.qosWatermark(rv1, "node-c") // even backwards, as long as it covers rv1
 	time.Sleep(4 * steadyAgentRenew)
 	wait.Until(t, settle, func() error { return idle(f.r) })
-	writes, _ = f.r.Writes.Since(mark)
+	writes, _ := f.r.Writes.Since(mark)
 	if got := qosStatusWrites(writes); len(got) != 0 {
 		t.Errorf("status written while nothing changed: %v", got)
 	}
@@ -208,7 +136,7 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 	if c := meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionApplied); c == nil || !strings.Contains(c.Message, "generation 2 pending") {
 		t.Errorf("applied condition %+v, want generation 2 pending", c)
 	}
-	f.watermark(updated.ResourceVersion, "node-a", "node-b", "node-c")
+	f.qosWatermark(updated.ResourceVersion, "node-a", "node-b", "node-c")
 	f.waitQoS(ns, "Applied on 3/3 nodes", reasons.Applied)
 	f.qosEvent(ns, normal, reasons.Applied, "generation 2 applied on 3/3 nodes")
 	if got := qosState(t, f.reg, "applied"); got != 1 {
@@ -224,10 +152,10 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 // that comes to life without the generation makes the object Pending on
 // its node until it catches up.
 func TestQoSLivenessAndPendingWarning(t *testing.T) {
-	f := newQoSFixture(t, true, func(o *cluster.Options) { o.QoSPendingWarning = 500 * time.Millisecond }, "node-a", "node-b", "node-c")
+	f := newRolloutFixture(t, true, func(o *cluster.Options) { o.QoSPendingWarning = 500 * time.Millisecond }, "node-a", "node-b", "node-c")
 	ns := f.Namespace(t)
 	rv := f.CreateEgressQoS(t, ns, qosRule).ResourceVersion
-	f.watermark(rv, "node-a", "node-b")
+	f.qosWatermark(rv, "node-a", "node-b")
 	f.waitQoS(ns, "Pending on 1 of 3 nodes: node-c", reasons.Pending)
 	f.qosEvent(ns, warning, reasons.Pending, "generation 1 not applied after")
 	f.qosEvent(ns, warning, reasons.Pending, "on 1 of 3 nodes: node-c")
@@ -241,7 +169,7 @@ func TestQoSLivenessAndPendingWarning(t *testing.T) {
 
 	f.agents["node-d"] = f.Node(t, "node-d", nil)
 	f.waitQoS(ns, "Pending on 1 of 3 nodes: node-d", reasons.Pending)
-	f.watermark(rv, "node-d")
+	f.qosWatermark(rv, "node-d")
 	f.waitQoS(ns, "Applied on 3/3 nodes", reasons.Applied)
 }
 
@@ -249,7 +177,7 @@ func TestQoSLivenessAndPendingWarning(t *testing.T) {
 // makes the object Invalid, with the specific reason in condition Valid and
 // a Warning; the other rules' progress is still reported (Applied).
 func TestQoSInvalid(t *testing.T) {
-	f := newQoSFixture(t, false, nil, "node-a")
+	f := newRolloutFixture(t, false, nil, "node-a")
 	family := f.Namespace(t) // the test cluster's pod CIDR is IPv4 only
 	rv := f.CreateEgressQoS(t, family, esv1.EgressQoSSpec{Egress: []esv1.EgressQoSRule{
 		{DSCP: 46, DstCIDR: "203.0.113.0/24"},
@@ -277,7 +205,7 @@ func TestQoSInvalid(t *testing.T) {
 	f.qosEvent(selector, warning, reasons.Invalid, "rule 0: podSelector")
 
 	// The valid rule's progress: Applied once the agent has the object.
-	f.watermark(rv, "node-a")
+	f.qosWatermark(rv, "node-a")
 	wait.Until(t, settle, func() error {
 		q := f.GetEgressQoS(t, family)
 		if c := meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionApplied); c == nil || c.Status != metav1.ConditionTrue {
@@ -297,7 +225,7 @@ func TestQoSInvalid(t *testing.T) {
 // the revisions says.
 func TestQoSWatermarkCost(t *testing.T) {
 	const objects = 20
-	f := newQoSFixture(t, false, nil, "node-a", "node-b")
+	f := newRolloutFixture(t, false, nil, "node-a", "node-b")
 	var nss, rvs []string
 	for range objects {
 		ns := f.Namespace(t)
@@ -327,7 +255,7 @@ func TestQoSWatermarkCost(t *testing.T) {
 	}
 	set := func(node string, i int) {
 		marks[node] = rvs[i]
-		f.watermark(rvs[i], node)
+		f.qosWatermark(rvs[i], node)
 	}
 	check := func() {
 		t.Helper()
@@ -384,19 +312,8 @@ func TestQoSWatermarkCost(t *testing.T) {
 	step("node-a", 19, span(15, 19)...)
 }
 
-// newerRV: resourceVersion a is past b, as integers.
-func newerRV(a, b string) bool {
-	x, err1 := strconv.ParseUint(a, 10, 64)
-	y, err2 := strconv.ParseUint(b, 10, 64)
-	return err1 == nil && err2 == nil && x > y
-}
-
 // qosState is egressflow_controller_egressqos{state}.
 func qosState(t *testing.T, reg *prometheus.Registry, state string) float64 {
 	t.Helper()
-	m := metric(t, reg, "egressflow_controller_egressqos", map[string]string{"state": state})
-	if m == nil {
-		t.Fatalf("no egressflow_controller_egressqos{state=%q}", state)
-	}
-	return m.GetGauge().GetValue()
+	return stateGauge(t, reg, "egressflow_controller_egressqos", state)
 }

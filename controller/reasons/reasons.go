@@ -79,10 +79,11 @@ const (
 	WrongFamily Reason = "WrongFamily"
 )
 
-// How far an EgressQoS is applied: the cluster component's status of it
-// (controller/cluster, qos_status.go), the reasons of its conditions and
-// Events. An EgressQoS is node-local: it is applied on a node once that
-// node's agent has taken in its current generation and synced.
+// How far an EgressQoS or EgressFirewall is applied: the cluster
+// component's status of it (controller/cluster, rollout_status.go), the
+// reasons of an EgressQoS's conditions, and the Events of both. Both are
+// node-local: an object is applied on a node once that node's agent has
+// taken in its current generation and synced.
 const (
 	// Applied: the object's current generation is applied on the node of
 	// every live agent (condition Applied, and Ready when it is also
@@ -99,9 +100,11 @@ const (
 	// Valid: every rule can be applied as written (condition Valid).
 	Valid Reason = "Valid"
 	// Invalid: some rule cannot be applied (condition Ready; condition
-	// Valid carries the specific reason, InvalidRule or WrongFamily). The
-	// other rules still apply. Also the Warning Event sent when the
-	// problems change.
+	// Valid carries the specific reason, InvalidRule or WrongFamily;
+	// an EgressFirewall's status.messages name each rule). The other rules
+	// still apply. Also the Warning Event sent when the problems change,
+	// and the state of an EgressFirewall not named default, which applies
+	// nowhere.
 	Invalid Reason = "Invalid"
 )
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -26,9 +27,13 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
@@ -410,55 +415,174 @@ func (e *Env) Events(t testing.TB, ns, name string) []corev1.Event {
 	return list.Items
 }
 
+// objectClient is a generated clientset's client of one kind in one
+// namespace, as far as the helpers below use it.
+type objectClient[T any] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+func createObject[T any](t testing.TB, c objectClient[T], obj T) T {
+	t.Helper()
+	created, err := c.Create(context.Background(), obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+func getObject[T any](t testing.TB, c objectClient[T], name string) T {
+	t.Helper()
+	obj, err := c.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// updateObject reads, modifies and writes back the object name, and
+// returns it as written.
+func updateObject[T any](t testing.TB, c objectClient[T], name string, modify func(T)) T {
+	t.Helper()
+	obj := getObject(t, c, name)
+	modify(obj)
+	updated, err := c.Update(context.Background(), obj, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return updated
+}
+
 // CreateEgressQoS creates the EgressQoS of namespace ns (named default)
 // and returns it as created.
 func (e *Env) CreateEgressQoS(t testing.TB, ns string, spec esv1.EgressQoSSpec) *esv1.EgressQoS {
 	t.Helper()
-	q, err := e.ES.K8sV1().EgressQoSes(ns).Create(context.Background(),
-		&esv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: esv1.EgressQoSName}, Spec: spec}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q
+	return createObject(t, e.ES.K8sV1().EgressQoSes(ns), &esv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: esv1.EgressQoSName}, Spec: spec})
 }
 
 // GetEgressQoS reads the EgressQoS of namespace ns.
 func (e *Env) GetEgressQoS(t testing.TB, ns string) *esv1.EgressQoS {
 	t.Helper()
-	q, err := e.ES.K8sV1().EgressQoSes(ns).Get(context.Background(), esv1.EgressQoSName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q
+	return getObject(t, e.ES.K8sV1().EgressQoSes(ns), esv1.EgressQoSName)
 }
 
 // UpdateEgressQoS reads, modifies and writes back the EgressQoS of
 // namespace ns, and returns it as written.
 func (e *Env) UpdateEgressQoS(t testing.TB, ns string, modify func(*esv1.EgressQoS)) *esv1.EgressQoS {
 	t.Helper()
-	q := e.GetEgressQoS(t, ns)
-	modify(q)
-	q, err := e.ES.K8sV1().EgressQoSes(ns).Update(context.Background(), q, metav1.UpdateOptions{})
+	return updateObject(t, e.ES.K8sV1().EgressQoSes(ns), esv1.EgressQoSName, modify)
+}
+
+// CreateEgressFirewall creates the EgressFirewall name of namespace ns
+// and returns it as created (the CRD refuses any name but default).
+func (e *Env) CreateEgressFirewall(t testing.TB, ns, name string, spec esv1.EgressFirewallSpec) *esv1.EgressFirewall {
+	t.Helper()
+	return createObject(t, e.ES.K8sV1().EgressFirewalls(ns), &esv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})
+}
+
+// GetEgressFirewall reads the EgressFirewall name of namespace ns.
+func (e *Env) GetEgressFirewall(t testing.TB, ns, name string) *esv1.EgressFirewall {
+	t.Helper()
+	return getObject(t, e.ES.K8sV1().EgressFirewalls(ns), name)
+}
+
+// UpdateEgressFirewall reads, modifies and writes back the EgressFirewall
+// of namespace ns (named default), and returns it as written.
+func (e *Env) UpdateEgressFirewall(t testing.TB, ns string, modify func(*esv1.EgressFirewall)) *esv1.EgressFirewall {
+	t.Helper()
+	return updateObject(t, e.ES.K8sV1().EgressFirewalls(ns), esv1.EgressFirewallName, modify)
+}
+
+// firewallCRD is the EgressFirewall CRD's name.
+const firewallCRD = "egressfirewalls.k8s.ovn.org"
+
+// SetFirewallNameRule removes (on false) or puts back (on true) the
+// EgressFirewall CRD's rule that an object be named default, and waits
+// until the API server applies the change. Without it, objects of another
+// name can be stored, as they could under a CRD from before the rule.
+func (e *Env) SetFirewallNameRule(t testing.TB, on bool) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := e.Cluster.Config(kubetest.Admin)
+	crds := dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd, err := crds.Get(ctx, firewallCRD, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		versions, _, err := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		if err != nil {
+			return err
+		}
+		for _, v := range versions {
+			root, _, err := unstructured.NestedMap(v.(map[string]any), "schema", "openAPIV3Schema")
+			if err != nil {
+				return err
+			}
+			rules, _, _ := unstructured.NestedSlice(root, "x-kubernetes-validations")
+			rules = slices.DeleteFunc(rules, func(r any) bool { return r.(map[string]any)["rule"] == firewallNameRule["rule"] })
+			if on {
+				rules = append(rules, maps.Clone(firewallNameRule))
+			}
+			if err := unstructured.SetNestedSlice(root, rules, "x-kubernetes-validations"); err != nil {
+				return err
+			}
+			if err := unstructured.SetNestedMap(v.(map[string]any), root, "schema", "openAPIV3Schema"); err != nil {
+				return err
+			}
+		}
+		if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
+			return err
+		}
+		_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return q
+	// A dry-run create of an object of another name tells when the API
+	// server's validation has caught up.
+	probe := &esv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: kubetest.SystemNamespace, Name: "name-rule-probe"},
+		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}}
+	wait.Until(t, 30*time.Second, func() error {
+		_, err := e.ES.K8sV1().EgressFirewalls(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case on && apierrors.IsInvalid(err), !on && err == nil:
+			return nil
+		case err != nil && !apierrors.IsInvalid(err):
+			return err
+		}
+		return fmt.Errorf("name rule on: %v; a create of another name: %v", on, err)
+	})
+}
+
+// firewallNameRule is the CRD's rule (controller/apis/egressservice/v1,
+// EgressFirewall's XValidation marker).
+var firewallNameRule = map[string]any{
+	"rule":    "self.metadata.name == 'default'",
+	"message": "EgressFirewall must be named default: only the object named default in a namespace counts",
 }
 
 // Agent is a node agent's heartbeat, written as the agent's service account
 // through heartbeat.Renewer. It publishes SyncState Synced and the EgressQoS
-// watermark the test sets (SetQoSRevision): it plays the agent's side of the
-// EgressQoS status contract, which the agent's own tests check.
+// and EgressFirewall watermarks the test sets (SetQoSRevision,
+// SetFirewallRevision): it plays the agent's side of the status contract of
+// both APIs, which the agent's own tests check.
 type Agent struct {
-	Node        string
-	qosRevision atomic.Pointer[string]
-	cancel      context.CancelFunc
-	done        chan struct{}
+	Node                          string
+	qosRevision, firewallRevision atomic.Pointer[string]
+	cancel                        context.CancelFunc
+	done                          chan struct{}
 }
 
 // SetQoSRevision makes the agent publish rv as its EgressQoS watermark
 // (heartbeat.Facts.QoSRevision) from its next renewal on.
 func (a *Agent) SetQoSRevision(rv string) { a.qosRevision.Store(&rv) }
+
+// SetFirewallRevision makes the agent publish rv as its EgressFirewall
+// watermark (heartbeat.Facts.FirewallRevision) from its next renewal on.
+func (a *Agent) SetFirewallRevision(rv string) { a.firewallRevision.Store(&rv) }
 
 // StartAgent starts heartbeating for node with AgentRenew and AgentExpire;
 // the test's end stops it.
@@ -480,6 +604,9 @@ func (e *Env) StartAgentEvery(t testing.TB, node string, renew, expire time.Dura
 			f := heartbeat.Facts{SyncState: heartbeat.SyncStateSynced}
 			if rv := a.qosRevision.Load(); rv != nil {
 				f.QoSRevision = *rv
+			}
+			if rv := a.firewallRevision.Load(); rv != nil {
+				f.FirewallRevision = *rv
 			}
 			return f
 		},

@@ -1,0 +1,117 @@
+package cluster
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"k8s.io/client-go/tools/cache"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/reasons"
+)
+
+// EgressFirewall status: status.status says where the current generation
+// is applied, in EgressQoS's words (rollout.go says how it is found), and
+// status.messages name the rules that cannot be applied, one message a
+// problem. The type has no conditions: the state is status.status's first
+// word.
+
+// firewallStatusMessages is how many problems status.messages lists; past
+// it one more message says how many more there are. An object may have
+// esv1.MaxEgressFirewallRules rules, each wrong: the bound keeps the status
+// (and the Invalid Event, which repeats the list) small, and the first
+// problems are enough to start fixing.
+const firewallStatusMessages = 20
+
+// newFirewallRollout is the EgressFirewall rollout, of the objects inf
+// watches: an object not named default is reported Invalid (no agent
+// applies it; the CRD refuses such objects, but one stored before it did
+// is shown).
+func newFirewallRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*esv1.EgressFirewall] {
+	return newRollout(c, rolloutConfig{
+		kind: "EgressFirewall", name: esv1.EgressFirewallName, reportMisnamed: true,
+		resource: "egressfirewalls", queueLabel: queueFirewall, writeKind: "firewall_status",
+		watermark: func(f heartbeat.Facts) string { return f.FirewallRevision },
+		workers:   c.opts.FirewallWorkers, pendingWarning: c.opts.FirewallPendingWarning,
+		states: c.metrics.firewallStates, applied: c.metrics.firewallApplied,
+	}, firewallAPI{}, inf,
+		func(ns string) statusClient[*esv1.EgressFirewall] { return c.es.K8sV1().EgressFirewalls(ns) },
+		func(t *term) **rolloutTerm[*esv1.EgressFirewall] { return &t.firewall })
+}
+
+// firewallKey is the queue key of an EgressFirewall, whatever its name:
+// one not named default is reported.
+func firewallKey(obj any) string {
+	return rolloutKey[*esv1.EgressFirewall](obj, esv1.EgressFirewallName, true)
+}
+
+// firewallAPI judges EgressFirewalls and writes their status.
+type firewallAPI struct{}
+
+func (firewallAPI) problems(fw *esv1.EgressFirewall, podCIDRs []netip.Prefix) []dataplane.Problem {
+	return firewallProblems(fw, podCIDRs)
+}
+
+// firewallProblems are the agents' own check (dataplane.ComputeFirewall)
+// on no pod and no node, without the problems that depend on the node:
+// whether a dnsName is resolved is up to each node's resolver (the
+// agent logs it). What is left comes from the object alone (InvalidRule)
+// and the cluster's pod CIDRs (WrongFamily).
+func firewallProblems(fw *esv1.EgressFirewall, podCIDRs []netip.Prefix) []dataplane.Problem {
+	node := dataplane.NodeConfig{ClusterPodCIDRs: familyCheckCIDRs(podCIDRs)}
+	problems := dataplane.ComputeFirewall(node, []*esv1.EgressFirewall{fw}, nil, nil, nil).Problems
+	return slices.DeleteFunc(problems, func(p dataplane.Problem) bool { return p.Reason == reasons.DNSNameUnresolved })
+}
+
+// firewallStatus is the status v says.
+func firewallStatus(v rolloutVerdict) esv1.EgressFirewallStatus {
+	return esv1.EgressFirewallStatus{Status: v.statusText(), Messages: v.problemMessages(firewallStatusMessages)}
+}
+
+func (firewallAPI) says(fw *esv1.EgressFirewall, v rolloutVerdict) bool {
+	want := firewallStatus(v)
+	return fw.Status.Status == want.Status && slices.Equal(fw.Status.Messages, want.Messages)
+}
+
+func (firewallAPI) withStatus(fw *esv1.EgressFirewall, v rolloutVerdict) *esv1.EgressFirewall {
+	next := fw.DeepCopy()
+	next.Status = firewallStatus(v)
+	return next
+}
+
+func (firewallAPI) status(fw *esv1.EgressFirewall) any { return fw.Status }
+
+// firewallStates read status.status's first word back as the state.
+var firewallStates = []struct {
+	prefix string
+	state  reasons.Reason
+}{
+	{"Applied ", reasons.Applied},
+	{"Pending", reasons.Pending},
+	{"Invalid:", reasons.Invalid},
+	{"Unknown:", reasons.RevisionUnknown},
+}
+
+// reported reads the state from status.status's first word and the
+// problems from status.messages. A status.status of another wording is
+// another writer's.
+func (firewallAPI) reported(fw *esv1.EgressFirewall) (reasons.Reason, string, bool) {
+	problems := strings.Join(fw.Status.Messages, "; ")
+	if fw.Status.Status == "" {
+		return "", problems, true // never written
+	}
+	for _, s := range firewallStates {
+		if strings.HasPrefix(fw.Status.Status, s.prefix) {
+			return s.state, problems, true
+		}
+	}
+	return "", problems, false
+}
+
+// problemsText is status.messages in one line.
+func (firewallAPI) problemsText(v rolloutVerdict) string {
+	return v.problemList(firewallStatusMessages)
+}

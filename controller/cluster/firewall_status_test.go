@@ -1,0 +1,172 @@
+package cluster
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/reasons"
+)
+
+func firewallObject(name string, gen int64, rv string, rules ...esv1.EgressFirewallRule) *esv1.EgressFirewall {
+	return &esv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Generation: gen, ResourceVersion: rv},
+		Spec: esv1.EgressFirewallSpec{Egress: rules}}
+}
+
+// evaluateFirewall is what the sync of fw decides, as evaluateQoS is for
+// an EgressQoS.
+func evaluateFirewall(fw *esv1.EgressFirewall, seen revision, agents map[string]revision, podCIDRs []netip.Prefix) rolloutVerdict {
+	if fw.Name != esv1.EgressFirewallName {
+		return misnamedVerdict(fw, "EgressFirewall", esv1.EgressFirewallName)
+	}
+	return evaluateRollout(fw, seen, agents, firewallProblems(fw, podCIDRs))
+}
+
+func denyCIDR(cidr string) esv1.EgressFirewallRule {
+	return esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: cidr}}
+}
+
+// The status of every state, as operators read it: status.status in
+// EgressQoS's words, one message per problem the cluster can tell from
+// the object, none for a DNS name (a node's resolver's business), at most
+// firewallStatusMessages and then how many more.
+func TestFirewallVerdict(t *testing.T) {
+	dns := esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleAllow, To: esv1.EgressFirewallDestination{DNSName: "api.example.com"},
+		Ports: []esv1.EgressFirewallPort{{Protocol: "TCP", Port: 443}}}
+	badSelector := esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleDeny,
+		To: esv1.EgressFirewallDestination{NodeSelector: &esv1.LabelSelector{MatchLabels: map[string]string{"role": "not valid"}}}}
+	badType := esv1.EgressFirewallRule{Type: "Reject", To: esv1.EgressFirewallDestination{CIDRSelector: "192.0.2.0/24"}}
+	var manyV6 []esv1.EgressFirewallRule
+	var manyMessages []string
+	for i := range 25 {
+		cidr := fmt.Sprintf("2001:db8:%x::/48", i)
+		manyV6 = append(manyV6, denyCIDR(cidr))
+		if i < firewallStatusMessages {
+			manyMessages = append(manyMessages, fmt.Sprintf("rule %d: cidrSelector %s is IPv6, and the cluster has no pod of that family", i, netip.MustParsePrefix(cidr)))
+		}
+	}
+	manyMessages = append(manyMessages, "and 5 more")
+
+	for _, tc := range []struct {
+		name     string
+		fw       *esv1.EgressFirewall
+		seen     string
+		agents   map[string]revision
+		podCIDRs []netip.Prefix
+		text     string
+		messages []string
+		state    reasons.Reason
+	}{
+		{"applied, a DNS name is no problem", firewallObject("default", 2, "120", dns, denyCIDR("0.0.0.0/0")), "100", watermarks("a", "100", "b", "150"), v4Only,
+			"Applied on 2/2 nodes", nil, reasons.Applied},
+		{"lagging names capped", firewallObject("default", 1, "100", dns), "100", watermarks("a", "99", "b", "", "c", "x", "d", "98", "e", "100"), v4Only,
+			"Pending on 4 of 5 nodes: a, b, c and 1 more", nil, reasons.Pending},
+		{"no agent", firewallObject("default", 1, "100", dns), "100", nil, v4Only,
+			"Pending: no node agent is alive", nil, reasons.Pending},
+		{"unknown revision is never applied", firewallObject("default", 1, "abc", dns), "abc", watermarks("a", "18446744073709551615"), v4Only,
+			`Unknown: resourceVersion "abc" is not an etcd revision: where it is applied cannot be told`, nil, reasons.RevisionUnknown},
+		{"wrong family and a selector, each named", firewallObject("default", 1, "100", dns, denyCIDR("2001:db8::/32"), badSelector, badType), "100", watermarks("a", "100"), v4Only,
+			"Invalid: rule 1: cidrSelector 2001:db8::/32 is IPv6, and the cluster has no pod of that family; and 2 more",
+			[]string{"rule 1: cidrSelector 2001:db8::/32 is IPv6, and the cluster has no pod of that family",
+				"rule 2: nodeSelector: ", // and the parser's words
+				`rule 3: type "Reject" is neither Allow nor Deny`},
+			reasons.Invalid},
+		{"families unknown: no family check", firewallObject("default", 1, "100", denyCIDR("2001:db8::/32")), "100", watermarks("a", "100"), nil,
+			"Applied on 1/1 nodes", nil, reasons.Applied},
+		{"messages bounded", firewallObject("default", 1, "100", manyV6...), "100", watermarks("a", "100"), v4Only,
+			"Invalid: " + manyMessages[0] + "; and 24 more", manyMessages, reasons.Invalid},
+		{"not named default", firewallObject("other", 1, "100", dns), "100", watermarks("a", "100"), v4Only,
+			"Invalid: EgressFirewall must be named default", []string{"EgressFirewall must be named default"}, reasons.Invalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluateFirewall(tc.fw, etcdRevision(tc.seen), tc.agents, tc.podCIDRs)
+			status := firewallStatus(v)
+			if status.Status != tc.text {
+				t.Errorf("status %q, want %q", status.Status, tc.text)
+			}
+			if !messagesMatch(status.Messages, tc.messages) {
+				t.Errorf("messages %q, want %q", status.Messages, tc.messages)
+			}
+			if v.readyReason() != tc.state {
+				t.Errorf("state %s, want %s", v.readyReason(), tc.state)
+			}
+			// Written, the status reads back as up to date, with the
+			// state and problems the Events compare against.
+			var api firewallAPI
+			written := tc.fw.DeepCopy()
+			written.Status = status
+			if !api.says(written, v) {
+				t.Error("a status does not say what it was written from")
+			}
+			if state, problems, ok := api.reported(written); !ok || state != tc.state || problems != api.problemsText(v) {
+				t.Errorf("reported as %s %q (ours: %v), want %s %q", state, problems, ok, tc.state, api.problemsText(v))
+			}
+			if api.says(tc.fw, v) {
+				t.Error("an empty status says the verdict")
+			}
+		})
+	}
+}
+
+// messagesMatch: got has a message per wanted one, equal to it, or
+// starting with it where it ends in ": ".
+func messagesMatch(got, want []string) bool {
+	return slices.EqualFunc(got, want, func(g, w string) bool {
+		return g == w || (strings.HasSuffix(w, ": ") && strings.HasPrefix(g, w))
+	})
+}
+
+// Every EgressFirewall is keyed, whatever its name, and so is its
+// tombstone: one not named default is reported. Anything else is
+// ignored, never a crash.
+func TestFirewallKey(t *testing.T) {
+	for _, fw := range []*esv1.EgressFirewall{firewallObject("default", 1, "5"), firewallObject("other", 1, "6")} {
+		want := "shop/" + fw.Name
+		if got := firewallKey(fw); got != want {
+			t.Errorf("firewallKey(%s) = %q, want %q", fw.Name, got, want)
+		}
+		if got := firewallKey(cache.DeletedFinalStateUnknown{Key: want, Obj: fw}); got != want {
+			t.Errorf("firewallKey(tombstone of %s) = %q, want %q", fw.Name, got, want)
+		}
+	}
+	for _, obj := range []any{qosObject(1, "5"), (*esv1.EgressFirewall)(nil), "not an object", nil} {
+		if got := firewallKey(obj); got != "" {
+			t.Errorf("firewallKey(%T) = %q, want none", obj, got)
+		}
+	}
+}
+
+// The state and problems the Events compare against are read back from
+// the status this controller writes; an empty status is a new object's,
+// and one of other wording another writer's, which tells no change.
+func TestFirewallReported(t *testing.T) {
+	var api firewallAPI
+	for _, tc := range []struct {
+		status   esv1.EgressFirewallStatus
+		state    reasons.Reason
+		problems string
+		ok       bool
+	}{
+		{esv1.EgressFirewallStatus{}, "", "", true},
+		{esv1.EgressFirewallStatus{Status: "Applied on 3/3 nodes"}, reasons.Applied, "", true},
+		{esv1.EgressFirewallStatus{Status: "Pending: no node agent is alive"}, reasons.Pending, "", true},
+		{esv1.EgressFirewallStatus{Status: "Pending on 1 of 3 nodes: node-c"}, reasons.Pending, "", true},
+		{esv1.EgressFirewallStatus{Status: "Invalid: rule 0: x; and 1 more", Messages: []string{"rule 0: x", "rule 1: y"}}, reasons.Invalid, "rule 0: x; rule 1: y", true},
+		{esv1.EgressFirewallStatus{Status: `Unknown: resourceVersion "abc" is not an etcd revision`}, reasons.RevisionUnknown, "", true},
+		{esv1.EgressFirewallStatus{Status: "EgressFirewall Rules applied"}, "", "", false},
+		{esv1.EgressFirewallStatus{Status: "tampered", Messages: []string{"tampered"}}, "", "tampered", false},
+	} {
+		fw := firewallObject("default", 1, "5")
+		fw.Status = tc.status
+		state, problems, ok := api.reported(fw)
+		if state != tc.state || problems != tc.problems || ok != tc.ok {
+			t.Errorf("%+v read as %q %q %v, want %q %q %v", tc.status, state, problems, ok, tc.state, tc.problems, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,538 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/reasons"
+)
+
+const (
+	// statusNodeNames is how many lagging nodes status.status names (the
+	// printer column of kubectl get): enough to point at a stuck node,
+	// short enough for a column. The longer messages name more.
+	statusNodeNames = 3
+	// messageNodeNames is how many lagging nodes the longer messages
+	// (EgressQoS's Applied condition, the Pending Warning) name; past it
+	// they say how many more. A bound keeps the status small when
+	// thousands of nodes lag (a mass restart of agents); the metrics carry
+	// no names at all.
+	messageNodeNames = 20
+)
+
+// The states of egressflow_controller_egressqos and _egressfirewall, one
+// per Ready reason.
+const (
+	rolloutStateApplied = "applied"
+	rolloutStatePending = "pending"
+	rolloutStateInvalid = "invalid"
+	rolloutStateUnknown = "unknown"
+)
+
+var rolloutStates = []string{rolloutStateApplied, rolloutStatePending, rolloutStateInvalid, rolloutStateUnknown}
+
+// anyFamily stands for the cluster's pod CIDRs when they are not known
+// (no --pod-cidrs and no Node with spec.podCIDRs): every destination
+// passes the family check, which cannot be made.
+var anyFamily = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+
+// familyCheckCIDRs are the pod CIDRs the agents' family check is run
+// with here: the cluster's, or anyFamily when they are unknown (nil).
+func familyCheckCIDRs(podCIDRs []netip.Prefix) []netip.Prefix {
+	if len(podCIDRs) == 0 {
+		return anyFamily
+	}
+	return podCIDRs
+}
+
+// rolloutVerdict is where an object's current generation is applied and
+// whether its rules can be: everything its status says.
+type rolloutVerdict struct {
+	generation int64
+	// applied and lagging are the live agents that have and have not
+	// applied the generation, sorted.
+	applied, lagging []string
+	// unknown: the object's revision is not an etcd revision.
+	unknown bool
+	rv      string
+	// problems are what the object's rules cannot do, as the agents find
+	// them from the object alone.
+	problems []dataplane.Problem
+	// misnamed: the object is not named default, so no agent applies it;
+	// its one problem says so.
+	misnamed bool
+}
+
+// evaluateRollout is the pure verdict on obj, whose current generation
+// this replica first saw at revision seen, given the live agents'
+// watermarks and the rules' problems.
+func evaluateRollout(obj metav1.Object, seen revision, agents map[string]revision, problems []dataplane.Problem) rolloutVerdict {
+	v := rolloutVerdict{generation: obj.GetGeneration(), unknown: !seen.ok, rv: obj.GetResourceVersion(), problems: problems}
+	for node, w := range agents {
+		if w.reached(seen) {
+			v.applied = append(v.applied, node)
+		} else {
+			v.lagging = append(v.lagging, node)
+		}
+	}
+	slices.Sort(v.applied)
+	slices.Sort(v.lagging)
+	return v
+}
+
+// misnamedVerdict is the verdict on an object of kind that is not named
+// name: Invalid, applied nowhere.
+func misnamedVerdict(obj metav1.Object, kind, name string) rolloutVerdict {
+	return rolloutVerdict{generation: obj.GetGeneration(), rv: obj.GetResourceVersion(), misnamed: true,
+		problems: []dataplane.Problem{{Service: obj.GetNamespace() + "/" + obj.GetName(), Reason: reasons.Invalid,
+			Message: fmt.Sprintf("%s must be named %s", kind, name)}}}
+}
+
+// isApplied: the generation is applied on every live agent's node, and
+// there is at least one.
+func (v rolloutVerdict) isApplied() bool {
+	return !v.unknown && !v.misnamed && len(v.lagging) == 0 && len(v.applied) > 0
+}
+
+// waiting: agents have yet to apply the generation (or none is alive).
+func (v rolloutVerdict) waiting() bool { return !v.unknown && !v.misnamed && !v.isApplied() }
+
+func (v rolloutVerdict) total() int { return len(v.applied) + len(v.lagging) }
+
+// readyReason is the object's state as a reason (EgressQoS's Ready
+// condition's).
+func (v rolloutVerdict) readyReason() reasons.Reason {
+	switch {
+	case len(v.problems) > 0:
+		return reasons.Invalid
+	case v.unknown:
+		return reasons.RevisionUnknown
+	case v.waiting():
+		return reasons.Pending
+	}
+	return reasons.Applied
+}
+
+func (v rolloutVerdict) state() string {
+	switch v.readyReason() {
+	case reasons.Invalid:
+		return rolloutStateInvalid
+	case reasons.RevisionUnknown:
+		return rolloutStateUnknown
+	case reasons.Pending:
+		return rolloutStatePending
+	}
+	return rolloutStateApplied
+}
+
+// where says where the generation is applied, naming at most names lagging
+// nodes.
+func (v rolloutVerdict) where(names int) string {
+	switch {
+	case v.misnamed:
+		return "nowhere: no agent applies an object of another name than default"
+	case v.unknown:
+		return fmt.Sprintf("resourceVersion %q is not an etcd revision: where it is applied cannot be told", v.rv)
+	case v.total() == 0:
+		return "no node agent is alive"
+	case v.isApplied():
+		return fmt.Sprintf("on %d/%d nodes", len(v.applied), v.total())
+	}
+	listed := v.lagging[:min(names, len(v.lagging))]
+	s := fmt.Sprintf("on %d of %d nodes: %s", len(v.lagging), v.total(), strings.Join(listed, ", "))
+	if more := len(v.lagging) - len(listed); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
+}
+
+// appliedMessage says that the generation is applied, and where.
+func (v rolloutVerdict) appliedMessage() string {
+	return fmt.Sprintf("generation %d applied %s", v.generation, v.where(0))
+}
+
+// problemMessages are the messages of at most n problems, and then one
+// that says how many more there are.
+func (v rolloutVerdict) problemMessages(n int) []string {
+	var out []string
+	for _, p := range v.problems[:min(n, len(v.problems))] {
+		out = append(out, p.Message)
+	}
+	if more := len(v.problems) - n; more > 0 {
+		out = append(out, fmt.Sprintf("and %d more", more))
+	}
+	return out
+}
+
+// problemList lists at most n problems in one line.
+func (v rolloutVerdict) problemList(n int) string {
+	return strings.Join(v.problemMessages(n), "; ")
+}
+
+// statusText is status.status: short, for kubectl get's Status column.
+func (v rolloutVerdict) statusText() string {
+	switch v.readyReason() {
+	case reasons.Invalid:
+		return "Invalid: " + v.problemList(1)
+	case reasons.RevisionUnknown:
+		return "Unknown: " + v.where(0)
+	case reasons.Pending:
+		if v.total() == 0 {
+			return "Pending: " + v.where(0)
+		}
+		return "Pending " + v.where(statusNodeNames)
+	}
+	return "Applied " + v.where(0)
+}
+
+// rolloutAPI is what differs between the node-local APIs: how their
+// objects are judged, and how their status says it.
+type rolloutAPI[T rolloutObject] interface {
+	// problems are what obj's rules cannot do, from the object alone
+	// (the agents' own check), given the cluster's pod CIDRs (nil:
+	// unknown, no family check).
+	problems(obj T, podCIDRs []netip.Prefix) []dataplane.Problem
+	// says whether obj's status already says what v does.
+	says(obj T, v rolloutVerdict) bool
+	// withStatus is a copy of obj whose status says v.
+	withStatus(obj T, v rolloutVerdict) T
+	// status is obj's status, compared to tell a status change.
+	status(obj T) any
+	// reported is what obj's status says: its state as a Ready reason
+	// ("" when it says none), and its problems as problemsText renders
+	// them ("" when none). ok is false when the status is not one this
+	// controller writes (another writer's): it tells no change.
+	reported(obj T) (state reasons.Reason, problems string, ok bool)
+	// problemsText is v's problems as the Invalid Event says them; ""
+	// when there are none.
+	problemsText(v rolloutVerdict) string
+}
+
+// rolloutTerm is one leadership term's part of one API: its queue
+// (namespace/name keys) and bookkeeping, guarded by mu.
+type rolloutTerm[T rolloutObject] struct {
+	queue workqueue.TypedRateLimitingInterface[string]
+	mu    sync.Mutex
+	// pending are the objects whose last evaluation found live agents
+	// that had not applied them (or no live agent), and those being
+	// evaluated: a watermark moving forward re-queues only these.
+	pending sets.Set[string]
+	records map[string]*rolloutRecord
+	// written are status writes the cache has not caught up with.
+	written map[string]T
+	// refused are misnamed objects whose status the API server refused
+	// to write (the CRD refuses every write of an object of another
+	// name), by the resourceVersion refused: not tried again until the
+	// object changes.
+	refused map[string]string
+	// states are the objects' states, counted by the metric.
+	states map[string]string
+}
+
+// rolloutRecord is an object's current spell of waiting for agents.
+type rolloutRecord struct {
+	// generation is the generation the record is about; pendingSince is
+	// when its wait began (zero while it is applied); warned: the Pending
+	// Warning of this wait was sent.
+	generation   int64
+	pendingSince time.Time
+	warned       bool
+}
+
+func newRolloutTerm[T rolloutObject](queue workqueue.TypedRateLimitingInterface[string]) *rolloutTerm[T] {
+	return &rolloutTerm[T]{queue: queue, pending: sets.New[string](), records: map[string]*rolloutRecord{},
+		written: map[string]T{}, refused: map[string]string{}, states: map[string]string{}}
+}
+
+// isOwnWrite says whether n is this term's last status write of key.
+func (s *rolloutTerm[T]) isOwnWrite(key string, n T) bool {
+	w, ok := s.written[key]
+	return ok && w.GetResourceVersion() == n.GetResourceVersion()
+}
+
+// freshest returns obj or the newer object this term wrote for it.
+func (s *rolloutTerm[T]) freshest(key string, obj T) T {
+	return fresherOfWritten(s.written, key, obj)
+}
+
+func (s *rolloutTerm[T]) forget(key string) {
+	s.pending.Delete(key)
+	delete(s.records, key)
+	delete(s.written, key)
+	delete(s.refused, key)
+	delete(s.states, key)
+}
+
+// counts are the objects per state, for the metric.
+func (s *rolloutTerm[T]) counts() map[string]int {
+	out := map[string]int{}
+	for _, st := range s.states {
+		out[st]++
+	}
+	return out
+}
+
+func (r *rollout[T]) newTerm(t *term, limiter workqueue.TypedRateLimiter[string]) {
+	*r.termSlot(t) = newRolloutTerm[T](workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: r.resource, Clock: r.c.opts.Clock}))
+}
+
+func (r *rollout[T]) shutDown(t *term) { r.termOf(t).queue.ShutDown() }
+
+func (r *rollout[T]) clearStates() { setStates(r.states, nil) }
+
+// setStates sets a state gauge from counts by state (nil: all 0).
+func setStates(g *prometheus.GaugeVec, counts map[string]int) {
+	for _, st := range rolloutStates {
+		g.WithLabelValues(st).Set(float64(counts[st]))
+	}
+}
+
+// sync makes one object's status say where its current generation is
+// applied and whether its rules can be; it writes nothing when the status
+// already says so, and sends the Events of a change.
+func (r *rollout[T]) sync(ctx context.Context, t *term, key string) error {
+	_, name := splitKey(key)
+	s := r.termOf(t)
+	obj, err := r.get(key)
+	if apierrors.IsNotFound(err) {
+		r.tracker.forget(key) // also what a sync racing the delete recorded
+		s.mu.Lock()
+		s.forget(key)
+		counts := s.counts()
+		s.mu.Unlock()
+		setStates(r.states, counts)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	misnamed := name != r.name
+	if misnamed && !r.reportMisnamed {
+		return nil // only the object named default counts
+	}
+	s.mu.Lock()
+	if !misnamed {
+		// Pending before the watermarks are read: see observeAgent.
+		s.pending.Insert(key)
+	}
+	obj = s.freshest(key, obj)
+	refused := misnamed && s.refused[key] == obj.GetResourceVersion()
+	s.mu.Unlock()
+	if refused {
+		return nil // the API server refuses this object's status as it is
+	}
+	var (
+		v    rolloutVerdict
+		seen seenGeneration
+	)
+	if misnamed {
+		v = misnamedVerdict(obj, r.kind, r.name)
+	} else {
+		seen = r.tracker.observe(obj, r.c.opts.Clock.Now())
+		v = evaluateRollout(obj, seen.rv, r.liveWatermarks(t), r.api.problems(obj, r.c.clusterPodCIDRs(t)))
+	}
+
+	now := r.c.opts.Clock.Now()
+	s.mu.Lock()
+	rec := s.records[key]
+	if rec == nil {
+		rec = &rolloutRecord{}
+		s.records[key] = rec
+	}
+	var warnIn time.Duration
+	warn, appliedNow := false, false
+	switch {
+	case !v.waiting():
+		s.pending.Delete(key)
+		appliedNow = !rec.pendingSince.IsZero() && rec.generation == v.generation && v.isApplied()
+		rec.generation, rec.pendingSince, rec.warned = v.generation, time.Time{}, false
+	default:
+		if rec.pendingSince.IsZero() || rec.generation != v.generation {
+			rec.generation, rec.pendingSince, rec.warned = v.generation, now, false
+		}
+		if !rec.warned {
+			if waited := now.Sub(rec.pendingSince); waited >= r.pendingWarning {
+				warn, rec.warned = true, true
+			} else {
+				warnIn = r.pendingWarning - waited
+			}
+		}
+	}
+	pendingSince := rec.pendingSince
+	s.mu.Unlock()
+	if warnIn > 0 {
+		s.queue.AddAfter(key, warnIn)
+	}
+
+	logger := klog.FromContext(ctx).WithValues(r.kind, klog.KObj(obj))
+	written, err := r.writeStatus(ctx, obj, v)
+	if err != nil && misnamed && apierrors.IsInvalid(err) {
+		// The CRD refuses any write of an object of another name (one
+		// stored before it did): the Event and the metric report it.
+		logger.Info(r.kind+" not named "+r.name+": its status cannot be written", "err", err)
+		s.mu.Lock()
+		s.refused[key] = obj.GetResourceVersion()
+		s.mu.Unlock()
+		r.report(logger, obj, v)
+		err = nil
+	}
+	if err != nil {
+		if warn {
+			s.mu.Lock()
+			rec.warned = false // sent with the retry
+			s.mu.Unlock()
+		}
+		return err
+	}
+	var zero T
+	s.mu.Lock()
+	if written != zero {
+		s.written[key] = written
+	}
+	s.states[key] = v.state()
+	counts := s.counts()
+	s.mu.Unlock()
+	setStates(r.states, counts)
+	if appliedNow && !seen.at.IsZero() && seen.generation == v.generation {
+		r.applied.Observe(now.Sub(seen.at).Seconds())
+	}
+
+	if written != zero {
+		r.report(logger, obj, v)
+	}
+	if warn {
+		r.c.events.Event(obj, corev1.EventTypeWarning, string(reasons.Pending),
+			fmt.Sprintf("generation %d not applied after %s %s", v.generation, now.Sub(pendingSince).Round(time.Second), v.where(messageNodeNames)))
+		logger.Info(r.kind+" pending for long", "generation", v.generation, "since", pendingSince, "lagging", len(v.lagging))
+	}
+	return nil
+}
+
+// report sends the Events of a status change: from obj's status (before
+// the write) to v. A status another writer made up says nothing of what
+// changed: the write that puts it right sends no Event.
+func (r *rollout[T]) report(logger klog.Logger, obj T, v rolloutVerdict) {
+	prevState, prevProblems, ok := r.api.reported(obj)
+	if !ok {
+		return
+	}
+	if problems := r.api.problemsText(v); problems != "" && problems != prevProblems {
+		r.c.events.Event(obj, corev1.EventTypeWarning, string(reasons.Invalid), problems)
+		logger.Info(r.kind+" invalid", "problems", len(v.problems))
+	}
+	if v.readyReason() == prevState {
+		return
+	}
+	switch v.readyReason() {
+	case reasons.Applied:
+		r.c.events.Event(obj, corev1.EventTypeNormal, string(reasons.Applied), v.appliedMessage())
+		logger.Info(r.kind+" applied", "generation", v.generation, "nodes", len(v.applied))
+	case reasons.RevisionUnknown:
+		r.c.events.Event(obj, corev1.EventTypeWarning, string(reasons.RevisionUnknown), v.where(0))
+	}
+}
+
+// writeStatus makes obj's status say v, retrying on conflict with a fresh
+// read. It returns the object as written, or the zero T if nothing was
+// written (already up to date, or the object is gone).
+func (r *rollout[T]) writeStatus(ctx context.Context, obj T, v rolloutVerdict) (T, error) {
+	client := r.client(obj.GetNamespace())
+	written, err := writeStatusRetrying(obj,
+		func() (T, error) { return client.Get(ctx, obj.GetName(), metav1.GetOptions{}) },
+		func(cur T) bool { return r.api.says(cur, v) },
+		func(cur T) (T, error) {
+			updated, err := client.UpdateStatus(ctx, r.api.withStatus(cur, v), metav1.UpdateOptions{})
+			r.c.metrics.apiWritesByResult.WithLabelValues(r.writeKind, writeResult(err)).Inc()
+			return updated, err
+		})
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("write status of %s %s/%s: %w", r.kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return written, nil
+}
+
+// liveWatermarks are the live agents' watermarks of this API.
+func (r *rollout[T]) liveWatermarks(t *term) map[string]revision {
+	t.state.mu.Lock()
+	nodes := make([]string, 0, len(t.state.alive))
+	for n := range t.state.alive {
+		nodes = append(nodes, n)
+	}
+	t.state.mu.Unlock()
+	return r.tracker.watermarksOf(nodes)
+}
+
+// podCIDRCache is a term's reading of the cluster's pod CIDRs from the
+// Nodes, recomputed when stale (only without Options.PodCIDRs).
+type podCIDRCache struct {
+	mu       sync.Mutex
+	prefixes []netip.Prefix
+	fresh    bool
+}
+
+// clusterPodCIDRs are the cluster's pod CIDRs for the family check: the
+// controller's --pod-cidrs (which the agents share, deploy/'s ConfigMap
+// egressflow-cluster), or else the Nodes' spec.podCIDRs; nil if neither
+// says.
+func (c *Controller) clusterPodCIDRs(t *term) []netip.Prefix {
+	if len(c.opts.PodCIDRs) > 0 {
+		return c.opts.PodCIDRs
+	}
+	p := &t.podCIDRs
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.fresh {
+		p.prefixes, p.fresh = nil, true
+		nodes, _ := c.nodeLister.List(labels.Everything())
+		for _, n := range nodes {
+			for _, s := range n.Spec.PodCIDRs {
+				if prefix, err := netip.ParsePrefix(s); err == nil {
+					p.prefixes = append(p.prefixes, prefix)
+				}
+			}
+		}
+	}
+	return p.prefixes
+}
+
+// nodeCIDRsChanged re-evaluates every object of every node-local API when
+// the Nodes' pod CIDRs, which stand for the cluster's without --pod-cidrs,
+// changed.
+func (c *Controller) nodeCIDRsChanged(t *term, before, after *corev1.Node) {
+	if len(c.opts.PodCIDRs) > 0 {
+		return
+	}
+	var a, b []string
+	if before != nil {
+		a = before.Spec.PodCIDRs
+	}
+	if after != nil {
+		b = after.Spec.PodCIDRs
+	}
+	if slices.Equal(a, b) {
+		return
+	}
+	t.podCIDRs.mu.Lock()
+	t.podCIDRs.fresh = false
+	t.podCIDRs.mu.Unlock()
+	for _, r := range c.rollouts {
+		r.enqueueAll(t)
+	}
+}
