@@ -277,9 +277,17 @@ func run() error {
 		klog.ErrorS(resolverErr, "No DNS resolver: EgressFirewall's dnsName rules will match nothing")
 	} else {
 		agentCfg.DNS = resolver
-		resolverDone := make(chan struct{})
+		resolverDone, snoopDone := make(chan struct{}), make(chan struct{})
 		go func() { defer close(resolverDone); _ = resolver.Run(ctx) }()
-		defer func() { stop(); <-resolverDone }()
+		// The DNS replies the bridge copies (TableFirewall's snoop flows)
+		// teach the resolver what the pods were told.
+		go func() {
+			defer close(snoopDone)
+			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), resolver.LearnFrame); err != nil {
+				klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing")
+			}
+		}()
+		defer func() { stop(); <-resolverDone; <-snoopDone }()
 		klog.InfoS("Resolving EgressFirewall's DNS names", "servers", resolver.Servers())
 	}
 	a := agent.New(agentCfg)

@@ -90,7 +90,8 @@ type env struct {
 	// doubling to 5 s) on the local socket. For comparison only.
 	unguarded bool
 	// dnsServers, if any, are where each agent started resolves
-	// EgressFirewall's names (a resolver of its own); none: no resolver.
+	// EgressFirewall's names (a resolver of its own, which also learns the
+	// DNS replies its bridge copies: SnoopDNS); none: no resolver.
 	dnsServers []netip.AddrPort
 	// agents are the agents started last on each node, by node name.
 	agents map[string]*runningAgent
@@ -249,9 +250,15 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 		if err != nil {
 			t.Fatal(err)
 		}
-		resolverDone := make(chan struct{})
+		resolverDone, snoopDone := make(chan struct{}), make(chan struct{})
 		go func() { defer close(resolverDone); _ = resolver.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-resolverDone })
+		go func() {
+			defer close(snoopDone)
+			if err := SnoopDNS(ctx, "unix:"+n.MgmtSocket, resolver.LearnFrame); err != nil {
+				t.Errorf("DNS snoop of %s: %v", n.Name, err)
+			}
+		}()
+		t.Cleanup(func() { cancel(); <-resolverDone; <-snoopDone })
 		cfg.DNS = resolver
 	}
 	for _, f := range configure {
@@ -761,10 +768,18 @@ var internet = []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParse
 
 // routeInternet routes the internet addresses, which the external host
 // holds, from every node over the underlay, as a default route would.
-func (e *env) routeInternet() {
+func (e *env) routeInternet() { e.routeToExternal(internet...) }
+
+// routeToExternal routes addresses the external host holds from every
+// node over the underlay.
+func (e *env) routeToExternal(addrs ...netip.Addr) {
 	for _, n := range e.topo.Nodes {
-		for i, via := range []netip.Addr{e.topo.External.IP, e.topo.External.IP6} {
-			n.Exec(e.t, "ip", "route", "replace", netip.PrefixFrom(internet[i], internet[i].BitLen()).String(), "via", via.String())
+		for _, a := range addrs {
+			via := e.topo.External.IP
+			if a.Is6() {
+				via = e.topo.External.IP6
+			}
+			n.Exec(e.t, "ip", "route", "replace", netip.PrefixFrom(a, a.BitLen()).String(), "via", via.String())
 		}
 	}
 }

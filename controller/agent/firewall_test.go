@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +37,62 @@ func (e *env) expectDenied(pod *topology.Pod, network string, dst netip.AddrPort
 		}
 		return nil
 	})
+}
+
+// podLookup asks server, from inside pod's namespace, for name's IPv4
+// addresses over UDP, as the pod's own resolver would, and returns them.
+func podLookup(t *testing.T, pod *topology.Pod, server netip.AddrPort, name string) []netip.Addr {
+	t.Helper()
+	var b dnsmessage.Builder
+	b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 0x5eed, RecursionDesired: true})
+	if err := b.StartQuestions(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}); err != nil {
+		t.Fatal(err)
+	}
+	query, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pod.Connect("udp", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(convergeTimeout))
+	if _, err := conn.Write(query); err != nil {
+		t.Fatal(err)
+	}
+	reply := make([]byte, 1500)
+	n, err := conn.Read(reply)
+	if err != nil {
+		t.Fatalf("%s's lookup of %s: %v", pod.Name, name, err)
+	}
+	var p dnsmessage.Parser
+	if _, err := p.Start(reply[:n]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SkipAllQuestions(); err != nil {
+		t.Fatal(err)
+	}
+	var out []netip.Addr
+	for {
+		h, err := p.AnswerHeader()
+		if err != nil {
+			break
+		}
+		if h.Type != dnsmessage.TypeA {
+			_ = p.SkipAnswer()
+			continue
+		}
+		a, err := p.AResource()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, netip.AddrFrom4(a.A))
+	}
+	return out
 }
 
 // expectPing waits until a ping from pod to dst is answered (ok) or gets
@@ -172,6 +232,36 @@ func TestAgentEgressFirewall(t *testing.T) {
 		})
 	}
 
+	// A wildcard: its names cannot be looked up, so it fills only from
+	// the DNS replies the pods receive, which the bridge copies to the
+	// agent. app asks the external host's DNS server for a name under it.
+	resolverAddr := netip.MustParseAddr("198.51.100.53") // no rule names it
+	e.topo.External.AddAddress(t, resolverAddr)
+	e.routeToExternal(resolverAddr)
+	var external *dnstest.Server
+	if err := topology.InNetns(e.topo.External.Netns, func() error {
+		var err error
+		external, err = dnstest.Start(netip.AddrPortFrom(resolverAddr, 53).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = external.Close() })
+	external.Set("x.wild.test", dnstest.A(internet[0].String(), 30))
+	current, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Get(ctx, esv1.EgressFirewallName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.Egress = append(current.Spec.Egress, esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: "*.wild.test"}})
+	if _, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Update(ctx, current, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.expectSourceAt(app, "tcp", internet4, app.IP) // nothing learned yet
+	if got := podLookup(t, app, external.Addr(), "x.wild.test"); !slices.Equal(got, []netip.Addr{internet[0]}) {
+		t.Fatalf("app's lookup of x.wild.test: %v", got)
+	}
+	e.expectDenied(app, "tcp", internet4) // learned from the reply app received
+
 	// An established connection that rule 0 allowed is cut once rule 0
 	// goes: the next packet of every connection is judged by the rules.
 	conn, err := app.Connect("tcp", ext4)
@@ -182,7 +272,7 @@ func TestAgentEgressFirewall(t *testing.T) {
 	if src, err := conn.Probe(); err != nil || src != app.IP {
 		t.Fatalf("the connection before the change: %v, %v", src, err)
 	}
-	current, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Get(ctx, esv1.EgressFirewallName, metav1.GetOptions{})
+	current, err = e.admin.ES.K8sV1().EgressFirewalls("shop").Get(ctx, esv1.EgressFirewallName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
