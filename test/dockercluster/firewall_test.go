@@ -17,6 +17,7 @@ import (
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/topology"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // firewallTTL is the TTL of the test's DNS answers: short, so that an
@@ -41,12 +42,16 @@ const firewallWindow = 1500 * time.Millisecond
 //	1: Deny the main IPv4 address (its second probe port)
 //	2: Deny dnsName blocked.test (answered with the second IPv4 address)
 //	3: Deny the main IPv6 address
+//	4: Deny dnsName *.wild.test (x.wild.test answered with a third IPv4 address)
 //
 // It checks what each target answered (the probe pods' logs) and that no
 // denied packet reaches the external host (a capture): rule order, port,
-// the name and the address it resolves to, IPv6, the endpoints' allowed
+// the name and the address it resolves to, a wildcard (filled only from
+// the DNS replies the pods receive, which the bridge copies to the agent),
+// IPv6, the endpoints' allowed
 // packets leaving with the LB IP and their denied ones never SNATed nor
-// steered, the other namespace untouched, the status the leader writes;
+// steered, the other namespace untouched, the status the leader writes
+// (Applied on every node) and its Event;
 // then the name's answer changes to the second IPv6 address (the old one
 // is allowed again once its TTL has run out, the new one denied), the
 // object is deleted (everything answered), a namespace at the 8,000-rule
@@ -65,7 +70,9 @@ func TestEgressFirewall(t *testing.T) {
 	t.Cleanup(func() { _ = dns.Close() })
 	extra4 := netip.MustParseAddr(fmt.Sprintf("172.31.%d.101", c.subnet))
 	extra6 := netip.MustParseAddr(fmt.Sprintf("fd00:172:31:%x::101", c.subnet))
+	wild4 := netip.MustParseAddr(fmt.Sprintf("172.31.%d.102", c.subnet))
 	dns.Set("blocked.test", dnstest.A(extra4.String(), firewallTTL))
+	dns.Set("x.wild.test", dnstest.A(wild4.String(), firewallTTL))
 
 	c.Install()
 	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
@@ -74,17 +81,20 @@ func TestEgressFirewall(t *testing.T) {
 
 	c.External.AddAddress(t, extra4)
 	c.External.AddAddress(t, extra6)
-	first := c.External.Serve(t, extra4, extra6)
+	c.External.AddAddress(t, wild4)
+	first := c.External.Serve(t, extra4, extra6, wild4)
 	second := c.External.Serve(t)
 	main4, main6 := first.Addr.Addr(), first.Addr6.Addr()
 	name := fmt.Sprintf("blocked.test:%d", first.Addr.Port())
-	targets := []string{first.Addr.String(), second.Addr.String(), first.At(extra4).String(), first.At(extra6).String(), first.Addr6.String(), name}
+	wildName := fmt.Sprintf("x.wild.test:%d", first.Addr.Port())
+	targets := []string{first.Addr.String(), second.Addr.String(), first.At(extra4).String(), first.At(extra6).String(), first.Addr6.String(), name,
+		wildName, first.At(wild4).String()}
 	probe := c.RunProbePod(scenarioNamespace, "fa", c.Nodes[0], map[string]string{"app": "fa"}, targets...)
 	c.CreateNamespace("free")
 	free := c.RunProbePod("free", "fb", c.Nodes[1], nil, targets...)
 	ip4, ip6 := podIPs(probe)[0], podIPs(probe)[1]
 	free4, free6 := podIPs(free)[0], podIPs(free)[1]
-	everything := func(v4, v6 string) []string { return []string{v4, v4, v4, v6, v6, v4} }
+	everything := func(v4, v6 string) []string { return []string{v4, v4, v4, v6, v6, v4, v4, v4} }
 	c.ExpectSources(probe, targets, everything(ip4, ip6))
 	c.ExpectSources(free, targets, everything(free4, free6))
 
@@ -96,13 +106,14 @@ func TestEgressFirewall(t *testing.T) {
 		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: main4.String() + "/32"}},
 		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: "blocked.test"}},
 		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: main6.String() + "/128"}},
+		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: "*.wild.test"}},
 	}
 	if _, err := firewalls.Create(ctx, &esv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec: esv1.EgressFirewallSpec{Egress: rules}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	started := time.Now()
-	c.ExpectSources(probe, targets, []string{ip4, "", "", ip6, "", ""})
+	c.ExpectSources(probe, targets, []string{ip4, "", "", ip6, "", "", "", ""})
 	t.Logf("rules enforced on the probe pod within %v", time.Since(started).Round(100*time.Millisecond))
 	lb4 := lbIPs[0].String()
 	for _, ep := range s.endpoints {
@@ -111,21 +122,40 @@ func TestEgressFirewall(t *testing.T) {
 	c.ExpectSources(free, targets, everything(free4, free6))
 	// No denied packet reaches the external host, from any address: the
 	// endpoints' IPv6 is neither SNATed to the LB IP nor steered out.
-	denied := map[netip.Addr]bool{main6: true, extra4: true}
+	denied := map[netip.Addr]bool{main6: true, extra4: true, wild4: true}
 	expectNothingTo(t, c, "rules applied", denied, append(podIPs(probe), append(endpointIPs(s), lbIPs[1].String())...))
+
+	// Every agent reports it through its watermark; the leader writes it.
+	wantStatus := fmt.Sprintf("Applied on %d/%d nodes", len(c.Nodes), len(c.Nodes))
+	wait.Until(t, convergeTimeout, func() error {
+		got, err := firewalls.Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got.Status.Status != wantStatus || len(got.Status.Messages) != 0 {
+			return fmt.Errorf("status %q, messages %q; want %q and none", got.Status.Status, got.Status.Messages, wantStatus)
+		}
+		return nil
+	})
+	events, err := c.Kube.CoreV1().Events(scenarioNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=EgressFirewall,reason=Applied"})
+	if err != nil || len(events.Items) == 0 {
+		t.Errorf("no Applied Event for the EgressFirewall: %v", err)
+	} else {
+		t.Logf("status %q; Event %s: %s", wantStatus, events.Items[0].Reason, events.Items[0].Message)
+	}
 
 	// The name's answer changes: the new address is denied once the
 	// resolver has it; the old one is allowed again once its TTL has run
 	// out since it was last seen (an answer a pod may still hold).
 	dns.Set("blocked.test", dnstest.AAAA(extra6.String(), firewallTTL))
 	changed := time.Now()
-	c.ExpectSources(probe, targets, []string{ip4, "", ip4, "", "", ""})
+	c.ExpectSources(probe, targets, []string{ip4, "", ip4, "", "", "", "", ""})
 	t.Logf("the name's new answer followed within %v (TTL %d s)", time.Since(changed).Round(100*time.Millisecond), firewallTTL)
 
 	if err := firewalls.Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.ExpectSources(probe, targets, []string{ip4, ip4, ip4, ip6, ip6, ip6})
+	c.ExpectSources(probe, targets, []string{ip4, ip4, ip4, ip6, ip6, ip6, ip4, ip4})
 	for _, ep := range s.endpoints {
 		c.ExpectSources(ep, s.targets, []string{lb4, lbIPs[1].String()})
 	}
@@ -143,7 +173,7 @@ func TestEgressFirewall(t *testing.T) {
 		t.Fatal(err)
 	}
 	started = time.Now()
-	c.ExpectSources(probe, targets, []string{ip4, ip4, "", ip6, ip6, ip6})
+	c.ExpectSources(probe, targets, []string{ip4, ip4, "", ip6, ip6, ip6, ip4, ip4})
 	t.Logf("%d rules enforced within %v", len(limit), time.Since(started).Round(100*time.Millisecond))
 
 	_, err = firewalls.Create(ctx, &esv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Name: "strict"},
