@@ -919,7 +919,10 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods, wantFlows int, fileS
 		"--kubeconfig=" + kubeconfig, "--node-name=" + benchNode, "--namespace=" + kubetest.SystemNamespace,
 		"--bridge=" + e.sw.Bridge, "--ovs-rundir=" + e.sw.Dir, "--uplink=eth0",
 		"--pod-cidrs=" + joinPrefixes(e.podCIDRs), "--service-cidrs=" + joinPrefixes(e.serviceCIDRs),
-		"--rt-tables=" + e.rtTables, "--metrics-bind-address=" + binaryMetricsAddr, "--profiling"})
+		"--rt-tables=" + e.rtTables, "--metrics-bind-address=" + binaryMetricsAddr, "--profiling",
+		// No lookup leaves the machine: a closed port of the namespace's
+		// loopback answers every query with an error.
+		"--dns-servers=127.0.0.1:1"})
 	started := time.Now()
 	agent := proc.Start(b, "ip", args...)
 

@@ -646,13 +646,13 @@ func BenchmarkAgentFirewall(b *testing.B) {
 	out("ofproto/trace: a pod's packet to the last flipped rule's /32 gets its new verdict, to rule %d's /32 goes on, to %s is dropped by the catch-all", fwOpenRule, fwUnnamed)
 	restarted.stop()
 
-	// The agent binary's memory: a full sync into the emptied bridge. It
-	// has no resolver wired (cmd/egressflow-agent sets no Config.DNS yet),
-	// so its dnsName rules match nothing: their flows are not installed.
+	// The agent binary's memory: a full sync into the emptied bridge. Its
+	// resolver asks a closed port (runBinary), so its dnsName rules match
+	// nothing: their flows are not installed.
 	e.clearFlows(b)
 	binaryFlows := wantFlows - count.dns
 	mem := e.runBinary(b, bin, binaryFlows-1, binaryFlows, "")
-	out("agent binary (the DaemonSet's GOMEMLIMIT; no DNS resolver, so %d flows, without the %d of the dnsName rules): healthy %v after start (informers synced %v); VmRSS %.1f MB when healthy, %.1f MB after %v; peak VmHWM %.1f MB; then Go heap in use %.1f MB",
+	out("agent binary (the DaemonSet's GOMEMLIMIT; no DNS answers, so %d flows, without the %d of the dnsName rules): healthy %v after start (informers synced %v); VmRSS %.1f MB when healthy, %.1f MB after %v; peak VmHWM %.1f MB; then Go heap in use %.1f MB",
 		binaryFlows, count.dns, mem.healthy.Round(time.Millisecond), mem.synced.Round(time.Millisecond), mb(mem.rssHealthy), mb(mem.rssSettled), binarySettle, mb(mem.peak), mb(mem.heapInuse))
 	out("total bench time %v", time.Since(benchStart).Round(time.Second))
 
