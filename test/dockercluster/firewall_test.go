@@ -99,7 +99,9 @@ func TestEgressFirewall(t *testing.T) {
 	c.ExpectSources(free, targets, everything(free4, free6))
 
 	firewalls := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressFirewalls(scenarioNamespace)
-	udp := func(port uint16) esv1.EgressFirewallPort { return esv1.EgressFirewallPort{Protocol: "UDP", Port: int32(port)} }
+	udp := func(port uint16) esv1.EgressFirewallPort {
+		return esv1.EgressFirewallPort{Protocol: "UDP", Port: int32(port)}
+	}
 	rules := []esv1.EgressFirewallRule{
 		{Type: esv1.EgressFirewallRuleAllow, To: esv1.EgressFirewallDestination{CIDRSelector: main4.String() + "/32"},
 			Ports: []esv1.EgressFirewallPort{udp(s.server.Addr.Port()), udp(first.Addr.Port())}},
