@@ -1,17 +1,19 @@
 package conntrack
 
-// Zones reserved for the egress family's later APIs, beside SNATZone
-// (docs/dataplane.md, "The egress pipeline for the family"). Nothing
-// commits to them yet. SNATZone itself serves every API that rewrites a
-// pod's source, EgressService and EgressIP: the precedence between them
-// leaves one translation per source, so Stale over their union and flushes
-// by source stay exact. A connection's ct_mark belongs to the API that owns
-// its zone.
+// Zones of the egress family's later APIs, beside SNATZone
+// (docs/dataplane.md, "The egress pipeline for the family"). FirewallZone
+// is EgressFirewall's since layout 5; the others are reserved. SNATZone
+// itself serves every API that rewrites a pod's source, EgressService and
+// EgressIP: the precedence between them leaves one translation per source,
+// so Stale over their union and flushes by source stay exact. A
+// connection's ct_mark belongs to the API that owns its zone.
 const (
-	// FirewallZone tracks the connections EgressFirewall has judged. It
-	// cannot be SNATZone: the firewall tracks a packet before its source
-	// is decided, and a source NAT can only be attached to a connection at
-	// its first commit.
+	// FirewallZone tracks the connections of firewalled pods, in the
+	// direction they were opened, so that TableFirewall judges those a
+	// pod opens and lets its replies to the others pass. It cannot be
+	// SNATZone: the firewall tracks a packet before its source is
+	// decided, and a source NAT can only be attached to a connection at its
+	// first commit.
 	FirewallZone uint16 = SNATZone + 1
 	// ExternalRouteZone is AdminPolicyBasedExternalRoute's, should its next
 	// hops need to keep a connection on the gateway it began on.

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -95,6 +97,49 @@ func podLookup(t *testing.T, pod *topology.Pod, server netip.AddrPort, name stri
 	return out
 }
 
+// expectServes opens a TCP connection from client to a server it starts
+// in pod, on the pod's IPv4 address, and fails the test unless the pod's
+// answer comes back.
+func expectServes(t *testing.T, pod *topology.Pod, client *topology.Host) {
+	t.Helper()
+	var l net.Listener
+	if err := topology.InNetns(pod.Netns, func() error {
+		var err error
+		l, err = net.Listen("tcp4", netip.AddrPortFrom(pod.IP, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(convergeTimeout))
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		_, _ = conn.Write([]byte("served " + line))
+	}()
+	var conn net.Conn
+	if err := topology.InNetns(client.Netns, func() error {
+		var err error
+		conn, err = net.DialTimeout("tcp4", l.Addr().String(), 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("%s to %s's server: %v", client.Name, pod.Name, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || answer != "served hello\n" {
+		t.Fatalf("%s to %s's server: answer %q, %v", client.Name, pod.Name, answer, err)
+	}
+}
+
 // expectPing waits until a ping from pod to dst is answered (ok) or gets
 // no answer (!ok).
 func (e *env) expectPing(pod *topology.Pod, dst netip.Addr, ok bool) {
@@ -126,7 +171,9 @@ func (e *env) expectPing(pod *topology.Pod, dst netip.Addr, ok bool) {
 // It checks TCP allowed and UDP denied by rule order, port and protocol,
 // in both families; the endpoints' denied packets never SNATed nor
 // steered (no packet reaches the external host) while their allowed ones
-// leave with the LB IP; a name's address denied, and the name's new
+// leave with the LB IP; a connection the external host opens to a pod
+// answered though a rule denies the pod's packets to it; a name's address
+// denied, and the name's new
 // address once its answer changes (the old one allowed again once its TTL
 // has run out); pod-to-pod and pod-to-service traffic never
 // blocked, though rule 3 covers them; a node's label added, which denies
@@ -192,6 +239,10 @@ func TestAgentEgressFirewall(t *testing.T) {
 	e.expectSourceAt(app, "udp", e.server.At(clusterIPs[0]), app.IP)  // pod to service: exempt
 	e.expectSourceAt(app, "udp", e.server.At(clusterIPs[1]), app.IP6) // rule 4 would match it
 	e.expectPing(app, n2.IP, true)                                    // n2 is not infra yet
+	// A connection the external host opens to app is answered, though
+	// rule 1 denies app's packets to it: the firewall judges the
+	// connections pods open, not their replies.
+	expectServes(t, app, e.topo.External)
 	// The internet addresses are the external host's too; the nodes route
 	// to them over the underlay.
 	e.routeInternet()

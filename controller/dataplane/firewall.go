@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/openflow"
@@ -75,7 +76,19 @@ var (
 	// learns the names' addresses as the pods do (dnsresolve.LearnFrame).
 	// Its namespace's hash.
 	KindFirewallSnoop = APIEgressFirewall.Kind(5)
+	// KindFirewallInbound, in TableClassify, commits each packet to a
+	// local pod of a namespace with an EgressFirewall in FirewallZone, and
+	// sends it on (NORMAL): a connection the outside opens is known, so
+	// that the pod's replies pass TableFirewall unjudged. Its namespace's
+	// hash.
+	KindFirewallInbound = APIEgressFirewall.Kind(6)
 )
+
+// priorityFirewallInbound is the inbound commit's priority in
+// TableClassify, below the snoop flows (which commit too) and above every
+// other flow there that can match a packet to a pod (every packet it
+// takes would go on by NORMAL anyway).
+const priorityFirewallInbound uint16 = 205
 
 // priorityFirewallSnoop is the snoop flows' priority in TableClassify:
 // above every flow there that matches a packet to a pod (a reply to an LB
@@ -90,19 +103,27 @@ const priorityFirewallSnoop uint16 = 210
 // under 512 bytes).
 const dnsReplyMaxLen = 0xffff
 
-// Priorities in TableFirewall. Classification (reg4=0) and the rules
-// (reg4=ID) never match one packet, so only the exemptions must be above
-// both and the default below.
+// Priorities in TableFirewall. Classification (reg4=0, before conntrack)
+// and what follows it (reg4=ID, tracked) never match one packet, so only
+// the exemptions must be above both and the defaults below.
 const (
 	priorityFirewallExempt uint16 = 12000
 	// priorityFirewallClassify could be any value below the exemptions; it
 	// sits above the rules so that a dump reads in the packet's order.
 	priorityFirewallClassify uint16 = 11000
+	// priorityFirewallReply passes a classified packet of the reply
+	// direction of a connection the outside opened (committed inbound by
+	// KindFirewallInbound), above every rule: the firewall judges the
+	// connections pods open, not their answers to others'.
+	priorityFirewallReply uint16 = 10500
 	// priorityFirewallFirstRule is the priority of rule 0; rule i has
 	// priorityFirewallFirstRule − i, down to 10000 − 7999 = 2001: the
 	// reference's numbers (EgressFirewallStartPriority 10000, and
 	// MinimumReservedEgressFirewallPriority 2000 below the last rule).
 	priorityFirewallFirstRule uint16 = 10000
+	// priorityFirewallCommitted is the default of a classified (tracked)
+	// packet that no rule judged: committed, then on to TableQoS.
+	priorityFirewallCommitted uint16 = 1
 	priorityFirewallDefault   uint16 = 0
 )
 
@@ -338,10 +359,24 @@ func hostPrefixes(addrs []netip.Addr) []netip.Prefix {
 	return slices.Compact(out)
 }
 
-// snoopDNSReply copies a DNS reply to the agent and sends it on.
+// commitInbound commits a packet to a pod in FirewallZone (no
+// recirculation: the actions go on).
+var commitInbound = openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.FirewallZone}
+
+// inboundToPod commits a packet to a pod and sends it on.
+var inboundToPod = []openflow.Instruction{openflow.Apply(commitInbound, openflow.Output{Port: openflow.PortNormal})}
+
+// snoopDNSReply commits a DNS reply to a pod, copies it to the agent and
+// sends it on.
 var snoopDNSReply = []openflow.Instruction{openflow.Apply(
+	commitInbound,
 	openflow.Output{Port: openflow.PortController, MaxLen: dnsReplyMaxLen},
 	openflow.Output{Port: openflow.PortNormal})}
+
+// allowAndCommit commits a pod's packet that a rule (or the default)
+// lets through in FirewallZone, in the direction the pod opened it, and
+// sends it on to TableQoS.
+var allowAndCommit = []openflow.Instruction{openflow.Apply(commitInbound, openflow.ResubmitTable(TableQoS))}
 
 // resubmitQoS ends every path through TableFirewall that lets a packet go
 // on: to TableQoS, the next stage. A goto_table would do (45 is after 44),
@@ -372,6 +407,19 @@ func FirewallSharedFlows(exempt []netip.Prefix) []*openflow.FlowMod {
 		fm.Match.SetPrefix(dstField(p.Addr()), p)
 		out = append(out, fm)
 	}
+	// A classified packet has been through FirewallZone: the reply
+	// direction of a connection the outside opened passes, and what no
+	// rule judges is committed, so that its own replies are known as such.
+	for _, family := range qosFamilies {
+		fm := buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallReply, resubmitQoS)
+		setIP(&fm.Match, family, openflow.FieldNone)
+		fm.Match.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk|openflow.CTStateRpl), uint64(openflow.CTStateTrk|openflow.CTStateRpl))
+		out = append(out, fm)
+		fm = buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallCommitted, allowAndCommit)
+		setIP(&fm.Match, family, openflow.FieldNone)
+		fm.Match.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk))
+		out = append(out, fm)
+	}
 	return append(out, buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallDefault, resubmitQoS))
 }
 
@@ -393,7 +441,7 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 	cookieDeny, cookieAllow := Cookie(KindFirewallDeny, ns.Key), Cookie(KindFirewallAllow, ns.Key)
 	classify := []openflow.Instruction{openflow.Apply(
 		openflow.SetField{Field: firewallNamespaceRegister, Value: be32(ns.ID)},
-		openflow.ResubmitTable(TableFirewall))}
+		openflow.CT{Zone: conntrack.FirewallZone, Recirculate: true, Table: TableFirewall})}
 	var families [2]bool // IPv4, IPv6: of the sources
 	for _, src := range ns.Sources {
 		fm := b.add(cookieClassify, TableFirewall, priorityFirewallClassify, classify)
@@ -401,6 +449,12 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 		fm.Match.SetUint(firewallNamespaceRegister, 0)
 		dst = append(dst, fm)
 		families[familyIndex(src)] = true
+	}
+	cookieInbound := Cookie(KindFirewallInbound, ns.Key)
+	for _, pod := range ns.Sources {
+		fm := b.add(cookieInbound, TableClassify, priorityFirewallInbound, inboundToPod)
+		setIP(&fm.Match, pod, dstField(pod))
+		dst = append(dst, fm)
 	}
 	if ns.SnoopDNS {
 		cookieSnoop := Cookie(KindFirewallSnoop, ns.Key)
@@ -413,7 +467,7 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 		}
 	}
 	for _, rule := range ns.Rules {
-		cookie, insts := cookieAllow, resubmitQoS
+		cookie, insts := cookieAllow, allowAndCommit
 		if rule.Deny {
 			cookie, insts = cookieDeny, nil // no instructions: drop
 		}

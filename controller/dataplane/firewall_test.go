@@ -93,19 +93,25 @@ func TestFirewallFlowsText(t *testing.T) {
 		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
 		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
 		"cookie=0xef10440000000005, table=44, priority=12000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,45)",
+		"cookie=0xef10440000000005, table=44, priority=10500,ct_state=+rpl+trk,ip actions=resubmit(,45)",
+		"cookie=0xef10440000000005, table=44, priority=1,ct_state=+trk,ip actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=0xef10440000000005, table=44, priority=10500,ct_state=+rpl+trk,ipv6 actions=resubmit(,45)",
+		"cookie=0xef10440000000005, table=44, priority=1,ct_state=+trk,ipv6 actions=ct(commit,zone=61190),resubmit(,45)",
 		"cookie=0xef10440000000005, table=44, priority=0 actions=resubmit(,45)",
-		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ip,reg4=0,nw_src=10.244.1.5 actions=set_field:" + id + "->reg4,resubmit(,44)",
-		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ipv6,reg4=0,ipv6_src=fd00:10:244:1::5 actions=set_field:" + id + "->reg4,resubmit(,44)",
-		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp,nw_dst=10.244.1.5,tp_src=53 actions=CONTROLLER:65535,NORMAL",
-		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp6,ipv6_dst=fd00:10:244:1::5,tp_src=53 actions=CONTROLLER:65535,NORMAL",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=443 actions=resubmit(,45)",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=53 actions=resubmit(,45)",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=443 actions=resubmit(,45)",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=53 actions=resubmit(,45)",
+		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ip,reg4=0,nw_src=10.244.1.5 actions=set_field:" + id + "->reg4,ct(table=44,zone=61190)",
+		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ipv6,reg4=0,ipv6_src=fd00:10:244:1::5 actions=set_field:" + id + "->reg4,ct(table=44,zone=61190)",
+		"cookie=" + cookie(KindFirewallInbound) + ", priority=205,ip,nw_dst=10.244.1.5 actions=ct(commit,zone=61190),NORMAL",
+		"cookie=" + cookie(KindFirewallInbound) + ", priority=205,ipv6,ipv6_dst=fd00:10:244:1::5 actions=ct(commit,zone=61190),NORMAL",
+		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp,nw_dst=10.244.1.5,tp_src=53 actions=ct(commit,zone=61190),CONTROLLER:65535,NORMAL",
+		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp6,ipv6_dst=fd00:10:244:1::5,tp_src=53 actions=ct(commit,zone=61190),CONTROLLER:65535,NORMAL",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=443 actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=53 actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=443 actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=53 actions=ct(commit,zone=61190),resubmit(,45)",
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9999,ip,reg4=" + id + ",nw_dst=192.0.2.12 actions=drop",
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9999,ip,reg4=" + id + ",nw_dst=198.51.100.12 actions=drop",
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9998,sctp,reg4=" + id + ",tp_dst=9 actions=drop",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=9997,ipv6,reg4=" + id + ",ipv6_dst=2001:db8::/64 actions=resubmit(,45)",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=9997,ipv6,reg4=" + id + ",ipv6_dst=2001:db8::/64 actions=ct(commit,zone=61190),resubmit(,45)",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("flows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -338,6 +344,22 @@ func TestFirewallMatchesSpecification(t *testing.T) {
 					t.Fatalf("round %d: %v -> %v proto %d port %d: allowed %v, want %v\nobjects: %s\nresolved %v\npath:\n%v",
 						round, src, dst, p.proto, p.port, got, want, describeFirewalls(fws, pods, nodes), resolved, res)
 				}
+				// The same packet of an established connection the pod
+				// opened is judged alike (a rule change cuts it); of one
+				// the outside opened (the reply direction), never.
+				for _, c := range []struct {
+					state uint32
+					want  bool
+				}{{openflow.CTStateTrk | openflow.CTStateEst, want}, {openflow.CTStateTrk | openflow.CTStateEst | openflow.CTStateRpl, true}} {
+					res, err := tables.Trace(packet, trace.Conntrack{States: []uint32{c.state}})
+					if err != nil {
+						t.Fatalf("round %d: %+v: %v", round, p, err)
+					}
+					if got := len(res.Emits) == 1; got != c.want {
+						t.Fatalf("round %d: %v -> %v proto %d port %d, ct_state %s: allowed %v, want %v\npath:\n%v",
+							round, src, dst, p.proto, p.port, trace.CTStateString(c.state, "|"), got, c.want, res)
+					}
+				}
 				if got {
 					allowed++
 				} else {
@@ -393,8 +415,9 @@ func TestFirewallFlowCount(t *testing.T) {
 	count := func(rules []esv1.EgressFirewallRule, resolved map[string][]netip.Addr) int {
 		return len(FirewallFlows(ComputeFirewall(n1Config, []*esv1.EgressFirewall{egressFirewall("shop", "default", rules...)}, ps, nil, resolved))) - shared
 	}
-	if got, want := count(r, nil), pods+rules; got != want {
-		t.Errorf("%d pods, %d CIDR rules: %d flows, want %d (pods + rules)", pods, rules, got, want)
+	// A pod address costs a classifying flow and an inbound commit.
+	if got, want := count(r, nil), 2*pods+rules; got != want {
+		t.Errorf("%d pods, %d CIDR rules: %d flows, want %d (2 × pods + rules)", pods, rules, got, want)
 	}
 	r, resolved := nil, map[string][]netip.Addr{}
 	for i := range 10 {
@@ -404,8 +427,8 @@ func TestFirewallFlowCount(t *testing.T) {
 	}
 	// The IPv6 address costs nothing: no pod of the namespace has one. A
 	// namespace with a dnsName rule has a snoop flow per pod address too.
-	if got, want := count(r, resolved), 2*pods+10*3*2; got != want {
-		t.Errorf("10 names × 3 addresses × 2 ports: %d flows, want %d (2 × pods + names × addresses × ports)", got, want)
+	if got, want := count(r, resolved), 3*pods+10*3*2; got != want {
+		t.Errorf("10 names × 3 addresses × 2 ports: %d flows, want %d (3 × pods + names × addresses × ports)", got, want)
 	}
 }
 

@@ -129,6 +129,30 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 			Proto: trace.ProtoUDP, SrcPort: 53, DstPort: 40000}
 		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
 	}
+	// Packets from outside to each firewalled pod (committed inbound), a
+	// pod's reply to a connection the outside opened (passes, though the
+	// rules deny its destination), and a classified packet no rule judges
+	// in each family (committed).
+	for _, dst := range []string{"10.244.1.5", "10.244.1.6", "fd00:10:244:1::5", "10.244.1.8", "fd00:10:244:1::8"} {
+		d := netip.MustParseAddr(dst)
+		src := netip.MustParseAddr("203.0.113.9")
+		if d.Is6() {
+			src = netip.MustParseAddr("2001:db8:fe::9")
+		}
+		p := trace.Packet{InPort: b.uplink, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd), Src: src, Dst: d,
+			Proto: trace.ProtoTCP, SrcPort: 40000, DstPort: 8080}
+		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
+	}
+	for _, pair := range [][2]string{{"10.244.1.5", "203.0.113.200"}, {"fd00:10:244:1::5", "2001:db8:fe::1"}} {
+		p := trace.Packet{InPort: openflow.PortLocal, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd),
+			Src: netip.MustParseAddr(pair[0]), Dst: netip.MustParseAddr(pair[1]), Proto: trace.ProtoTCP, SrcPort: 8080, DstPort: 40000}
+		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateEst | openflow.CTStateRpl})
+	}
+	for _, pair := range [][2]string{{"10.244.1.8", "203.0.113.1"}, {"fd00:10:244:1::8", "2001:db8:fe::1"}} {
+		p := trace.Packet{InPort: openflow.PortLocal, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd),
+			Src: netip.MustParseAddr(pair[0]), Dst: netip.MustParseAddr(pair[1]), Proto: trace.ProtoTCP, SrcPort: 40000, DstPort: 80}
+		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
+	}
 	results := crossCheck(t, b, flows, probes)
 	ends := coverage(t, flows, probes, results)
 	// Both ends, and every kind of flow, must be among the paths, or

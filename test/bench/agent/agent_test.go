@@ -442,11 +442,12 @@ func serviceName(i int) (string, string) {
 // node is known: nothing admitted), table 40's six flows by origin and
 // link scope, the exemptions (pod CIDR, service CIDR, every node IP) in
 // tables 40, 41 and (since layout 4) TableQoS, TableQoS's default,
-// TableFirewall's exemptions (the pod and service CIDRs only) and default
-// (since layout 5), the drop, and three delivery flows.
+// TableFirewall's exemptions (the pod and service CIDRs only), per family
+// a reply pass and a commit, and its default (since layout 5), the drop,
+// and three delivery flows.
 func expectedFlows(services, endpoints int) int {
 	exemptions := 2 + otherNodes + 1
-	n := 1 + 1 + 6 + 3*exemptions + 1 + 2 + 1 + 1 + 3
+	n := 1 + 1 + 6 + 3*exemptions + 1 + 2 + 2*2 + 1 + 1 + 3
 	for i := range services {
 		n += 2 * endpoints
 		if hostOf(i) == benchNode {

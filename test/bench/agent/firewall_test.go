@@ -278,9 +278,10 @@ func fwNodeAddresses() int { return 1 + 2*fwOtherNodes }
 //	                + exemptions + 1
 type fwCount struct {
 	// addresses are the local pod addresses of namespaces with an
-	// EgressFirewall: a classifying flow each in TableFirewall, and a late
-	// admission each in TableEgress. snooped are those of namespaces with
-	// a dnsName rule: a snoop flow each in TableClassify.
+	// EgressFirewall: a classifying flow each in TableFirewall, an inbound
+	// commit each in TableClassify, and a late admission each in
+	// TableEgress. snooped are those of namespaces with a dnsName rule: a
+	// snoop flow each in TableClassify.
 	addresses, snooped int
 	// ruleFlows is Σ rules destinations × max(1, ports); deny and allow
 	// split it by the rule's type, cidr, dns and nodes by its destination.
@@ -391,13 +392,14 @@ func fwFamily(a netip.Addr) int {
 }
 
 // tableFirewall is the formula's TableFirewall for exempt exemptions.
-func (c fwCount) tableFirewall(exempt int) int { return c.addresses + c.ruleFlows + exempt + 1 }
+func (c fwCount) tableFirewall(exempt int) int { return c.addresses + c.ruleFlows + exempt + 2*2 + 1 }
 
 // expectedFlows is benchNode's whole flow set: the shared flows, a
-// classifying flow and a late admission per pod address, a snoop flow per
-// pod address of a namespace with a dnsName rule, the rule flows.
+// classifying flow, an inbound commit and a late admission per pod
+// address, a snoop flow per pod address of a namespace with a dnsName
+// rule, the rule flows.
 func (c fwCount) expectedFlows(e *env) int {
-	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), fwNodeAddresses()) + 2*c.addresses + c.snooped + c.ruleFlows
+	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), fwNodeAddresses()) + 3*c.addresses + c.snooped + c.ruleFlows
 }
 
 // fixedDNS is a FirewallDNS with fixed answers (agent.FirewallDNS): the
@@ -544,22 +546,22 @@ func BenchmarkAgentFirewall(b *testing.B) {
 		b.Fatalf("the agent's first bundle has %d TableFirewall flows, the formula %d", tableFW, wantTable)
 	}
 	for kind, want := range map[dataplane.FlowKind]int{dataplane.KindFirewallClassify: count.addresses,
-		dataplane.KindFirewallDeny: count.deny, dataplane.KindFirewallAllow: count.allow, dataplane.KindFirewallPass: fwExempt + 1,
-		dataplane.KindAdmit: count.addresses, dataplane.KindFirewallSnoop: count.snooped} {
+		dataplane.KindFirewallDeny: count.deny, dataplane.KindFirewallAllow: count.allow, dataplane.KindFirewallPass: fwExempt + 2*2 + 1,
+		dataplane.KindAdmit: count.addresses, dataplane.KindFirewallSnoop: count.snooped, dataplane.KindFirewallInbound: count.addresses} {
 		if byKind[kind] != want {
 			b.Fatalf("%d flows of kind %#x in the agent's first bundle, the benchmark counts %d", byKind[kind], kind, want)
 		}
 	}
 	flowFile := ovstest.WriteFlowFile(b, flowSet)
 	out("flow set: %d flows, of which %d in TableFirewall; written to %s for ovs-ofctl", wantFlows, tableFW, flowFile)
-	out("  TableFirewall = pod addresses %d (classify) + Σ rules destinations x max(1, ports) %d + exemptions %d + default 1 = %d (the formula; the agent's first bundle and the bridge agree)",
+	out("  TableFirewall = pod addresses %d (classify) + Σ rules destinations x max(1, ports) %d + exemptions %d + replies and commits 4 + default 1 = %d (the formula; the agent's first bundle and the bridge agree)",
 		count.addresses, count.ruleFlows, fwExempt, wantTable)
 	out("  rule flows by destination: cidrSelector %d, dnsName %d, nodeSelector %d; by verdict: deny %d, allow %d; beyond one per destination (ports) %d",
 		count.cidr, count.dns, count.nodes, count.deny, count.allow, count.portExtra)
 	out("  rules with several destinations and several ports: %d, costing %d flows as destinations x ports, %d as conjunctive matches",
 		count.crossRules, count.crossFlows, count.conjunctive)
-	out("  outside TableFirewall: a late admission per pod address %d (TableEgress) + a DNS snoop flow per pod address of a namespace with a dnsName rule %d (TableClassify) + %d shared",
-		count.addresses, count.snooped, wantFlows-tableFW-count.addresses-count.snooped)
+	out("  outside TableFirewall: a late admission per pod address %d (TableEgress) + an inbound commit per pod address %d and a DNS snoop flow per pod address of a namespace with a dnsName rule %d (TableClassify) + %d shared",
+		count.addresses, count.addresses, count.snooped, wantFlows-tableFW-2*count.addresses-count.snooped)
 
 	// Rounds: ovs-ofctl, then the agent, each into the emptied bridge.
 	var agentSync, agentInformers, ofctlTime []time.Duration
@@ -932,10 +934,12 @@ func (e *env) checkEnforced(b *testing.B) {
 		{fwUnnamed, *fwRules - 1, true},
 	} {
 		flow := fmt.Sprintf("in_port=LOCAL,ip,nw_src=%s,nw_dst=%s", src, c.dst)
-		trace := e.sw.Appctl(b, "ofproto/trace", e.sw.Bridge, flow)
+		trace := e.sw.Appctl(b, "ofproto/trace", e.sw.Bridge, flow, "--ct-next", "trk,new") // a new connection the pod opens
 		judged := fmt.Sprintf("priority %d, cookie %#x", fwFirstRulePriority-c.rule, dataplane.Cookie(map[bool]dataplane.FlowKind{
 			true: dataplane.KindFirewallDeny, false: dataplane.KindFirewallAllow}[c.deny], fwKey(i)))
-		_, actions, _ := strings.Cut(trace, "Datapath actions: ")
+		// The last pass decides: the first ends in conntrack's
+		// recirculation.
+		actions := trace[strings.LastIndex(trace, "Datapath actions: ")+len("Datapath actions: "):]
 		actions, _, _ = strings.Cut(actions, "\n")
 		if !strings.Contains(trace, judged) || (actions == "drop") != c.deny {
 			b.Fatalf("ofproto/trace %s: want rule %d (%s) to %s it:\n%s", flow, c.rule, judged,

@@ -222,7 +222,10 @@ func countQoS(namespaces, podsPer int) qosCount {
 // and TableQoS, TableQoS's default and TableEgress's drop.
 func stageSharedFlows(podCIDRs, serviceCIDRs, nodeIPs int) int {
 	exemptions := podCIDRs + serviceCIDRs + nodeIPs
-	firewall := podCIDRs + serviceCIDRs + 1
+	// TableFirewall's: the exemptions, per family a pass for replies to
+	// connections opened from outside and a commit of what no rule judged,
+	// and the default.
+	firewall := podCIDRs + serviceCIDRs + 2*2 + 1
 	return 1 + podCIDRs + 2 + 3 + 1 + firewall + 3*exemptions + 1 + 1
 }
 
