@@ -259,29 +259,31 @@ func (a *Agent) recompute(ctx context.Context) error {
 // qosInput reads the EgressQoS of key from the informer cache; nil when
 // it is gone.
 func (a *Agent) qosInput(key string) (*esv1.EgressQoS, error) {
-	namespace, name, err := cache.SplitMetaNamespaceKey(strings.TrimPrefix(key, qosKeyPrefix))
-	if err != nil {
-		return nil, err
-	}
-	q, err := a.egressQoSes.EgressQoSes(namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return q, err
+	return cachedObject(key, qosKeyPrefix, func(namespace, name string) (*esv1.EgressQoS, error) {
+		return a.egressQoSes.EgressQoSes(namespace).Get(name)
+	})
 }
 
 // firewallInput reads the EgressFirewall of key from the informer cache;
 // nil when it is gone.
 func (a *Agent) firewallInput(key string) (*esv1.EgressFirewall, error) {
-	namespace, name, err := cache.SplitMetaNamespaceKey(strings.TrimPrefix(key, firewallKeyPrefix))
+	return cachedObject(key, firewallKeyPrefix, func(namespace, name string) (*esv1.EgressFirewall, error) {
+		return a.egressFirewalls.EgressFirewalls(namespace).Get(name)
+	})
+}
+
+// cachedObject reads the object of key (prefix, then "namespace/name")
+// with get; nil when it is gone.
+func cachedObject[T any](key, prefix string, get func(namespace, name string) (*T, error)) (*T, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(strings.TrimPrefix(key, prefix))
 	if err != nil {
 		return nil, err
 	}
-	fw, err := a.egressFirewalls.EgressFirewalls(namespace).Get(name)
+	obj, err := get(namespace, name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
-	return fw, err
+	return obj, err
 }
 
 // fence fences the node while its heartbeat Lease has run out, and

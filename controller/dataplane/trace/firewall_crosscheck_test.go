@@ -143,15 +143,19 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 			Proto: trace.ProtoTCP, SrcPort: 40000, DstPort: 8080}
 		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
 	}
-	for _, pair := range [][2]string{{"10.244.1.5", "203.0.113.200"}, {"fd00:10:244:1::5", "2001:db8:fe::1"}} {
+	for _, c := range []struct {
+		src, dst         string
+		srcPort, dstPort uint16
+		state            uint32
+	}{
+		{"10.244.1.5", "203.0.113.200", 8080, 40000, openflow.CTStateTrk | openflow.CTStateEst | openflow.CTStateRpl},
+		{"fd00:10:244:1::5", "2001:db8:fe::1", 8080, 40000, openflow.CTStateTrk | openflow.CTStateEst | openflow.CTStateRpl},
+		{"10.244.1.8", "203.0.113.1", 40000, 80, openflow.CTStateTrk | openflow.CTStateNew},
+		{"fd00:10:244:1::8", "2001:db8:fe::1", 40000, 80, openflow.CTStateTrk | openflow.CTStateNew},
+	} {
 		p := trace.Packet{InPort: openflow.PortLocal, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd),
-			Src: netip.MustParseAddr(pair[0]), Dst: netip.MustParseAddr(pair[1]), Proto: trace.ProtoTCP, SrcPort: 8080, DstPort: 40000}
-		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateEst | openflow.CTStateRpl})
-	}
-	for _, pair := range [][2]string{{"10.244.1.8", "203.0.113.1"}, {"fd00:10:244:1::8", "2001:db8:fe::1"}} {
-		p := trace.Packet{InPort: openflow.PortLocal, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd),
-			Src: netip.MustParseAddr(pair[0]), Dst: netip.MustParseAddr(pair[1]), Proto: trace.ProtoTCP, SrcPort: 40000, DstPort: 80}
-		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
+			Src: netip.MustParseAddr(c.src), Dst: netip.MustParseAddr(c.dst), Proto: trace.ProtoTCP, SrcPort: c.srcPort, DstPort: c.dstPort}
+		probes = append(probes, probe{packet: p, state: c.state})
 	}
 	results := crossCheck(t, b, flows, probes)
 	ends := coverage(t, flows, probes, results)
