@@ -208,7 +208,8 @@ var firewallCollidingNamespaces = sync.OnceValue(func() [2]string {
 
 // TestPlannerMatchesCompute drives a Planner through random histories of
 // single-service, single-EgressQoS and single-EgressFirewall updates,
-// lease, node (new ones, relabelled ones), DNS answer and local pod
+// lease, node (new ones, relabelled and readdressed ones), DNS answer and
+// local pod
 // changes (whole new sets, and one pod's labels changed), and checks after every
 // step that it holds exactly what Compute, its specification written
 // apart, returns for the current objects (every part the agent reads: the
@@ -301,15 +302,20 @@ func TestPlannerMatchesCompute(t *testing.T) {
 					}
 					changed = fwChanged
 				case 13:
-					// A node relabelled: a new version of it.
+					// A node relabelled, sometimes readdressed: a new
+					// version of it.
 					nodes = slices.Clone(nodes)
 					i := r.IntN(len(nodes))
 					relabelled := nodes[i].DeepCopy()
 					relabelled.Labels = map[string]string{"role": []string{"infra", "app", "db"}[r.IntN(3)]}
+					readdressed := r.IntN(3) == 0
+					if readdressed {
+						relabelled.Status.Addresses[0].Address = fmt.Sprintf("172.18.1.%d", 10+step)
+					}
 					nodes[i] = relabelled
 					exemptChanged, fwChanged := p.SetNodes(nodes)
-					if exemptChanged {
-						t.Fatalf("seed %d step %d: a relabelled node changed the exemptions", seed, step)
+					if exemptChanged != readdressed {
+						t.Fatalf("seed %d step %d: node readdressed %v, exemptions changed %v", seed, step, readdressed, exemptChanged)
 					}
 					changed = fwChanged
 				case 14:
