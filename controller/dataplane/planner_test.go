@@ -209,9 +209,8 @@ var firewallCollidingNamespaces = sync.OnceValue(func() [2]string {
 // TestPlannerMatchesCompute drives a Planner through random histories of
 // single-service, single-EgressQoS and single-EgressFirewall updates,
 // lease, node (new ones, relabelled and readdressed ones), DNS answer and
-// local pod
-// changes (whole new sets, and one pod's labels changed), and checks after every
-// step that it holds exactly what Compute, its specification written
+// local pod changes (whole new sets, and one pod's labels changed), and
+// checks after every step that it holds exactly what Compute, its specification written
 // apart, returns for the current objects (every part the agent reads: the
 // services, problems, admitted pods, exemptions and rules of its State, the
 // counts by role its shared flows depend on, its keys), and that the keys
