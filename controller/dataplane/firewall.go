@@ -29,7 +29,10 @@ import (
 //
 // A pod's packet is classified once: a flow per local pod address of a
 // namespace with an EgressFirewall loads the namespace's ID into reg4
-// (EgressFirewall's register) and looks TableFirewall up again. The rules
+// (EgressFirewall's register) and looks TableFirewall up again through
+// conntrack (FirewallZone): a packet of the reply direction of a
+// connection the outside opened passes unjudged, and what a rule lets
+// through is committed in the direction the pod opened it. The rules
 // then match reg4, not the pods: rule i of the namespace becomes flows at
 // priority 10000 − i (the reference's ACL priorities) matching reg4, one
 // destination prefix and, if the rule has ports, one protocol and port.
@@ -38,24 +41,29 @@ import (
 // default allow). A node's TableFirewall therefore holds
 //
 //	Σ_namespaces (local pod addresses + Σ_rules destinations × max(1, ports))
-//	  + exemptions + 1
+//	  + exemptions + 2 × 2 + 1
 //
-// flows, counting a rule's destinations only in the families the
+// flows (the 2 × 2: per family, the replies' pass and the commit of what
+// no rule judged), counting a rule's destinations only in the families the
 // namespace has local pods of: a cidrSelector is one destination, a
 // dnsName one per address, a nodeSelector one per address of each
 // selected node. It grows with pods plus rules, never with pods × rules.
+// Outside it, in TableClassify, each local pod address of such a namespace
+// has an inbound commit (KindFirewallInbound) and, if the namespace has a
+// dnsName rule, a snoop flow (KindFirewallSnoop).
 //
 // A destination × port cross product is the one product left. A
 // conjunctive match would make it a sum (conjunction(id,1/2) per
 // destination, conjunction(id,2/2) per port, at the rule's priority,
 // where one rule's clauses may share it), at the cost of one more flow per
 // rule and a packet tracer that models conjunctions; rules with several
-// ports and several addresses are rare enough that it is left for the
-// benchmark to decide. The API's ports are single ports (the seed's
+// ports and several addresses are rare, and the benchmark found they would
+// save 600 of 160,871 flows (docs/egressfirewall.md, "Benchmark"). The API's ports are single ports (the seed's
 // `port: integer`), so no masked tp_dst matches are needed; a range, if the
 // API grew one, would cost at most 2 × 16 − 2 masked matches.
 
-// Flow kinds of EgressFirewall, in TableFirewall.
+// Flow kinds of EgressFirewall, in TableFirewall and (snoop, inbound)
+// TableClassify.
 var (
 	// KindFirewallClassify loads a local pod's namespace ID into reg4 and
 	// looks TableFirewall up again; its namespace's hash.
