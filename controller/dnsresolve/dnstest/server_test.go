@@ -45,14 +45,7 @@ func lookup(t *testing.T, s *Server, network, name string) ([]netip.Addr, error)
 func TestServerAnswers(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
 		t.Run(addr, func(t *testing.T) {
-			if addr == "[::1]:0" {
-				if probe, err := net.ListenPacket("udp6", addr); err != nil {
-					t.Skipf("no IPv6 loopback: %v", err)
-				} else {
-					probe.Close()
-				}
-			}
-			s := start(t, addr)
+			s := start(t, addr) // fails, rather than skip, without IPv6 loopback (CI has one)
 			if s.Addr().Port() == 0 || !s.Addr().Addr().IsLoopback() {
 				t.Fatalf("Addr() = %v", s.Addr())
 			}
