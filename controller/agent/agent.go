@@ -216,6 +216,9 @@ type Agent struct {
 	// dnsChanged: the DNS names' answers changed since the worker last
 	// read them (Config.DNS).
 	dnsChanged atomic.Bool
+	// dnsAwaited: the worker has waited once for the resolver's first
+	// answers (awaitAnswers). Owned by the worker.
+	dnsAwaited bool
 
 	// Owned by the single worker.
 	planner *dataplane.Planner

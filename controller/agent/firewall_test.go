@@ -175,7 +175,7 @@ func (e *env) expectPing(pod *topology.Pod, dst netip.Addr, ok bool) {
 // answered though a rule denies the pod's packets to it; a name's address
 // denied, and the name's new
 // address once its answer changes (the old one allowed again once its TTL
-// has run out); pod-to-pod and pod-to-service traffic never
+// has run out), and kept across an agent restart; pod-to-pod and pod-to-service traffic never
 // blocked, though rule 3 covers them; a node's label added, which denies
 // it; an established TCP connection cut once the rule that allowed it
 // goes (as the reference applies ACL changes to established connections);
@@ -282,6 +282,18 @@ func TestAgentEgressFirewall(t *testing.T) {
 			return revisionAtLeast(e.agents[n].FirewallRevision(), created.ResourceVersion)
 		})
 	}
+
+	// A restarted agent keeps the name's flows: its first sync waits for
+	// its resolver's first answers instead of taking them away until then.
+	before := n1.Ofctl(t, "dump-flows", n1.Bridge, "cookie=0xef10000000000000/0xffff000000000000", "--no-stats")
+	e.agents[n1.Name].stop()
+	restarted := e.startAgent(n1)
+	restarted.waitHealthy(t)
+	if mods := restarted.sw.mods.Load(); mods != 0 {
+		after := n1.Ofctl(t, "dump-flows", n1.Bridge, "cookie=0xef10000000000000/0xffff000000000000", "--no-stats")
+		t.Errorf("restart with nothing changed sent %d flow mods, want 0:\nbefore\n%s\nafter\n%s", mods, before, after)
+	}
+	e.expectDenied(app, "tcp", internet6)
 
 	// A wildcard: its names cannot be looked up, so it fills only from
 	// the DNS replies the pods receive, which the bridge copies to the

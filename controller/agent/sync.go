@@ -246,7 +246,16 @@ func (a *Agent) recompute(ctx context.Context) error {
 	if a.cfg.DNS != nil {
 		// The names of this node's firewalls, as they are now; answers to
 		// new ones come later, through Changed.
-		a.cfg.DNS.SetNames(a.planner.DNSNames())
+		names := a.planner.DNSNames()
+		a.cfg.DNS.SetNames(names)
+		if !a.dnsAwaited {
+			// A restarted agent finds its predecessor's flows for the
+			// names on the bridge; syncing before its resolver has
+			// answered would take them away until it has.
+			a.dnsAwaited = true
+			awaitAnswers(ctx, a.cfg.DNS, names)
+			a.dnsChanged.Store(true)
+		}
 		if a.dnsChanged.Swap(false) {
 			changed = append(changed, a.planner.SetResolved(a.cfg.DNS.Snapshot())...)
 		}
@@ -254,6 +263,39 @@ func (a *Agent) recompute(ctx context.Context) error {
 	a.ledger.Changed(a.planner, changed)
 	a.report(changed)
 	return nil
+}
+
+// firstAnswersTimeout bounds how long the agent's first sync waits for its
+// resolver's first answers to the names its firewalls need: longer keeps a
+// restarted agent's dnsName flows in place through a slow resolver, shorter
+// bounds how long an unreachable one delays every other part of the first
+// sync (the pod guard holds new pods meanwhile).
+const firstAnswersTimeout = 3 * time.Second
+
+// answersPollInterval is how often awaitAnswers looks at the snapshot: a
+// local resolver answers in milliseconds.
+const answersPollInterval = 20 * time.Millisecond
+
+// awaitAnswers waits until dns has an answer (or a negative one) for each
+// of names, firstAnswersTimeout at most.
+func awaitAnswers(ctx context.Context, dns FirewallDNS, names []string) {
+	ctx, cancel := context.WithTimeout(ctx, firstAnswersTimeout)
+	defer cancel()
+	for {
+		snapshot := dns.Snapshot()
+		missing := slices.DeleteFunc(slices.Clone(names), func(n string) bool { _, ok := snapshot[n]; return ok })
+		// A wildcard is answered only by the pods' replies: not awaited.
+		missing = slices.DeleteFunc(missing, func(n string) bool { return strings.HasPrefix(n, "*.") })
+		if len(missing) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			klog.InfoS("First sync without answers for some EgressFirewall names", "names", missing, "waited", firstAnswersTimeout)
+			return
+		case <-time.After(answersPollInterval):
+		}
+	}
 }
 
 // qosInput reads the EgressQoS of key from the informer cache; nil when
