@@ -1,9 +1,10 @@
 // Package conformance checks that the REST surfaces of EgressService,
-// EgressQoS and EgressFirewall served from deploy/crds/ by a real kube-apiserver behave as the
-// API reference (the seeds) documents, endpoint by endpoint, including the
-// validation this project adds (CEL rules). This file has EgressService's
-// tests and the helpers; egressqos_test.go has EgressQoS's and
-// egressfirewall_test.go EgressFirewall's.
+// EgressQoS, EgressFirewall and EgressIP served from deploy/crds/ by a real
+// kube-apiserver behave as the API reference (the seeds) documents, endpoint
+// by endpoint, including the validation this project adds (CEL rules). This
+// file has EgressService's tests and the helpers; egressqos_test.go has
+// EgressQoS's, egressfirewall_test.go EgressFirewall's and egressip_test.go
+// EgressIP's.
 package conformance
 
 import (
@@ -412,7 +413,7 @@ func TestSchemaValidation(t *testing.T) {
 // TestUnauthenticated covers every kind of the group.
 func TestUnauthenticated(t *testing.T) {
 	a := newAPI(t)
-	for _, resource := range []string{"egressservices", "egressqoses", "egressfirewalls"} {
+	for _, resource := range []string{"egressservices", "egressqoses", "egressfirewalls", "egressips"} {
 		a.token = ""
 		a.do("GET", basePath+"/"+resource, "", "").expect(t, http.StatusUnauthorized, "anonymous list of "+resource)
 		a.token = "not-a-token"

@@ -50,7 +50,7 @@ func TestControlPlane(t *testing.T) {
 	for _, r := range resources.APIResources {
 		served[r.Name] = true
 	}
-	for _, want := range []string{"egressservices", "egressqoses", "egressfirewalls"} {
+	for _, want := range []string{"egressservices", "egressqoses", "egressfirewalls", "egressips"} {
 		if !served[want] {
 			t.Errorf("k8s.ovn.org/v1 serves %v, not %s", resources.APIResources, want)
 		}

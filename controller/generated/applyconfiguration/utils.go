@@ -44,6 +44,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &egressservicev1.EgressFirewallSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressFirewallStatus"):
 		return &egressservicev1.EgressFirewallStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressIP"):
+		return &egressservicev1.EgressIPApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressIPSpec"):
+		return &egressservicev1.EgressIPSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressIPStatus"):
+		return &egressservicev1.EgressIPStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EgressIPStatusItem"):
+		return &egressservicev1.EgressIPStatusItemApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressQoS"):
 		return &egressservicev1.EgressQoSApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressQoSRule"):

@@ -1,6 +1,7 @@
 // Package v1 holds the kinds of the API group k8s.ovn.org, version v1, that
-// egressflow serves: EgressService (types.go), EgressQoS (egressqos.go) and
-// EgressFirewall (egressfirewall.go).
+// egressflow serves: EgressService (types.go), EgressQoS (egressqos.go),
+// EgressFirewall (egressfirewall.go) and EgressIP (egressip.go, the only
+// cluster-scoped kind).
 // It has the Go types, their registration in a scheme, and the kubebuilder
 // markers from which `make manifests` generates the CRDs in deploy/crds/. The
 // deepcopy functions (zz_generated.deepcopy.go) and the typed clientset,
@@ -11,10 +12,10 @@
 // makes one typed client per Go package of types, and names its clientset
 // method after the group and version, so a second package of k8s.ovn.org/v1
 // would give a second, clashing K8sV1(). With every kind of the group here,
-// the clientset has one K8sV1() with EgressServices(), EgressQoSes() and
-// EgressFirewalls(), the
+// the clientset has one K8sV1() with EgressServices(), EgressQoSes(),
+// EgressFirewalls() and EgressIPs(), the
 // informer factory one K8s().V1(), and no import path changed when
-// EgressQoS and EgressFirewall came. The next kinds of the group (EgressIP, …)
+// EgressQoS, EgressFirewall and EgressIP came. The next kinds of the group
 // go here too, one file each. The path keeps its historical name.
 //
 // The fields follow the ovn-kubernetes APIs exactly. Beyond them:
@@ -30,7 +31,14 @@
 //     cidrSelector that is not a CIDR, a dnsName that is not a DNS name (a
 //     "*." wildcard only as the first label) or is an address, and
 //     nodeSelector operators the API server does not check; it bounds
-//     spec.egress at the reference's 8,000 rules (MaxEgressFirewallRules).
+//     spec.egress at the reference's 8,000 rules (MaxEgressFirewallRules);
+//   - EgressIP's CRD refuses an egressIPs entry that is not an IPv4 or IPv6
+//     address (a CIDR, an empty string), an address listed twice, an empty
+//     list, selector operators the API server does not check, and a
+//     status.items entry whose egressIP is not an address or whose node is
+//     empty; it bounds egressIPs and status.items (MaxEgressIPAddresses).
+//     Its status carries optional conditions. As in the reference, it has
+//     no status subresource: status is written with the object.
 //
 // informer-gen v0.36 names the informer of EgressQoS "egressqoss" in its
 // identifier (it appends an s and ignores --plural-exceptions there); the

@@ -6,7 +6,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// GroupName is the API group of EgressService, EgressQoS and EgressFirewall.
+// GroupName is the API group of EgressService, EgressQoS, EgressFirewall and
+// EgressIP.
 const GroupName = "k8s.ovn.org"
 
 // SchemeGroupVersion is the group and version of this package's types.
@@ -28,7 +29,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&EgressService{}, &EgressServiceList{},
 		&EgressQoS{}, &EgressQoSList{},
-		&EgressFirewall{}, &EgressFirewallList{})
+		&EgressFirewall{}, &EgressFirewallList{},
+		&EgressIP{}, &EgressIPList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

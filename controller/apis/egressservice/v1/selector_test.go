@@ -73,8 +73,9 @@ func TestAsMetaSelects(t *testing.T) {
 }
 
 // TestCRDBoundsMatchConstants: the generated CRDs bound spec.egress by
-// MaxEgressQoSRules and MaxEgressFirewallRules (a marker cannot name the
-// constant).
+// MaxEgressQoSRules and MaxEgressFirewallRules, and EgressIP's
+// spec.egressIPs and status.items by MaxEgressIPAddresses (a marker cannot
+// name the constant).
 func TestCRDBoundsMatchConstants(t *testing.T) {
 	for file, want := range map[string]int{
 		"k8s.ovn.org_egressqoses.yaml":     MaxEgressQoSRules,
@@ -112,6 +113,53 @@ func TestCRDBoundsMatchConstants(t *testing.T) {
 		got := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties.Spec.Properties.Egress.MaxItems
 		if got == nil || *got != want {
 			t.Errorf("%s: spec.egress maxItems %v, the constant %d", file, got, want)
+		}
+	}
+}
+
+func TestEgressIPCRDBoundsMatchConstant(t *testing.T) {
+	raw, err := os.ReadFile("../../../../deploy/crds/k8s.ovn.org_egressips.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type bounded struct {
+		MaxItems *int `json:"maxItems"`
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties struct {
+							Spec struct {
+								Properties struct {
+									EgressIPs bounded `json:"egressIPs"`
+								} `json:"properties"`
+							} `json:"spec"`
+							Status struct {
+								Properties struct {
+									Items bounded `json:"items"`
+								} `json:"properties"`
+							} `json:"status"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	if len(crd.Spec.Versions) != 1 {
+		t.Fatalf("%d versions in the CRD", len(crd.Spec.Versions))
+	}
+	schema := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
+	for field, got := range map[string]*int{
+		"spec.egressIPs": schema.Spec.Properties.EgressIPs.MaxItems,
+		"status.items":   schema.Status.Properties.Items.MaxItems,
+	} {
+		if got == nil || *got != MaxEgressIPAddresses {
+			t.Errorf("%s maxItems %v, the constant %d", field, got, MaxEgressIPAddresses)
 		}
 	}
 }

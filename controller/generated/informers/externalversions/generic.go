@@ -55,6 +55,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=k8s.ovn.org, Version=v1
 	case v1.SchemeGroupVersion.WithResource("egressfirewalls"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressFirewalls().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("egressips"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressIPs().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("egressqoses"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressQoSes().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("egressservices"):

@@ -26,6 +26,10 @@ type EgressFirewallListerExpansion interface{}
 // EgressFirewallNamespaceLister.
 type EgressFirewallNamespaceListerExpansion interface{}
 
+// EgressIPListerExpansion allows custom methods to be added to
+// EgressIPLister.
+type EgressIPListerExpansion interface{}
+
 // EgressQoSListerExpansion allows custom methods to be added to
 // EgressQoSLister.
 type EgressQoSListerExpansion interface{}

@@ -26,6 +26,8 @@ import (
 type Interface interface {
 	// EgressFirewalls returns a EgressFirewallInformer.
 	EgressFirewalls() EgressFirewallInformer
+	// EgressIPs returns a EgressIPInformer.
+	EgressIPs() EgressIPInformer
 	// EgressQoSes returns a EgressQoSInformer.
 	EgressQoSes() EgressQoSInformer
 	// EgressServices returns a EgressServiceInformer.
@@ -46,6 +48,11 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // EgressFirewalls returns a EgressFirewallInformer.
 func (v *version) EgressFirewalls() EgressFirewallInformer {
 	return &egressFirewallInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// EgressIPs returns a EgressIPInformer.
+func (v *version) EgressIPs() EgressIPInformer {
+	return &egressIPInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // EgressQoSes returns a EgressQoSInformer.

@@ -29,6 +29,7 @@ import (
 type K8sV1Interface interface {
 	RESTClient() rest.Interface
 	EgressFirewallsGetter
+	EgressIPsGetter
 	EgressQoSesGetter
 	EgressServicesGetter
 }
@@ -40,6 +41,10 @@ type K8sV1Client struct {
 
 func (c *K8sV1Client) EgressFirewalls(namespace string) EgressFirewallInterface {
 	return newEgressFirewalls(c, namespace)
+}
+
+func (c *K8sV1Client) EgressIPs() EgressIPInterface {
+	return newEgressIPs(c)
 }
 
 func (c *K8sV1Client) EgressQoSes(namespace string) EgressQoSInterface {

@@ -20,6 +20,8 @@ package v1
 
 type EgressFirewallExpansion interface{}
 
+type EgressIPExpansion interface{}
+
 type EgressQoSExpansion interface{}
 
 type EgressServiceExpansion interface{}

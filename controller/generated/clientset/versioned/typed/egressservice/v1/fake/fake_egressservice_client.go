@@ -32,6 +32,10 @@ func (c *FakeK8sV1) EgressFirewalls(namespace string) v1.EgressFirewallInterface
 	return newFakeEgressFirewalls(c, namespace)
 }
 
+func (c *FakeK8sV1) EgressIPs() v1.EgressIPInterface {
+	return newFakeEgressIPs(c)
+}
+
 func (c *FakeK8sV1) EgressQoSes(namespace string) v1.EgressQoSInterface {
 	return newFakeEgressQoSes(c, namespace)
 }
