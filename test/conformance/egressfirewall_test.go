@@ -428,17 +428,7 @@ func TestFirewallWatchTypedClientAndInformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, synced := range factory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
-			t.Fatal("informer did not sync")
-		}
-	}
-	var cached *esv1.EgressFirewall
-	for cached == nil && ctx.Err() == nil {
-		if cached, err = lister.EgressFirewalls(ns).Get(esv1.EgressFirewallName); err != nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	cached, err := awaitCached(ctx, t, factory.WaitForCacheSync, func() (*esv1.EgressFirewall, error) { return lister.EgressFirewalls(ns).Get(esv1.EgressFirewallName) })
 	if cached == nil || cached.UID != fw.UID {
 		t.Fatalf("lister: %+v, %v", cached, err)
 	}

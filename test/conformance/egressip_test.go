@@ -516,17 +516,7 @@ func TestEgressIPWatchTypedClientAndInformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, synced := range factory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
-			t.Fatal("informer did not sync")
-		}
-	}
-	var cached *esv1.EgressIP
-	for cached == nil && ctx.Err() == nil {
-		if cached, err = lister.Get(s.name("typed")); err != nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	cached, err := awaitCached(ctx, t, factory.WaitForCacheSync, func() (*esv1.EgressIP, error) { return lister.Get(s.name("typed")) })
 	if cached == nil || cached.UID != eip.UID || !reflect.DeepEqual(cached.Spec, everyEgressIPField()) {
 		t.Fatalf("lister: %+v, %v", cached, err)
 	}

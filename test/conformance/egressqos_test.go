@@ -355,17 +355,7 @@ func TestQoSWatchTypedClientAndInformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, synced := range factory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
-			t.Fatal("informer did not sync")
-		}
-	}
-	var cached *esv1.EgressQoS
-	for cached == nil && ctx.Err() == nil {
-		if cached, err = lister.EgressQoSes(ns).Get(esv1.EgressQoSName); err != nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	cached, err := awaitCached(ctx, t, factory.WaitForCacheSync, func() (*esv1.EgressQoS, error) { return lister.EgressQoSes(ns).Get(esv1.EgressQoSName) })
 	if cached == nil || cached.UID != qos.UID {
 		t.Fatalf("lister: %+v, %v", cached, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -166,6 +167,27 @@ func manifest(name, spec string) string { return manifestOf("EgressService", nam
 func (a *api) replacement(ns, name, spec string) string {
 	a.t.Helper()
 	return a.replacementOf("egressservices", "EgressService", ns, name, spec)
+}
+
+// awaitCached waits for an informer factory's caches (waitForSync, the
+// factory's WaitForCacheSync), then until get finds the object in its
+// lister (an event may still be on its way), and returns it with get's
+// last error.
+func awaitCached[T any](ctx context.Context, t *testing.T, waitForSync func(<-chan struct{}) map[reflect.Type]bool,
+	get func() (*T, error)) (*T, error) {
+	t.Helper()
+	for _, synced := range waitForSync(ctx.Done()) {
+		if !synced {
+			t.Fatal("informer did not sync")
+		}
+	}
+	for {
+		obj, err := get()
+		if err == nil || ctx.Err() != nil {
+			return obj, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // manifestOf is a create body for an object of kind (of this API group)
