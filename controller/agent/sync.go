@@ -279,13 +279,13 @@ const answersPollInterval = 20 * time.Millisecond
 // awaitAnswers waits until dns has an answer (or a negative one) for each
 // of names, firstAnswersTimeout at most.
 func awaitAnswers(ctx context.Context, dns FirewallDNS, names []string) {
+	// A wildcard is answered only by the pods' replies: not awaited.
+	exact := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return strings.HasPrefix(n, "*.") })
 	ctx, cancel := context.WithTimeout(ctx, firstAnswersTimeout)
 	defer cancel()
 	for {
 		snapshot := dns.Snapshot()
-		missing := slices.DeleteFunc(slices.Clone(names), func(n string) bool { _, ok := snapshot[n]; return ok })
-		// A wildcard is answered only by the pods' replies: not awaited.
-		missing = slices.DeleteFunc(missing, func(n string) bool { return strings.HasPrefix(n, "*.") })
+		missing := slices.DeleteFunc(slices.Clone(exact), func(n string) bool { _, ok := snapshot[n]; return ok })
 		if len(missing) == 0 {
 			return
 		}
