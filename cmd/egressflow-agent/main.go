@@ -306,7 +306,7 @@ func run() error {
 		},
 		Facts: func() heartbeat.Facts {
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
-				FirewallRevision: a.FirewallRevision()}
+				FirewallRevision: a.FirewallRevision(), EgressSubnets: bridgeSubnets(handle, bridge)}
 		},
 		Observe: metrics.ObserveRenewal,
 	})
@@ -484,6 +484,36 @@ func bridgeMAC(handle *netlink.Handle, bridge string) string {
 		return ""
 	}
 	return link.Attrs().HardwareAddr.String()
+}
+
+// bridgeSubnets are the subnets of the global unicast addresses on the
+// bridge's LOCAL interface (the node IP's and any other), for the
+// EgressIP assignment (heartbeat.Facts.EgressSubnets). One netlink dump of
+// a single interface's addresses, asked once per renewal: cheaper than
+// keeping a subscription's cache current. Nil when the bridge cannot be
+// read (its agent then offers no subnet until it can).
+func bridgeSubnets(handle *netlink.Handle, bridge string) []netip.Prefix {
+	link, err := handle.LinkByName(bridge)
+	if err != nil {
+		return nil
+	}
+	addrs, err := handle.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil
+	}
+	prefixes := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		if a.IPNet == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		prefixes = append(prefixes, netip.PrefixFrom(ip.Unmap(), ones))
+	}
+	return heartbeat.EgressSubnets(prefixes)
 }
 
 // The agent's Event writes (controller/events). An agent emits Warnings

@@ -1,8 +1,10 @@
 package heartbeat
 
 import (
+	"cmp"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +57,9 @@ const (
 	// AnnotationFirewallRevision is the agent's EgressFirewall watermark
 	// (see Facts.FirewallRevision).
 	AnnotationFirewallRevision = "egressflow.io/firewall-revision"
+	// AnnotationEgressSubnets are the node's uplink subnets, comma-separated
+	// masked prefixes (see Facts.EgressSubnets).
+	AnnotationEgressSubnets = "egressflow.io/egress-subnets"
 )
 
 // SyncState says whether an agent's dataplane matches its desired state.
@@ -89,6 +94,10 @@ type Facts struct {
 	// FirewallRevision is the agent's EgressFirewall watermark, as
 	// QoSRevision is its EgressQoS one.
 	FirewallRevision string
+	// EgressSubnets are the subnets of the node's uplink (the global
+	// unicast addresses on its bridge, masked; see EgressSubnets): the
+	// cluster component gives the node only egress IPs inside one of them.
+	EgressSubnets []netip.Prefix
 }
 
 // annotations returns the annotations that carry f and d.
@@ -113,11 +122,19 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 	if f.FirewallRevision != "" {
 		a[AnnotationFirewallRevision] = f.FirewallRevision
 	}
+	if len(f.EgressSubnets) > 0 {
+		s := make([]string, len(f.EgressSubnets))
+		for i, p := range f.EgressSubnets {
+			s[i] = p.String()
+		}
+		a[AnnotationEgressSubnets] = strings.Join(s, ",")
+	}
 	return a
 }
 
-// ReadFacts returns the facts a Lease carries. Addresses that do not parse
-// are left out.
+// ReadFacts returns the facts a Lease carries. Addresses and prefixes that
+// do not parse are left out; prefixes are read masked (192.0.2.7/24 is
+// 192.0.2.0/24).
 func ReadFacts(l *coordinationv1.Lease) Facts {
 	a := l.Annotations
 	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState]), QoSRevision: a[AnnotationQoSRevision],
@@ -127,7 +144,41 @@ func ReadFacts(l *coordinationv1.Lease) Facts {
 			f.SteerAddresses = append(f.SteerAddresses, addr)
 		}
 	}
+	f.EgressSubnets = ParseEgressSubnets(a[AnnotationEgressSubnets])
 	return f
+}
+
+// ParseEgressSubnets reads an AnnotationEgressSubnets value tolerantly:
+// entries that are not prefixes (or carry a zone) are skipped, the others
+// masked; nil when none is left.
+func ParseEgressSubnets(v string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range strings.Split(v, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+// EgressSubnets are the subnets an agent publishes for the addresses on
+// its bridge: of each global unicast address (not loopback, link-local,
+// multicast or unspecified), its prefix masked; sorted, each once.
+func EgressSubnets(addrs []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range addrs {
+		a := p.Addr().Unmap()
+		if !p.IsValid() || !a.IsGlobalUnicast() || a.Zone() != "" {
+			continue
+		}
+		out = append(out, netip.PrefixFrom(a, p.Bits()).Masked())
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+	})
+	return slices.Compact(out)
 }
 
 // Duration returns how long a renewal of l is valid: the AnnotationDuration

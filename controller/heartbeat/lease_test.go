@@ -90,6 +90,7 @@ func TestFactsRoundTrip(t *testing.T) {
 		{},
 		{BridgeMAC: "02:00:00:00:00:01", SyncState: SyncStateSynced},
 		{SteerAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}, SyncState: SyncStateFailed},
+		{EgressSubnets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8:1::/64")}},
 	}
 	for _, f := range cases {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: f.annotations(time.Second)}}
@@ -100,9 +101,49 @@ func TestFactsRoundTrip(t *testing.T) {
 			t.Errorf("Duration = %v, %v; want 1s", d, ok)
 		}
 	}
+	// Written by hand: entries that are not prefixes are skipped, the
+	// others read masked, in the order written.
+	subnets := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		AnnotationEgressSubnets: " 192.0.2.7/24,nonsense,,2001:DB8:1::5/64 ,10.0.0.1,fe80::1%eth0/64,198.51.100.0/33"}}}
+	wantSubnets := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8:1::/64")}
+	if got := ReadFacts(subnets).EgressSubnets; !reflect.DeepEqual(got, wantSubnets) {
+		t.Errorf("egress subnets read as %v, want %v", got, wantSubnets)
+	}
+	if got := (Facts{EgressSubnets: wantSubnets}).annotations(time.Second)[AnnotationEgressSubnets]; got != "192.0.2.0/24,2001:db8:1::/64" {
+		t.Errorf("egress subnets written as %q", got)
+	}
 	bad := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationSteerAddresses: "192.0.2.1, nonsense ,"}}}
 	if got := ReadFacts(bad).SteerAddresses; len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.1") {
 		t.Errorf("unparseable addresses kept: %v", got)
+	}
+}
+
+// TestEgressSubnets: what an agent publishes for the addresses on its
+// bridge: global unicast ones only, masked, sorted, each subnet once.
+func TestEgressSubnets(t *testing.T) {
+	in := []netip.Prefix{
+		netip.MustParsePrefix("2001:db8:1::5/64"),
+		netip.MustParsePrefix("192.0.2.7/24"),
+		netip.MustParsePrefix("192.0.2.8/24"), // the same subnet again
+		netip.MustParsePrefix("fe80::1/64"),   // link-local
+		netip.MustParsePrefix("169.254.3.1/16"),
+		netip.MustParsePrefix("127.0.0.1/8"),
+		netip.MustParsePrefix("::1/128"),
+		netip.MustParsePrefix("198.51.100.9/32"),
+		netip.MustParsePrefix("10.1.2.3/16"), // private addresses are global unicast
+		{},
+	}
+	want := []netip.Prefix{
+		netip.MustParsePrefix("10.1.0.0/16"),
+		netip.MustParsePrefix("192.0.2.0/24"),
+		netip.MustParsePrefix("198.51.100.9/32"),
+		netip.MustParsePrefix("2001:db8:1::/64"),
+	}
+	if got := EgressSubnets(in); !reflect.DeepEqual(got, want) {
+		t.Errorf("EgressSubnets = %v, want %v", got, want)
+	}
+	if got := EgressSubnets(nil); got != nil {
+		t.Errorf("EgressSubnets(nil) = %v", got)
 	}
 }
 
@@ -125,6 +166,13 @@ func TestDesired(t *testing.T) {
 	}
 	acquired := first.Spec.AcquireTime.Time
 	clk.Step(time.Second)
+	withSubnets := r.desired(first, Facts{SyncState: SyncStateSynced, EgressSubnets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}})
+	if got := withSubnets.Annotations[AnnotationEgressSubnets]; got != "192.0.2.0/24" {
+		t.Errorf("egress subnets annotation %q", got)
+	}
+	if got := r.desired(withSubnets, Facts{}).Annotations; got[AnnotationEgressSubnets] != "" {
+		t.Errorf("subnets the agent no longer has stayed on the Lease: %v", got)
+	}
 	second := r.desired(first, Facts{SyncState: SyncStateSynced})
 	if _, ok := second.Annotations[AnnotationBridgeMAC]; ok {
 		t.Error("a fact the agent no longer has stayed on the Lease")
