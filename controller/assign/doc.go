@@ -45,4 +45,16 @@
 // (hostname-only) are ignored.
 //
 // Node label: LabelKey. See its doc for names longer than 63 characters.
+//
+// # EgressIP
+//
+// DecideEgressIP (egressip.go) picks the node of each address of one
+// EgressIP: a node labelled EgressAssignableLabel, Ready, with a live
+// agent and the address in one of its agent's subnets; two addresses of
+// one EgressIP never on one node; a valid holder kept; otherwise the fewest
+// addresses first, ties to the rendezvous hash of (address, node), then
+// the name. Which of two EgressIPs listing one address may hold it (the
+// older) is the caller's to say. The reasons of addresses not held are
+// reasons.NoEgressNode, NoNodeInSubnet, NodesUnavailable, AllNodesTaken,
+// AddressConflict and InvalidAddress.
 package assign

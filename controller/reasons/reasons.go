@@ -120,3 +120,29 @@ const (
 	// what the reference's empty address set does.
 	DNSNameUnresolved Reason = "DNSNameUnresolved"
 )
+
+// Why an address of an EgressIP is held by a node, or by none
+// (controller/assign's DecideEgressIP): the reason of the EgressIP's
+// Assigned condition (that of its first address not held, in spec order)
+// and of its Events. Assigned (above) says the address is held; the
+// condition's reason is Assigned when every address is.
+const (
+	// NoEgressNode: no node is labelled k8s.ovn.org/egress-assignable.
+	NoEgressNode Reason = "NoEgressNode"
+	// NoNodeInSubnet: no egress node has the address inside one of the
+	// subnets its agent publishes (heartbeat.Facts.EgressSubnets).
+	NoNodeInSubnet Reason = "NoNodeInSubnet"
+	// NodesUnavailable: egress nodes have the address in a subnet, but none
+	// of them is Ready with a live agent.
+	NodesUnavailable Reason = "NodesUnavailable"
+	// AllNodesTaken: every available egress node with the address in a
+	// subnet holds another address of the same EgressIP (two addresses of
+	// one EgressIP never share a node).
+	AllNodesTaken Reason = "AllNodesTaken"
+	// AddressConflict: an older EgressIP (by creationTimestamp, then name)
+	// lists the same address and is the one that may hold it.
+	AddressConflict Reason = "AddressConflict"
+	// InvalidAddress: a spec.egressIPs entry that is not an IP address, or
+	// repeats one (the CRD refuses both; an object stored otherwise).
+	InvalidAddress Reason = "InvalidAddress"
+)
