@@ -64,6 +64,7 @@ func run() error {
 	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs; endpoints outside them are host-networked and ignored (empty: every endpoint counts)")
 	fs.IntVar(&opts.ServiceWorkers, "service-workers", cluster.DefaultServiceWorkers, "EgressServices synced in parallel")
 	fs.IntVar(&opts.NodeWorkers, "node-workers", cluster.DefaultNodeWorkers, "node label patches in parallel")
+	fs.IntVar(&opts.EgressIPWorkers, "egressip-workers", cluster.DefaultEgressIPWorkers, "EgressIPs synced in parallel")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", cluster.DefaultResyncPeriod, "how often everything is re-checked (no API write when right); negative disables")
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
 	fs.DurationVar(&opts.RetryMaxDelay, "retry-max-delay", cluster.DefaultRetryMaxDelay, "cap of the retry delay")

@@ -35,8 +35,8 @@ const endpointSliceServiceIndex = "service"
 // eventComponent is the source of the Events the controller emits.
 const eventComponent = "egressflow-controller"
 
-// Controller assigns EgressService hosts and reports where EgressQoSes and
-// EgressFirewalls are applied. Build it with New, run it with Run.
+// Controller assigns EgressService hosts and EgressIP addresses to nodes,
+// and reports where EgressQoSes and EgressFirewalls are applied. Build it with New, run it with Run.
 type Controller struct {
 	opts    Options
 	kube    kubernetes.Interface
@@ -49,6 +49,7 @@ type Controller struct {
 	esInformers    esinformers.SharedInformerFactory
 
 	esLister      eslisters.EgressServiceLister
+	eipLister     eslisters.EgressIPLister
 	serviceLister corelisters.ServiceLister
 	nodeLister    corelisters.NodeLister
 	leaseLister   coordinationlisters.LeaseLister
@@ -73,6 +74,9 @@ type Controller struct {
 	judgeMu     sync.Mutex
 	judge       *heartbeat.Judge
 	lastVerdict heartbeat.Verdict
+	// subnets are the agents' published subnets as last seen (every
+	// replica), for the EgressIP assignment.
+	subnets subnetTracker
 
 	// qos and firewall report where EgressQoSes and EgressFirewalls are
 	// applied (rollout.go); every replica feeds their trackers (first
@@ -96,6 +100,10 @@ type term struct {
 	qos      *rolloutTerm[*esv1.EgressQoS]
 	firewall *rolloutTerm[*esv1.EgressFirewall]
 	podCIDRs podCIDRCache
+	// eips and eipQueue assign EgressIPs' addresses to nodes
+	// (egressip.go): the bookkeeping and the queue of EgressIP names.
+	eips     *eipState
+	eipQueue workqueue.TypedRateLimitingInterface[string]
 }
 
 // New builds a controller that talks to the API server of cfg.
@@ -139,6 +147,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	esInf := c.esInformers.K8s().V1().EgressServices()
 	qosInf := c.esInformers.K8s().V1().EgressQoSes()
 	firewallInf := c.esInformers.K8s().V1().EgressFirewalls()
+	eipInf := c.esInformers.K8s().V1().EgressIPs()
 	svcInf := c.kubeInformers.Core().V1().Services()
 	nodeInf := c.kubeInformers.Core().V1().Nodes()
 	sliceInf := c.kubeInformers.Discovery().V1().EndpointSlices()
@@ -151,6 +160,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	c.rollouts = []rolloutRunner{c.qos, c.firewall}
 	c.esLister, c.serviceLister, c.nodeLister, c.leaseLister = esInf.Lister(), svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()
+	c.eipLister = eipInf.Lister()
 
 	for _, h := range []struct {
 		inf     cache.SharedIndexInformer
@@ -159,6 +169,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		{esInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressService, UpdateFunc: c.onEgressServiceUpdate, DeleteFunc: c.onEgressService}},
 		{qosInf.Informer(), c.qos.handler()},
 		{firewallInf.Informer(), c.firewall.handler()},
+		{eipInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressIP, UpdateFunc: c.onEgressIPUpdate, DeleteFunc: c.onEgressIP}},
 		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onService, UpdateFunc: func(_, n any) { c.onService(n) }, DeleteFunc: c.onService}},
 		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onSlice, UpdateFunc: c.onSliceUpdate, DeleteFunc: c.onSlice}},
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onNodeAdd, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onNodeDelete}},

@@ -105,6 +105,7 @@ func (c *Controller) onNodeAdd(obj any) {
 	c.nodeChanged(t, n.Name)
 	c.nodeLabelsObserved(t, n)
 	c.nodeCIDRsChanged(t, nil, n)
+	c.egressNodeEvent(t, nil, n)
 }
 
 func (c *Controller) onNodeUpdate(oldObj, newObj any) {
@@ -118,6 +119,7 @@ func (c *Controller) onNodeUpdate(oldObj, newObj any) {
 	}
 	c.nodeLabelsObserved(t, n)
 	c.nodeCIDRsChanged(t, o, n)
+	c.egressNodeEvent(t, o, n)
 }
 
 func (c *Controller) onNodeDelete(obj any) {
@@ -138,6 +140,7 @@ func (c *Controller) onNodeDelete(obj any) {
 	c.nodeChanged(t, n.Name)
 	c.unblockHolders(t, removed)
 	c.nodeCIDRsChanged(t, n, nil)
+	c.egressNodeEvent(t, n, nil)
 }
 
 // nodeLabelsObserved records a node's service labels and queues the node
@@ -217,6 +220,7 @@ func (c *Controller) onLease(obj any) {
 	for _, r := range c.rollouts {
 		r.observeAgent(t, l.Name, facts)
 	}
+	c.leaseSubnetsObserved(l, false)
 	c.judgeMu.Lock()
 	changed := c.judge.Observe(c.opts.Clock.Now(), l)
 	c.judgeMu.Unlock()
@@ -236,6 +240,7 @@ func (c *Controller) onLeaseDelete(obj any) {
 		for _, r := range c.rollouts {
 			r.forgetAgent(l.Name)
 		}
+		c.leaseSubnetsObserved(l, true)
 	}
 	if t := c.term.Load(); t != nil {
 		c.judgeLiveness(t)
@@ -273,6 +278,7 @@ func (c *Controller) judgeLiveness(t *term) {
 	t.state.mu.Unlock()
 	for _, node := range changed {
 		c.nodeChanged(t, node)
+		c.egressLivenessChanged(t, node, alive[node])
 		for _, r := range c.rollouts {
 			r.agentLivenessChanged(t, node)
 		}

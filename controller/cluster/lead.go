@@ -33,6 +33,8 @@ func (c *Controller) lead(ctx context.Context) {
 		services: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressservices", Clock: c.opts.Clock}),
 		nodes:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", Clock: c.opts.Clock}),
 		liveness: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "agent-leases", Clock: c.opts.Clock}),
+		eips:     newEIPState(),
+		eipQueue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressips", Clock: c.opts.Clock}),
 	}
 	for _, r := range c.rollouts {
 		r.newTerm(t, limiter())
@@ -42,6 +44,7 @@ func (c *Controller) lead(ctx context.Context) {
 	defer t.services.ShutDown()
 	defer t.nodes.ShutDown()
 	defer t.liveness.ShutDown()
+	defer t.eipQueue.ShutDown()
 
 	// From here on, event handlers feed this term; what they add while the
 	// repair runs is processed after it.
@@ -58,6 +61,7 @@ func (c *Controller) lead(ctx context.Context) {
 
 	start := c.opts.Clock.Now()
 	c.repair(ctx, t)
+	c.adoptEgressIPs(ctx, t)
 	logger.Info("Startup repair done", "duration", c.opts.Clock.Since(start))
 
 	c.enqueueAll(t)
@@ -74,6 +78,7 @@ func (c *Controller) lead(ctx context.Context) {
 	run(c.opts.ServiceWorkers, c.processService)
 	run(c.opts.NodeWorkers, c.processNode)
 	run(1, c.processLiveness)
+	run(c.opts.EgressIPWorkers, c.processEgressIP)
 	for _, r := range c.rollouts {
 		run(r.workerCount(), r.process)
 	}
@@ -95,6 +100,7 @@ func (c *Controller) lead(ctx context.Context) {
 	t.services.ShutDown()
 	t.nodes.ShutDown()
 	t.liveness.ShutDown()
+	t.eipQueue.ShutDown()
 	for _, r := range c.rollouts {
 		r.shutDown(t)
 	}
@@ -102,8 +108,9 @@ func (c *Controller) lead(ctx context.Context) {
 	logger.Info("Stopped leading work", "identity", c.opts.Identity)
 }
 
-// enqueueAll enqueues every EgressService, EgressQoS, EgressFirewall and
-// node: a resync. Syncs of objects that are right cost no API call.
+// enqueueAll enqueues every EgressService, EgressIP, EgressQoS,
+// EgressFirewall and node: a resync. Syncs of objects that are right cost
+// no API call.
 func (c *Controller) enqueueAll(t *term) {
 	ess, _ := c.esLister.List(labels.Everything())
 	for _, es := range ess {
@@ -113,13 +120,17 @@ func (c *Controller) enqueueAll(t *term) {
 	for _, n := range nodes {
 		t.nodes.Add(n.Name)
 	}
+	eips, _ := c.eipLister.List(labels.Everything())
+	for _, eip := range eips {
+		t.eipQueue.Add(eip.Name)
+	}
 	for _, r := range c.rollouts {
 		r.enqueueAll(t)
 	}
 }
 
-// Resync enqueues every EgressService, EgressQoS, EgressFirewall and node
-// now, as the periodic resync does. It does nothing while this replica does not lead.
+// Resync enqueues every EgressService, EgressIP, EgressQoS, EgressFirewall
+// and node now, as the periodic resync does. It does nothing while this replica does not lead.
 func (c *Controller) Resync() {
 	if t := c.term.Load(); t != nil {
 		c.enqueueAll(t)
@@ -134,7 +145,7 @@ func (c *Controller) Leading() bool { return c.term.Load() != nil }
 // progress (delayed retries and Lease expiry checks are not counted).
 func (c *Controller) Idle() bool {
 	t := c.term.Load()
-	if t == nil || t.services.Len() > 0 || t.nodes.Len() > 0 || c.active.Load() > 0 {
+	if t == nil || t.services.Len() > 0 || t.nodes.Len() > 0 || t.eipQueue.Len() > 0 || c.active.Load() > 0 {
 		return false
 	}
 	for _, r := range c.rollouts {
@@ -180,6 +191,10 @@ func process[T comparable](ctx context.Context, c *Controller, q workqueue.Typed
 
 func (c *Controller) processService(ctx context.Context, t *term) bool {
 	return process(ctx, c, t.services, queueService, func(ctx context.Context, key string) error { return c.syncService(ctx, t, key) })
+}
+
+func (c *Controller) processEgressIP(ctx context.Context, t *term) bool {
+	return process(ctx, c, t.eipQueue, queueEgressIP, func(ctx context.Context, name string) error { return c.syncEgressIP(ctx, t, name) })
 }
 
 func (c *Controller) processNode(ctx context.Context, t *term) bool {

@@ -35,6 +35,14 @@ type metrics struct {
 	qosApplied      prometheus.Histogram
 	firewallStates  *prometheus.GaugeVec
 	firewallApplied prometheus.Histogram
+	// EgressIP assignment, after the reference's
+	// egress_ips_{assign,unassign}_latency_seconds,
+	// egress_ips_node_unreachable_total and egress_ips_rebalance_total.
+	eipAssign          prometheus.Histogram
+	eipUnassign        prometheus.Histogram
+	eipNodeUnreachable *prometheus.CounterVec
+	eipRebalances      prometheus.Counter
+	eipAddresses       *prometheus.GaugeVec
 }
 
 // eventToStatusBuckets span a sub-millisecond in-memory decision up to the
@@ -66,15 +74,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_syncs_total",
-			Help: "Syncs by queue (service, node, egressqos, egressfirewall) and result (ok, error).",
+			Help: "Syncs by queue (service, node, egressqos, egressfirewall, egressip) and result (ok, error).",
 		}, []string{"queue", "result"}),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_last_successful_sync_timestamp_seconds",
-			Help: "When the last sync that succeeded ended, by queue (service, node, egressqos, egressfirewall), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
+			Help: "When the last sync that succeeded ended, by queue (service, node, egressqos, egressfirewall, egressip), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
 		}, []string{"queue"}),
 		failingSyncs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_failing_syncs",
-			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node, egressqos, egressfirewall); 0 on a replica that does not lead.",
+			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node, egressqos, egressfirewall, egressip); 0 on a replica that does not lead.",
 		}, []string{"queue"}),
 		failing: map[string]map[any]bool{},
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -83,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		apiWritesByResult: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_api_writes_total",
-			Help: "API writes by the controller by kind (status, node_labels, qos_status, firewall_status) and result (ok, conflict, error).",
+			Help: "API writes by the controller by kind (status, node_labels, qos_status, firewall_status, egressip) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
 		events: events.NewCounter("egressflow_controller"),
 		agentsBlind: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -112,12 +120,40 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from the controller first seeing an EgressFirewall generation to every live agent having applied it (generations that waited for agents only).",
 			Buckets: eventToStatusBuckets,
 		}),
+		eipAssign: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egressflow_controller_egressip_assign_latency_seconds",
+			Help:    "Time from the controller learning that an EgressIP address needs a node (the object created or changed, its holder lost) to the status write that names the node. Moves count too.",
+			Buckets: eventToStatusBuckets,
+		}),
+		eipUnassign: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egressflow_controller_egressip_unassign_latency_seconds",
+			Help:    "Time from the controller learning that an EgressIP address must leave its node (the object deleted, the address removed, the node lost) to the status write that removes it (for a deleted object: to the controller forgetting it).",
+			Buckets: eventToStatusBuckets,
+		}),
+		eipNodeUnreachable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_controller_egressip_node_unreachable_total",
+			Help: "Egress nodes that became unreachable while holding EgressIP addresses, by cause (AgentLeaseExpired, NodeNotReady).",
+		}, []string{"cause"}),
+		eipRebalances: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressflow_controller_egressip_rebalance_total",
+			Help: "EgressIP addresses moved from one node to another (the status write that names the new node).",
+		}),
+		eipAddresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_controller_egressip_addresses",
+			Help: "EgressIP addresses by state: held (a node holds it) or unheld (none does; the EgressIP's Assigned condition says why). Only the leader's value describes the cluster.",
+		}, []string{"state"}),
 	}
 	// Known label values start at 0, so that a rate or a sum over them
 	// exists before the first failure.
 	setStates(m.qosStates, nil)
 	setStates(m.firewallStates, nil)
-	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall} {
+	for _, cause := range []string{"AgentLeaseExpired", "NodeNotReady"} {
+		m.eipNodeUnreachable.WithLabelValues(cause)
+	}
+	for _, state := range []string{"held", "unheld"} {
+		m.eipAddresses.WithLabelValues(state)
+	}
+	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP} {
 		m.failingSyncs.WithLabelValues(queue)
 		for _, result := range []string{"ok", "error"} {
 			m.syncs.WithLabelValues(queue, result)
@@ -126,7 +162,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
 			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.qosStates, m.qosApplied,
-			m.firewallStates, m.firewallApplied)
+			m.firewallStates, m.firewallApplied, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
 	}
 	return m
 }
@@ -137,6 +173,7 @@ const (
 	queueNode     = "node"
 	queueQoS      = "egressqos"
 	queueFirewall = "egressfirewall"
+	queueEgressIP = "egressip"
 )
 
 // synced records the sync of key from queue that ended at now with err.

@@ -80,6 +80,12 @@ const (
 	// ordinary lag. Shorter warns of every slow sync; longer leaves a
 	// stuck node unnamed for longer (status.status names it at once).
 	DefaultQoSPendingWarning = 30 * time.Second
+	// DefaultEgressIPWorkers is how many EgressIPs are synced at once. A
+	// sync is an in-memory decision plus at most one write of the object;
+	// as for EgressServices, more workers overlap the writes' round trips
+	// (a burst of new EgressIPs, a node's addresses failing over) at the
+	// cost of API server concurrency.
+	DefaultEgressIPWorkers = 8
 	// DefaultFirewallWorkers and DefaultFirewallPendingWarning are their
 	// EgressFirewall counterparts, for the same reasons: one object per
 	// namespace, changed rarely, taken in by an agent within about a
@@ -131,6 +137,7 @@ type Options struct {
 	// QoSPendingWarning: see DefaultQoSPendingWarning.
 	QoSPendingWarning time.Duration
 	FirewallWorkers   int
+	EgressIPWorkers   int
 	// FirewallPendingWarning: see DefaultFirewallPendingWarning.
 	FirewallPendingWarning time.Duration
 	ResyncPeriod           time.Duration
@@ -155,6 +162,7 @@ func (o *Options) setDefaults() error {
 	setDefault(&o.QoSWorkers, DefaultQoSWorkers)
 	setDefault(&o.QoSPendingWarning, DefaultQoSPendingWarning)
 	setDefault(&o.FirewallWorkers, DefaultFirewallWorkers)
+	setDefault(&o.EgressIPWorkers, DefaultEgressIPWorkers)
 	setDefault(&o.FirewallPendingWarning, DefaultFirewallPendingWarning)
 	setDefault(&o.RetryBaseDelay, DefaultRetryBaseDelay)
 	setDefault(&o.RetryMaxDelay, DefaultRetryMaxDelay)

@@ -55,10 +55,13 @@ const (
 // PodCIDR is the cluster network of the test clusters.
 const PodCIDR = "10.128.0.0/14"
 
-// Manifests are the deploy/ files every test cluster gets.
+// Manifests are the deploy/ files every test cluster gets: the
+// controller's admission policy on EgressIPs among them, so that every
+// test would see the controller change anything but an EgressIP's status.
 // (The Deployment is applied for its validation by the API server; nothing
 // runs it.)
-var Manifests = []string{"deploy/controller/namespace.yaml", "deploy/controller/rbac.yaml", "deploy/controller/deployment.yaml", "deploy/agent/rbac.yaml"}
+var Manifests = []string{"deploy/controller/namespace.yaml", "deploy/controller/rbac.yaml", "deploy/controller/deployment.yaml", "deploy/agent/rbac.yaml",
+	"deploy/admission/controller-egressip-policy.yaml"}
 
 // Env is a test API server with the deploy/ RBAC applied and admin clients.
 type Env struct {
@@ -572,6 +575,7 @@ var firewallNameRule = map[string]any{
 type Agent struct {
 	Node                          string
 	qosRevision, firewallRevision atomic.Pointer[string]
+	egressSubnets                 atomic.Pointer[[]netip.Prefix]
 	cancel                        context.CancelFunc
 	done                          chan struct{}
 }
@@ -584,6 +588,13 @@ func (a *Agent) SetQoSRevision(rv string) { a.qosRevision.Store(&rv) }
 // watermark (heartbeat.Facts.FirewallRevision) from its next renewal on.
 func (a *Agent) SetFirewallRevision(rv string) { a.firewallRevision.Store(&rv) }
 
+// SetEgressSubnets makes the agent publish subnets (CIDRs) as its node's
+// uplink subnets (heartbeat.Facts.EgressSubnets) from its next renewal on.
+func (a *Agent) SetEgressSubnets(subnets ...string) {
+	p := mustPrefixes(subnets...)
+	a.egressSubnets.Store(&p)
+}
+
 // StartAgent starts heartbeating for node with AgentRenew and AgentExpire;
 // the test's end stops it.
 func (e *Env) StartAgent(t testing.TB, node string) *Agent {
@@ -595,9 +606,19 @@ func (e *Env) StartAgent(t testing.TB, node string) *Agent {
 // duration.
 func (e *Env) StartAgentEvery(t testing.TB, node string, renew, expire time.Duration) *Agent {
 	t.Helper()
+	return e.StartAgentWith(t, node, renew, expire)
+}
+
+// StartAgentWith is StartAgentEvery whose agent publishes subnets (CIDRs)
+// from its first renewal on.
+func (e *Env) StartAgentWith(t testing.TB, node string, renew, expire time.Duration, subnets ...string) *Agent {
+	t.Helper()
 	client := kubernetes.NewForConfigOrDie(e.Cluster.Config(kubetest.Agent))
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Agent{Node: node, cancel: cancel, done: make(chan struct{})}
+	if len(subnets) > 0 {
+		a.SetEgressSubnets(subnets...)
+	}
 	r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: kubetest.SystemNamespace, NodeName: node, RenewInterval: renew, LeaseDuration: expire,
 		Facts: func() heartbeat.Facts {
@@ -607,6 +628,9 @@ func (e *Env) StartAgentEvery(t testing.TB, node string, renew, expire time.Dura
 			}
 			if rv := a.firewallRevision.Load(); rv != nil {
 				f.FirewallRevision = *rv
+			}
+			if s := a.egressSubnets.Load(); s != nil {
+				f.EgressSubnets = *s
 			}
 			return f
 		},
@@ -632,6 +656,46 @@ func (e *Env) StartAgentEvery(t testing.TB, node string, renew, expire time.Dura
 func (a *Agent) Stop() {
 	a.cancel()
 	<-a.done
+}
+
+// EgressNode creates a Ready node labelled egress-assignable (plus
+// labels) whose heartbeating agent publishes subnets from its first
+// renewal on.
+func (e *Env) EgressNode(t testing.TB, name string, labels map[string]string, subnets ...string) *Agent {
+	t.Helper()
+	l := map[string]string{assign.EgressAssignableLabel: ""}
+	maps.Copy(l, labels)
+	e.CreateNode(t, name, l, true)
+	return e.StartAgentWith(t, name, AgentRenew, AgentExpire, subnets...)
+}
+
+// CreateEgressIP creates an EgressIP of the given addresses that selects
+// every namespace, and returns it as created.
+func (e *Env) CreateEgressIP(t testing.TB, name string, addresses ...string) *esv1.EgressIP {
+	t.Helper()
+	return createObject(t, e.ES.K8sV1().EgressIPs(), &esv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: esv1.EgressIPSpec{EgressIPs: addresses}})
+}
+
+// GetEgressIP reads an EgressIP.
+func (e *Env) GetEgressIP(t testing.TB, name string) *esv1.EgressIP {
+	t.Helper()
+	return getObject(t, e.ES.K8sV1().EgressIPs(), name)
+}
+
+// UpdateEgressIP reads, modifies and writes back an EgressIP (spec and
+// status alike: it has no status subresource), and returns it as written.
+func (e *Env) UpdateEgressIP(t testing.TB, name string, modify func(*esv1.EgressIP)) *esv1.EgressIP {
+	t.Helper()
+	return updateObject(t, e.ES.K8sV1().EgressIPs(), name, modify)
+}
+
+// DeleteEgressIP deletes an EgressIP.
+func (e *Env) DeleteEgressIP(t testing.TB, name string) {
+	t.Helper()
+	if err := e.ES.K8sV1().EgressIPs().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Node creates a Ready node with labels and a heartbeating agent.

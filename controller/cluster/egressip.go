@@ -1,0 +1,466 @@
+package cluster
+
+import (
+	"cmp"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+)
+
+// EgressIP assignment: which node holds each address of every EgressIP
+// (status.items), decided by assign.DecideEgressIP. This file holds the
+// term's bookkeeping (load per node, who holds what, which EgressIP owns
+// an address two of them list) and the event handlers; sync_egressip.go
+// the sync, the status write, Events and metrics.
+//
+// The contract with the node agents is status.items alone: the agent of
+// the node an item names brings the address up. The agents publish their
+// uplink subnets on their Leases (heartbeat.Facts.EgressSubnets).
+
+// ConditionAssigned is the EgressIP condition that says whether every
+// address is held by a node and, as its reason, why not (that of the
+// first address not held, in spec order).
+const ConditionAssigned = "Assigned"
+
+// eipState is what one term knows of the EgressIP assignment beyond the
+// caches. Every field is guarded by mu; no method makes an API call.
+type eipState struct {
+	mu sync.Mutex
+
+	records map[string]*eipRecord
+	// load is how many addresses each node holds (reserved: decided,
+	// written or about to be), the spread's measure.
+	load map[string]int
+	// byNode indexes EgressIPs by the nodes that hold their addresses.
+	byNode map[string]sets.Set[string]
+	// waiting are EgressIPs with an address no node holds for a reason
+	// the nodes may change: any node change syncs them again.
+	waiting sets.Set[string]
+	// claims are, per address, the EgressIPs that list it; the oldest
+	// owns it (see owner).
+	claims map[netip.Addr]sets.Set[string]
+
+	// gen counts node changes; view is the node view built at viewGen.
+	gen     uint64
+	view    *assign.EgressNodes
+	viewGen uint64
+
+	// written are status writes the cache has not caught up with yet.
+	written map[string]*esv1.EgressIP
+	// eventTime is when the oldest unprocessed event of an EgressIP
+	// arrived: the start of its assign and unassign latencies.
+	eventTime map[string]time.Time
+}
+
+type eipRecord struct {
+	created metav1.Time
+	// addrs are the spec's addresses, canonical, each once.
+	addrs []netip.Addr
+	// holders are the reserved nodes of its addresses.
+	holders map[netip.Addr]string
+	// unheld counts its addresses without a node (any reason).
+	unheld int
+}
+
+func newEIPState() *eipState {
+	return &eipState{
+		records:   map[string]*eipRecord{},
+		load:      map[string]int{},
+		byNode:    map[string]sets.Set[string]{},
+		waiting:   sets.New[string](),
+		claims:    map[netip.Addr]sets.Set[string]{},
+		written:   map[string]*esv1.EgressIP{},
+		eventTime: map[string]time.Time{},
+	}
+}
+
+func (s *eipState) loadOf(node string) int { return s.load[node] }
+
+// specAddresses are eip's addresses, canonical, each once, in spec order.
+func specAddresses(eip *esv1.EgressIP) []netip.Addr {
+	out := make([]netip.Addr, 0, len(eip.Spec.EgressIPs))
+	seen := make(map[netip.Addr]bool, len(eip.Spec.EgressIPs))
+	for _, s := range eip.Spec.EgressIPs {
+		if a, ok := assign.ParseEgressIP(s); ok && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// setSpec records the addresses name lists and its creation time. It
+// returns the other EgressIPs whose ownership of an address may have
+// changed (they list an address name took up or gave up).
+func (s *eipState) setSpec(name string, created metav1.Time, addrs []netip.Addr) (affected []string) {
+	r := s.records[name]
+	if r == nil {
+		r = &eipRecord{holders: map[netip.Addr]string{}}
+		s.records[name] = r
+	}
+	r.created = created
+	before := sets.New(r.addrs...)
+	after := sets.New(addrs...)
+	r.addrs = addrs
+	others := sets.New[string]()
+	for a := range before.Difference(after) {
+		moveClaim(s.claims, a, name, false)
+		others = others.Union(s.claims[a])
+	}
+	for a := range after.Difference(before) {
+		moveClaim(s.claims, a, name, true)
+		others = others.Union(s.claims[a])
+	}
+	others.Delete(name)
+	return sets.List(others)
+}
+
+func moveClaim(claims map[netip.Addr]sets.Set[string], a netip.Addr, name string, add bool) {
+	if add {
+		if claims[a] == nil {
+			claims[a] = sets.New[string]()
+		}
+		claims[a].Insert(name)
+		return
+	}
+	if c := claims[a]; c != nil {
+		c.Delete(name)
+		if c.Len() == 0 {
+			delete(claims, a)
+		}
+	}
+}
+
+// owner is the EgressIP that may hold a: the oldest of those that list
+// it, by creationTimestamp, then name.
+func (s *eipState) owner(a netip.Addr) string {
+	best := ""
+	for name := range s.claims[a] {
+		if best == "" || olderEIP(s.records[name], name, s.records[best], best) {
+			best = name
+		}
+	}
+	return best
+}
+
+func olderEIP(a *eipRecord, aName string, b *eipRecord, bName string) bool {
+	if c := a.created.Compare(b.created.Time); c != 0 {
+		return c < 0
+	}
+	return strings.Compare(aName, bName) < 0
+}
+
+// conflicts are name's addresses that an older EgressIP owns.
+func (s *eipState) conflicts(name string) map[netip.Addr]string {
+	var out map[netip.Addr]string
+	for _, a := range s.records[name].addrs {
+		if s.claims[a].Len() < 2 {
+			continue
+		}
+		if o := s.owner(a); o != name {
+			if out == nil {
+				out = map[netip.Addr]string{}
+			}
+			out[a] = o
+		}
+	}
+	return out
+}
+
+// reserve makes held the nodes of name's addresses, and records how many
+// of its addresses are not held and whether it waits for nodes.
+func (s *eipState) reserve(name string, held map[netip.Addr]string, unheld int, waiting bool) {
+	r := s.records[name]
+	for a, n := range r.holders {
+		if held[a] != n {
+			s.unhold(name, r, a, n)
+		}
+	}
+	for a, n := range held {
+		if r.holders[a] != n {
+			r.holders[a] = n
+			s.load[n]++
+			if s.byNode[n] == nil {
+				s.byNode[n] = sets.New[string]()
+			}
+			s.byNode[n].Insert(name)
+		}
+	}
+	r.unheld = unheld
+	if waiting {
+		s.waiting.Insert(name)
+	} else {
+		s.waiting.Delete(name)
+	}
+}
+
+func (s *eipState) unhold(name string, r *eipRecord, a netip.Addr, n string) {
+	delete(r.holders, a)
+	if s.load[n]--; s.load[n] <= 0 {
+		delete(s.load, n)
+	}
+	for _, other := range r.holders {
+		if other == n {
+			return // a status another writer made: two addresses on n
+		}
+	}
+	if set := s.byNode[n]; set != nil {
+		set.Delete(name)
+		if set.Len() == 0 {
+			delete(s.byNode, n)
+		}
+	}
+}
+
+// release forgets name (deleted). It returns what it held and the
+// EgressIPs whose ownership of an address may have changed.
+func (s *eipState) release(name string) (held map[netip.Addr]string, affected []string) {
+	r := s.records[name]
+	if r == nil {
+		return nil, nil
+	}
+	held = make(map[netip.Addr]string, len(r.holders))
+	for a, n := range r.holders {
+		held[a] = n
+		s.unhold(name, r, a, n)
+	}
+	affected = s.setSpec(name, r.created, nil)
+	delete(s.records, name)
+	s.waiting.Delete(name)
+	delete(s.written, name)
+	delete(s.eventTime, name)
+	return held, affected
+}
+
+// nodeChanged notes that node's candidacy may have changed (its label,
+// readiness, agent or subnets): the node view is stale, and it returns the
+// EgressIPs to sync again: those that hold an address on node, and, when
+// the node is or was an egress node (relevant), those waiting for one.
+func (s *eipState) nodeChanged(node string, relevant bool, now time.Time) []string {
+	s.gen++
+	keys := s.byNode[node].Clone()
+	if relevant {
+		keys = keys.Union(s.waiting)
+	}
+	for k := range keys {
+		s.noteEvent(k, now)
+	}
+	return keys.UnsortedList()
+}
+
+// totals are the addresses held and not held, over every EgressIP.
+func (s *eipState) totals() (held, unheld int) {
+	for _, r := range s.records {
+		held += len(r.holders)
+		unheld += r.unheld
+	}
+	return held, unheld
+}
+
+func (s *eipState) freshest(name string, eip *esv1.EgressIP) *esv1.EgressIP {
+	return fresherOfWritten(s.written, name, eip)
+}
+
+func (s *eipState) noteEvent(name string, t time.Time) {
+	if _, ok := s.eventTime[name]; !ok {
+		s.eventTime[name] = t
+	}
+}
+
+func (s *eipState) takeEvent(name string) (time.Time, bool) {
+	t, ok := s.eventTime[name]
+	delete(s.eventTime, name)
+	return t, ok
+}
+
+// egressNodes is the node view of the EgressIP decisions: the nodes
+// labelled egress-assignable with their readiness, agent liveness and
+// subnets, rebuilt when a node change made it stale.
+func (c *Controller) egressNodes(t *term) assign.EgressNodes {
+	e := t.eips
+	e.mu.Lock()
+	if e.view != nil && e.viewGen == e.gen {
+		v := *e.view
+		e.mu.Unlock()
+		return v
+	}
+	gen := e.gen
+	e.mu.Unlock()
+
+	nodes, _ := c.nodeLister.List(labels.Everything())
+	t.state.mu.Lock()
+	alive := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		alive[n.Name] = t.state.alive[n.Name]
+	}
+	t.state.mu.Unlock()
+	view := assign.EgressNodes{Assignable: map[string]*assign.EgressNode{}, Exists: c.nodeExists}
+	for _, n := range nodes {
+		if !assign.EgressAssignable(n) {
+			continue
+		}
+		en := &assign.EgressNode{Name: n.Name, Ready: assign.NodeReady(n), AgentAlive: alive[n.Name]}
+		if l, err := c.leaseLister.Leases(c.opts.Namespace).Get(n.Name); err == nil {
+			en.Subnets = heartbeat.ReadFacts(l).EgressSubnets
+		}
+		view.Assignable[n.Name] = en
+	}
+
+	e.mu.Lock()
+	if e.gen == gen {
+		e.view, e.viewGen = &view, gen
+	}
+	e.mu.Unlock()
+	return view
+}
+
+func (c *Controller) nodeExists(name string) bool {
+	_, err := c.nodeLister.Get(name)
+	return err == nil
+}
+
+// Event handlers: they record and enqueue; syncEgressIP decides.
+
+func (c *Controller) enqueueEgressIP(t *term, name string) {
+	t.eips.mu.Lock()
+	t.eips.noteEvent(name, c.opts.Clock.Now())
+	t.eips.mu.Unlock()
+	t.eipQueue.Add(name)
+}
+
+func (c *Controller) onEgressIP(obj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.enqueueEgressIP(t, key)
+	}
+}
+
+func (c *Controller) onEgressIPUpdate(oldObj, newObj any) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	o, n := oldObj.(*esv1.EgressIP), newObj.(*esv1.EgressIP)
+	t.eips.mu.Lock()
+	t.eips.freshest(n.Name, n) // drops our write once the cache has it
+	t.eips.mu.Unlock()
+	if o.Generation == n.Generation {
+		return // metadata only: spec and status bump the generation (no status subresource)
+	}
+	c.enqueueEgressIP(t, n.Name)
+}
+
+// egressNodeChanged syncs again the EgressIPs a change of node may
+// concern; relevant says whether the node is or was an egress node.
+func (c *Controller) egressNodeChanged(t *term, node string, relevant bool) {
+	t.eips.mu.Lock()
+	keys := t.eips.nodeChanged(node, relevant, c.opts.Clock.Now())
+	t.eips.mu.Unlock()
+	for _, k := range keys {
+		t.eipQueue.Add(k)
+	}
+}
+
+// egressNodeEvent feeds a Node add, update or delete (nil for none) to the
+// EgressIP assignment: a change of the label or of readiness matters; a
+// node that stops being Ready while it holds addresses counts as
+// unreachable.
+func (c *Controller) egressNodeEvent(t *term, old, cur *corev1.Node) {
+	var was, is, wasReady, isReady bool
+	name := ""
+	if old != nil {
+		was, wasReady, name = assign.EgressAssignable(old), assign.NodeReady(old), old.Name
+	}
+	if cur != nil {
+		is, isReady, name = assign.EgressAssignable(cur), assign.NodeReady(cur), cur.Name
+	}
+	if old != nil && cur != nil && was == is && wasReady == isReady {
+		return
+	}
+	if was && wasReady && cur != nil && !isReady {
+		c.noteUnreachable(t, name, assign.NodeNotReady)
+	}
+	c.egressNodeChanged(t, name, was || is)
+}
+
+// noteUnreachable counts an egress node that holds addresses becoming
+// unreachable (cause NodeNotReady or AgentLeaseExpired).
+func (c *Controller) noteUnreachable(t *term, node string, cause assign.NodeProblem) {
+	t.eips.mu.Lock()
+	holds := t.eips.load[node] > 0
+	t.eips.mu.Unlock()
+	if holds {
+		c.metrics.eipNodeUnreachable.WithLabelValues(string(cause)).Inc()
+	}
+}
+
+// egressLivenessChanged feeds a change of an agent's liveness (judged in
+// judgeLiveness) to the EgressIP assignment.
+func (c *Controller) egressLivenessChanged(t *term, node string, alive bool) {
+	if !alive {
+		c.noteUnreachable(t, node, assign.NodeAgentLeaseExpired)
+	}
+	c.egressNodeChanged(t, node, c.isEgressNode(node))
+}
+
+// isEgressNode says whether node is labelled egress-assignable in the
+// cache; a node that is not there counts, as it may just have gone.
+func (c *Controller) isEgressNode(node string) bool {
+	n, err := c.nodeLister.Get(node)
+	return err != nil || assign.EgressAssignable(n)
+}
+
+// subnetTracker remembers, in every replica, the subnets each agent last
+// published, so that a renewal that changes nothing costs nothing.
+type subnetTracker struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+// observe records node's published subnets (raw annotation); it says
+// whether they changed.
+func (s *subnetTracker) observe(node, raw string, deleted bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		s.last = map[string]string{}
+	}
+	prev, known := s.last[node]
+	if deleted {
+		delete(s.last, node)
+		return known
+	}
+	s.last[node] = raw
+	return !known || prev != raw
+}
+
+// leaseSubnetsObserved syncs the EgressIPs concerned when an agent's
+// published subnets changed (or its Lease went).
+func (c *Controller) leaseSubnetsObserved(l *coordinationv1.Lease, deleted bool) {
+	if !c.subnets.observe(l.Name, l.Annotations[heartbeat.AnnotationEgressSubnets], deleted) {
+		return
+	}
+	if t := c.term.Load(); t != nil {
+		c.egressNodeChanged(t, l.Name, c.isEgressNode(l.Name))
+	}
+}
+
+// sortEIPs orders EgressIPs oldest first (creationTimestamp, then name).
+func sortEIPs(a, b *esv1.EgressIP) int {
+	return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+}

@@ -1,0 +1,296 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/reasons"
+)
+
+// errSpecChanged: the EgressIP's spec changed between the decision and
+// the write; the write is dropped and the object synced again.
+var errSpecChanged = errors.New("spec changed since the decision")
+
+// syncEgressIP converges one EgressIP: it decides the node of each address
+// from the caches (keeping valid holders), then writes status.items and
+// the Assigned condition if they differ, with the object (EgressIP has no
+// status subresource), never changing its spec. It writes nothing when the
+// status is already right.
+func (c *Controller) syncEgressIP(ctx context.Context, t *term, name string) error {
+	e := t.eips
+	eip, err := c.eipLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.egressIPDeleted(t, name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	view := c.egressNodes(t)
+
+	e.mu.Lock()
+	eventAt, hasEvent := e.takeEvent(name)
+	eip = e.freshest(name, eip)
+	d, affected := e.decide(eip, view)
+	c.setEgressIPGauges(e)
+	e.mu.Unlock()
+	for _, k := range affected {
+		c.enqueueEgressIP(t, k)
+	}
+
+	items := d.StatusItems()
+	cond := assignedCondition(eip, d)
+	written, err := c.writeEgressIPStatus(ctx, eip, items, cond)
+	if errors.Is(err, errSpecChanged) {
+		// The informer brings the new spec; decide again from it.
+		t.eipQueue.Add(name)
+		err = nil
+	}
+	if err != nil || written == nil {
+		if hasEvent && err != nil {
+			e.mu.Lock()
+			e.noteEvent(name, eventAt)
+			e.mu.Unlock()
+		}
+		return err
+	}
+	e.mu.Lock()
+	e.written[name] = written
+	e.mu.Unlock()
+	c.reportEgressIP(ctx, eip, d, cond, eventAt, hasEvent)
+	return nil
+}
+
+// egressIPDeleted forgets a deleted EgressIP: its addresses are no longer
+// held anywhere (there is no object left to write), and the EgressIPs
+// that list the same addresses may take them.
+func (c *Controller) egressIPDeleted(t *term, name string) {
+	e := t.eips
+	e.mu.Lock()
+	eventAt, hasEvent := e.takeEvent(name)
+	held, affected := e.release(name)
+	c.setEgressIPGauges(e)
+	e.mu.Unlock()
+	if hasEvent {
+		for range held {
+			c.metrics.eipUnassign.Observe(c.opts.Clock.Since(eventAt).Seconds())
+		}
+	}
+	for _, k := range affected {
+		c.enqueueEgressIP(t, k)
+	}
+}
+
+// decide decides the nodes of eip's addresses from the holders on record
+// and reserves them. It returns the decision and the other EgressIPs
+// whose ownership of an address may have changed. Call with mu held.
+func (s *eipState) decide(eip *esv1.EgressIP, view assign.EgressNodes) (assign.EgressIPDecision, []string) {
+	affected := s.setSpec(eip.Name, eip.CreationTimestamp, specAddresses(eip))
+	in := assign.EgressIPInput{Addresses: eip.Spec.EgressIPs, Holders: s.records[eip.Name].holders, Conflicts: s.conflicts(eip.Name)}
+	d := assign.DecideEgressIP(in, view, s.loadOf)
+	unheld, waiting := unheldCount(d)
+	s.reserve(eip.Name, d.Held(), unheld, waiting)
+	return d, affected
+}
+
+// unheldCount counts d's addresses without a node, and says whether a
+// change of nodes may give one a node (reasons other than AddressConflict
+// and InvalidAddress).
+func unheldCount(d assign.EgressIPDecision) (unheld int, waiting bool) {
+	for _, it := range d.Items {
+		if it.Node != "" {
+			continue
+		}
+		unheld++
+		if it.Reason != reasons.AddressConflict && it.Reason != reasons.InvalidAddress {
+			waiting = true
+		}
+	}
+	return unheld, waiting
+}
+
+func (c *Controller) setEgressIPGauges(e *eipState) {
+	held, unheld := e.totals()
+	c.metrics.eipAddresses.WithLabelValues("held").Set(float64(held))
+	c.metrics.eipAddresses.WithLabelValues("unheld").Set(float64(unheld))
+}
+
+// assignedCondition is the Assigned condition for decision d on eip. Its
+// observedGeneration is the generation the decision read; since status
+// writes bump the generation too, it is never compared.
+func assignedCondition(eip *esv1.EgressIP, d assign.EgressIPDecision) metav1.Condition {
+	ok, reason, message := d.Condition()
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: ConditionAssigned, Status: status, Reason: string(reason), Message: message, ObservedGeneration: eip.Generation}
+}
+
+// egressIPUpToDate says whether eip's status already says items and cond
+// (the condition's transition time and observed generation aside).
+func egressIPUpToDate(eip *esv1.EgressIP, items []esv1.EgressIPStatusItem, cond metav1.Condition) bool {
+	if len(eip.Status.Items) != len(items) || (len(items) > 0 && !slices.Equal(eip.Status.Items, items)) {
+		return false
+	}
+	cur := meta.FindStatusCondition(eip.Status.Conditions, cond.Type)
+	return cur != nil && cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message
+}
+
+// writeEgressIPStatus makes eip's status say items and cond, with an
+// update of the whole object that carries the resourceVersion read; on a
+// conflict it reads the object again and, if its spec is still the one
+// decided on, tries again. It returns the object as written, or nil when
+// nothing was written.
+func (c *Controller) writeEgressIPStatus(ctx context.Context, eip *esv1.EgressIP, items []esv1.EgressIPStatusItem, cond metav1.Condition) (*esv1.EgressIP, error) {
+	client := c.es.K8sV1().EgressIPs()
+	written, err := writeStatusRetrying(eip,
+		func() (*esv1.EgressIP, error) { return client.Get(ctx, eip.Name, metav1.GetOptions{}) },
+		func(cur *esv1.EgressIP) bool { return egressIPUpToDate(cur, items, cond) },
+		func(cur *esv1.EgressIP) (*esv1.EgressIP, error) {
+			if cur.UID != eip.UID || !apiequality.Semantic.DeepEqual(cur.Spec, eip.Spec) {
+				return nil, errSpecChanged
+			}
+			next := cur.DeepCopy()
+			next.Status.Items = items
+			meta.SetStatusCondition(&next.Status.Conditions, cond)
+			updated, err := client.Update(ctx, next, metav1.UpdateOptions{})
+			c.metrics.apiWritesByResult.WithLabelValues("egressip", writeResult(err)).Inc()
+			return updated, err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("write status of EgressIP %s: %w", eip.Name, err)
+	}
+	return written, nil
+}
+
+// reportEgressIP emits the Events and metrics of a status write: eip is
+// the object before it, d the decision written.
+func (c *Controller) reportEgressIP(ctx context.Context, eip *esv1.EgressIP, d assign.EgressIPDecision, cond metav1.Condition, eventAt time.Time, hasEvent bool) {
+	logger := klog.FromContext(ctx).WithValues("egressIP", klog.KObj(eip))
+	before := map[netip.Addr]string{}
+	for _, it := range eip.Status.Items {
+		if a, ok := assign.ParseEgressIP(it.EgressIP); ok {
+			before[a] = it.Node
+		}
+	}
+	latency := c.opts.Clock.Since(eventAt).Seconds()
+	var assigned, lost []string
+	after := map[netip.Addr]bool{}
+	for _, it := range d.Items {
+		if !it.Addr.IsValid() {
+			continue
+		}
+		after[it.Addr] = true
+		prev := before[it.Addr]
+		switch {
+		case it.Node == prev:
+			continue
+		case it.Node != "" && prev == "":
+			assigned = append(assigned, it.Address+" on "+it.Node)
+		case it.Node != "":
+			c.metrics.eipRebalances.Inc()
+			assigned = append(assigned, fmt.Sprintf("%s moved from %s%s to %s", it.Address, prev, lostCause(it, prev), it.Node))
+		default:
+			lost = append(lost, fmt.Sprintf("%s left %s%s", it.Address, prev, lostCause(it, prev)))
+		}
+		if hasEvent && it.Node != "" {
+			c.metrics.eipAssign.Observe(latency)
+		}
+		if hasEvent && prev != "" {
+			c.metrics.eipUnassign.Observe(latency)
+		}
+	}
+	// Addresses the spec no longer lists.
+	for a := range before {
+		if !after[a] && hasEvent {
+			c.metrics.eipUnassign.Observe(latency)
+		}
+	}
+
+	if len(assigned) > 0 {
+		msg := strings.Join(assigned, "; ")
+		c.events.Event(eip, corev1.EventTypeNormal, string(reasons.Assigned), msg)
+		logger.Info("EgressIP addresses assigned", "changes", msg)
+	}
+	prev := meta.FindStatusCondition(eip.Status.Conditions, ConditionAssigned)
+	changed := prev == nil || prev.Reason != cond.Reason || prev.Message != cond.Message
+	if cond.Status == metav1.ConditionFalse && (changed || len(lost) > 0) {
+		msg := cond.Message
+		if len(lost) > 0 {
+			msg += " (" + strings.Join(lost, "; ") + ")"
+		}
+		c.events.Event(eip, corev1.EventTypeWarning, cond.Reason, msg)
+		logger.Info("EgressIP addresses not held", "reason", cond.Reason, "message", msg)
+	}
+}
+
+// lostCause is " (cause)" when it gave up prev for a known cause.
+func lostCause(it assign.EgressIPItem, prev string) string {
+	if it.Lost != assign.NodeOK && it.Previous == prev {
+		return " (" + string(it.Lost) + ")"
+	}
+	return ""
+}
+
+// adoptEgressIPs runs when a term starts, before any worker: it records
+// every EgressIP's addresses (so that ownership of an address two list is
+// known before any decision) and adopts every status.items entry that is
+// still valid, so that a new leader moves nothing that is right and counts
+// every node's load before it places anything. The workers then converge
+// the rest.
+func (c *Controller) adoptEgressIPs(ctx context.Context, t *term) {
+	e := t.eips
+	eips, _ := c.eipLister.List(labels.Everything())
+	view := c.egressNodes(t)
+	e.mu.Lock()
+	adopted := e.adopt(eips, view)
+	c.setEgressIPGauges(e)
+	e.mu.Unlock()
+	klog.FromContext(ctx).Info("EgressIP assignments adopted", "egressIPs", len(eips), "addresses", adopted)
+}
+
+// adopt records the addresses of every EgressIP of eips, then reserves
+// the holders their status.items name that are still valid (the decision
+// keeps them). It returns how many it adopted. Call with mu held.
+func (s *eipState) adopt(eips []*esv1.EgressIP, view assign.EgressNodes) int {
+	eips = slices.Clone(eips)
+	slices.SortFunc(eips, sortEIPs)
+	for _, eip := range eips {
+		s.setSpec(eip.Name, eip.CreationTimestamp, specAddresses(eip))
+	}
+	adopted := 0
+	for _, eip := range eips {
+		holders := map[netip.Addr]string{}
+		for _, it := range eip.Status.Items {
+			if a, ok := assign.ParseEgressIP(it.EgressIP); ok && it.Node != "" {
+				holders[a] = it.Node
+			}
+		}
+		d := assign.DecideEgressIP(assign.EgressIPInput{Addresses: eip.Spec.EgressIPs, Holders: holders, Conflicts: s.conflicts(eip.Name)}, view, s.loadOf)
+		kept := map[netip.Addr]string{}
+		for _, it := range d.Items {
+			if it.Node != "" && it.Node == it.Previous {
+				kept[it.Addr] = it.Node
+			}
+		}
+		adopted += len(kept)
+		s.reserve(eip.Name, kept, 0, false)
+	}
+	return adopted
+}
