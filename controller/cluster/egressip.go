@@ -357,10 +357,15 @@ func (c *Controller) onEgressIPUpdate(oldObj, newObj any) {
 	}
 	o, n := oldObj.(*esv1.EgressIP), newObj.(*esv1.EgressIP)
 	t.eips.mu.Lock()
+	w, ours := t.eips.written[n.Name]
+	ours = ours && w.ResourceVersion == n.ResourceVersion
 	t.eips.freshest(n.Name, n) // drops our write once the cache has it
 	t.eips.mu.Unlock()
-	if o.Generation == n.Generation {
-		return // metadata only: spec and status bump the generation (no status subresource)
+	if ours || o.Generation == n.Generation {
+		// Our own write coming back (what it says is on record), or
+		// metadata only: spec and status bump the generation (no status
+		// subresource).
+		return
 	}
 	c.enqueueEgressIP(t, n.Name)
 }
