@@ -44,7 +44,7 @@ FUZZTIME_LONG ?= 10m
 DIFF_FLOWS_LONG ?= 50000
 
 .PHONY: images all build generate manifests lint test test-deps demo fuzz-smoke fuzz \
-	bench-openflow bench-controller bench-agent bench-qos bench-firewall bench-restart bench-failover e2e clean
+	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-restart bench-failover e2e clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
 # the cluster up until Ctrl-C; `make test` runs it that way, as a test.
@@ -147,6 +147,10 @@ bench-openflow: test-deps
 ## bench-controller: host assignment at 1,000 nodes x 5,000 services against a real API server.
 bench-controller: test-deps
 	bash test/bench/controller.sh
+
+## bench-egressip-assign: EgressIP assignment at 100 egress nodes x 1,000 EgressIPs against a real API server.
+bench-egressip-assign: test-deps
+	bash test/bench/egressip-assign.sh
 
 ## bench-agent: the node agent at 10,000 services x 10 endpoints against a real API server and OVS.
 bench-agent: test-deps

@@ -1,8 +1,9 @@
 // Package cluster is the cluster component's control loop: it gives every
 // EgressService a host (status.host), labels that node
 // egress-service.k8s.ovn.org/<namespace>-<name> for the load-balancer
-// announcer, follows node agents' liveness through their heartbeat Leases
-// (controller/heartbeat), and reports in each EgressQoS's and
+// announcer, gives every address of every EgressIP a node
+// (status.items, egressip.go), follows node agents' liveness through their
+// heartbeat Leases (controller/heartbeat), and reports in each EgressQoS's and
 // EgressFirewall's status on which live agents' nodes its current
 // generation is applied (rollout.go). Decisions come from
 // controller/assign; this package owns the informers, queues, in-memory
@@ -10,8 +11,8 @@
 //
 // # Shape
 //
-// Informers watch EgressServices, Services, EndpointSlices, Nodes, and the
-// agent Leases of the component's namespace. Event handlers only record and
+// Informers watch EgressServices, EgressIPs, Services, EndpointSlices,
+// Nodes, and the agent Leases of the component's namespace. Event handlers only record and
 // enqueue. Two rate-limited work queues do the writes:
 //
 //   - the service queue (namespace/name) decides a host, writes status.host
@@ -20,6 +21,16 @@
 //   - the node queue (node name) patches a node's service labels to match
 //     the services whose status names it, all changes of one node in one
 //     merge patch.
+//
+// An EgressIP queue (names) decides the node of each address of an
+// EgressIP and writes status.items and the Assigned condition when they
+// differ: one update of the whole object, as EgressIP has no status
+// subresource, retried on conflict with a fresh read only while the spec
+// is the one decided on. Node, readiness, liveness and published-subnet
+// changes re-sync the EgressIPs holding an address on that node and those
+// with an address no node holds; a term starts by adopting every valid
+// status.items entry (adoptEgressIPs), so a new leader moves nothing that
+// is right.
 //
 // A third, delaying queue re-checks each agent Lease at the instant it
 // expires, so a dead agent is noticed then and not at the next resync. Two
@@ -66,7 +77,10 @@
 //
 // # What it must not touch
 //
-// It writes only EgressService, EgressQoS and EgressFirewall status, the
-// service labels of Nodes, its own leader Lease and Events. It never writes agent Leases, Services or
-// EndpointSlices.
+// It writes only EgressService, EgressQoS and EgressFirewall status,
+// EgressIP objects' status (status.items and the Assigned condition,
+// written with the object, never its spec, labels or annotations: the
+// admission policy egressflow-controller-egressip-status enforces it),
+// the service labels of Nodes, its own leader Lease and Events. It never
+// writes agent Leases, Services or EndpointSlices.
 package cluster

@@ -51,6 +51,8 @@ type eipState struct {
 	// claims are, per address, the EgressIPs that list it; the oldest
 	// owns it (see owner).
 	claims map[netip.Addr]sets.Set[string]
+	// held and unheld count addresses over every EgressIP, for the gauge.
+	held, unheld int
 
 	// gen counts node changes; view is the node view built at viewGen.
 	gen     uint64
@@ -191,6 +193,7 @@ func (s *eipState) reserve(name string, held map[netip.Addr]string, unheld int, 
 	for a, n := range held {
 		if r.holders[a] != n {
 			r.holders[a] = n
+			s.held++
 			s.load[n]++
 			if s.byNode[n] == nil {
 				s.byNode[n] = sets.New[string]()
@@ -198,6 +201,7 @@ func (s *eipState) reserve(name string, held map[netip.Addr]string, unheld int, 
 			s.byNode[n].Insert(name)
 		}
 	}
+	s.unheld += unheld - r.unheld
 	r.unheld = unheld
 	if waiting {
 		s.waiting.Insert(name)
@@ -208,6 +212,7 @@ func (s *eipState) reserve(name string, held map[netip.Addr]string, unheld int, 
 
 func (s *eipState) unhold(name string, r *eipRecord, a netip.Addr, n string) {
 	delete(r.holders, a)
+	s.held--
 	if s.load[n]--; s.load[n] <= 0 {
 		delete(s.load, n)
 	}
@@ -237,6 +242,7 @@ func (s *eipState) release(name string) (held map[netip.Addr]string, affected []
 		s.unhold(name, r, a, n)
 	}
 	affected = s.setSpec(name, r.created, nil)
+	s.unheld -= r.unheld
 	delete(s.records, name)
 	s.waiting.Delete(name)
 	delete(s.written, name)
@@ -261,13 +267,7 @@ func (s *eipState) nodeChanged(node string, relevant bool, now time.Time) []stri
 }
 
 // totals are the addresses held and not held, over every EgressIP.
-func (s *eipState) totals() (held, unheld int) {
-	for _, r := range s.records {
-		held += len(r.holders)
-		unheld += r.unheld
-	}
-	return held, unheld
-}
+func (s *eipState) totals() (held, unheld int) { return s.held, s.unheld }
 
 func (s *eipState) freshest(name string, eip *esv1.EgressIP) *esv1.EgressIP {
 	return fresherOfWritten(s.written, name, eip)

@@ -258,6 +258,18 @@ func (s *eipSim) check() error {
 			return fmt.Errorf("indexes: load %v byNode %v; recount %v %v", s.state.load, s.state.byNode, load, byNode)
 		}
 	}
+	held, unheld := 0, 0
+	for _, eip := range s.eips {
+		held += len(eip.Status.Items)
+		for _, str := range eip.Spec.EgressIPs {
+			if !slices.ContainsFunc(eip.Status.Items, func(it esv1.EgressIPStatusItem) bool { return it.EgressIP == str }) {
+				unheld++
+			}
+		}
+	}
+	if h, u := s.state.totals(); h != held || u != unheld {
+		return fmt.Errorf("totals %d held, %d unheld; recount %d, %d", h, u, held, unheld)
+	}
 	if len(s.state.records) != len(s.eips) {
 		return fmt.Errorf("%d records for %d EgressIPs", len(s.state.records), len(s.eips))
 	}

@@ -239,8 +239,8 @@ func TestEgressIPSpread(t *testing.T) {
 	if f.holders()["plain"] != 0 {
 		t.Error("a node without the label holds an address")
 	}
-	if got := counter(t, f.reg, "egressflow_controller_api_writes_total", map[string]string{"kind": "egressip", "result": "ok"}); got != 8 {
-		t.Errorf("api_writes_total{kind=egressip,result=ok} = %v, want 8", got)
+	if got := counter(t, f.reg, "egressflow_controller_api_writes_total", map[string]string{"kind": "egressip_status", "result": "ok"}); got != 8 {
+		t.Errorf("api_writes_total{kind=egressip_status,result=ok} = %v, want 8", got)
 	}
 	if got := eipGauge(t, f.reg, "held"); got != 12 {
 		t.Errorf("addresses{state=held} = %v, want 12", got)

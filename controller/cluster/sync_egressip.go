@@ -170,7 +170,7 @@ func (c *Controller) writeEgressIPStatus(ctx context.Context, eip *esv1.EgressIP
 			next.Status.Items = items
 			meta.SetStatusCondition(&next.Status.Conditions, cond)
 			updated, err := client.Update(ctx, next, metav1.UpdateOptions{})
-			c.metrics.apiWritesByResult.WithLabelValues("egressip", writeResult(err)).Inc()
+			c.metrics.apiWritesByResult.WithLabelValues("egressip_status", writeResult(err)).Inc()
 			return updated, err
 		})
 	if err != nil {

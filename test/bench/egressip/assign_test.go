@@ -1,0 +1,435 @@
+// Package egressip benchmarks the EgressIP side of egressflow against a
+// real API server (test/kubetest). BenchmarkEgressIPAssign is the cluster
+// component's assignment: by default 100 Ready nodes labelled
+// k8s.ovn.org/egress-assignable whose heartbeating agents publish one
+// subnet, and 1,000 EgressIPs of one address each, created while the
+// controller leads. It measures, in one run:
+//
+//   - time from the first create to every address held (seen by a watch),
+//     and from the last create; per EgressIP, create to held (p50, p99,
+//     max);
+//   - API writes per assignment: the controller's EgressIP updates,
+//     counted by a transport wrapped around its client, with conflicts;
+//   - spread: min and max addresses per node;
+//   - a no-op resync's writes;
+//   - failover: one node's agent stops; from its Lease's expiry to every
+//     address it held being held elsewhere (watch), and the writes;
+//   - a new leader (the first replica stopped, another started): its
+//     writes (adoption should make none) and the time until it is idle.
+//
+// Run it with make bench-egressip-assign.
+package egressip
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/cluster"
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
+)
+
+var (
+	nodeCount = flag.Int("nodes", 100, "egress nodes, each with a heartbeating agent")
+	eipCount  = flag.Int("egressips", 1000, "EgressIPs of one address each")
+	// The agents' renewals load the API server for the whole run; at the
+	// production 1 s, 100 nodes are 100 writes/s beside the controller's.
+	// Failover is measured from the Lease's expiry, so it does not depend
+	// on these.
+	agentRenew  = flag.Duration("agent-renew", 2*time.Second, "agent Lease renew interval")
+	agentExpire = flag.Duration("agent-expire", 6*time.Second, "agent Lease duration")
+	// setupWorkers create the objects in parallel, as many clients would.
+	setupWorkers = flag.Int("setup-workers", 32, "parallel object creation")
+	waitLimit    = 5 * time.Minute
+)
+
+// benchSubnet holds every address: each node publishes it.
+const benchSubnet = "198.18.0.0/15"
+
+func BenchmarkEgressIPAssign(b *testing.B) {
+	ctx := context.Background()
+	start := time.Now()
+	env := clustertest.Start(b)
+	out := func(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args...) }
+	out("egressip assign bench: %d egress nodes, %d EgressIPs of one address; agents renew every %v, expire after %v",
+		*nodeCount, *eipCount, *agentRenew, *agentExpire)
+
+	nodes := make([]string, *nodeCount)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("egress-%03d", i)
+	}
+	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
+		n, err := env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
+			Labels: map[string]string{assign.EgressAssignableLabel: ""}}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		_, err = env.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	agents := startAgents(b, env, nodes)
+	out("setup: %d nodes with agents in %v", len(nodes), time.Since(start).Round(time.Millisecond))
+
+	w := watchEgressIPs(b, env)
+	reg := prometheus.NewRegistry()
+	opts := cluster.Options{Identity: "bench-a", LeaderElection: true, RetryPeriod: 500 * time.Millisecond, RenewDeadline: 5 * time.Second,
+		LeaseDuration: 10 * time.Second, Registerer: reg}
+	r := env.RunController(b, opts)
+	waitFor(b, "leading", func() bool { return r.Leading() })
+	waitIdle(b, r)
+
+	// Create every EgressIP at once, as clients would.
+	names := make([]string, *eipCount)
+	created := make([]time.Time, *eipCount)
+	firstCreate := time.Now()
+	wait.Parallel(b, len(names), *setupWorkers, func(i int) error {
+		names[i] = fmt.Sprintf("eip-%04d", i)
+		_, err := env.ES.K8sV1().EgressIPs().Create(ctx, &esv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: names[i]},
+			Spec: esv1.EgressIPSpec{EgressIPs: []string{fmt.Sprintf("198.18.%d.%d", i/250, 1+i%250)}}}, metav1.CreateOptions{})
+		created[i] = time.Now()
+		return err
+	})
+	lastCreate := slices.MaxFunc(created, func(a, b time.Time) int { return a.Compare(b) })
+	heldAt := w.waitAllHeld(b, names)
+	waitIdle(b, r)
+	initial := classify(r.Writes.All())
+	lat := make([]time.Duration, len(names))
+	for i, n := range names {
+		lat[i] = w.heldSince(n).Sub(created[i])
+	}
+	slices.Sort(lat)
+	load := w.load(nodes)
+	lo, hi := slices.Min(load), slices.Max(load)
+
+	// No-op resync.
+	before := r.Writes.Len()
+	t0 := time.Now()
+	r.Resync()
+	waitIdle(b, r)
+	resyncWrites, _ := r.Writes.Since(before)
+	resync := classify(resyncWrites)
+	resyncTime := time.Since(t0)
+
+	// Failover: the first node (by name) among the fullest stops renewing.
+	victim, moved := w.fullest(nodes)
+	agents.stop(victim)
+	lease, err := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(ctx, victim, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	expiry, _ := heartbeat.Expiry(lease)
+	before = r.Writes.Len()
+	waitFor(b, "failover", func() bool { return w.movedAway(moved, victim) })
+	failoverSeen := w.lastChange(moved)
+	waitIdle(b, r)
+	failoverWrites, _ := r.Writes.Since(before)
+	failover := classify(failoverWrites)
+
+	// A new leader adopts.
+	if err := r.Stop(); err != nil {
+		b.Fatal(err)
+	}
+	opts.Identity, opts.Registerer = "bench-b", prometheus.NewRegistry()
+	t0 = time.Now()
+	r2 := env.RunController(b, opts)
+	waitFor(b, "the second replica leads", func() bool { return r2.Leading() })
+	ledAt := time.Now()
+	waitIdle(b, r2)
+	adoptTime := time.Since(ledAt) - quietPeriod
+	adopt := classify(r2.Writes.All())
+
+	total := heldAt.Sub(firstCreate)
+	out("")
+	out("| measure | value |")
+	out("| --- | --- |")
+	out("| EgressIPs x addresses, egress nodes | %d x 1, %d |", len(names), len(nodes))
+	out("| creating them all (%d clients) | %v |", *setupWorkers, lastCreate.Sub(firstCreate).Round(time.Millisecond))
+	out("| first create to all held | %v (%.0f addresses/s) |", total.Round(time.Millisecond), float64(len(names))/total.Seconds())
+	out("| last create to all held | %v |", heldAt.Sub(lastCreate).Round(time.Millisecond))
+	out("| create to held, per EgressIP: p50 / p99 / max | %v / %v / %v |", pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
+	out("| API writes per assignment (EgressIP updates; conflicts) | %.2f (%d updates, %d conflicts, %d other writes besides Events and the leader Lease) |",
+		float64(initial.eip)/float64(len(names)), initial.eip, int(writes(b, reg, "conflict")), initial.other)
+	out("| spread: addresses per node, min..max | %d..%d |", lo, hi)
+	out("| no-op resync: writes, time | %d, %v |", resync.eip+resync.other+resync.events, resyncTime.Round(time.Millisecond))
+	out("| failover of %s (%d addresses): Lease expiry to all held elsewhere (watch) | %v, %d writes |", victim, len(moved), failoverSeen.Sub(expiry).Round(time.Millisecond), failover.eip)
+	out("| new leader: EgressIP writes, leading to idle | %d, %v |", adopt.eip, adoptTime.Round(time.Millisecond))
+	out("| Events written (first assignment) | %d |", initial.events)
+	out("")
+	out("total bench time %v (start to the second leader %v)", time.Since(start).Round(time.Second), t0.Sub(start).Round(time.Second))
+
+	b.ReportMetric(total.Seconds(), "s-to-all-held")
+	b.ReportMetric(float64(initial.eip)/float64(len(names)), "writes/assignment")
+	b.ReportMetric(float64(hi-lo), "spread")
+	b.ReportMetric(float64(resync.eip+resync.other), "resync-writes")
+	b.ReportMetric(float64(failoverSeen.Sub(expiry).Milliseconds()), "failover-ms")
+	b.ReportMetric(float64(adopt.eip), "adopt-writes")
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)].Round(time.Millisecond)
+}
+
+// writes is egressflow_controller_api_writes_total{kind=egressip_status} of a
+// result.
+func writes(b *testing.B, reg *prometheus.Registry, result string) float64 {
+	families, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range families {
+		if mf.GetName() != "egressflow_controller_api_writes_total" {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if (l.GetName() == "kind" && l.GetValue() != "egressip_status") || (l.GetName() == "result" && l.GetValue() != result) {
+					continue next
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+type writeCounts struct{ eip, events, leases, other int }
+
+func classify(reqs []clustertest.Request) writeCounts {
+	var w writeCounts
+	for _, r := range reqs {
+		switch {
+		case strings.Contains(r.Path, "/egressips/") && r.Method == "PUT":
+			w.eip++
+		case strings.Contains(r.Path, "/events"):
+			w.events++
+		case strings.Contains(r.Path, "/leases"):
+			w.leases++
+		default:
+			w.other++
+		}
+	}
+	return w
+}
+
+// agentSet runs one heartbeat.Renewer per node, as the agent identity,
+// publishing benchSubnet.
+type agentSet struct {
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func startAgents(b *testing.B, env *clustertest.Env, nodes []string) *agentSet {
+	client := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	subnets := heartbeat.ParseEgressSubnets(benchSubnet)
+	a := &agentSet{cancels: map[string]context.CancelFunc{}}
+	renewers := make([]*heartbeat.Renewer, len(nodes))
+	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
+		r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
+			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: *agentRenew, LeaseDuration: *agentExpire,
+			Facts: func() heartbeat.Facts {
+				return heartbeat.Facts{SyncState: heartbeat.SyncStateSynced, EgressSubnets: subnets}
+			},
+		})
+		if err != nil {
+			return err
+		}
+		renewers[i] = r
+		return r.RenewOnce(context.Background())
+	})
+	for i, r := range renewers {
+		ctx, cancel := context.WithCancel(context.Background())
+		a.cancels[nodes[i]] = cancel
+		// Spread the renewals over the interval, as independent agents are.
+		delay := time.Duration(rand.Int64N(int64(*agentRenew)))
+		a.wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			_ = r.Run(ctx)
+		})
+	}
+	b.Cleanup(func() {
+		a.mu.Lock()
+		for _, c := range a.cancels {
+			c()
+		}
+		a.mu.Unlock()
+		a.wg.Wait()
+	})
+	return a
+}
+
+func (a *agentSet) stop(node string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cancels[node]()
+}
+
+// eipWatch follows every EgressIP's status.items through a watch: the node
+// of its (one) address, and when it last changed.
+type eipWatch struct {
+	mu      sync.Mutex
+	node    map[string]string
+	changed map[string]time.Time
+}
+
+func watchEgressIPs(b *testing.B, env *clustertest.Env) *eipWatch {
+	w := &eipWatch{node: map[string]string{}, changed: map[string]time.Time{}}
+	stop := make(chan struct{})
+	f := esinformers.NewSharedInformerFactory(env.ES, 0)
+	inf := f.K8s().V1().EgressIPs().Informer()
+	record := func(obj any) {
+		eip, ok := obj.(*esv1.EgressIP)
+		if !ok {
+			return
+		}
+		node := ""
+		if len(eip.Status.Items) > 0 {
+			node = eip.Status.Items[0].Node
+		}
+		w.mu.Lock()
+		if w.node[eip.Name] != node {
+			w.changed[eip.Name] = time.Now()
+		}
+		w.node[eip.Name] = node
+		w.mu.Unlock()
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }})
+	f.Start(stop)
+	f.WaitForCacheSync(stop)
+	b.Cleanup(func() { close(stop); f.Shutdown() })
+	return w
+}
+
+// waitAllHeld waits until every EgressIP of names has a node and returns
+// when the last got it.
+func (w *eipWatch) waitAllHeld(b *testing.B, names []string) time.Time {
+	waitFor(b, "every address held", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, n := range names {
+			if w.node[n] == "" {
+				return false
+			}
+		}
+		return true
+	})
+	return w.lastChange(names)
+}
+
+func (w *eipWatch) heldSince(name string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed[name]
+}
+
+func (w *eipWatch) load(nodes []string) []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	per := map[string]int{}
+	for _, n := range w.node {
+		per[n]++
+	}
+	out := make([]int, len(nodes))
+	for i, n := range nodes {
+		out[i] = per[n]
+	}
+	return out
+}
+
+// fullest returns the first node (by name) among those holding the most
+// addresses, and the EgressIPs it holds.
+func (w *eipWatch) fullest(nodes []string) (string, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	by := map[string][]string{}
+	for name, n := range w.node {
+		by[n] = append(by[n], name)
+	}
+	best := ""
+	for _, n := range nodes {
+		if best == "" || len(by[n]) > len(by[best]) {
+			best = n
+		}
+	}
+	return best, by[best]
+}
+
+func (w *eipWatch) movedAway(names []string, from string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range names {
+		if h := w.node[n]; h == from || h == "" {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *eipWatch) lastChange(names []string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last time.Time
+	for _, n := range names {
+		if t := w.changed[n]; t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+func waitFor(b *testing.B, what string, cond func() bool) {
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: not within %v", what, waitLimit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// quietPeriod is how long waitIdle wants the controller idle.
+const quietPeriod = 500 * time.Millisecond
+
+// waitIdle waits until the controller has had nothing to do, and has
+// written nothing but its leader Lease (Events trail the syncs), for
+// quietPeriod.
+func waitIdle(b *testing.B, r *clustertest.Replica) {
+	quiet, seen := time.Time{}, -1
+	waitFor(b, "controller idle", func() bool {
+		n := len(clustertest.NotLeases(r.Writes.All()))
+		if !r.Idle() || n != seen {
+			quiet, seen = time.Time{}, n
+			return false
+		}
+		if quiet.IsZero() {
+			quiet = time.Now()
+		}
+		return time.Since(quiet) > quietPeriod
+	})
+}
