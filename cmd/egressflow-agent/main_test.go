@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -167,7 +168,8 @@ func TestBinary(t *testing.T) {
 		}
 	}
 	// lease checks the heartbeat Lease: fresh as wanted and, when fresh,
-	// carrying the bridge MAC and the Synced state.
+	// carrying the bridge MAC, the Synced state, and among the egress
+	// subnets those of the node IPs on br-ex (masked).
 	mac := n.BridgeMAC(t)
 	lease := func(fresh bool) func() error {
 		return func() error {
@@ -181,6 +183,8 @@ func TestBinary(t *testing.T) {
 			if facts := heartbeat.ReadFacts(l); fresh && (facts.BridgeMAC != mac || facts.SyncState != heartbeat.SyncStateSynced) {
 				return fmt.Errorf("Lease %s: bridge MAC %q, sync state %q; want %q, %q",
 					n.Name, facts.BridgeMAC, facts.SyncState, mac, heartbeat.SyncStateSynced)
+			} else if fresh && (!slices.Contains(facts.EgressSubnets, topology.UnderlayPrefix) || !slices.Contains(facts.EgressSubnets, topology.UnderlayPrefix6)) {
+				return fmt.Errorf("Lease %s: egress subnets %v, want %v and %v among them", n.Name, facts.EgressSubnets, topology.UnderlayPrefix, topology.UnderlayPrefix6)
 			}
 			return nil
 		}

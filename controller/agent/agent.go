@@ -1000,7 +1000,7 @@ func podAdmissionChanged(old, new any) bool {
 func leaseFactsChanged(old, new any) bool {
 	o, ok1 := old.(*coordinationv1.Lease)
 	n, ok2 := new.(*coordinationv1.Lease)
-	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(heartbeat.ReadFacts(o), heartbeat.ReadFacts(n))
+	return !ok1 || !ok2 || !heartbeat.ReadFacts(o).Equal(heartbeat.ReadFacts(n))
 }
 
 // PeerHealthAddresses returns, for every other agent with a heartbeat

@@ -100,6 +100,15 @@ type Facts struct {
 	EgressSubnets []netip.Prefix
 }
 
+// Equal says whether f and g are the same facts. Compare Facts with it,
+// not with reflection: netip's types have unexported fields, on which
+// apimachinery's equality.Semantic.DeepEqual panics.
+func (f Facts) Equal(g Facts) bool {
+	return f.BridgeMAC == g.BridgeMAC && f.SyncState == g.SyncState && f.QoSRevision == g.QoSRevision &&
+		f.FirewallRevision == g.FirewallRevision && slices.Equal(f.SteerAddresses, g.SteerAddresses) &&
+		slices.Equal(f.EgressSubnets, g.EgressSubnets)
+}
+
 // annotations returns the annotations that carry f and d.
 func (f Facts) annotations(d time.Duration) map[string]string {
 	a := map[string]string{AnnotationDuration: d.String()}

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -115,6 +116,33 @@ func TestFactsRoundTrip(t *testing.T) {
 	bad := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationSteerAddresses: "192.0.2.1, nonsense ,"}}}
 	if got := ReadFacts(bad).SteerAddresses; len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.1") {
 		t.Errorf("unparseable addresses kept: %v", got)
+	}
+}
+
+// TestFactsEqual: every field counts, and Facts holding addresses and
+// prefixes compare without reflection.
+func TestFactsEqual(t *testing.T) {
+	full := Facts{BridgeMAC: "02:00:00:00:00:01", SyncState: SyncStateSynced, QoSRevision: "5", FirewallRevision: "6",
+		SteerAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, EgressSubnets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
+	same := full
+	same.SteerAddresses = slices.Clone(full.SteerAddresses)
+	same.EgressSubnets = slices.Clone(full.EgressSubnets)
+	if !full.Equal(same) || !(Facts{}).Equal(Facts{}) {
+		t.Error("equal facts compare unequal")
+	}
+	for name, change := range map[string]func(*Facts){
+		"BridgeMAC":        func(f *Facts) { f.BridgeMAC = "" },
+		"SyncState":        func(f *Facts) { f.SyncState = SyncStateFailed },
+		"QoSRevision":      func(f *Facts) { f.QoSRevision = "7" },
+		"FirewallRevision": func(f *Facts) { f.FirewallRevision = "7" },
+		"SteerAddresses":   func(f *Facts) { f.SteerAddresses = []netip.Addr{netip.MustParseAddr("192.0.2.2")} },
+		"EgressSubnets":    func(f *Facts) { f.EgressSubnets = nil },
+	} {
+		other := same
+		change(&other)
+		if full.Equal(other) {
+			t.Errorf("facts differing in %s compare equal", name)
+		}
 	}
 }
 
