@@ -15,7 +15,11 @@
 //   - failover: one node's agent stops; from its Lease's expiry to every
 //     address it held being held elsewhere (watch), and the writes;
 //   - a new leader (the first replica stopped, another started): its
-//     writes (adoption should make none) and the time until it is idle.
+//     writes (adoption should make none) and the time until it is idle;
+//   - the API server's own pace for the same writes: a plain loop that
+//     updates every EgressIP once (clearing its status), with the
+//     controller's concurrency, as its identity; then a new leader that
+//     assigns every address again, with no client competing, against it.
 //
 // Run it with make bench-egressip-assign.
 package egressip
@@ -42,6 +46,7 @@ import (
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -128,7 +133,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	waitIdle(b, r)
 	resyncWrites, _ := r.Writes.Since(before)
 	resync := classify(resyncWrites)
-	resyncTime := time.Since(t0)
+	resyncTime := time.Since(t0) - quietPeriod
 
 	// Failover: the first node (by name) among the fullest stops renewing.
 	victim, moved := w.fullest(nodes)
@@ -158,6 +163,22 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	adoptTime := time.Since(ledAt) - quietPeriod
 	adopt := classify(r2.Writes.All())
 
+	if err := r2.Stop(); err != nil {
+		b.Fatal(err)
+	}
+	// The API server's pace: the same number of updates by a plain loop,
+	// which clears every status; then a third replica assigns them all
+	// again, with no client competing.
+	plain := plainLoop(b, env)
+	waitFor(b, "every status cleared (watch)", func() bool { return w.noneHeld(names) })
+	opts.Identity, opts.Registerer = "bench-c", prometheus.NewRegistry()
+	r3 := env.RunController(b, opts)
+	waitFor(b, "the third replica leads", func() bool { return r3.Leading() })
+	coldLed := time.Now()
+	coldHeld := w.waitAllHeld(b, names)
+	waitIdle(b, r3)
+	cold := classify(r3.Writes.All())
+
 	total := heldAt.Sub(firstCreate)
 	out("")
 	out("| measure | value |")
@@ -170,10 +191,14 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	out("| API writes per assignment (EgressIP updates; conflicts) | %.2f (%d updates, %d conflicts, %d other writes besides Events and the leader Lease) |",
 		float64(initial.eip)/float64(len(names)), initial.eip, int(writes(b, reg, "conflict")), initial.other)
 	out("| spread: addresses per node, min..max | %d..%d |", lo, hi)
-	out("| no-op resync: writes, time | %d, %v |", resync.eip+resync.other+resync.events, resyncTime.Round(time.Millisecond))
+	out("| no-op resync of every EgressIP: writes, time to idle | %d, %v |", resync.eip+resync.other+resync.events, resyncTime.Round(time.Millisecond))
 	out("| failover of %s (%d addresses): Lease expiry to all held elsewhere (watch) | %v, %d writes |", victim, len(moved), failoverSeen.Sub(expiry).Round(time.Millisecond), failover.eip)
 	out("| new leader: EgressIP writes, leading to idle | %d, %v |", adopt.eip, adoptTime.Round(time.Millisecond))
 	out("| Events written (first assignment) | %d |", initial.events)
+	out("| statuses cleared, a new leader: leading to all held again (watch); writes | %v (%.0f addresses/s); %d |",
+		coldHeld.Sub(coldLed).Round(time.Millisecond), float64(len(names))/coldHeld.Sub(coldLed).Seconds(), cold.eip)
+	out("| the API server's pace: %d updates by a plain loop (%d workers, the controller's identity) | %v (%.0f/s): the controller at %.2fx |",
+		len(names), cluster.DefaultEgressIPWorkers, plain.Round(time.Millisecond), float64(len(names))/plain.Seconds(), plain.Seconds()/coldHeld.Sub(coldLed).Seconds())
 	out("")
 	out("total bench time %v (start to the second leader %v)", time.Since(start).Round(time.Second), t0.Sub(start).Round(time.Second))
 
@@ -183,6 +208,27 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	b.ReportMetric(float64(resync.eip+resync.other), "resync-writes")
 	b.ReportMetric(float64(failoverSeen.Sub(expiry).Milliseconds()), "failover-ms")
 	b.ReportMetric(float64(adopt.eip), "adopt-writes")
+	b.ReportMetric(plain.Seconds()/coldHeld.Sub(coldLed).Seconds(), "x-plain")
+}
+
+// plainLoop clears every EgressIP's status with one update each, with the
+// controller's default concurrency and identity, and returns how long
+// that took.
+func plainLoop(b *testing.B, env *clustertest.Env) time.Duration {
+	ctx := context.Background()
+	client := versioned.NewForConfigOrDie(env.Cluster.Config(kubetest.Controller)).K8sV1().EgressIPs()
+	list, err := client.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	wait.Parallel(b, len(list.Items), cluster.DefaultEgressIPWorkers, func(i int) error {
+		obj := list.Items[i].DeepCopy()
+		obj.Status = esv1.EgressIPStatus{Items: []esv1.EgressIPStatusItem{}}
+		_, err := client.Update(ctx, obj, metav1.UpdateOptions{})
+		return err
+	})
+	return time.Since(start)
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -340,6 +386,17 @@ func (w *eipWatch) waitAllHeld(b *testing.B, names []string) time.Time {
 		return true
 	})
 	return w.lastChange(names)
+}
+
+func (w *eipWatch) noneHeld(names []string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range names {
+		if w.node[n] != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *eipWatch) heldSince(name string) time.Time {
