@@ -252,9 +252,14 @@ func TestEgressIPSpread(t *testing.T) {
 		t.Errorf("assign latency has %d samples, want 12", got)
 	}
 
-	// A resync writes nothing and emits nothing; nor does a new egress
-	// node take anything.
+	// A new egress node takes the address no node could hold, and nothing
+	// else; a resync then writes nothing and emits nothing.
 	f.egressNode("node-d")
+	f.waitItems("quad", reasons.Assigned, append(items(quad), "192.0.2.33=node-d")...)
+	f.waitEvent("quad", normal, reasons.Assigned, "192.0.2.33 on node-d")
+	if got := f.holders(); !mapsEqual(got, map[string]int{"node-a": 4, "node-b": 4, "node-c": 4, "node-d": 1}) {
+		t.Errorf("loads %v after node-d came", got)
+	}
 	f.idle()
 	before, events := r.Writes.Len(), eventsEmitted(t, f.reg)
 	r.Resync()
@@ -265,7 +270,7 @@ func TestEgressIPSpread(t *testing.T) {
 	if got := eventsEmitted(t, f.reg); got != events {
 		t.Errorf("a resync emitted %v Events", got-events)
 	}
-	// ... but the next address goes to it, the emptiest.
+	// The next address goes to node-d, the emptiest.
 	f.CreateEgressIP(t, "next", "192.0.2.40")
 	f.waitItems("next", reasons.Assigned, "192.0.2.40=node-d")
 }
