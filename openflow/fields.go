@@ -132,11 +132,11 @@ const (
 
 // OXM/NXM classes.
 const (
-	oxmClassNXM0     = 0x0000
-	oxmClassNXM1     = 0x0001
-	oxmClassBasic    = 0x8000
-	oxmClassPktRegs  = 0x8001
-	oxmClassExperim  = 0xffff
+	oxmClassNXM0    = 0x0000
+	oxmClassNXM1    = 0x0001
+	oxmClassBasic   = 0x8000
+	oxmClassPktRegs = 0x8001
+	oxmClassExperim = 0xffff
 	// oxmClassEricsson is Open vSwitch's ERICOXM_OF class.
 	oxmClassEricsson = 0x1000
 	oxmHeaderHasMask = 0x100
