@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"fmt"
 	"iter"
 	"maps"
@@ -101,10 +102,11 @@ func (l *Ledger) Changed(desired Desired, keys []string) {
 func (l *Ledger) Forget() { l.known = false }
 
 // NeedsRead reports whether the next Diff with ports needs the bridge as
-// read: what it holds is unknown, or its uplink moved (every SNAT, steer
-// and reply flow names it).
+// read: what it holds is unknown, its uplink moved (every SNAT, steer
+// and reply flow names it), or its MAC changed (EgressIP's responders
+// answer with it).
 func (l *Ledger) NeedsRead(ports Ports) bool {
-	return !l.known || ports.Uplink != l.ports.Uplink
+	return !l.known || ports.Uplink != l.ports.Uplink || !bytes.Equal(ports.BridgeMAC, l.ports.BridgeMAC)
 }
 
 // DiffOutput receives what Ledger.Diff finds, as it goes.
@@ -228,7 +230,7 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 			}
 			if part, ok := desired.Stage(k); ok {
 				n := len(want)
-				want = part.AppendFlows(&wantBuf, want)
+				want = part.AppendFlows(&wantBuf, want, ports)
 				out.count(k, part.Role(), len(want)-n)
 			}
 			if bridge == nil {
@@ -236,7 +238,7 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 					sent = sentBuf.AppendService(sent, s, ports)
 				}
 				if part, ok := l.stagesOnBridge[k]; ok {
-					sent = part.AppendFlows(&sentBuf, sent)
+					sent = part.AppendFlows(&sentBuf, sent, ports)
 				}
 			}
 		}
