@@ -64,8 +64,11 @@ type Ledger struct {
 	// sharedOnBridge are the shared flows as last committed.
 	sharedOnBridge []*openflow.FlowMod
 	// unflushed holds the part of each unapplied service as it was before
-	// its flows last changed, until its stale translations are flushed.
-	unflushed map[string]Service
+	// its flows last changed, until its stale translations are flushed;
+	// unflushedStages the same of each stage part that translates
+	// (translator: an EgressIP's).
+	unflushed       map[string]Service
+	unflushedStages map[string]StagePart
 	// byGroup holds the keys that have a desired part, by the service hash
 	// of their flows' cookies.
 	byGroup groupKeys
@@ -77,8 +80,9 @@ func NewLedger() *Ledger {
 		unapplied:      map[string]bool{},
 		onBridge:       map[string]Service{},
 		stagesOnBridge: map[string]StagePart{},
-		unflushed:      map[string]Service{},
-		byGroup:        groupKeys{},
+		unflushed:       map[string]Service{},
+		unflushedStages: map[string]StagePart{},
+		byGroup:         groupKeys{},
 	}
 }
 
@@ -293,6 +297,11 @@ func (l *Ledger) Commit(d Diffed) {
 				l.unflushed[k] = old
 			}
 		}
+		if _, pending := l.unflushedStages[k]; !pending {
+			if old, ok := l.stagesOnBridge[k].(translator); ok {
+				l.unflushedStages[k] = old.(StagePart)
+			}
+		}
 		if s, ok := d.desired.Service(k); ok {
 			l.onBridge[k] = s
 		} else {
@@ -333,11 +342,17 @@ func (l *Ledger) StaleSources() []netip.Addr {
 	for _, s := range l.unflushed {
 		s.AddTranslations(before)
 	}
+	for _, part := range l.unflushedStages {
+		part.(translator).AddTranslations(before)
+	}
 	if len(before) == 0 {
 		return nil // nothing is stale: a first sync has no past
 	}
 	for k := range l.unapplied {
 		l.onBridge[k].AddTranslations(after)
+		if part, ok := l.stagesOnBridge[k].(translator); ok {
+			part.AddTranslations(after)
+		}
 	}
 	return conntrack.Stale(before, after)
 }
@@ -349,7 +364,14 @@ func (l *Ledger) Flushed() {
 	// every service, and a cleared map keeps its room (and is walked over
 	// all of it) for as long as the agent runs.
 	l.unflushed = map[string]Service{}
+	l.unflushedStages = map[string]StagePart{}
 	l.unapplied = map[string]bool{}
+}
+
+// translator is a stage part whose flows SNAT (an EgressIP's): its
+// translations are flushed like a service's when they go or change.
+type translator interface {
+	AddTranslations(out conntrack.Translations)
 }
 
 // hasPart reports whether desired has a part for key, of any API.

@@ -128,6 +128,17 @@ func (p *Planner) EgressIP(key string) (EgressIPPart, bool) {
 	return part, ok
 }
 
+// HeldEgressIPs returns every EgressIP address this node holds, sorted.
+func (p *Planner) HeldEgressIPs() []netip.Addr {
+	p.replanEgressIPs()
+	var out []netip.Addr
+	for _, part := range p.egressIP.parts {
+		out = append(out, part.Held...)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
 // egressIPsHeld counts the EgressIPs of which this node holds an address.
 func (p *Planner) egressIPsHeld() int {
 	p.replanEgressIPs()
