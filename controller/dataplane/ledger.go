@@ -77,9 +77,9 @@ type Ledger struct {
 // NewLedger returns the ledger of a bridge whose content is unknown.
 func NewLedger() *Ledger {
 	return &Ledger{
-		unapplied:      map[string]bool{},
-		onBridge:       map[string]Service{},
-		stagesOnBridge: map[string]StagePart{},
+		unapplied:       map[string]bool{},
+		onBridge:        map[string]Service{},
+		stagesOnBridge:  map[string]StagePart{},
 		unflushed:       map[string]Service{},
 		unflushedStages: map[string]StagePart{},
 		byGroup:         groupKeys{},
