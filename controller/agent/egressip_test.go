@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/test/topology"
@@ -154,6 +155,24 @@ func TestAgentEgressIP(t *testing.T) {
 		t.Errorf("pod to pod: %v", err)
 	}
 
+	// n1 holds the SNAT of a's and b's IPv4 connections.
+	// (TCP and UDP: enough to see the flush.)
+	snatEntries := func(n *topology.Node, pod *topology.Pod) int {
+		dump := n.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", conntrack.SNATZone))
+		count := 0
+		for _, line := range strings.Split(dump, "\n") {
+			if (strings.HasPrefix(line, "tcp,") || strings.HasPrefix(line, "udp,")) && strings.Contains(line, "src="+pod.IP.String()+",") {
+				count++
+			}
+		}
+		return count
+	}
+	for _, p := range []*topology.Pod{a, b} {
+		if snatEntries(n1, p) == 0 {
+			t.Fatalf("no SNAT zone entry of %s on n1 before the move", p.Name)
+		}
+	}
+
 	// The IPv4 address moves to n2. The external host sends nothing to it
 	// meanwhile: only n2's announcement can move its neighbour entry, long
 	// before the entry would be probed again (it is fresh).
@@ -166,6 +185,16 @@ func TestAgentEgressIP(t *testing.T) {
 		return nil
 	})
 	t.Logf("external host's neighbour entry moved %v after the status update", time.Since(moved).Round(time.Millisecond))
+	// n1's translations of them are flushed: their connections' replies
+	// no longer come to n1.
+	for _, p := range []*topology.Pod{a, b} {
+		eventually(t, "n1's SNAT entries of "+p.Name+" flushed", func() error {
+			if n := snatEntries(n1, p); n > 0 {
+				return fmt.Errorf("%d left", n)
+			}
+			return nil
+		})
+	}
 	for _, p := range []*topology.Pod{a, b} {
 		e.expectSource(p, "udp", egressIP4)
 	}
