@@ -83,4 +83,3 @@ func (c *Cluster) externalNeighbour(addr netip.Addr) string {
 	}
 	return ""
 }
-
