@@ -44,7 +44,7 @@ FUZZTIME_LONG ?= 10m
 DIFF_FLOWS_LONG ?= 50000
 
 .PHONY: images all build generate manifests lint test test-deps demo fuzz-smoke fuzz \
-	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-restart bench-failover e2e clean
+	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-egressip bench-restart bench-failover e2e clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
 # the cluster up until Ctrl-C; `make test` runs it that way, as a test.
@@ -163,6 +163,11 @@ bench-qos: test-deps
 ## bench-firewall: the agent's EgressFirewall at 100 namespaces x 1,000 rules x 50 pods, all on one node (worst case).
 bench-firewall: test-deps
 	bash test/bench/firewall.sh
+
+## bench-egressip: EgressIP: the agent with 10,000 selected pods on one holder (full sync against
+## ovs-ofctl --bundle, restart, takeover and relabel latency, memory).
+bench-egressip: test-deps
+	bash test/bench/egressip.sh
 
 ## bench-restart: ovs-vswitchd killed and restarted under traffic (at once and after 3 s,
 ## 10 rounds each): time from vswitchd answering to the first LB-IP packet, pod-IP packets seen.

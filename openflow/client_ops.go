@@ -99,6 +99,20 @@ func describe(m Message) string {
 	return m.MsgType().String()
 }
 
+// SendPacketOut has the switch run a packet through po's actions, and
+// returns once it has (a barrier follows), with the switch's error if it
+// refused the message.
+func (c *Client) SendPacketOut(ctx context.Context, po *PacketOut) error {
+	failed, err := c.sendThenBarrier(ctx, []Message{po})
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return failed[0]
+	}
+	return nil
+}
+
 // FlowModsError reports the flow mods of SendFlowMods that failed.
 type FlowModsError struct {
 	Failed []*MessageError // in the order sent

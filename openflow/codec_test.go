@@ -41,6 +41,8 @@ func goldenMessages(t testing.TB) []struct {
 	ipMatch.SetUint(FieldEthType, 0x0800)
 	var inPort1 Match
 	inPort1.SetUint(FieldInPort, 1)
+	var fromController Match
+	fromController.SetUint(FieldInPort, uint64(PortController))
 	flow := Flow{Table: 1, Priority: 7, Cookie: 0x10, Match: ipMatch, Instructions: []Instruction{Apply(Output{Port: 1})},
 		Stats: Stats{Present: StatDuration | StatIdleTime | StatPacketCount | StatByteCount,
 			DurationSec: 1, DurationNsec: 5000000, IdleSec: 1, PacketCount: 2, ByteCount: 120}}
@@ -115,6 +117,11 @@ func goldenMessages(t testing.TB) []struct {
 			Data: mustHex(t, "0200000000010200000000020800450000200001000040110000"+"0a0000010af4010500359c40000c000061626364")},
 			"060a005800000007ffffffff002e0100ef104500000000050001000c800000040000000100000000000002000000000102000000000208004500002000010000401100000a0000010af4010500359c40000c000061626364",
 			"OFPT_PACKET_IN (OF1.5) (xid=0x7): cookie=0xef10450000000005 total_len=46 in_port=1 (via action) data_len=46 (unbuffered)\nudp,vlan_tci=0x0000,dl_src=02:00:00:00:00:02,dl_dst=02:00:00:00:00:01,nw_src=10.0.0.1,nw_dst=10.244.1.5,nw_tos=0,nw_ecn=0,nw_ttl=64,nw_frag=no,tp_src=53,tp_dst=40000 udp_csum:0"},
+		// A gratuitous ARP for 198.51.100.20, sent out of port 2.
+		{9, &PacketOut{BufferID: NoBuffer, Match: fromController, Actions: []Action{Output{Port: 2}},
+			Data: mustHex(t, "ffffffffffff0200000000aa08060001080006040001"+"0200000000aac6336414"+"000000000000c6336414")},
+			"060d005a00000009ffffffff001000000001000c80000004fffffffd0000000000000010000000020000000000000000ffffffffffff0200000000aa080600010800060400010200000000aac6336414000000000000c6336414",
+			"OFPT_PACKET_OUT (OF1.5) (xid=0x9): in_port=CONTROLLER actions=output:2 data_len=42\narp,vlan_tci=0x0000,dl_src=02:00:00:00:00:aa,dl_dst=ff:ff:ff:ff:ff:ff,arp_spa=198.51.100.20,arp_tpa=198.51.100.20,arp_op=1,arp_sha=02:00:00:00:00:aa,arp_tha=00:00:00:00:00:00"},
 	}
 }
 

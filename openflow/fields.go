@@ -56,6 +56,8 @@ const (
 	FieldNDTarget
 	FieldNDSLL
 	FieldNDTLL
+	FieldNDReserved
+	FieldNDOptionsType
 	FieldARPOp
 	FieldARPSPA
 	FieldARPTPA
@@ -130,11 +132,13 @@ const (
 
 // OXM/NXM classes.
 const (
-	oxmClassNXM0     = 0x0000
-	oxmClassNXM1     = 0x0001
-	oxmClassBasic    = 0x8000
-	oxmClassPktRegs  = 0x8001
-	oxmClassExperim  = 0xffff
+	oxmClassNXM0    = 0x0000
+	oxmClassNXM1    = 0x0001
+	oxmClassBasic   = 0x8000
+	oxmClassPktRegs = 0x8001
+	oxmClassExperim = 0xffff
+	// oxmClassEricsson is Open vSwitch's ERICOXM_OF class.
+	oxmClassEricsson = 0x1000
 	oxmHeaderHasMask = 0x100
 )
 
@@ -249,6 +253,12 @@ func init() {
 	def(FieldNDTarget, "nd_target", "", "NXM_NX_ND_TARGET", basic(31, 16), 16, 128, true, fmtIPv6, 37, nx1(23, 16))
 	def(FieldNDSLL, "nd_sll", "", "NXM_NX_ND_SLL", basic(32, 6), 6, 48, true, fmtMAC, 38, nx1(24, 6))
 	def(FieldNDTLL, "nd_tll", "", "NXM_NX_ND_TLL", basic(33, 6), 6, 48, true, fmtMAC, 39, nx1(25, 6))
+	// The reserved word (an advertisement's R, S and O flags) and the type
+	// of the first option of a neighbour discovery message, in Open
+	// vSwitch's ERICOXM_OF class (since 2.11): a neighbour responder turns
+	// a solicitation into an advertisement with them.
+	def(FieldNDReserved, "nd_reserved", "", "ERICOXM_OF_ICMPV6_ND_RESERVED", oxmHeader(oxmClassEricsson, 1, 4), 4, 32, false, fmtDecimal, 39)
+	def(FieldNDOptionsType, "nd_options_type", "", "ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE", oxmHeader(oxmClassEricsson, 2, 1), 1, 8, false, fmtDecimal, 39)
 	def(FieldARPOp, "arp_op", "", "NXM_OF_ARP_OP", basic(21, 2), 2, 16, false, fmtDecimal, 40, nx0(15, 2))
 	def(FieldARPSPA, "arp_spa", "", "NXM_OF_ARP_SPA", basic(22, 4), 4, 32, true, fmtIPv4, 41, nx0(16, 4))
 	def(FieldARPTPA, "arp_tpa", "", "NXM_OF_ARP_TPA", basic(23, 4), 4, 32, true, fmtIPv4, 42, nx0(17, 4))
@@ -303,7 +313,7 @@ func init() {
 		preSCTP:      {FieldSCTPSrc, FieldSCTPDst},
 		preICMPv4:    {FieldICMPv4Type, FieldICMPv4Code},
 		preICMPv6:    {FieldICMPv6Type, FieldICMPv6Code},
-		preND:        {FieldNDTarget},
+		preND:        {FieldNDTarget, FieldNDReserved, FieldNDOptionsType},
 		preNDSolicit: {FieldNDSLL},
 		preNDAdvert:  {FieldNDTLL},
 		preARP:       {FieldARPOp, FieldARPSPA, FieldARPTPA, FieldARPSHA, FieldARPTHA},

@@ -299,6 +299,8 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 	b = m.appendIPField(b, "nd_target", FieldNDTarget)
 	b = m.appendMACField(b, "nd_sll", FieldNDSLL)
 	b = m.appendMACField(b, "nd_tll", FieldNDTLL)
+	b = m.appendDecimal(b, "nd_reserved", FieldNDReserved)
+	b = m.appendDecimal(b, "nd_options_type", FieldNDOptionsType)
 	// tp_src/tp_dst are the ports of the flow's own protocol; ports of
 	// another protocol (an invalid flow) keep their explicit names.
 	l4 := [2]Field{FieldTCPSrc, FieldTCPDst}

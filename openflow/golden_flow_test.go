@@ -19,6 +19,10 @@ var goldenFlows = []string{
 	"actions=drop",
 	"table=1, priority=90,reg0=0x5,in_port=3 actions=resubmit(,2)",
 	"priority=5,in_port=LOCAL actions=IN_PORT",
+	// The two halves of a neighbour advertisement responder (EgressIP).
+	"priority=190,icmp6,in_port=2,icmp_type=135,nd_target=2001:db8:5::20 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:02:00:00:00:00:aa->eth_src,move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],set_field:2001:db8:5::20->ipv6_src,set_field:255->nw_ttl,set_field:136->icmpv6_type,set_field:1610612736->nd_reserved,set_field:2->nd_options_type,resubmit(,46)",
+	"table=46, priority=190,icmp6,icmp_type=136,nd_target=2001:db8:5::20 actions=set_field:02:00:00:00:00:aa->nd_tll,IN_PORT",
+	"priority=190,arp,in_port=2,arp_tpa=198.51.100.20,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:02:00:00:00:00:aa->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:02:00:00:00:00:aa->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:198.51.100.20->arp_spa,IN_PORT",
 	"priority=6,in_port=1 actions=CONTROLLER:65535",
 	"priority=7 actions=CONTROLLER:128",
 	"priority=8,dl_src=00:11:22:33:44:55,dl_dst=01:00:00:00:00:00/01:00:00:00:00:00 actions=FLOOD",

@@ -180,6 +180,8 @@ func decodeBody(h Header, body []byte) (Message, error) {
 		return decodeBundleAdd(h, body)
 	case TypePacketIn:
 		return decodePacketIn(body)
+	case TypePacketOut:
+		return decodePacketOut(body)
 	}
 	return &RawMessage{Type: h.Type, Body: cloneBytes(body)}, nil
 }

@@ -80,6 +80,8 @@ type Switch interface {
 	// Generation counts the connections made so far: it changes with every
 	// reconnection, after which the bridge may have lost its flows.
 	Generation() uint64
+	// SendPacket has the bridge run a packet through po's actions.
+	SendPacket(ctx context.Context, po *openflow.PacketOut) error
 }
 
 // ForwardingGate holds back a restarting ovs-vswitchd's forwarding until
@@ -190,6 +192,8 @@ type Agent struct {
 	// firewallInformer is the EgressFirewall informer, whose
 	// resourceVersions make the firewall watermark (firewallRevision).
 	firewallInformer cache.SharedIndexInformer
+	egressIPs        eslisters.EgressIPLister
+	namespaces       corelisters.NamespaceLister
 	services         corelisters.ServiceLister
 	endpointSlices   cache.Indexer
 	nodes            corelisters.NodeLister
@@ -205,9 +209,16 @@ type Agent struct {
 	// dirty holds the keys of the EgressServices whose inputs changed since
 	// the worker last read them.
 	dirty map[string]bool
-	// podsChanged: a Pod of this node changed since the worker last read
-	// them.
+	// podsChanged: a Pod changed since the worker last read them.
 	podsChanged atomic.Bool
+	// egressIPsChanged, namespacesChanged: an EgressIP, a namespace's
+	// labels, changed since the worker last read them.
+	egressIPsChanged, namespacesChanged atomic.Bool
+	// held are the EgressIP addresses the bridge answers for, as the last
+	// committed bundle left it; an address new in it is announced
+	// (announceTakeovers). Written by the worker, read by announcers.
+	heldMu sync.Mutex
+	held   map[netip.Addr]bool
 	// qosSeen is the newest resourceVersion of an EgressQoS event the
 	// handlers have taken in (marked dirty), or of the initial list once
 	// the informer has synced (see revisionWatermark); firewallSeen, of an
@@ -280,12 +291,11 @@ func New(cfg Config) *Agent {
 			})),
 		esFactory: esinformers.NewSharedInformerFactoryWithOptions(listingEgress{cfg.Egress}, cfg.Resync,
 			esinformers.WithTransform(slim)),
-		// The pod guard admits the node's own pods only.
+		// Every pod of the cluster: the pod guard admits the node's own,
+		// and an EgressIP's holder SNATs the pods it selects wherever they
+		// run.
 		podFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
-			informers.WithTransform(slim),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.FieldSelector = "spec.nodeName=" + cfg.Node.Name
-			})),
+			informers.WithTransform(slim)),
 		dirty:    map[string]bool{},
 		planner:  dataplane.NewPlanner(cfg.Node, cfg.Tables),
 		ledger:   dataplane.NewLedger(),
@@ -336,6 +346,8 @@ func New(cfg Config) *Agent {
 	nodeInformer := a.kubeFactory.Core().V1().Nodes().Informer()
 	leaseInformer := a.leaseFactory.Coordination().V1().Leases().Informer()
 	podInformer := a.podFactory.Core().V1().Pods().Informer()
+	eipInformer := a.esFactory.K8s().V1().EgressIPs().Informer()
+	namespaceInformer := a.kubeFactory.Core().V1().Namespaces().Informer()
 	noKey := func(any) string { return "" } // read on every sync
 	for _, h := range []struct {
 		informer cache.SharedIndexInformer
@@ -362,6 +374,10 @@ func New(cfg Config) *Agent {
 		// Kubelets update a pod's status on every probe and container
 		// change; the pod guard reads its labels, phase and addresses.
 		{podInformer, noKey, podAdmissionChanged, &a.podsChanged, nil},
+		// Nor before it has seen every EgressIP: a restart would let
+		// their pods out with their pod IPs until it had.
+		{eipInformer, noKey, nil, &a.egressIPsChanged, nil},
+		{namespaceInformer, noKey, namespaceLabelsChanged, &a.namespacesChanged, nil},
 	} {
 		// The registration has synced once this handler has seen every
 		// object of the initial list, so the first sync's dirty set is
@@ -375,6 +391,8 @@ func New(cfg Config) *Agent {
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
 	a.egressQoSes = a.esFactory.K8s().V1().EgressQoSes().Lister()
 	a.egressFirewalls = a.esFactory.K8s().V1().EgressFirewalls().Lister()
+	a.egressIPs = a.esFactory.K8s().V1().EgressIPs().Lister()
+	a.namespaces = a.kubeFactory.Core().V1().Namespaces().Lister()
 	a.services = a.kubeFactory.Core().V1().Services().Lister()
 	a.endpointSlices = sliceInformer.GetIndexer()
 	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
@@ -878,6 +896,7 @@ func apiObjectKey(api dataplane.API, obj any) string {
 var (
 	qosKeyPrefix      = dataplane.APIEgressQoS.String() + "/"
 	firewallKeyPrefix = dataplane.APIEgressFirewall.String() + "/"
+	egressIPKeyPrefix = dataplane.APIEgressIP.String() + "/"
 )
 
 // sliceServiceKey is the key of the Service an EndpointSlice belongs to.
@@ -936,6 +955,16 @@ func slim(obj any) (any, error) {
 	case *esv1.EgressFirewall:
 		// Its status too is the cluster component's.
 		return &esv1.EgressFirewall{ObjectMeta: identity(o.ObjectMeta), Spec: o.Spec}, nil
+	case *esv1.EgressIP:
+		// Its status.items say which node holds each address; its
+		// conditions are for people.
+		id := identity(o.ObjectMeta)
+		id.CreationTimestamp = o.CreationTimestamp // precedence between EgressIPs
+		return &esv1.EgressIP{ObjectMeta: id, Spec: o.Spec, Status: esv1.EgressIPStatus{Items: o.Status.Items}}, nil
+	case *corev1.Namespace:
+		id := identity(o.ObjectMeta)
+		id.Labels = o.Labels // EgressIP's namespaceSelector
+		return &corev1.Namespace{ObjectMeta: id}, nil
 	}
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil) // Leases: their annotations carry the agents' facts
@@ -995,6 +1024,12 @@ func podAdmissionChanged(old, new any) bool {
 	n, ok2 := new.(*corev1.Pod)
 	return !ok1 || !ok2 || o.Status.Phase != n.Status.Phase || o.Spec.NodeName != n.Spec.NodeName ||
 		!equality.Semantic.DeepEqual(o.Status.PodIPs, n.Status.PodIPs) || !equality.Semantic.DeepEqual(o.Labels, n.Labels)
+}
+
+func namespaceLabelsChanged(old, new any) bool {
+	o, ok1 := old.(*corev1.Namespace)
+	n, ok2 := new.(*corev1.Namespace)
+	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Labels, n.Labels)
 }
 
 func leaseFactsChanged(old, new any) bool {

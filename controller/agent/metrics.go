@@ -32,6 +32,7 @@ type Metrics struct {
 	isConnected   atomic.Pointer[func() bool]
 	lastError     prometheus.Gauge
 	ctFlushes     prometheus.Counter
+	announcements *prometheus.CounterVec
 	leaseRenewals *prometheus.CounterVec
 	qosRules      prometheus.Gauge
 	// qosPackets reads the marking flows' packet counters at scrape time,
@@ -88,6 +89,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressflow_agent_conntrack_flushes_total",
 			Help: "Conntrack flushes of endpoints whose SNAT went away or changed.",
 		}),
+		announcements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_agent_egressip_announcements_total",
+			Help: "Gratuitous ARPs (family ipv4) and unsolicited neighbour advertisements (ipv6) sent out of the uplink for EgressIP addresses this node took over, by result: ok, or error (the packet-out failed).",
+		}, []string{"family", "result"}),
 		leaseRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_agent_lease_renewals_total",
 			Help: "Attempts to renew the node's heartbeat Lease by result: ok; error (the API server refused or did not answer); skipped (the dataplane was unhealthy, so the agent let the Lease run out on purpose).",
@@ -111,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return 0
 	})
 	if reg != nil {
-		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.leaseRenewals,
+		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.announcements, m.leaseRenewals,
 			m.qosRules, m.qosPackets, m.firewallRules, m.firewallDenied)
 	}
 	return m

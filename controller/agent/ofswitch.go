@@ -37,6 +37,11 @@ func (s OpenFlowSwitch) FlushConntrack(ctx context.Context, filter *openflow.CTF
 	return s.Client.FlushConntrack(ctx, filter)
 }
 
+// SendPacket sends a PACKET_OUT and waits for the bridge to have run it.
+func (s OpenFlowSwitch) SendPacket(ctx context.Context, po *openflow.PacketOut) error {
+	return s.Client.SendPacketOut(ctx, po)
+}
+
 // Connected reports whether the OpenFlow connection is up.
 func (s OpenFlowSwitch) Connected() bool { return s.Client.Connected() }
 

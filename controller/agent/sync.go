@@ -92,6 +92,7 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		return fmt.Errorf("apply %d flow changes: %w", stream.sent, err)
 	}
 	a.ledger.Commit(diffed)
+	a.announceTakeovers(ctx, ports)
 	m.flowMods.Add(float64(stream.sent))
 	m.qosRules.Set(float64(a.planner.QoSRules()))
 	m.firewallRules.Set(float64(a.planner.FirewallRules()))
@@ -209,6 +210,23 @@ func (a *Agent) recompute(ctx context.Context) error {
 			return err
 		}
 		changed = append(changed, a.planner.SetLocalPods(pods)...)
+		a.planner.SetClusterPods(pods)
+	}
+	if a.egressIPsChanged.Swap(false) {
+		eips, err := a.egressIPs.List(labels.Everything())
+		if err != nil {
+			a.egressIPsChanged.Store(true)
+			return err
+		}
+		a.planner.SetEgressIPs(eips)
+	}
+	if a.namespacesChanged.Swap(false) {
+		namespaces, err := a.namespaces.List(labels.Everything())
+		if err != nil {
+			a.namespacesChanged.Store(true)
+			return err
+		}
+		a.planner.SetNamespaces(namespaces)
 	}
 	changed = append(changed, a.planner.SetLeases(leases)...)
 	changed = append(changed, a.fence(ctx)...)
@@ -260,6 +278,8 @@ func (a *Agent) recompute(ctx context.Context) error {
 			changed = append(changed, a.planner.SetResolved(a.cfg.DNS.Snapshot())...)
 		}
 	}
+	// EgressIP's parts are recomputed once, from every input above.
+	changed = append(changed, a.planner.TakeEgressIPChanges()...)
 	a.ledger.Changed(a.planner, changed)
 	a.report(changed)
 	return nil
@@ -364,6 +384,9 @@ func (a *Agent) cacheCaughtUp(ctx context.Context) error {
 		return err
 	}
 	node := a.cfg.Node.Name
+	if err := a.egressIPsCaughtUp(ctx); err != nil {
+		return err
+	}
 	for _, es := range fresh.Items {
 		cached, err := a.egressServices.EgressServices(es.Namespace).Get(es.Name)
 		cachedHost := ""
@@ -384,6 +407,17 @@ func (a *Agent) report(changed []string) {
 		problems := a.planner.Problems(k)
 		for _, p := range problems {
 			if slices.Contains(a.reported[k], p) {
+				continue
+			}
+			if strings.HasPrefix(k, egressIPKeyPrefix) {
+				// Each node reports its own pods' problems: once each.
+				klog.InfoS("EgressIP not programmed as asked", "egressIP", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
+				if a.cfg.Recorder == nil {
+					continue
+				}
+				if eip, err := a.egressIPs.Get(strings.TrimPrefix(k, egressIPKeyPrefix)); err == nil {
+					a.cfg.Recorder.Eventf(eip, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
+				}
 				continue
 			}
 			if strings.HasPrefix(k, qosKeyPrefix) || strings.HasPrefix(k, firewallKeyPrefix) {

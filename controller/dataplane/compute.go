@@ -53,7 +53,18 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 		}
 	}
 
+	// An endpoint that a LoadBalancerIP-mode service claims leaves with
+	// its LB IP, whatever EgressIP selects it.
+	lbClaimed := func(addr netip.Addr) (string, bool) {
+		for _, e := range byKey {
+			if e.key == owner[addr] {
+				return e.key, e.es.Status.Host != esv1.HostAll
+			}
+		}
+		return "", false
+	}
 	state := State{Exempt: exemptions(node, cluster.Nodes), QoS: ComputeQoS(node, cluster.EgressQoSes, cluster.Pods),
+		EgressIP: ComputeEgressIP(node, cluster, lbClaimed),
 		Firewall: ComputeFirewall(node, cluster.EgressFirewalls, cluster.Pods, cluster.Nodes, cluster.Resolved)}
 	state.Admitted, state.AdmittedLate = admittedByStage(node, cluster)
 	for _, e := range byKey {
@@ -81,11 +92,16 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 	}
 
 	// Each endpoint of a service with a table is routed through it, and the
-	// cluster's own destinations are exempt, in the families routed.
+	// cluster's own destinations are exempt, in the families routed. An
+	// endpoint that an EgressIP selects is not: it leaves with its egress
+	// IP, and a table leading out of another interface would carry it past
+	// br-ex with its pod IP.
 	for _, s := range state.Services {
 		if s.Table != 0 {
 			for _, ep := range s.Endpoints {
-				state.Rules = append(state.Rules, RouteFrom(ep, s.Table))
+				if !slices.Contains(state.EgressIP.Selected, ep) {
+					state.Rules = append(state.Rules, RouteFrom(ep, s.Table))
+				}
 			}
 		}
 	}
@@ -177,8 +193,10 @@ func serviceSpec(node NodeConfig, es *esv1.EgressService, svc *corev1.Service, e
 // its own IP in the meantime. Only the Service's IP families are held: a
 // single-stack Service's slices never list its pods' other address. A pod
 // the agent does not know yet (its address not reported, or not seen) is
-// not admitted either.
+// not admitted either, nor is an address an EgressIP selects: it leaves
+// with its egress IP or not at all.
 func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
+	selected := ComputeEgressIP(node, cluster, func(netip.Addr) (string, bool) { return "", false }).Selected
 	var out []netip.Addr
 	for _, pod := range cluster.Pods {
 		if pod.Spec.NodeName != node.Name {
@@ -197,7 +215,7 @@ func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
 					func(ep endpoints.Endpoint) bool { return ep.IP == addr })
 				held = held || !listed
 			}
-			if !held {
+			if !held && !slices.Contains(selected, addr) {
 				out = append(out, addr)
 			}
 		}
@@ -231,5 +249,8 @@ func admittedByStage(node NodeConfig, cluster Cluster) (early, late []netip.Addr
 			earlyPods.Pods = append(earlyPods.Pods, pod)
 		}
 	}
-	return AdmittedPods(node, earlyPods), AdmittedPods(node, latePods)
+	// An address an EgressIP selects is held whichever pod has it.
+	selected := ComputeEgressIP(node, cluster, func(netip.Addr) (string, bool) { return "", false }).Selected
+	isSelected := func(addr netip.Addr) bool { return slices.Contains(selected, addr) }
+	return slices.DeleteFunc(AdmittedPods(node, earlyPods), isSelected), slices.DeleteFunc(AdmittedPods(node, latePods), isSelected)
 }

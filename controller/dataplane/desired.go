@@ -85,8 +85,15 @@ type Cluster struct {
 	EndpointSlices map[string][]*discoveryv1.EndpointSlice
 	Nodes          []*corev1.Node
 	Leases         map[string]*coordinationv1.Lease
-	// Pods are the pods bound to this node (others are ignored).
+	// Pods are the cluster's pods: EgressIP acts on every pod it selects
+	// (its holder SNATs them wherever they run); the pod guard and the
+	// node-local stages read only those bound to this node.
 	Pods []*corev1.Pod
+	// Namespaces are the cluster's namespaces, whose labels EgressIP's
+	// namespaceSelector reads.
+	Namespaces []*corev1.Namespace
+	// EgressIPs are the cluster's EgressIP objects.
+	EgressIPs []*esv1.EgressIP
 	// EgressQoSes are the cluster's EgressQoS objects (only those named
 	// default count).
 	EgressQoSes []*esv1.EgressQoS
@@ -188,6 +195,8 @@ type State struct {
 	// (priorityAdmittedLate). Sorted. A pod's address is in one list or
 	// the other, by its namespace.
 	AdmittedLate []netip.Addr
+	// EgressIP is the node's EgressIP part (ComputeEgressIP).
+	EgressIP EgressIPs
 	// Firewall is the node's TableFirewall (ComputeFirewall); its Problems
 	// are the EgressFirewall objects'.
 	Firewall Firewall

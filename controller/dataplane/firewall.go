@@ -433,7 +433,7 @@ func FirewallSharedFlows(exempt []netip.Prefix) []*openflow.FlowMod {
 
 // AppendFlows renders ns's flows into b and appends them to dst
 // (AppendFirewallNamespace).
-func (ns FirewallNamespace) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod) []*openflow.FlowMod {
+func (ns FirewallNamespace) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, _ Ports) []*openflow.FlowMod {
 	return b.AppendFirewallNamespace(dst, ns)
 }
 

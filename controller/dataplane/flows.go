@@ -124,7 +124,8 @@ type Ports struct {
 }
 
 // Flows renders the desired state of node into flow additions, in a
-// stable order: each service's flows (ServiceFlows), each EgressFirewall
+// stable order: each service's flows (ServiceFlows), each EgressIP's
+// (EgressIPPart.AppendFlows), each EgressFirewall
 // namespace's (AppendFirewallNamespace), each EgressQoS namespace's
 // (AppendQoSNamespace), then the shared ones (SharedFlows). Two flows
 // never share a table, priority and match: Compute gives each endpoint and
@@ -135,11 +136,14 @@ func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 	for _, s := range state.Services {
 		out = buf.AppendService(out, s, ports)
 	}
+	for _, part := range state.EgressIP.Parts {
+		out = part.AppendFlows(&buf, out, ports)
+	}
 	for _, ns := range state.Firewall.Namespaces {
-		out = ns.AppendFlows(&buf, out)
+		out = ns.AppendFlows(&buf, out, ports)
 	}
 	for _, ns := range state.QoS.Namespaces {
-		out = ns.AppendFlows(&buf, out)
+		out = ns.AppendFlows(&buf, out, ports)
 	}
 	return append(out, SharedFlows(sharedOf(node, state), ports)...)
 }
@@ -149,8 +153,9 @@ func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 // EgressQoS's in TableQoS (QoSNamespace). The Ledger diffs it by its
 // object's key, as it diffs a Service.
 type StagePart interface {
-	// AppendFlows renders the part into b and appends its flows to dst.
-	AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod) []*openflow.FlowMod
+	// AppendFlows renders the part into b for ports and appends its
+	// flows to dst.
+	AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports Ports) []*openflow.FlowMod
 	// Role is what its flows are counted under (DiffOutput.Count).
 	Role() Role
 }
@@ -159,6 +164,11 @@ type StagePart interface {
 func sharedOf(node NodeConfig, state State) Shared {
 	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted, AdmittedLate: state.AdmittedLate,
 		FirewallExempt: state.Firewall.Exempt}
+	for _, part := range state.EgressIP.Parts {
+		if len(part.Held) > 0 {
+			shared.HoldingEgressIPs++
+		}
+	}
 	for _, s := range state.Services {
 		switch s.Role {
 		case RoleHost:
@@ -310,6 +320,9 @@ type Shared struct {
 	FirewallExempt []netip.Prefix
 	// Hosting and Steering count the services the node acts on by role.
 	Hosting, Steering int
+	// HoldingEgressIPs counts the EgressIPs of which the node holds an
+	// address: their replies are delivered like a hosted service's.
+	HoldingEgressIPs int
 }
 
 // SharedFlows renders the flows no one service owns: always the marker;
@@ -318,7 +331,8 @@ type Shared struct {
 // node-local stages' flows that no object owns (FirewallSharedFlows,
 // QoSSharedFlows), the
 // exemptions, the late admissions and the fail-closed drop; with any
-// service hosted, the delivery of un-SNATed replies.
+// service hosted or EgressIP address held, the delivery of un-SNATed
+// replies.
 func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 	var buf FlowBuffer
 	out := []*openflow.FlowMod{buf.add(Cookie(KindMarker, ""), TableMarker, 0, nil)}
@@ -378,7 +392,7 @@ func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 		setIP(add(KindAdmit, TableEgress, priorityAdmittedLate, normal), a, srcField(a))
 	}
 	add(KindDrop, TableEgress, priorityFallback, nil) // no instructions: drop
-	if shared.Hosting == 0 {
+	if shared.Hosting+shared.HoldingEgressIPs == 0 {
 		return out
 	}
 	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {

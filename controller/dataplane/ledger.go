@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"fmt"
 	"iter"
 	"maps"
@@ -63,8 +64,11 @@ type Ledger struct {
 	// sharedOnBridge are the shared flows as last committed.
 	sharedOnBridge []*openflow.FlowMod
 	// unflushed holds the part of each unapplied service as it was before
-	// its flows last changed, until its stale translations are flushed.
-	unflushed map[string]Service
+	// its flows last changed, until its stale translations are flushed;
+	// unflushedStages the same of each stage part that translates
+	// (translator: an EgressIP's).
+	unflushed       map[string]Service
+	unflushedStages map[string]StagePart
 	// byGroup holds the keys that have a desired part, by the service hash
 	// of their flows' cookies.
 	byGroup groupKeys
@@ -73,11 +77,12 @@ type Ledger struct {
 // NewLedger returns the ledger of a bridge whose content is unknown.
 func NewLedger() *Ledger {
 	return &Ledger{
-		unapplied:      map[string]bool{},
-		onBridge:       map[string]Service{},
-		stagesOnBridge: map[string]StagePart{},
-		unflushed:      map[string]Service{},
-		byGroup:        groupKeys{},
+		unapplied:       map[string]bool{},
+		onBridge:        map[string]Service{},
+		stagesOnBridge:  map[string]StagePart{},
+		unflushed:       map[string]Service{},
+		unflushedStages: map[string]StagePart{},
+		byGroup:         groupKeys{},
 	}
 }
 
@@ -101,10 +106,11 @@ func (l *Ledger) Changed(desired Desired, keys []string) {
 func (l *Ledger) Forget() { l.known = false }
 
 // NeedsRead reports whether the next Diff with ports needs the bridge as
-// read: what it holds is unknown, or its uplink moved (every SNAT, steer
-// and reply flow names it).
+// read: what it holds is unknown, its uplink moved (every SNAT, steer
+// and reply flow names it), or its MAC changed (EgressIP's responders
+// answer with it).
 func (l *Ledger) NeedsRead(ports Ports) bool {
-	return !l.known || ports.Uplink != l.ports.Uplink
+	return !l.known || ports.Uplink != l.ports.Uplink || !bytes.Equal(ports.BridgeMAC, l.ports.BridgeMAC)
 }
 
 // DiffOutput receives what Ledger.Diff finds, as it goes.
@@ -228,7 +234,7 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 			}
 			if part, ok := desired.Stage(k); ok {
 				n := len(want)
-				want = part.AppendFlows(&wantBuf, want)
+				want = part.AppendFlows(&wantBuf, want, ports)
 				out.count(k, part.Role(), len(want)-n)
 			}
 			if bridge == nil {
@@ -236,7 +242,7 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 					sent = sentBuf.AppendService(sent, s, ports)
 				}
 				if part, ok := l.stagesOnBridge[k]; ok {
-					sent = part.AppendFlows(&sentBuf, sent)
+					sent = part.AppendFlows(&sentBuf, sent, ports)
 				}
 			}
 		}
@@ -291,6 +297,11 @@ func (l *Ledger) Commit(d Diffed) {
 				l.unflushed[k] = old
 			}
 		}
+		if _, pending := l.unflushedStages[k]; !pending {
+			if old, ok := l.stagesOnBridge[k].(translator); ok {
+				l.unflushedStages[k] = old.(StagePart)
+			}
+		}
 		if s, ok := d.desired.Service(k); ok {
 			l.onBridge[k] = s
 		} else {
@@ -331,11 +342,17 @@ func (l *Ledger) StaleSources() []netip.Addr {
 	for _, s := range l.unflushed {
 		s.AddTranslations(before)
 	}
+	for _, part := range l.unflushedStages {
+		part.(translator).AddTranslations(before)
+	}
 	if len(before) == 0 {
 		return nil // nothing is stale: a first sync has no past
 	}
 	for k := range l.unapplied {
 		l.onBridge[k].AddTranslations(after)
+		if part, ok := l.stagesOnBridge[k].(translator); ok {
+			part.AddTranslations(after)
+		}
 	}
 	return conntrack.Stale(before, after)
 }
@@ -347,7 +364,14 @@ func (l *Ledger) Flushed() {
 	// every service, and a cleared map keeps its room (and is walked over
 	// all of it) for as long as the agent runs.
 	l.unflushed = map[string]Service{}
+	l.unflushedStages = map[string]StagePart{}
 	l.unapplied = map[string]bool{}
+}
+
+// translator is a stage part whose flows SNAT (an EgressIP's): its
+// translations are flushed like a service's when they go or change.
+type translator interface {
+	AddTranslations(out conntrack.Translations)
 }
 
 // hasPart reports whether desired has a part for key, of any API.

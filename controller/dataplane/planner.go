@@ -90,6 +90,7 @@ type Planner struct {
 	qosRules int
 
 	firewallInputs
+	egressIP egressIPInputs
 }
 
 // plannedQoS is one EgressQoS's part (its namespace's TableQoS).
@@ -139,6 +140,7 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 		qosByNamespace: map[string]string{},
 		qosHashes:      map[uint32]int{},
 		firewallInputs: newFirewallInputs(node),
+		egressIP:       newEgressIPInputs(),
 	}
 }
 
@@ -200,6 +202,7 @@ func (p *Planner) AdmittedLate() []netip.Addr {
 
 // admit recomputes the admitted addresses, if stale.
 func (p *Planner) admit() {
+	p.replanEgressIPs() // which local pods an EgressIP selects
 	if !p.admittedStale {
 		return
 	}
@@ -223,7 +226,7 @@ func (p *Planner) admit() {
 				}
 			}
 			switch {
-			case held:
+			case held, p.selectedByEgressIP(addr):
 			case late:
 				p.admittedLate = append(p.admittedLate, addr)
 			default:
@@ -394,6 +397,9 @@ func (p *Planner) SetLeases(leases map[string]*coordinationv1.Lease) []string {
 			macs[nodeName] = mac
 		}
 	}
+	if !maps.EqualFunc(macs, p.hostMACs, func(a, b net.HardwareAddr) bool { return bytes.Equal(a, b) }) {
+		p.egressIP.stale = true // a local pod may be steered to that node
+	}
 	var dirty []string
 	for nodeName := range p.byHost {
 		// Only steering renders a host's MAC: this node's own MAC never
@@ -413,6 +419,7 @@ func (p *Planner) SetFenced(fenced bool) []string {
 		return nil
 	}
 	p.node.Fenced = fenced
+	p.egressIP.stale = true // a fenced node holds no address
 	return p.resolve(slices.Collect(maps.Keys(p.byHost[p.node.Name])))
 }
 
@@ -427,6 +434,8 @@ func (p *Planner) Update(key string, in ServiceInputs) []string {
 	old := p.services[key]
 	next := p.plan(in)
 	dirty := []string{key}
+	// Which endpoints a LoadBalancerIP-mode service claims may change.
+	p.egressIP.stale = p.egressIP.stale || len(p.egressIP.eips) > 0
 	p.trackSelector(key, old, next)
 	if old != nil {
 		dirty = append(dirty, p.unclaim(key, old)...)
@@ -763,7 +772,8 @@ func (p *Planner) Problems(key string) []Problem {
 	if pl := p.firewalls[key]; pl != nil {
 		return pl.problems
 	}
-	return nil
+	p.replanEgressIPs()
+	return p.egressIP.problems[key]
 }
 
 // Stage returns key's part of a node-local stage: an EgressFirewall's or
@@ -775,14 +785,24 @@ func (p *Planner) Stage(key string) (StagePart, bool) {
 	if ns, ok := p.QoS(key); ok {
 		return ns, true
 	}
+	if part, ok := p.EgressIP(key); ok {
+		return part, true
+	}
 	return nil, false
 }
 
-// Keys returns the keys of every EgressService, and every EgressQoS and
-// EgressFirewall named default, given, sorted.
+// Keys returns the keys of every EgressService and EgressIP, and every
+// EgressQoS and EgressFirewall named default, given, sorted.
 func (p *Planner) Keys() []string {
 	return slices.Sorted(func(yield func(string) bool) {
-		for _, keys := range []iter.Seq[string]{maps.Keys(p.services), maps.Keys(p.qos), maps.Keys(p.firewalls)} {
+		eips := func(yield func(string) bool) {
+			for _, pl := range p.egressIP.eips {
+				if !yield(pl.key) {
+					return
+				}
+			}
+		}
+		for _, keys := range []iter.Seq[string]{maps.Keys(p.services), maps.Keys(p.qos), maps.Keys(p.firewalls), eips} {
 			for k := range keys {
 				if !yield(k) {
 					return
@@ -801,14 +821,15 @@ func (p *Planner) Acting(role Role) int { return p.acting[role] }
 // Shared returns what the shared flows depend on (SharedFlows).
 func (p *Planner) Shared() Shared {
 	return Shared{Exempt: p.exempt, Guarded: p.node.ClusterPodCIDRs, Admitted: p.Admitted(), AdmittedLate: p.AdmittedLate(),
-		FirewallExempt: p.firewallExempt, Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer]}
+		FirewallExempt: p.firewallExempt, Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer],
+		HoldingEgressIPs: p.egressIPsHeld()}
 }
 
 // Rules returns the policy-routing rules of every service (State.Rules).
 func (p *Planner) Rules() []Rule {
 	var out []Rule
 	for k := range p.withTable {
-		out = appendRules(out, p.services[k].result)
+		out = p.appendRules(out, p.services[k].result)
 	}
 	// Traffic to the cluster itself is never rerouted.
 	out = append(out, ExemptionRules(out, p.exempt)...)
@@ -816,9 +837,13 @@ func (p *Planner) Rules() []Rule {
 	return out
 }
 
-func appendRules(out []Rule, s Service) []Rule {
+// appendRules appends the rules of s's endpoints, but not of those an
+// EgressIP selects (see Compute).
+func (p *Planner) appendRules(out []Rule, s Service) []Rule {
 	for _, ep := range s.Endpoints {
-		out = append(out, RouteFrom(ep, s.Table))
+		if !p.selectedByEgressIP(ep) {
+			out = append(out, RouteFrom(ep, s.Table))
+		}
 	}
 	return out
 }
@@ -826,7 +851,7 @@ func appendRules(out []Rule, s Service) []Rule {
 // State assembles the whole desired dataplane, as Compute returns it.
 func (p *Planner) State() State {
 	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted()), AdmittedLate: slices.Clone(p.AdmittedLate()),
-		Firewall: p.firewallState()}
+		Firewall: p.firewallState(), EgressIP: p.egressIPState()}
 	for _, k := range slices.Sorted(maps.Keys(p.services)) {
 		pl := p.services[k]
 		state.Problems = append(state.Problems, pl.problems...)

@@ -10,10 +10,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 )
@@ -88,6 +90,67 @@ func randomPodsIn(r *rand.Rand, namespaces ...string) []*corev1.Pod {
 			p.Status.Phase = corev1.PodFailed
 		}
 		out = append(out, p)
+	}
+	return out
+}
+
+// randomEgressIP draws an EgressIP named name, or nil (deleted): addresses
+// of both families from a small pool, status items naming the nodes of
+// the test (one of them sometimes empty, sometimes for an address the spec
+// lacks, sometimes twice), selectors over the labels randomNamespaces and
+// randomPodsIn give (a selector that does not parse, as an object stored
+// before the CRD refused it, now and then), and creation times that tie.
+func randomEgressIP(r *rand.Rand, name string) *esv1.EgressIP {
+	if r.IntN(6) == 0 {
+		return nil
+	}
+	pool := []string{"172.18.0.100", "172.18.0.101", "172.18.0.102", "2001:db8::100", "2001:DB8::101"}
+	eip := &esv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: name,
+		CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, r.IntN(3), 0, 0, time.UTC))}}
+	for _, i := range r.Perm(len(pool))[:1+r.IntN(3)] {
+		eip.Spec.EgressIPs = append(eip.Spec.EgressIPs, pool[i])
+	}
+	if r.IntN(4) > 0 {
+		eip.Spec.NamespaceSelector.MatchLabels = map[string]string{"team": []string{"x", "y"}[r.IntN(2)]}
+	}
+	switch r.IntN(4) {
+	case 0:
+		eip.Spec.PodSelector.MatchLabels = map[string]string{"app": "a"}
+	case 1:
+		eip.Spec.PodSelector.MatchExpressions = []esv1.LabelSelectorRequirement{{Key: "app", Operator: "In", Values: []string{"a", "b"}}}
+	case 2:
+		if r.IntN(5) == 0 {
+			eip.Spec.PodSelector.MatchExpressions = []esv1.LabelSelectorRequirement{{Key: "app", Operator: "Gt"}}
+		}
+	}
+	nodes := []string{"n1", "n2", "n3", ""}
+	for _, addr := range pool {
+		if r.IntN(2) == 0 {
+			continue
+		}
+		item := esv1.EgressIPStatusItem{EgressIP: strings.ToLower(addr), Node: nodes[r.IntN(len(nodes))]}
+		eip.Status.Items = append(eip.Status.Items, item)
+		if r.IntN(8) == 0 {
+			item.Node = nodes[r.IntN(len(nodes))]
+			eip.Status.Items = append(eip.Status.Items, item)
+		}
+	}
+	return eip
+}
+
+// randomNamespaces labels each of names team=x, team=y or not at all, and
+// leaves one out now and then (not seen yet).
+func randomNamespaces(r *rand.Rand, names ...string) []*corev1.Namespace {
+	var out []*corev1.Namespace
+	for _, name := range slices.Compact(slices.Sorted(slices.Values(names))) {
+		if r.IntN(8) == 0 {
+			continue
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if team := []string{"x", "y", ""}[r.IntN(3)]; team != "" {
+			ns.Labels = map[string]string{"team": team}
+		}
+		out = append(out, ns)
 	}
 	return out
 }
@@ -232,12 +295,20 @@ func TestPlannerMatchesCompute(t *testing.T) {
 	}
 	podNamespaces := append([]string{"c", fwCollide[0], fwCollide[1]}, qosNamespaces...)
 	macs := []string{"02:00:00:00:00:01", "02:00:00:00:00:02", ""}
+	eipNames := []string{"e1", "e2", "e3"}
+	var eipKeys []string
+	for _, name := range eipNames {
+		eipKeys = append(eipKeys, ObjectKey(APIEgressIP, "", name))
+	}
+	seen := map[string]bool{}
 	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		for _, cfg := range []NodeConfig{n1Config, n2Config} {
 			inputs := map[string]ServiceInputs{}
 			qoses := map[string]*esv1.EgressQoS{}
 			firewalls := map[string]*esv1.EgressFirewall{}
+			eips := map[string]*esv1.EgressIP{}
+			var namespaces []*corev1.Namespace
 			var resolved map[string][]netip.Addr
 			leases := map[string]*coordinationv1.Lease{"n1": agentLease(macs[0]), "n2": agentLease(macs[1])}
 			nodes := []*corev1.Node{node("n1", "172.18.0.11")}
@@ -248,7 +319,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 			before := p.State()
 			for step := range 60 {
 				var changed []string
-				switch r.IntN(17) {
+				switch r.IntN(20) {
 				case 0:
 					name := fmt.Sprintf("n%d", r.IntN(3)+1)
 					if i := r.IntN(len(macs) + 1); i < len(macs) {
@@ -263,6 +334,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				case 3:
 					pods = randomPodsIn(r, podNamespaces...)
 					changed = p.SetLocalPods(pods)
+					p.SetClusterPods(pods)
 				case 10, 11:
 					ns := qosNamespaces[r.IntN(len(qosNamespaces))]
 					q := randomQoS(r, ns)
@@ -293,6 +365,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 					relabelled.Labels = map[string]string{"app": []string{"a", "b", "c"}[r.IntN(3)]}
 					pods[i] = relabelled
 					changed = p.SetLocalPods(pods)
+					p.SetClusterPods(pods)
 				case 1:
 					nodes = append(nodes, node(fmt.Sprintf("n%d", len(nodes)+1), fmt.Sprintf("172.18.0.%d", 11+len(nodes))))
 					exemptChanged, fwChanged := p.SetNodes(nodes)
@@ -336,11 +409,23 @@ func TestPlannerMatchesCompute(t *testing.T) {
 						}
 					}
 					changed = p.UpdateFirewall(ObjectKey(APIEgressFirewall, ns, esv1.EgressFirewallName), def)
+				case 17, 18:
+					name := eipNames[r.IntN(len(eipNames))]
+					if eip := randomEgressIP(r, name); eip == nil {
+						delete(eips, name)
+					} else {
+						eips[name] = eip
+					}
+					p.SetEgressIPs(slices.Collect(maps.Values(eips)))
+				case 19:
+					namespaces = randomNamespaces(r, podNamespaces...)
+					p.SetNamespaces(namespaces)
 				default:
 					k := keys[r.IntN(len(keys))]
 					inputs[k] = randomInputs(r, k)
 					changed = p.Update(k, inputs[k])
 				}
+				changed = append(changed, p.TakeEgressIPChanges()...)
 				cluster := clusterOf(inputs, nodes, leases)
 				cluster.Pods = pods
 				for _, ns := range slices.Sorted(maps.Keys(qoses)) {
@@ -350,10 +435,19 @@ func TestPlannerMatchesCompute(t *testing.T) {
 					cluster.EgressFirewalls = append(cluster.EgressFirewalls, firewalls[ns])
 				}
 				cluster.Resolved = resolved
+				cluster.Namespaces = namespaces
+				for _, name := range slices.Sorted(maps.Keys(eips)) {
+					cluster.EgressIPs = append(cluster.EgressIPs, eips[name])
+				}
 				want := Compute(cfg, cluster, tables)
 				got := p.State()
-				if !reflect.DeepEqual(normalize(got), normalize(want)) {
-					t.Fatalf("seed %d node %s step %d: planner\n%+v\nCompute\n%+v", seed, cfg.Name, step, got, want)
+				if g, w := normalize(got), normalize(want); g != w {
+					i := 0
+					for i < min(len(g), len(w)) && g[i] == w[i] {
+						i++
+					}
+					t.Fatalf("seed %d node %s step %d: the planner's state and Compute's differ from byte %d:\nplanner …%s\nCompute …%s",
+						seed, cfg.Name, step, i, g[max(0, i-300):min(len(g), i+300)], w[max(0, i-300):min(len(w), i+300)])
 				}
 				if got, want := fmt.Sprintf("%+v", p.Shared()), fmt.Sprintf("%+v", sharedOf(cfg, want)); got != want {
 					t.Fatalf("seed %d node %s step %d: planner's shared flows depend on\n%s\nCompute's on\n%s", seed, cfg.Name, step, got, want)
@@ -375,13 +469,32 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				if got, want := p.DNSNames(), dnsNamesOf(cfg, cluster); !slices.Equal(got, want) {
 					t.Fatalf("seed %d node %s step %d: planner follows names %v, want %v", seed, cfg.Name, step, got, want)
 				}
-				for _, k := range slices.Concat(keys, qosKeys, firewallKeys) {
+				for _, k := range slices.Concat(keys, qosKeys, firewallKeys, eipKeys) {
 					if !slices.Contains(changed, k) && !reflect.DeepEqual(partOf(before, k), partOf(got, k)) {
 						t.Fatalf("seed %d node %s step %d: %s changed but was not returned (returned %v)", seed, cfg.Name, step, k, changed)
 					}
 				}
 				before = got
+				for _, part := range want.EgressIP.Parts {
+					seen["an EgressIP address held"] = seen["an EgressIP address held"] || len(part.Held) > 0
+					for _, pod := range part.Pods {
+						seen["a pod SNATed to an egress IP"] = seen["a pod SNATed to an egress IP"] || pod.HolderMAC == nil
+						seen["a pod steered to a holder"] = seen["a pod steered to a holder"] || pod.HolderMAC != nil
+					}
+				}
+				for _, p := range want.EgressIP.Problems {
+					for _, what := range []string{"also selected by EgressIP", "is an endpoint of EgressService", "has not published its bridge MAC"} {
+						seen[what] = seen[what] || strings.Contains(p.Message, what)
+					}
+				}
 			}
+		}
+	}
+	// The histories reach every case of EgressIP's part.
+	for _, what := range []string{"an EgressIP address held", "a pod SNATed to an egress IP", "a pod steered to a holder",
+		"also selected by EgressIP", "is an endpoint of EgressService", "has not published its bridge MAC"} {
+		if !seen[what] {
+			t.Errorf("no history reached %q", what)
 		}
 	}
 }
@@ -417,6 +530,9 @@ func keysOf(c Cluster) []string {
 		if fw.Name == esv1.EgressFirewallName {
 			out = append(out, ObjectKey(APIEgressFirewall, fw.Namespace, fw.Name))
 		}
+	}
+	for _, eip := range c.EgressIPs {
+		out = append(out, ObjectKey(APIEgressIP, "", eip.Name))
 	}
 	slices.Sort(out)
 	return out
@@ -465,13 +581,19 @@ func partOf(s State, key string) any {
 			firewall = &s.Firewall.Namespaces[i]
 		}
 	}
+	var eip *EgressIPPart
+	for i := range s.EgressIP.Parts {
+		if s.EgressIP.Parts[i].Key == key {
+			eip = &s.EgressIP.Parts[i]
+		}
+	}
 	var problems []Problem
-	for _, p := range slices.Concat(s.Problems, s.QoS.Problems, s.Firewall.Problems) {
+	for _, p := range slices.Concat(s.Problems, s.QoS.Problems, s.Firewall.Problems, s.EgressIP.Problems) {
 		if p.Service == key {
 			problems = append(problems, p)
 		}
 	}
-	return fmt.Sprintf("%+v %+v %+v %+v", svc, qos, firewall, problems)
+	return fmt.Sprintf("%+v %+v %+v %+v %+v", svc, qos, firewall, eip, problems)
 }
 
 // normalize makes nil and empty slices compare equal.

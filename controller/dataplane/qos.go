@@ -322,7 +322,7 @@ func QoSSharedFlows(exempt []netip.Prefix) []*openflow.FlowMod {
 
 // AppendFlows renders ns's flows into b and appends them to dst
 // (AppendQoSNamespace).
-func (ns QoSNamespace) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod) []*openflow.FlowMod {
+func (ns QoSNamespace) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, _ Ports) []*openflow.FlowMod {
 	return b.AppendQoSNamespace(dst, ns)
 }
 

@@ -47,6 +47,11 @@ const (
 // Why part of a service is not programmed as asked on a node
 // (controller/dataplane's Problems).
 const (
+	// PodClaimed: a pod an EgressIP selects leaves otherwise: an older
+	// EgressIP selects it too (the oldest, then the first by name, wins),
+	// or it is an endpoint of an EgressService with sourceIPBy
+	// LoadBalancerIP, whose SNAT takes precedence.
+	PodClaimed Reason = "PodClaimed"
 	// EndpointClaimed: a pod is an endpoint of several EgressServices; the
 	// first by namespace/name gets it, on every node alike.
 	EndpointClaimed Reason = "EndpointClaimed"

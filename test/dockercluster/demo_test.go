@@ -22,9 +22,10 @@ func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 // TestDemo is `make demo`, egressflow's main job on one machine: a real
 // Kubernetes cluster whose three nodes are Docker containers (kubelet,
 // containerd and Open vSwitch each), egressflow installed with
-// `kubectl apply -k deploy/`, and a dual-stack EgressService whose pods'
-// packets are shown leaving with the LB IP, before and after its host node
-// loses power (docker kill). It is a test only so that it can reuse the test
+// `kubectl apply -k deploy/`, a dual-stack EgressService whose pods'
+// packets are shown leaving with the LB IP, and beside it a dual-stack
+// EgressIP whose pods leave with its addresses, before and after the
+// service's host node loses power (docker kill). It is a test only so that it can reuse the test
 // harnesses and clean up everything they start; the demo build tag keeps it
 // out of `go test ./...`. With DEMO_HOLD=0 it exits after the scenario;
 // otherwise the cluster stays up, with the commands to look at it, until
@@ -51,6 +52,34 @@ func TestDemo(t *testing.T) {
 	say("%s", indent(c.Kubectl("get", "egressservices", "-A")))
 	s.showFlows()
 
+	addrs := c.egressIPs()
+	say("== EgressIP beside it: every node labelled %s; namespace billing (team=billing) with pods api-1..3 (app=web), one per node", egressAssignable)
+	for _, n := range c.Nodes {
+		c.labelEgressNode(t, n, true)
+	}
+	api := c.createEgressIPNamespace(t, "billing", s.targets)
+	say("   EgressIP billing: egressIPs %s and %s (the cluster's segment), namespaceSelector team=billing, podSelector app=web", addrs[0], addrs[1])
+	c.createEgressIP(t)
+	for _, p := range api {
+		c.ExpectSources(p, s.targets, []string{addrs[0].String(), addrs[1].String()})
+	}
+	say("%s", indent(c.Kubectl("get", "egressips", "billing", "-o", "custom-columns=NAME:.metadata.name,ADDRESSES:.spec.egressIPs,HELD:.status.items[*].egressIP,ON:.status.items[*].node,ASSIGNED:.status.conditions[0].message")))
+	showEgressIP := func(gone *Node) {
+		for _, p := range api {
+			if gone != nil && p.Spec.NodeName == gone.Name {
+				continue
+			}
+			got, _ := c.ProbeSources(p)
+			for i, ip := range podIPs(p) {
+				say("   %-6s %-6s %-22s -> external host saw %s", p.Name, p.Spec.NodeName, ip, got[s.targets[i]].Source)
+			}
+		}
+		for _, a := range addrs {
+			say("   the external host's neighbour entry for %s: %s", a, strings.TrimSpace(c.External.Exec(t, "ip", "neigh", "show", a.String())))
+		}
+	}
+	showEgressIP(nil)
+
 	say("== %s loses power: docker kill %s", s.host().Name, s.host().Container)
 	killed, took := s.failHost(t, "kill")
 	say("   status.host = %s; LB-IP traffic through it %v after the kill", s.host().Name, took.Round(10*time.Millisecond))
@@ -62,13 +91,21 @@ func TestDemo(t *testing.T) {
 	say("== What the external host sees (%s's pod is gone with it)", killed.Name)
 	s.show(killed)
 	say("%s", indent(c.Kubectl("get", "egressservices", "-A")))
+	for _, p := range api {
+		if p.Spec.NodeName != killed.Name {
+			c.ExpectSources(p, s.targets, []string{addrs[0].String(), addrs[1].String()})
+		}
+	}
+	say("== The EgressIP after it (an address %s held is on another egress node; the holders announced it)", killed.Name)
+	say("%s", indent(c.Kubectl("get", "egressips", "billing", "-o", "custom-columns=NAME:.metadata.name,HELD:.status.items[*].egressIP,ON:.status.items[*].node")))
+	showEgressIP(killed)
 
 	if os.Getenv("DEMO_HOLD") == "0" {
 		say("== Done (DEMO_HOLD=0); cleaning up")
 		return
 	}
 	say(`== The demo cluster stays up until you press Ctrl-C. To look at it:
-   kubectl:              kubectl --kubeconfig %s get egressservices,pods -A -o wide
+   kubectl:              kubectl --kubeconfig %s get egressservices,egressips,pods -A -o wide
    a node's flows:       docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex
    a pod's view:         kubectl --kubeconfig %s logs -n %s web-1 --tail 4
    the external host:    ip netns exec %s tcpdump -n -i eth0`,

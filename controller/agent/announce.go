@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/openflow"
+)
+
+// An EgressIP address this node takes over is announced out of the
+// uplink, so that the segment's router and hosts move to the bridge's MAC
+// at once rather than when their neighbour entries expire: a gratuitous
+// ARP request for an IPv4 address, an unsolicited neighbour advertisement
+// with the Override flag for an IPv6 one. Only addresses the committed
+// flows answer for are announced, after the bundle that installed their
+// responders; a node that no longer holds an address (the cluster moved
+// it, or the node is fenced) never announces it, whatever it held before
+// a restart.
+
+// Announcements per takeover. The first does the work; the others cover a
+// lost frame. More repeats cost a few frames per takeover; fewer leave a
+// host that lost the first to its neighbour timeout.
+const (
+	announceRepeats  = 3
+	announceInterval = time.Second
+)
+
+// announceTakeovers starts announcing each address the bridge answers for
+// now (the planner's, as just committed) that it did not after the
+// previous commit. Without the bridge's MAC the flows answer for nothing.
+func (a *Agent) announceTakeovers(ctx context.Context, ports dataplane.Ports) {
+	held := map[netip.Addr]bool{}
+	if ports.BridgeMAC != nil {
+		for _, addr := range a.planner.HeldEgressIPs() {
+			held[addr] = true
+		}
+	}
+	a.heldMu.Lock()
+	before := a.held
+	a.held = held
+	a.heldMu.Unlock()
+	for addr := range held {
+		if !before[addr] {
+			klog.InfoS("Took over an EgressIP address: announcing it", "node", a.cfg.Node.Name, "address", addr)
+			go a.announce(ctx, addr, ports)
+		}
+	}
+}
+
+// announce sends addr's announcements, while the node still holds it.
+func (a *Agent) announce(ctx context.Context, addr netip.Addr, ports dataplane.Ports) {
+	var inPort openflow.Match
+	inPort.SetUint(openflow.FieldInPort, uint64(openflow.PortController))
+	po := &openflow.PacketOut{BufferID: openflow.NoBuffer, Match: inPort,
+		Actions: []openflow.Action{openflow.Output{Port: ports.Uplink}}, Data: announcement(addr, ports.BridgeMAC)}
+	family := "ipv4"
+	if addr.Is6() {
+		family = "ipv6"
+	}
+	for i := range announceRepeats {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(announceInterval):
+			}
+		}
+		a.heldMu.Lock()
+		still := a.held[addr]
+		a.heldMu.Unlock()
+		if !still {
+			return
+		}
+		result := "ok"
+		if err := a.cfg.Switch.SendPacket(ctx, po); err != nil {
+			result = "error"
+			klog.ErrorS(err, "Could not announce an EgressIP address", "node", a.cfg.Node.Name, "address", addr)
+		}
+		if a.cfg.Metrics != nil {
+			a.cfg.Metrics.announcements.WithLabelValues(family, result).Inc()
+		}
+	}
+}
+
+// announcement is the frame that tells a segment mac has addr: a
+// gratuitous ARP request (sender and target addr), or an unsolicited
+// neighbour advertisement to all nodes with the Override flag.
+func announcement(addr netip.Addr, mac net.HardwareAddr) []byte {
+	if addr.Is4() {
+		b := make([]byte, 0, 42)
+		b = append(b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+		b = append(b, mac...)
+		b = append(b, 0x08, 0x06)                   // ARP
+		b = append(b, 0, 1, 0x08, 0x00, 6, 4, 0, 1) // Ethernet, IPv4, request
+		b = append(b, mac...)
+		b = append(b, addr.AsSlice()...)
+		b = append(b, 0, 0, 0, 0, 0, 0)
+		return append(b, addr.AsSlice()...)
+	}
+	allNodes := netip.MustParseAddr("ff02::1")
+	icmp := make([]byte, 0, 32)
+	icmp = append(icmp, 136, 0, 0, 0)  // neighbour advertisement, checksum below
+	icmp = append(icmp, 0x20, 0, 0, 0) // Override
+	icmp = append(icmp, addr.AsSlice()...)
+	icmp = append(icmp, 2, 1) // target link-layer address, 8 bytes
+	icmp = append(icmp, mac...)
+	binary.BigEndian.PutUint16(icmp[2:], icmpv6Checksum(addr, allNodes, icmp))
+
+	b := make([]byte, 0, 14+40+len(icmp))
+	b = append(b, 0x33, 0x33, 0, 0, 0, 1)
+	b = append(b, mac...)
+	b = append(b, 0x86, 0xdd)
+	b = append(b, 0x60, 0, 0, 0) // version 6
+	b = binary.BigEndian.AppendUint16(b, uint16(len(icmp)))
+	b = append(b, 58, 255) // ICMPv6, hop limit 255 (RFC 4861 §7.1.2)
+	b = append(b, addr.AsSlice()...)
+	b = append(b, allNodes.AsSlice()...)
+	return append(b, icmp...)
+}
+
+// icmpv6Checksum is the checksum of an ICMPv6 message (its checksum field
+// zero) from src to dst: the ones' complement sum over the IPv6
+// pseudo-header and the message (RFC 8200 §8.1).
+func icmpv6Checksum(src, dst netip.Addr, msg []byte) uint16 {
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(src.AsSlice())
+	add(dst.AsSlice())
+	add(binary.BigEndian.AppendUint32(nil, uint32(len(msg))))
+	add([]byte{0, 0, 0, 58})
+	add(msg)
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// egressIPsCaughtUp reads the EgressIPs from the API server and returns an
+// error unless the cache has the same holder for every address that this
+// node holds by either view: a node whose Lease ran out must not take up
+// again an address the cluster moved meanwhile, and announce it.
+func (a *Agent) egressIPsCaughtUp(ctx context.Context) error {
+	fresh, err := a.cfg.Egress.K8sV1().EgressIPs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	node := a.cfg.Node.Name
+	for _, eip := range fresh.Items {
+		now, seen := itemHolders(eip.Status.Items), map[string]string{}
+		if cached, err := a.egressIPs.Get(eip.Name); err == nil {
+			seen = itemHolders(cached.Status.Items)
+		}
+		for _, m := range []map[string]string{now, seen} {
+			for addr, holder := range m {
+				if holder == node && now[addr] != seen[addr] {
+					return fmt.Errorf("EgressIP %s: cached holder of %s %q, current %q", eip.Name, addr, seen[addr], now[addr])
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// itemHolders are the nodes of status items, by address.
+func itemHolders(items []esv1.EgressIPStatusItem) map[string]string {
+	out := make(map[string]string, len(items))
+	for _, it := range items {
+		out[it.EgressIP] = it.Node
+	}
+	return out
+}

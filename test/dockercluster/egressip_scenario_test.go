@@ -1,0 +1,85 @@
+//go:build e2e || demo
+
+package dockercluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/test/kubetest"
+)
+
+// egressAssignable is the label that makes a node an egress node.
+const egressAssignable = "k8s.ovn.org/egress-assignable"
+
+// egressIPs are the EgressIP addresses of the tests and the demo: on the
+// cluster's segment, where the external host resolves them.
+func (c *Cluster) egressIPs() [2]netip.Addr {
+	return [2]netip.Addr{netip.MustParseAddr(fmt.Sprintf("172.31.%d.50", c.subnet)), netip.MustParseAddr(fmt.Sprintf("fd00:172:31:%x::50", c.subnet))}
+}
+
+// labelEgressNode adds (on) or removes the egress-assignable label of n.
+func (c *Cluster) labelEgressNode(t testing.TB, n *Node, on bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:""}}}`, egressAssignable)
+	if !on {
+		patch = fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, egressAssignable)
+	}
+	if _, err := c.Kube.CoreV1().Nodes().Patch(context.Background(), n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createEgressIPNamespace creates namespace ns labelled team=billing with
+// a probe pod labelled app=web on each node, sending to targets.
+func (c *Cluster) createEgressIPNamespace(t testing.TB, ns string, targets []string) []*corev1.Pod {
+	c.CreateNamespace(ns)
+	patch := `{"metadata":{"labels":{"team":"billing"}}}`
+	if _, err := c.Kube.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pods []*corev1.Pod
+	for i, n := range c.Nodes {
+		pods = append(pods, c.RunProbePod(ns, fmt.Sprintf("api-%d", i+1), n, map[string]string{"app": "web"}, targets...))
+	}
+	return pods
+}
+
+// createEgressIP creates the EgressIP billing with c.egressIPs(),
+// selecting the pods labelled app=web of namespaces labelled team=billing.
+func (c *Cluster) createEgressIP(t testing.TB) {
+	addrs := c.egressIPs()
+	eips := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressIPs()
+	_, err := eips.Create(context.Background(), &esv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "billing"}, Spec: esv1.EgressIPSpec{
+		EgressIPs:         []string{addrs[0].String(), addrs[1].String()},
+		NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"team": "billing"}},
+		PodSelector:       esv1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bridgeMAC is node n's br-ex MAC, as its neighbours learn it.
+func (c *Cluster) bridgeMAC(n *Node) string {
+	return strings.TrimSpace(c.Exec(n, "cat", "/sys/class/net/br-ex/address"))
+}
+
+// externalNeighbour is the MAC the external host's neighbour table has
+// for addr ("" without an entry).
+func (c *Cluster) externalNeighbour(addr netip.Addr) string {
+	out := c.External.Exec(c.t, "ip", "neigh", "show", addr.String())
+	if f := strings.Fields(out); len(f) >= 5 && f[3] == "lladdr" {
+		return f[4]
+	}
+	return ""
+}

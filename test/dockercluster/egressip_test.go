@@ -1,0 +1,235 @@
+//go:build e2e
+
+package dockercluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
+)
+
+// neighbourMoveBound is how soon after the takeover the external host's
+// neighbour entry must name the new holder for the test to pass: far below
+// Linux's reachable time (30 s base), so that only the takeover's
+// announcement can have moved it. What it took is logged, and measured in
+// `make bench-egressip`.
+const neighbourMoveBound = 5 * time.Second
+
+// TestEgressIP: an EgressIP with an IPv4 and an IPv6 address of the
+// cluster's segment, on the real cluster in Docker, whose probe pods (on
+// every node) send to the external host. The two nodes that do not run
+// the leading controller are egress nodes. It checks that the leader
+// assigns one address to each and the selected pods on every node leave
+// with them (the unselected one with its own addresses), the external
+// host's neighbour entries name the holders' bridges; that an egress
+// node's label removed leaves its address without a node (the condition
+// says why, the pods' egress of that family is dropped), and the third
+// node labelled takes it, the external host's entry following at once; a
+// pod relabelled into the EgressIP; an egress node killed, its address
+// moving to the next egress node; and that a capture on the external host
+// sees no selected pod's IP throughout.
+func TestEgressIP(t *testing.T) {
+	c := Start(t, Config{Nodes: 3})
+	c.Install()
+	ctx := context.Background()
+	server := c.External.Serve(t)
+	targets := []string{server.Addr.String(), server.Addr6.String()}
+	eip4, eip6 := c.egressIPs()[0], c.egressIPs()[1]
+	want := []string{eip4.String(), eip6.String()}
+
+	leader := c.LeaderNode()
+	var egressNodes []*Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			egressNodes = append(egressNodes, n)
+		}
+	}
+	label := func(n *Node, on bool) { c.labelEgressNode(t, n, on) }
+	for _, n := range egressNodes {
+		label(n, true)
+	}
+
+	const ns = "billing"
+	selected := c.createEgressIPNamespace(t, ns, targets)
+	other := c.RunProbePod(ns, "other", leader, map[string]string{"app": "other"}, targets...)
+	capture := c.External.Capture(t)
+	c.createEgressIP(t)
+	eips := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressIPs()
+	// holders waits until status.items holds exactly these, and returns
+	// the nodes by address.
+	holders := func(what string, check func(map[netip.Addr]string) error) map[netip.Addr]string {
+		t.Helper()
+		var got map[netip.Addr]string
+		wait.Until(t, convergeTimeout, func() error {
+			eip, err := eips.Get(ctx, "billing", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			got = map[netip.Addr]string{}
+			for _, it := range eip.Status.Items {
+				got[netip.MustParseAddr(it.EgressIP)] = it.Node
+			}
+			if err := check(got); err != nil {
+				return fmt.Errorf("%s: status.items %v: %w", what, eip.Status.Items, err)
+			}
+			return nil
+		})
+		return got
+	}
+	onEgressNodes := func(m map[netip.Addr]string) error {
+		if len(m) != 2 || m[eip4] == m[eip6] {
+			return fmt.Errorf("want both addresses, on two nodes")
+		}
+		for _, n := range m {
+			if !slices.ContainsFunc(egressNodes, func(e *Node) bool { return e.Name == n }) {
+				return fmt.Errorf("%s is not an egress node", n)
+			}
+		}
+		return nil
+	}
+	held := holders("assigned", onEgressNodes)
+	for _, p := range selected {
+		c.ExpectSources(p, targets, want)
+	}
+	c.ExpectSources(other, targets, podIPs(other))
+	node := func(name string) *Node {
+		for _, n := range c.Nodes {
+			if n.Name == name {
+				return n
+			}
+		}
+		t.Fatalf("no node %s", name)
+		return nil
+	}
+	for addr, n := range held {
+		if got, want := c.externalNeighbour(addr), c.bridgeMAC(node(n)); got != want {
+			t.Errorf("the external host's entry for %s: %q, want %s's bridge %s", addr, got, n, want)
+		}
+	}
+	t.Logf("assigned: %s on %s, %s on %s", eip4, held[eip4], eip6, held[eip6])
+
+	// The IPv4 holder's label goes: no other egress node may take it (the
+	// other holds the IPv6 address), so it has no node and the pods'
+	// IPv4 egress stops, never leaving with a pod IP.
+	v4Holder, v6Holder := node(held[eip4]), node(held[eip6])
+	label(v4Holder, false)
+	holders("IPv4 address unheld", func(m map[netip.Addr]string) error {
+		if _, ok := m[eip4]; ok || m[eip6] != v6Holder.Name {
+			return fmt.Errorf("want only %s, on %s", eip6, v6Holder.Name)
+		}
+		return nil
+	})
+	wait.Until(t, convergeTimeout, func() error {
+		eip, err := eips.Get(ctx, "billing", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(eip.Status.Conditions, "Assigned")
+		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "AllNodesTaken" {
+			return fmt.Errorf("condition Assigned %+v, want False AllNodesTaken", cond)
+		}
+		t.Logf("condition Assigned False %s: %s", cond.Reason, cond.Message)
+		return nil
+	})
+	for _, p := range selected {
+		c.ExpectSources(p, targets, []string{"", eip6.String()})
+	}
+
+	// The leader's node labelled: it takes the IPv4 address, and the
+	// external host, which sent it nothing meanwhile, follows at once.
+	label(leader, true)
+	holders("IPv4 address on "+leader.Name, func(m map[netip.Addr]string) error {
+		if m[eip4] != leader.Name || m[eip6] != v6Holder.Name {
+			return fmt.Errorf("want %s on %s", eip4, leader.Name)
+		}
+		return nil
+	})
+	c.expectNeighbour(t, eip4, leader, time.Now())
+	for _, p := range selected {
+		c.ExpectSources(p, targets, want)
+	}
+
+	// A pod relabelled into the EgressIP.
+	if _, err := c.Kube.CoreV1().Pods(ns).Patch(ctx, other.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"web"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.ExpectSources(other, targets, want)
+	selected = append(selected, other)
+
+	// The IPv6 holder dies: the node whose label went comes back as an
+	// egress node first, and takes the IPv6 address.
+	label(v4Holder, true)
+	c.docker("kill", v6Holder.Container)
+	killed := time.Now()
+	holders("IPv6 address on "+v4Holder.Name, func(m map[netip.Addr]string) error {
+		if m[eip6] != v4Holder.Name || m[eip4] != leader.Name {
+			return fmt.Errorf("want %s on %s", eip6, v4Holder.Name)
+		}
+		return nil
+	})
+	reassigned := time.Now()
+	t.Logf("%s killed: %s reassigned to %s within %v", v6Holder.Name, eip6, v4Holder.Name, reassigned.Sub(killed).Round(time.Millisecond))
+	wait.Until(t, convergeTimeout, func() error {
+		if _, ok := server.FirstFrom(eip6, killed); !ok {
+			return fmt.Errorf("no packet from %s since %s died", eip6, v6Holder.Name)
+		}
+		return nil
+	})
+	first, _ := server.FirstFrom(eip6, killed)
+	t.Logf("%s killed: the first packet from %s through %s %v later", v6Holder.Name, eip6, v4Holder.Name, first.Sub(killed).Round(time.Millisecond))
+	c.expectNeighbour(t, eip6, v4Holder, reassigned)
+	for _, p := range selected {
+		if p.Spec.NodeName != v6Holder.Name {
+			c.ExpectSources(p, targets, want)
+		}
+	}
+
+	// No selected pod's address ever reached the external host.
+	mac := c.ExternalMAC()
+	packets := capture.Stop()
+	fromEIP := 0
+	for _, p := range packets {
+		if p.Src == eip4 || p.Src == eip6 {
+			fromEIP++
+			continue
+		}
+		received := p.DstMAC == mac || strings.HasPrefix(p.DstMAC, "ff:ff:ff:ff:ff:ff")
+		for _, pod := range selected {
+			if slices.Contains(podIPs(pod), p.Src.String()) && received && !p.Dst.IsMulticast() {
+				t.Errorf("the external host received a packet from selected pod %s's IP: %s", pod.Name, p)
+			}
+		}
+	}
+	t.Logf("%d packets captured from the egress IPs, none from a selected pod's IP", fromEIP)
+}
+
+// expectNeighbour waits until the external host's entry for addr names n's
+// bridge, and fails unless that happened within neighbourMoveBound of
+// since (when the test saw status.items name n).
+func (c *Cluster) expectNeighbour(t *testing.T, addr netip.Addr, n *Node, since time.Time) {
+	t.Helper()
+	want := c.bridgeMAC(n)
+	wait.UntilEvery(t, convergeTimeout, 10*time.Millisecond, func() error {
+		if got := c.externalNeighbour(addr); got != want {
+			return fmt.Errorf("the external host's entry for %s is %q, want %s's bridge %s", addr, got, n.Name, want)
+		}
+		return nil
+	})
+	took := time.Since(since)
+	t.Logf("the external host's entry for %s names %s at most %v after status.items did", addr, n.Name, took.Round(time.Millisecond))
+	if took > neighbourMoveBound {
+		t.Errorf("the external host's entry for %s followed only %v after the change: not by the takeover's announcement", addr, took)
+	}
+}
