@@ -164,10 +164,13 @@ bench-qos: test-deps
 bench-firewall: test-deps
 	bash test/bench/firewall.sh
 
-## bench-egressip: EgressIP: the agent with 10,000 selected pods on one holder (full sync against
-## ovs-ofctl --bundle, restart, takeover and relabel latency, memory).
-bench-egressip: test-deps
+## bench-egressip: EgressIP, as three tables: the assignment (bench-egressip-assign); the agent
+## with 10,000 selected pods on one holder (full sync against ovs-ofctl --bundle, restart,
+## takeover and relabel latency, memory); on the cluster in Docker, 10 rounds of docker kill of
+## an address's holder: fault -> status, first packet and the external host's neighbour entry.
+bench-egressip: bench-egressip-assign
 	bash test/bench/egressip.sh
+	go test -tags e2e -run '^$$' -bench BenchmarkEgressIPFailover -benchtime 10x -timeout 60m ./test/dockercluster
 
 ## bench-restart: ovs-vswitchd killed and restarted under traffic (at once and after 3 s,
 ## 10 rounds each): time from vswitchd answering to the first LB-IP packet, pod-IP packets seen.

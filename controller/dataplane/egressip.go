@@ -323,6 +323,19 @@ func egressIPScore(pod, via netip.Addr) uint64 {
 	return h.Sum64()
 }
 
+// egressIPFamilies says which families eip lists an address of (IPv4,
+// IPv6): an EgressIP takes a pod's address only in those, so that an
+// IPv4-only object leaves the pod's IPv6 traffic alone.
+func egressIPFamilies(eip *esv1.EgressIP) [2]bool {
+	var out [2]bool
+	for _, s := range eip.Spec.EgressIPs {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out[family(a.Unmap())] = true
+		}
+	}
+	return out
+}
+
 // egressIPSelectors are an EgressIP's namespace and pod selectors; err
 // when either does not parse (an object stored before the CRD validated
 // them), and then the object selects nothing.
@@ -396,7 +409,7 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 			var owner *esv1.EgressIP
 			for _, eip := range eips {
 				nsSel, podSel, err := egressIPSelectors(eip)
-				if err != nil || !nsSel.Matches(podNS) || !podSel.Matches(labels.Set(pod.Labels)) {
+				if err != nil || !egressIPFamilies(eip)[family(addr)] || !nsSel.Matches(podNS) || !podSel.Matches(labels.Set(pod.Labels)) {
 					continue
 				}
 				if owner != nil {

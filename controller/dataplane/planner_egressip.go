@@ -31,6 +31,7 @@ type plannedEgressIP struct {
 	key           string
 	nsSel, podSel labels.Selector // nil when they do not parse
 	holders       [2][]egressIPHolder
+	families      [2]bool // of its spec's addresses
 }
 
 // egressIPInputs are the Planner's EgressIP inputs and results.
@@ -70,7 +71,7 @@ func (p *Planner) SetEgressIPs(eips []*esv1.EgressIP) {
 			next = append(next, pl)
 			continue
 		}
-		pl := &plannedEgressIP{eip: eip, key: ObjectKey(APIEgressIP, "", eip.Name), holders: egressIPHolders(eip)}
+		pl := &plannedEgressIP{eip: eip, key: ObjectKey(APIEgressIP, "", eip.Name), holders: egressIPHolders(eip), families: egressIPFamilies(eip)}
 		pl.nsSel, pl.podSel, _ = egressIPSelectors(eip)
 		next = append(next, pl)
 		p.egressIP.stale = true
@@ -220,7 +221,9 @@ func (p *Planner) replanEgressIPs() {
 					continue
 				}
 				for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {
-					mine = append(mine, podAddr{pod, addr})
+					if pl.families[family(addr)] {
+						mine = append(mine, podAddr{pod, addr})
+					}
 				}
 			}
 		}

@@ -12,7 +12,8 @@
 #     with the egress IP through it.
 # Needs root.
 #
-# Extra arguments go to the agent benchmark (2), e.g. a quick try:
+# This script is part 2 (make bench-egressip runs all three). Extra
+# arguments go to it, e.g. a quick try:
 #   bash test/bench/egressip.sh -eip-pods=1000 -eip-objects=10 -rounds=1 -eip-changes=10
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -64,7 +64,6 @@ func TestEgressIP(t *testing.T) {
 	const ns = "billing"
 	selected := c.createEgressIPNamespace(t, ns, targets)
 	other := c.RunProbePod(ns, "other", leader, map[string]string{"app": "other"}, targets...)
-	capture := c.External.Capture(t)
 	c.createEgressIP(t)
 	eips := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressIPs()
 	// holders waits until status.items holds exactly these, and returns
@@ -102,6 +101,13 @@ func TestEgressIP(t *testing.T) {
 	held := holders("assigned", onEgressNodes)
 	for _, p := range selected {
 		c.ExpectSources(p, targets, want)
+	}
+	// From here on no selected pod's address may reach the external host;
+	// other's, once it is selected too.
+	capture := c.External.Capture(t)
+	selectedSince := map[string]time.Time{}
+	for _, p := range selected {
+		selectedSince[p.Name] = time.Time{}
 	}
 	c.ExpectSources(other, targets, podIPs(other))
 	node := func(name string) *Node {
@@ -167,6 +173,7 @@ func TestEgressIP(t *testing.T) {
 	}
 	c.ExpectSources(other, targets, want)
 	selected = append(selected, other)
+	selectedSince[other.Name] = time.Now()
 
 	// The IPv6 holder dies: the node whose label went comes back as an
 	// egress node first, and takes the IPv6 address.
@@ -207,7 +214,7 @@ func TestEgressIP(t *testing.T) {
 		}
 		received := p.DstMAC == mac || strings.HasPrefix(p.DstMAC, "ff:ff:ff:ff:ff:ff")
 		for _, pod := range selected {
-			if slices.Contains(podIPs(pod), p.Src.String()) && received && !p.Dst.IsMulticast() {
+			if slices.Contains(podIPs(pod), p.Src.String()) && received && !p.Dst.IsMulticast() && p.Time.After(selectedSince[pod.Name]) {
 				t.Errorf("the external host received a packet from selected pod %s's IP: %s", pod.Name, p)
 			}
 		}
