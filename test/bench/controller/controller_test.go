@@ -93,7 +93,7 @@ func BenchmarkController(b *testing.B) {
 		_, err = admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
-	agents := startAgents(b, env, nodes)
+	agents := startAgents(b, env, nodes, *agentRenew, *agentExpire, heartbeat.Facts{SyncState: heartbeat.SyncStateSynced})
 	out("setup: %d nodes with agents in %v", len(nodes), time.Since(start).Round(time.Millisecond))
 
 	// Services with ingress IPs and endpoints, and their EgressServices.
@@ -280,21 +280,22 @@ func createService(ctx context.Context, env *clustertest.Env, ns, name string, i
 	return err
 }
 
-// agentSet runs one heartbeat.Renewer per node, as the agent identity.
+// agentSet runs one heartbeat.Renewer per node, as the agent identity,
+// renewing every renew for expire and publishing facts.
 type agentSet struct {
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc
 	wg      sync.WaitGroup
 }
 
-func startAgents(b *testing.B, env *clustertest.Env, nodes []string) *agentSet {
+func startAgents(b *testing.B, env *clustertest.Env, nodes []string, renew, expire time.Duration, facts heartbeat.Facts) *agentSet {
 	client := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
 	a := &agentSet{cancels: map[string]context.CancelFunc{}}
 	renewers := make([]*heartbeat.Renewer, len(nodes))
 	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
 		r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
-			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: *agentRenew, LeaseDuration: *agentExpire,
-			Facts: func() heartbeat.Facts { return heartbeat.Facts{SyncState: heartbeat.SyncStateSynced} },
+			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: renew, LeaseDuration: expire,
+			Facts: func() heartbeat.Facts { return facts },
 		})
 		if err != nil {
 			return err
@@ -306,7 +307,7 @@ func startAgents(b *testing.B, env *clustertest.Env, nodes []string) *agentSet {
 		ctx, cancel := context.WithCancel(context.Background())
 		a.cancels[nodes[i]] = cancel
 		// Spread the renewals over the interval, as independent agents are.
-		delay := time.Duration(rand.Int64N(int64(*agentRenew)))
+		delay := time.Duration(rand.Int64N(int64(renew)))
 		a.wg.Go(func() {
 			select {
 			case <-ctx.Done():
@@ -521,9 +522,12 @@ func waitFor(b *testing.B, what string, cond func() bool) {
 	}
 }
 
+// quietPeriod is how long waitIdle wants the controller idle.
+const quietPeriod = 500 * time.Millisecond
+
 // waitIdle waits until the controller has had nothing to do, and has
 // written nothing but its leader Lease (Events are sent asynchronously and
-// trail the syncs), for 500 ms.
+// trail the syncs), for quietPeriod.
 func waitIdle(b *testing.B, r *clustertest.Replica) {
 	quiet, seen := time.Time{}, -1
 	waitFor(b, "controller idle", func() bool {
@@ -535,7 +539,7 @@ func waitIdle(b *testing.B, r *clustertest.Replica) {
 		if quiet.IsZero() {
 			quiet = time.Now()
 		}
-		return time.Since(quiet) > 500*time.Millisecond
+		return time.Since(quiet) > quietPeriod
 	})
 }
 

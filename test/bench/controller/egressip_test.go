@@ -1,6 +1,7 @@
-// Package egressip benchmarks the EgressIP side of egressflow against a
-// real API server (test/kubetest). BenchmarkEgressIPAssign is the cluster
-// component's assignment: by default 100 Ready nodes labelled
+package controller
+
+// BenchmarkEgressIPAssign is the cluster component's EgressIP assignment
+// against a real API server (test/kubetest): by default 100 Ready nodes labelled
 // k8s.ovn.org/egress-assignable whose heartbeating agents publish one
 // subnet, and 1,000 EgressIPs of one address each, created while the
 // controller leads. It measures, in one run:
@@ -22,13 +23,11 @@
 //     assigns every address again, with no client competing, against it.
 //
 // Run it with make bench-egressip-assign.
-package egressip
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -39,7 +38,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -54,17 +52,14 @@ import (
 )
 
 var (
-	nodeCount = flag.Int("nodes", 100, "egress nodes, each with a heartbeating agent")
-	eipCount  = flag.Int("egressips", 1000, "EgressIPs of one address each")
+	eipNodeCount = flag.Int("eip-nodes", 100, "egress nodes, each with a heartbeating agent (BenchmarkEgressIPAssign)")
+	eipCount     = flag.Int("egressips", 1000, "EgressIPs of one address each (BenchmarkEgressIPAssign)")
 	// The agents' renewals load the API server for the whole run; at the
 	// production 1 s, 100 nodes are 100 writes/s beside the controller's.
 	// Failover is measured from the Lease's expiry, so it does not depend
 	// on these.
-	agentRenew  = flag.Duration("agent-renew", 2*time.Second, "agent Lease renew interval")
-	agentExpire = flag.Duration("agent-expire", 6*time.Second, "agent Lease duration")
-	// setupWorkers create the objects in parallel, as many clients would.
-	setupWorkers = flag.Int("setup-workers", 32, "parallel object creation")
-	waitLimit    = 5 * time.Minute
+	eipAgentRenew  = flag.Duration("eip-agent-renew", 2*time.Second, "agent Lease renew interval (BenchmarkEgressIPAssign)")
+	eipAgentExpire = flag.Duration("eip-agent-expire", 6*time.Second, "agent Lease duration (BenchmarkEgressIPAssign)")
 )
 
 // benchSubnet holds every address: each node publishes it.
@@ -76,9 +71,9 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	env := clustertest.Start(b)
 	out := func(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args...) }
 	out("egressip assign bench: %d egress nodes, %d EgressIPs of one address; agents renew every %v, expire after %v",
-		*nodeCount, *eipCount, *agentRenew, *agentExpire)
+		*eipNodeCount, *eipCount, *eipAgentRenew, *eipAgentExpire)
 
-	nodes := make([]string, *nodeCount)
+	nodes := make([]string, *eipNodeCount)
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("egress-%03d", i)
 	}
@@ -92,7 +87,9 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 		_, err = env.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
-	agents := startAgents(b, env, nodes)
+	subnets := heartbeat.ParseEgressSubnets(benchSubnet)
+	agents := startAgents(b, env, nodes, *eipAgentRenew, *eipAgentExpire,
+		heartbeat.Facts{SyncState: heartbeat.SyncStateSynced, EgressSubnets: subnets})
 	out("setup: %d nodes with agents in %v", len(nodes), time.Since(start).Round(time.Millisecond))
 
 	w := watchEgressIPs(b, env)
@@ -117,7 +114,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	lastCreate := slices.MaxFunc(created, func(a, b time.Time) int { return a.Compare(b) })
 	heldAt := w.waitAllHeld(b, names)
 	waitIdle(b, r)
-	initial := classify(r.Writes.All())
+	initial := classifyEgressIPWrites(r.Writes.All())
 	lat := make([]time.Duration, len(names))
 	for i, n := range names {
 		lat[i] = w.heldSince(n).Sub(created[i])
@@ -132,7 +129,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	r.Resync()
 	waitIdle(b, r)
 	resyncWrites, _ := r.Writes.Since(before)
-	resync := classify(resyncWrites)
+	resync := classifyEgressIPWrites(resyncWrites)
 	resyncTime := time.Since(t0) - quietPeriod
 
 	// Failover: the first node (by name) among the fullest stops renewing.
@@ -148,7 +145,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	failoverSeen := w.lastChange(moved)
 	waitIdle(b, r)
 	failoverWrites, _ := r.Writes.Since(before)
-	failover := classify(failoverWrites)
+	failover := classifyEgressIPWrites(failoverWrites)
 
 	// A new leader adopts.
 	if err := r.Stop(); err != nil {
@@ -161,7 +158,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	ledAt := time.Now()
 	waitIdle(b, r2)
 	adoptTime := time.Since(ledAt) - quietPeriod
-	adopt := classify(r2.Writes.All())
+	adopt := classifyEgressIPWrites(r2.Writes.All())
 
 	if err := r2.Stop(); err != nil {
 		b.Fatal(err)
@@ -169,7 +166,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	// The API server's pace: the same number of updates by a plain loop,
 	// which clears every status; then a third replica assigns them all
 	// again, with no client competing.
-	plain := plainLoop(b, env)
+	plain := egressIPPlainLoop(b, env)
 	waitFor(b, "every status cleared (watch)", func() bool { return w.noneHeld(names) })
 	opts.Identity, opts.Registerer = "bench-c", prometheus.NewRegistry()
 	r3 := env.RunController(b, opts)
@@ -177,7 +174,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	coldLed := time.Now()
 	coldHeld := w.waitAllHeld(b, names)
 	waitIdle(b, r3)
-	cold := classify(r3.Writes.All())
+	cold := classifyEgressIPWrites(r3.Writes.All())
 
 	total := heldAt.Sub(firstCreate)
 	out("")
@@ -189,7 +186,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	out("| last create to all held | %v |", heldAt.Sub(lastCreate).Round(time.Millisecond))
 	out("| create to held, per EgressIP: p50 / p99 / max | %v / %v / %v |", pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
 	out("| API writes per assignment (EgressIP updates; conflicts) | %.2f (%d updates, %d conflicts, %d other writes besides Events and the leader Lease) |",
-		float64(initial.eip)/float64(len(names)), initial.eip, int(writes(b, reg, "conflict")), initial.other)
+		float64(initial.eip)/float64(len(names)), initial.eip, int(egressIPWrites(b, reg, "conflict")), initial.other)
 	out("| spread: addresses per node, min..max | %d..%d |", lo, hi)
 	out("| no-op resync of every EgressIP: writes, time to idle | %d, %v |", resync.eip+resync.other+resync.events, resyncTime.Round(time.Millisecond))
 	out("| failover of %s (%d addresses): Lease expiry to all held elsewhere (watch) | %v, %d writes |", victim, len(moved), failoverSeen.Sub(expiry).Round(time.Millisecond), failover.eip)
@@ -214,7 +211,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 // plainLoop clears every EgressIP's status with one update each, with the
 // controller's default concurrency and identity, and returns how long
 // that took.
-func plainLoop(b *testing.B, env *clustertest.Env) time.Duration {
+func egressIPPlainLoop(b *testing.B, env *clustertest.Env) time.Duration {
 	ctx := context.Background()
 	client := versioned.NewForConfigOrDie(env.Cluster.Config(kubetest.Controller)).K8sV1().EgressIPs()
 	list, err := client.List(ctx, metav1.ListOptions{})
@@ -237,7 +234,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 
 // writes is egressflow_controller_api_writes_total{kind=egressip_status} of a
 // result.
-func writes(b *testing.B, reg *prometheus.Registry, result string) float64 {
+func egressIPWrites(b *testing.B, reg *prometheus.Registry, result string) float64 {
 	families, err := reg.Gather()
 	if err != nil {
 		b.Fatal(err)
@@ -262,7 +259,7 @@ func writes(b *testing.B, reg *prometheus.Registry, result string) float64 {
 
 type writeCounts struct{ eip, events, leases, other int }
 
-func classify(reqs []clustertest.Request) writeCounts {
+func classifyEgressIPWrites(reqs []clustertest.Request) writeCounts {
 	var w writeCounts
 	for _, r := range reqs {
 		switch {
@@ -277,63 +274,6 @@ func classify(reqs []clustertest.Request) writeCounts {
 		}
 	}
 	return w
-}
-
-// agentSet runs one heartbeat.Renewer per node, as the agent identity,
-// publishing benchSubnet.
-type agentSet struct {
-	mu      sync.Mutex
-	cancels map[string]context.CancelFunc
-	wg      sync.WaitGroup
-}
-
-func startAgents(b *testing.B, env *clustertest.Env, nodes []string) *agentSet {
-	client := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
-	subnets := heartbeat.ParseEgressSubnets(benchSubnet)
-	a := &agentSet{cancels: map[string]context.CancelFunc{}}
-	renewers := make([]*heartbeat.Renewer, len(nodes))
-	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
-		r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
-			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: *agentRenew, LeaseDuration: *agentExpire,
-			Facts: func() heartbeat.Facts {
-				return heartbeat.Facts{SyncState: heartbeat.SyncStateSynced, EgressSubnets: subnets}
-			},
-		})
-		if err != nil {
-			return err
-		}
-		renewers[i] = r
-		return r.RenewOnce(context.Background())
-	})
-	for i, r := range renewers {
-		ctx, cancel := context.WithCancel(context.Background())
-		a.cancels[nodes[i]] = cancel
-		// Spread the renewals over the interval, as independent agents are.
-		delay := time.Duration(rand.Int64N(int64(*agentRenew)))
-		a.wg.Go(func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			_ = r.Run(ctx)
-		})
-	}
-	b.Cleanup(func() {
-		a.mu.Lock()
-		for _, c := range a.cancels {
-			c()
-		}
-		a.mu.Unlock()
-		a.wg.Wait()
-	})
-	return a
-}
-
-func (a *agentSet) stop(node string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.cancels[node]()
 }
 
 // eipWatch follows every EgressIP's status.items through a watch: the node
@@ -458,35 +398,4 @@ func (w *eipWatch) lastChange(names []string) time.Time {
 		}
 	}
 	return last
-}
-
-func waitFor(b *testing.B, what string, cond func() bool) {
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: not within %v", what, waitLimit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// quietPeriod is how long waitIdle wants the controller idle.
-const quietPeriod = 500 * time.Millisecond
-
-// waitIdle waits until the controller has had nothing to do, and has
-// written nothing but its leader Lease (Events trail the syncs), for
-// quietPeriod.
-func waitIdle(b *testing.B, r *clustertest.Replica) {
-	quiet, seen := time.Time{}, -1
-	waitFor(b, "controller idle", func() bool {
-		n := len(clustertest.NotLeases(r.Writes.All()))
-		if !r.Idle() || n != seen {
-			quiet, seen = time.Time{}, n
-			return false
-		}
-		if quiet.IsZero() {
-			quiet = time.Now()
-		}
-		return time.Since(quiet) > quietPeriod
-	})
 }
