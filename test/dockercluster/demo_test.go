@@ -64,6 +64,7 @@ func TestDemo(t *testing.T) {
 		c.ExpectSources(p, s.targets, []string{addrs[0].String(), addrs[1].String()})
 	}
 	say("%s", indent(c.Kubectl("get", "egressips", "billing", "-o", "custom-columns=NAME:.metadata.name,ADDRESSES:.spec.egressIPs,HELD:.status.items[*].egressIP,ON:.status.items[*].node,ASSIGNED:.status.conditions[0].message")))
+	heldBefore := c.Kubectl("get", "egressips", "billing", "-o", "jsonpath={.status.items[*].node}")
 	showEgressIP := func(gone *Node) {
 		for _, p := range api {
 			if gone != nil && p.Spec.NodeName == gone.Name {
@@ -96,7 +97,11 @@ func TestDemo(t *testing.T) {
 			c.ExpectSources(p, s.targets, []string{addrs[0].String(), addrs[1].String()})
 		}
 	}
-	say("== The EgressIP after it (an address %s held is on another egress node; the holders announced it)", killed.Name)
+	moved := "it held none of the EgressIP's addresses: they stayed"
+	if strings.Contains(heldBefore, killed.Name) {
+		moved = "the address it held is on another egress node, which announced it"
+	}
+	say("== The EgressIP after %s's power loss (%s)", killed.Name, moved)
 	say("%s", indent(c.Kubectl("get", "egressips", "billing", "-o", "custom-columns=NAME:.metadata.name,HELD:.status.items[*].egressIP,ON:.status.items[*].node")))
 	showEgressIP(killed)
 
