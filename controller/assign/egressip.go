@@ -26,7 +26,9 @@ import (
 //     node), then to the lowest name;
 //   - an address that two EgressIPs list belongs to the older one (by
 //     creationTimestamp, then name; the caller says which: Conflicts); the
-//     other reports AddressConflict for it.
+//     other reports AddressConflict for it;
+//   - an address that is a node's own (EgressNodes.Addresses) is never
+//     held: NodeAddress.
 //
 // Addresses are placed in spec order; when an address finds every
 // candidate taken by an address of the same EgressIP placed in the same
@@ -57,6 +59,8 @@ const (
 	NodeShared NodeProblem = "SharedNode"
 	// NodeAddressConflict: an older EgressIP lists the address.
 	NodeAddressConflict NodeProblem = "AddressConflict"
+	// NodeIsNodeAddress: the address became a node's own.
+	NodeIsNodeAddress NodeProblem = "NodeAddress"
 )
 
 // EgressNode is what holding egress IPs depends on about one node that
@@ -93,6 +97,11 @@ type EgressNodes struct {
 	// tells a deleted holder from one that lost the label. Nil: only the
 	// Assignable ones exist.
 	Exists func(name string) bool
+	// Addresses are every node's addresses (InternalIP, ExternalIP), with
+	// the node's name: an address that is one is never held. The
+	// reference only warns about such an EgressIP; holding it would answer
+	// ARP for the node and take its traffic.
+	Addresses map[netip.Addr]string
 }
 
 func (ns EgressNodes) exists(name string) bool {
@@ -175,6 +184,13 @@ func DecideEgressIP(in EgressIPInput, nodes EgressNodes, load func(node string) 
 		seen[a] = true
 		it.Addr = a
 		it.Previous = in.Holders[a]
+		if node, ok := nodes.Addresses[a]; ok {
+			it.Reason, it.Why = reasons.NodeAddress, fmt.Sprintf("it is node %s's address", node)
+			if it.Previous != "" {
+				it.Lost = NodeIsNodeAddress
+			}
+			continue
+		}
 		if older, ok := in.Conflicts[a]; ok {
 			it.Reason, it.Why = reasons.AddressConflict, fmt.Sprintf("the older EgressIP %s lists it", older)
 			if it.Previous != "" {

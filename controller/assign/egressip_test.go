@@ -199,6 +199,18 @@ func TestDecideEgressIP(t *testing.T) {
 			wantLost:  []string{"192.0.2.10 lost a (AddressConflict)"},
 		},
 		{
+			name:      "a node's address is never held, and a holder whose address became a node's loses it",
+			addresses: []string{"192.0.2.21", "192.0.2.10", "192.0.2.11"},
+			holders:   holders("192.0.2.10", "a"),
+			nodes: func() EgressNodes {
+				ns := nodeSet(egressNode("a", net4a), egressNode("b", net4a))
+				ns.Addresses = map[netip.Addr]string{netip.MustParseAddr("192.0.2.21"): "a", netip.MustParseAddr("192.0.2.10"): "z"}
+				return ns
+			}(),
+			want:     []string{"192.0.2.21:NodeAddress", "192.0.2.10:NodeAddress", "192.0.2.11=a"},
+			wantLost: []string{"192.0.2.10 lost a (NodeAddress)"},
+		},
+		{
 			name:      "spellings: compared as addresses, written as the spec writes them",
 			addresses: []string{"2001:DB8::A", "2001:db8:0:0::a", "not-an-ip", "fe80::1%eth0"},
 			holders:   holders("2001:db8::a", "a"),

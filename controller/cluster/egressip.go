@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -306,8 +307,11 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 		alive[n.Name] = t.state.alive[n.Name]
 	}
 	t.state.mu.Unlock()
-	view := assign.EgressNodes{Assignable: map[string]*assign.EgressNode{}, Exists: c.nodeExists}
+	view := assign.EgressNodes{Assignable: map[string]*assign.EgressNode{}, Exists: c.nodeExists, Addresses: map[netip.Addr]string{}}
 	for _, n := range nodes {
+		for _, a := range nodeAddresses(n) {
+			view.Addresses[a] = n.Name
+		}
 		if !assign.EgressAssignable(n) {
 			continue
 		}
@@ -324,6 +328,21 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 	}
 	e.mu.Unlock()
 	return view
+}
+
+// nodeAddresses are a Node's InternalIP and ExternalIP addresses, as
+// addresses (those that do not parse are left out).
+func nodeAddresses(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if addr, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, addr.Unmap())
+		}
+	}
+	return out
 }
 
 func (c *Controller) nodeExists(name string) bool {
@@ -394,6 +413,18 @@ func (c *Controller) egressNodeEvent(t *term, old, cur *corev1.Node) {
 	if cur != nil {
 		is, isReady, name = assign.EgressAssignable(cur), assign.NodeReady(cur), cur.Name
 	}
+	// The EgressIPs that list an address a node gained or lost: an
+	// address that is a node's is never held.
+	var oldAddrs, curAddrs []netip.Addr
+	if old != nil {
+		oldAddrs = nodeAddresses(old)
+	}
+	if cur != nil {
+		curAddrs = nodeAddresses(cur)
+	}
+	if !slices.Equal(oldAddrs, curAddrs) {
+		c.egressNodeAddressesChanged(t, oldAddrs, curAddrs)
+	}
 	if old != nil && cur != nil && was == is && wasReady == isReady {
 		return
 	}
@@ -401,6 +432,27 @@ func (c *Controller) egressNodeEvent(t *term, old, cur *corev1.Node) {
 		c.noteUnreachable(t, name, assign.NodeNotReady)
 	}
 	c.egressNodeChanged(t, name, was || is)
+}
+
+// egressNodeAddressesChanged re-syncs the EgressIPs that list an address a
+// node gained or lost, with a fresh node view.
+func (c *Controller) egressNodeAddressesChanged(t *term, old, cur []netip.Addr) {
+	t.eips.mu.Lock()
+	t.eips.gen++
+	keys := sets.New[string]()
+	for _, a := range slices.Concat(old, cur) {
+		if slices.Contains(old, a) != slices.Contains(cur, a) {
+			keys = keys.Union(t.eips.claims[a])
+		}
+	}
+	now := c.opts.Clock.Now()
+	for k := range keys {
+		t.eips.noteEvent(k, now)
+	}
+	t.eips.mu.Unlock()
+	for k := range keys {
+		t.eipQueue.Add(k)
+	}
 }
 
 // noteUnreachable counts an egress node that holds addresses becoming

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -647,4 +648,56 @@ func TestEgressIPControllerChangesOnlyStatus(t *testing.T) {
 	_, err := es.Create(ctx, &esv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "forged"}, Spec: esv1.EgressIPSpec{EgressIPs: []string{"192.0.2.1"}}}, metav1.CreateOptions{})
 	forbidden(t, "create an EgressIP", err)
 	forbidden(t, "delete an EgressIP", es.Delete(ctx, "web", metav1.DeleteOptions{}))
+}
+
+// TestEgressIPNodeAddress: an address that is a node's own is never held
+// (holding it would answer ARP for the node and take its traffic): the
+// condition says whose it is; an address held when a node takes it as its
+// own is given up, and held again once the node no longer has it.
+func TestEgressIPNodeAddress(t *testing.T) {
+	f := newEIPFixture(t, "node-a", "node-b")
+	f.run("replica-a")
+	setAddresses := func(node string, addrs ...string) {
+		t.Helper()
+		ctx := context.Background()
+		n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Addresses = nil
+		for _, a := range addrs {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+		}
+		if _, err := f.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setAddresses("node-b", "192.0.2.20")
+	f.CreateEgressIP(t, "web", "192.0.2.20", "192.0.2.10")
+	// onlyTenHeld waits until 192.0.2.10 alone is held, with reason
+	// NodeAddress for the other.
+	onlyTenHeld := func() {
+		t.Helper()
+		wait.Until(t, settle, func() error {
+			eip := f.GetEgressIP(t, "web")
+			cond := meta.FindStatusCondition(eip.Status.Conditions, cluster.ConditionAssigned)
+			if got := items(eip); len(got) != 1 || !strings.HasPrefix(got[0], "192.0.2.10=") || cond == nil || cond.Reason != string(reasons.NodeAddress) {
+				return fmt.Errorf("items %q, condition %+v; want 192.0.2.10 alone held, reason NodeAddress", got, cond)
+			}
+			return nil
+		})
+	}
+	onlyTenHeld()
+	if msg := f.message("web"); !strings.HasPrefix(msg, "not held: 192.0.2.20 (NodeAddress: it is node node-b's address)") {
+		t.Errorf("message %q", msg)
+	}
+	f.waitEvent("web", warning, reasons.NodeAddress, "it is node node-b's address")
+
+	// A node takes 192.0.2.10 as its own: it is given up.
+	setAddresses("node-a", "192.0.2.10")
+	f.waitItems("web", reasons.NodeAddress)
+	// Both held once no node has either.
+	setAddresses("node-a")
+	setAddresses("node-b")
+	f.waitAllHeld("web")
 }

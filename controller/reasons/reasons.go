@@ -150,4 +150,8 @@ const (
 	// InvalidAddress: a spec.egressIPs entry that is not an IP address, or
 	// repeats one (the CRD refuses both; an object stored otherwise).
 	InvalidAddress Reason = "InvalidAddress"
+	// NodeAddress: the address is a node's (an InternalIP or ExternalIP):
+	// holding it would answer ARP and neighbour solicitations for that
+	// node and take its traffic.
+	NodeAddress Reason = "NodeAddress"
 )
