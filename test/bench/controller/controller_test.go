@@ -334,45 +334,58 @@ func (a *agentSet) stop(node string) {
 	a.cancels[node]()
 }
 
-// hostWatch follows every EgressService's status.host through a watch.
-type hostWatch struct {
+// holderWatch follows, through a watch, which node holds each object (an
+// EgressService's status.host, an EgressIP's one address's node), and when
+// that last changed.
+type holderWatch struct {
 	mu      sync.Mutex
-	hosts   map[string]string
+	holder  map[string]string
 	changed map[string]time.Time
-	stop    chan struct{}
 }
 
-func watchHosts(b *testing.B, env *clustertest.Env) *hostWatch {
-	w := &hostWatch{hosts: map[string]string{}, changed: map[string]time.Time{}, stop: make(chan struct{})}
-	f := esinformers.NewSharedInformerFactory(env.ES, 0)
-	inf := f.K8s().V1().EgressServices().Informer()
+// newHolderWatch starts following the objects of inf, whose key and holder
+// of names; factory is inf's, started here and shut down with the bench.
+func newHolderWatch(b *testing.B, f esinformers.SharedInformerFactory, inf cache.SharedIndexInformer, of func(obj any) (key, holder string, ok bool)) *holderWatch {
+	w := &holderWatch{holder: map[string]string{}, changed: map[string]time.Time{}}
 	record := func(obj any) {
-		es, ok := obj.(*esv1.EgressService)
+		key, holder, ok := of(obj)
 		if !ok {
 			return
 		}
-		key := es.Namespace + "/" + es.Name
 		w.mu.Lock()
-		if w.hosts[key] != es.Status.Host {
+		if w.holder[key] != holder {
 			w.changed[key] = time.Now()
 		}
-		w.hosts[key] = es.Status.Host
+		w.holder[key] = holder
 		w.mu.Unlock()
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }})
-	f.Start(w.stop)
-	f.WaitForCacheSync(w.stop)
-	b.Cleanup(func() { close(w.stop); f.Shutdown() })
+	stop := make(chan struct{})
+	f.Start(stop)
+	f.WaitForCacheSync(stop)
+	b.Cleanup(func() { close(stop); f.Shutdown() })
 	return w
 }
 
+// watchHosts follows every EgressService's status.host.
+func watchHosts(b *testing.B, env *clustertest.Env) *holderWatch {
+	f := esinformers.NewSharedInformerFactory(env.ES, 0)
+	return newHolderWatch(b, f, f.K8s().V1().EgressServices().Informer(), func(obj any) (string, string, bool) {
+		es, ok := obj.(*esv1.EgressService)
+		if !ok {
+			return "", "", false
+		}
+		return es.Namespace + "/" + es.Name, es.Status.Host, true
+	})
+}
+
 // waitAll waits until n services have a host and returns when the last got it.
-func (w *hostWatch) waitAll(b *testing.B, n int) time.Time {
+func (w *holderWatch) waitAll(b *testing.B, n int) time.Time {
 	waitFor(b, "every service has a host", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		count := 0
-		for _, h := range w.hosts {
+		for _, h := range w.holder {
 			if h != "" {
 				count++
 			}
@@ -390,11 +403,11 @@ func (w *hostWatch) waitAll(b *testing.B, n int) time.Time {
 	return last
 }
 
-func (w *hostWatch) load(nodes []string) []int {
+func (w *holderWatch) load(nodes []string) []int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	per := map[string]int{}
-	for _, h := range w.hosts {
+	for _, h := range w.holder {
 		per[h]++
 	}
 	out := make([]int, len(nodes))
@@ -406,11 +419,11 @@ func (w *hostWatch) load(nodes []string) []int {
 
 // nodeWith returns the first node (by name) with want services, or else the
 // one with the most below want, and those services.
-func (w *hostWatch) nodeWith(want int) (string, []string) {
+func (w *holderWatch) nodeWith(want int) (string, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	by := map[string][]string{}
-	for k, h := range w.hosts {
+	for k, h := range w.holder {
 		by[h] = append(by[h], k)
 	}
 	best := ""
@@ -425,18 +438,18 @@ func (w *hostWatch) nodeWith(want int) (string, []string) {
 	return best, by[best]
 }
 
-func (w *hostWatch) movedAway(keys []string, from string) bool {
+func (w *holderWatch) movedAway(keys []string, from string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, k := range keys {
-		if h := w.hosts[k]; h == from || h == "" {
+		if h := w.holder[k]; h == from || h == "" {
 			return false
 		}
 	}
 	return true
 }
 
-func (w *hostWatch) lastChange(keys []string) time.Time {
+func (w *holderWatch) lastChange(keys []string) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var last time.Time
@@ -450,10 +463,10 @@ func (w *hostWatch) lastChange(keys []string) time.Time {
 
 // labelsDone says whether every service's host carries its label and no
 // other node carries any service label (as the node watch sees them).
-func labelsDone(w *hostWatch, labels *clustertest.LabelWatcher, n int) bool {
+func labelsDone(w *holderWatch, labels *clustertest.LabelWatcher, n int) bool {
 	w.mu.Lock()
 	want := map[string]string{}
-	for k, h := range w.hosts {
+	for k, h := range w.holder {
 		ns, name, _ := strings.Cut(k, "/")
 		want[assign.LabelKey(ns, name)] = h
 	}

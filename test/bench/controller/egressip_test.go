@@ -31,14 +31,12 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
@@ -276,50 +274,31 @@ func classifyEgressIPWrites(reqs []clustertest.Request) writeCounts {
 	return w
 }
 
-// eipWatch follows every EgressIP's status.items through a watch: the node
-// of its (one) address, and when it last changed.
-type eipWatch struct {
-	mu      sync.Mutex
-	node    map[string]string
-	changed map[string]time.Time
-}
-
-func watchEgressIPs(b *testing.B, env *clustertest.Env) *eipWatch {
-	w := &eipWatch{node: map[string]string{}, changed: map[string]time.Time{}}
-	stop := make(chan struct{})
+// watchEgressIPs follows every EgressIP's status.items: the node of its
+// (one) address.
+func watchEgressIPs(b *testing.B, env *clustertest.Env) *holderWatch {
 	f := esinformers.NewSharedInformerFactory(env.ES, 0)
-	inf := f.K8s().V1().EgressIPs().Informer()
-	record := func(obj any) {
+	return newHolderWatch(b, f, f.K8s().V1().EgressIPs().Informer(), func(obj any) (string, string, bool) {
 		eip, ok := obj.(*esv1.EgressIP)
 		if !ok {
-			return
+			return "", "", false
 		}
 		node := ""
 		if len(eip.Status.Items) > 0 {
 			node = eip.Status.Items[0].Node
 		}
-		w.mu.Lock()
-		if w.node[eip.Name] != node {
-			w.changed[eip.Name] = time.Now()
-		}
-		w.node[eip.Name] = node
-		w.mu.Unlock()
-	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }})
-	f.Start(stop)
-	f.WaitForCacheSync(stop)
-	b.Cleanup(func() { close(stop); f.Shutdown() })
-	return w
+		return eip.Name, node, true
+	})
 }
 
 // waitAllHeld waits until every EgressIP of names has a node and returns
 // when the last got it.
-func (w *eipWatch) waitAllHeld(b *testing.B, names []string) time.Time {
+func (w *holderWatch) waitAllHeld(b *testing.B, names []string) time.Time {
 	waitFor(b, "every address held", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, n := range names {
-			if w.node[n] == "" {
+			if w.holder[n] == "" {
 				return false
 			}
 		}
@@ -328,44 +307,30 @@ func (w *eipWatch) waitAllHeld(b *testing.B, names []string) time.Time {
 	return w.lastChange(names)
 }
 
-func (w *eipWatch) noneHeld(names []string) bool {
+func (w *holderWatch) noneHeld(names []string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, n := range names {
-		if w.node[n] != "" {
+		if w.holder[n] != "" {
 			return false
 		}
 	}
 	return true
 }
 
-func (w *eipWatch) heldSince(name string) time.Time {
+func (w *holderWatch) heldSince(name string) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.changed[name]
 }
 
-func (w *eipWatch) load(nodes []string) []int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	per := map[string]int{}
-	for _, n := range w.node {
-		per[n]++
-	}
-	out := make([]int, len(nodes))
-	for i, n := range nodes {
-		out[i] = per[n]
-	}
-	return out
-}
-
 // fullest returns the first node (by name) among those holding the most
 // addresses, and the EgressIPs it holds.
-func (w *eipWatch) fullest(nodes []string) (string, []string) {
+func (w *holderWatch) fullest(nodes []string) (string, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	by := map[string][]string{}
-	for name, n := range w.node {
+	for name, n := range w.holder {
 		by[n] = append(by[n], name)
 	}
 	best := ""
@@ -375,27 +340,4 @@ func (w *eipWatch) fullest(nodes []string) (string, []string) {
 		}
 	}
 	return best, by[best]
-}
-
-func (w *eipWatch) movedAway(names []string, from string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, n := range names {
-		if h := w.node[n]; h == from || h == "" {
-			return false
-		}
-	}
-	return true
-}
-
-func (w *eipWatch) lastChange(names []string) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var last time.Time
-	for _, n := range names {
-		if t := w.changed[n]; t.After(last) {
-			last = t
-		}
-	}
-	return last
 }
