@@ -17,6 +17,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 )
 
@@ -309,7 +310,7 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 	t.state.mu.Unlock()
 	view := assign.EgressNodes{Assignable: map[string]*assign.EgressNode{}, Exists: c.nodeExists, Addresses: map[netip.Addr]string{}}
 	for _, n := range nodes {
-		for _, a := range nodeAddresses(n) {
+		for _, a := range endpoints.NodeAddresses(n) {
 			view.Addresses[a] = n.Name
 		}
 		if !assign.EgressAssignable(n) {
@@ -328,21 +329,6 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 	}
 	e.mu.Unlock()
 	return view
-}
-
-// nodeAddresses are a Node's InternalIP and ExternalIP addresses, as
-// addresses (those that do not parse are left out).
-func nodeAddresses(n *corev1.Node) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-			continue
-		}
-		if addr, err := netip.ParseAddr(a.Address); err == nil {
-			out = append(out, addr.Unmap())
-		}
-	}
-	return out
 }
 
 func (c *Controller) nodeExists(name string) bool {
@@ -417,10 +403,10 @@ func (c *Controller) egressNodeEvent(t *term, old, cur *corev1.Node) {
 	// address that is a node's is never held.
 	var oldAddrs, curAddrs []netip.Addr
 	if old != nil {
-		oldAddrs = nodeAddresses(old)
+		oldAddrs = endpoints.NodeAddresses(old)
 	}
 	if cur != nil {
-		curAddrs = nodeAddresses(cur)
+		curAddrs = endpoints.NodeAddresses(cur)
 	}
 	if !slices.Equal(oldAddrs, curAddrs) {
 		c.egressNodeAddressesChanged(t, oldAddrs, curAddrs)

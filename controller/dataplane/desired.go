@@ -293,7 +293,7 @@ func hostMAC(lease *coordinationv1.Lease) net.HardwareAddr {
 func exemptions(node NodeConfig, nodes []*corev1.Node) []netip.Prefix {
 	out := slices.Concat(node.ClusterPodCIDRs, node.ServiceCIDRs)
 	for _, n := range nodes {
-		for _, addr := range nodeAddresses(n) {
+		for _, addr := range endpoints.NodeAddresses(n) {
 			out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
 		}
 	}
@@ -302,22 +302,6 @@ func exemptions(node NodeConfig, nodes []*corev1.Node) []netip.Prefix {
 	}
 	slices.SortFunc(out, comparePrefixes)
 	return slices.Compact(out)
-}
-
-// nodeAddresses are a Node's addresses as the egress family reads them: its
-// InternalIP and ExternalIP addresses (unmapped; those that do not parse
-// are skipped), in the Node's order.
-func nodeAddresses(n *corev1.Node) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-			continue
-		}
-		if addr, err := netip.ParseAddr(a.Address); err == nil {
-			out = append(out, addr.Unmap())
-		}
-	}
-	return out
 }
 
 func comparePrefixes(a, b netip.Prefix) int {

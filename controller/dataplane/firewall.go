@@ -12,6 +12,7 @@ import (
 
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/openflow"
 )
@@ -322,7 +323,7 @@ func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []
 			var addrs []netip.Addr
 			for _, n := range nodes {
 				if sel.Matches(labels.Set(n.Labels)) {
-					addrs = append(addrs, nodeAddresses(n)...)
+					addrs = append(addrs, endpoints.NodeAddresses(n)...)
 				}
 			}
 			rule.Destinations = hostPrefixes(addrs)

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/endpoints"
 )
 
 // The Planner's part for EgressFirewall: each namespace's TableFirewall
@@ -156,7 +157,7 @@ func (p *Planner) setFirewallNodes(nodes []*corev1.Node) []string {
 	p.nodes = nodes
 	view := make([]nodeView, 0, len(nodes))
 	for _, n := range nodes {
-		view = append(view, nodeView{name: n.Name, labels: n.Labels, addrs: nodeAddresses(n)})
+		view = append(view, nodeView{name: n.Name, labels: n.Labels, addrs: endpoints.NodeAddresses(n)})
 	}
 	slices.SortFunc(view, func(a, b nodeView) int { return strings.Compare(a.name, b.name) })
 	if slices.EqualFunc(view, p.nodeView, func(a, b nodeView) bool {

@@ -2,7 +2,8 @@
 // EndpointSlices, and its load-balancer IPs out of its status, as both the
 // cluster component (is the Service eligible, which nodes run an endpoint)
 // and the node agent (which pod IPs to SNAT, steer or route, to which LB IP)
-// need them. Pure functions of the objects.
+// need them; and a Node's addresses (NodeAddresses). Pure functions of the
+// objects.
 package endpoints
 
 import (
@@ -109,4 +110,22 @@ func LoadBalancerIPs(svc *corev1.Service) (v4, v6 netip.Addr) {
 		}
 	}
 	return v4, v6
+}
+
+// NodeAddresses are a Node's addresses as the egress family reads them: its
+// InternalIP and ExternalIP addresses (unmapped; those that do not parse
+// are skipped), in the Node's order. The node agent exempts them and
+// matches EgressFirewall's nodeSelector rules against them; the cluster
+// component never lets an EgressIP hold one.
+func NodeAddresses(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if addr, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, addr.Unmap())
+		}
+	}
+	return out
 }
