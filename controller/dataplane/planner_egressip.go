@@ -192,6 +192,7 @@ func (p *Planner) replanEgressIPs() {
 	parts := map[string]*EgressIPPart{}
 	problems := map[string][]Problem{}
 	var selected []netip.Addr
+	namespaces := slices.Sorted(maps.Keys(in.clusterPods))
 	for _, pl := range in.eips {
 		part := &EgressIPPart{Key: pl.key}
 		parts[pl.key] = part
@@ -211,7 +212,7 @@ func (p *Planner) replanEgressIPs() {
 		// namespaces' order (the order does not matter: every address is
 		// decided by the first object in precedence order).
 		var mine []podAddr
-		for _, ns := range slices.Sorted(maps.Keys(in.clusterPods)) {
+		for _, ns := range namespaces {
 			nsLabels, known := in.namespaces[ns]
 			if !known || !pl.nsSel.Matches(nsLabels) {
 				continue
