@@ -209,21 +209,33 @@ func BenchmarkController(b *testing.B) {
 
 // eventCounts sums egressflow_controller_events_total by result.
 func eventCounts(b *testing.B, reg *prometheus.Registry) map[string]float64 {
+	return counterSums(b, reg, "egressflow_controller_events_total", nil, "result")
+}
+
+// counterSums sums the counter name over its series whose labels have the
+// values of want, by the value of label by ("" with by "").
+func counterSums(b *testing.B, reg *prometheus.Registry, name string, want map[string]string, by string) map[string]float64 {
 	families, err := reg.Gather()
 	if err != nil {
 		b.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, mf := range families {
-		if mf.GetName() != "egressflow_controller_events_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
+			group := ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
+				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
+					continue series
+				}
+				if l.GetName() == by {
+					group = l.GetValue()
 				}
 			}
+			out[group] += m.GetCounter().GetValue()
 		}
 	}
 	return out
@@ -486,7 +498,10 @@ func labelsDone(w *holderWatch, labels *clustertest.LabelWatcher, n int) bool {
 	return true
 }
 
-type writes struct{ status, nodePatches, events, leases, other int }
+// writes are the controller's API writes by kind: EgressService status,
+// EgressIP updates (their status, written with the object), node label
+// patches, Events, Leases, the rest.
+type writes struct{ status, eipStatus, nodePatches, events, leases, other int }
 
 func classify(reqs []clustertest.Request) writes {
 	var w writes
@@ -494,6 +509,8 @@ func classify(reqs []clustertest.Request) writes {
 		switch {
 		case strings.Contains(r.Path, "/egressservices/") && strings.HasSuffix(r.Path, "/status"):
 			w.status++
+		case strings.Contains(r.Path, "/egressips/") && r.Method == "PUT":
+			w.eipStatus++
 		case strings.Contains(r.Path, "/nodes/"):
 			w.nodePatches++
 		case strings.Contains(r.Path, "/events"):

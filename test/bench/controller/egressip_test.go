@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -112,7 +111,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	lastCreate := slices.MaxFunc(created, func(a, b time.Time) int { return a.Compare(b) })
 	heldAt := w.waitAllHeld(b, names)
 	waitIdle(b, r)
-	initial := classifyEgressIPWrites(r.Writes.All())
+	initial := classify(r.Writes.All())
 	lat := make([]time.Duration, len(names))
 	for i, n := range names {
 		lat[i] = w.heldSince(n).Sub(created[i])
@@ -127,7 +126,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	r.Resync()
 	waitIdle(b, r)
 	resyncWrites, _ := r.Writes.Since(before)
-	resync := classifyEgressIPWrites(resyncWrites)
+	resync := classify(resyncWrites)
 	resyncTime := time.Since(t0) - quietPeriod
 
 	// Failover: the first node (by name) among the fullest stops renewing.
@@ -143,7 +142,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	failoverSeen := w.lastChange(moved)
 	waitIdle(b, r)
 	failoverWrites, _ := r.Writes.Since(before)
-	failover := classifyEgressIPWrites(failoverWrites)
+	failover := classify(failoverWrites)
 
 	// A new leader adopts.
 	if err := r.Stop(); err != nil {
@@ -156,7 +155,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	ledAt := time.Now()
 	waitIdle(b, r2)
 	adoptTime := time.Since(ledAt) - quietPeriod
-	adopt := classifyEgressIPWrites(r2.Writes.All())
+	adopt := classify(r2.Writes.All())
 
 	if err := r2.Stop(); err != nil {
 		b.Fatal(err)
@@ -172,7 +171,7 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	coldLed := time.Now()
 	coldHeld := w.waitAllHeld(b, names)
 	waitIdle(b, r3)
-	cold := classifyEgressIPWrites(r3.Writes.All())
+	cold := classify(r3.Writes.All())
 
 	total := heldAt.Sub(firstCreate)
 	out("")
@@ -184,25 +183,25 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 	out("| last create to all held | %v |", heldAt.Sub(lastCreate).Round(time.Millisecond))
 	out("| create to held, per EgressIP: p50 / p99 / max | %v / %v / %v |", pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
 	out("| API writes per assignment (EgressIP updates; conflicts) | %.2f (%d updates, %d conflicts, %d other writes besides Events and the leader Lease) |",
-		float64(initial.eip)/float64(len(names)), initial.eip, int(egressIPWrites(b, reg, "conflict")), initial.other)
+		float64(initial.eipStatus)/float64(len(names)), initial.eipStatus, int(counterSums(b, reg, "egressflow_controller_api_writes_total", map[string]string{"kind": "egressip_status", "result": "conflict"}, "")[""]), initial.other)
 	out("| spread: addresses per node, min..max | %d..%d |", lo, hi)
-	out("| no-op resync of every EgressIP: writes, time to idle | %d, %v |", resync.eip+resync.other+resync.events, resyncTime.Round(time.Millisecond))
-	out("| failover of %s (%d addresses): Lease expiry to all held elsewhere (watch) | %v, %d writes |", victim, len(moved), failoverSeen.Sub(expiry).Round(time.Millisecond), failover.eip)
-	out("| new leader: EgressIP writes, leading to idle | %d, %v |", adopt.eip, adoptTime.Round(time.Millisecond))
+	out("| no-op resync of every EgressIP: writes, time to idle | %d, %v |", resync.eipStatus+resync.other+resync.events, resyncTime.Round(time.Millisecond))
+	out("| failover of %s (%d addresses): Lease expiry to all held elsewhere (watch) | %v, %d writes |", victim, len(moved), failoverSeen.Sub(expiry).Round(time.Millisecond), failover.eipStatus)
+	out("| new leader: EgressIP writes, leading to idle | %d, %v |", adopt.eipStatus, adoptTime.Round(time.Millisecond))
 	out("| Events written (first assignment) | %d |", initial.events)
 	out("| statuses cleared, a new leader: leading to all held again (watch); writes | %v (%.0f addresses/s); %d |",
-		coldHeld.Sub(coldLed).Round(time.Millisecond), float64(len(names))/coldHeld.Sub(coldLed).Seconds(), cold.eip)
+		coldHeld.Sub(coldLed).Round(time.Millisecond), float64(len(names))/coldHeld.Sub(coldLed).Seconds(), cold.eipStatus)
 	out("| the API server's pace: %d updates by a plain loop (%d workers, the controller's identity) | %v (%.0f/s): the controller at %.2fx |",
 		len(names), cluster.DefaultEgressIPWorkers, plain.Round(time.Millisecond), float64(len(names))/plain.Seconds(), plain.Seconds()/coldHeld.Sub(coldLed).Seconds())
 	out("")
 	out("total bench time %v (start to the second leader %v)", time.Since(start).Round(time.Second), t0.Sub(start).Round(time.Second))
 
 	b.ReportMetric(total.Seconds(), "s-to-all-held")
-	b.ReportMetric(float64(initial.eip)/float64(len(names)), "writes/assignment")
+	b.ReportMetric(float64(initial.eipStatus)/float64(len(names)), "writes/assignment")
 	b.ReportMetric(float64(hi-lo), "spread")
-	b.ReportMetric(float64(resync.eip+resync.other), "resync-writes")
+	b.ReportMetric(float64(resync.eipStatus+resync.other), "resync-writes")
 	b.ReportMetric(float64(failoverSeen.Sub(expiry).Milliseconds()), "failover-ms")
-	b.ReportMetric(float64(adopt.eip), "adopt-writes")
+	b.ReportMetric(float64(adopt.eipStatus), "adopt-writes")
 	b.ReportMetric(plain.Seconds()/coldHeld.Sub(coldLed).Seconds(), "x-plain")
 }
 
@@ -228,50 +227,6 @@ func egressIPPlainLoop(b *testing.B, env *clustertest.Env) time.Duration {
 
 func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)].Round(time.Millisecond)
-}
-
-// writes is egressflow_controller_api_writes_total{kind=egressip_status} of a
-// result.
-func egressIPWrites(b *testing.B, reg *prometheus.Registry, result string) float64 {
-	families, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range families {
-		if mf.GetName() != "egressflow_controller_api_writes_total" {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if (l.GetName() == "kind" && l.GetValue() != "egressip_status") || (l.GetName() == "result" && l.GetValue() != result) {
-					continue next
-				}
-			}
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return total
-}
-
-type writeCounts struct{ eip, events, leases, other int }
-
-func classifyEgressIPWrites(reqs []clustertest.Request) writeCounts {
-	var w writeCounts
-	for _, r := range reqs {
-		switch {
-		case strings.Contains(r.Path, "/egressips/") && r.Method == "PUT":
-			w.eip++
-		case strings.Contains(r.Path, "/events"):
-			w.events++
-		case strings.Contains(r.Path, "/leases"):
-			w.leases++
-		default:
-			w.other++
-		}
-	}
-	return w
 }
 
 // watchEgressIPs follows every EgressIP's status.items: the node of its
