@@ -24,8 +24,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
@@ -179,6 +177,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// From the start: an uninstall takes the agent's permissions soon after
+	// it begins, before the kubelet stops the agent (exit.go).
+	removal := watchRemoval(ctx, kube, namespace, podName)
 
 	// The probes are served from the start: until the agent runs, it waits
 	// for the bridge, live (a restart would wait the same way) and not
@@ -337,7 +338,7 @@ func run() error {
 	<-renewerDone
 	exitCtx, cancel := context.WithTimeout(context.Background(), exitTimeout)
 	defer cancel()
-	switch action, reason := decideExit(exitCtx, kube, namespace, podName); action {
+	switch action, reason := decideExit(exitCtx, kube, namespace, podName, removal); action {
 	case removeDataplane:
 		klog.InfoS("egressflow is being removed: removing its flows, ip rules and forwarding hold from the node", "node", nodeName, "reason", reason)
 		if err := agent.Uninstall(exitCtx, agent.OpenFlowSwitch{Client: ofClient}, rules, forwarding); err != nil {
@@ -407,74 +408,6 @@ func guardCold(node dataplane.NodeConfig, bridge, ovsRundir, uplink string) erro
 		klog.InfoS("The bridge holds egressflow's flows already; nothing to guard", "bridge", bridge)
 	}
 	return err
-}
-
-// exitTimeout bounds what the agent does on exit (a few API reads, then a
-// handover or the removal of its flows and rules), well within the pod's
-// termination grace period.
-const exitTimeout = 5 * time.Second
-
-// exitAction is what a stopping agent does with the node's dataplane.
-type exitAction int
-
-const (
-	// keepDataplane: the flows stay, fail-closed, and the heartbeat Lease
-	// runs out as usual (the kubelet stops pods so when the node shuts
-	// down; also when the API server cannot be asked).
-	keepDataplane exitAction = iota
-	// handOverDataplane: the Pod is deleted but its DaemonSet stays (a
-	// rolling update): the flows stay and the Lease is extended for the
-	// successor, so the node's services do not fail over.
-	handOverDataplane
-	// removeDataplane: egressflow itself is being removed (kubectl delete
-	// -k deploy/): the node is left as it was before egressflow.
-	removeDataplane
-)
-
-// decideExit tells a rolling update from an uninstall. egressflow is being
-// removed when its namespace is, when the DaemonSet that owns this Pod is
-// gone or being deleted, or when the API server no longer knows or allows
-// the agent (kubectl delete -k removes the ServiceAccount and the RBAC with
-// the workloads, in no order the agent can rely on). Any other failure to
-// ask keeps the dataplane: fail closed.
-func decideExit(ctx context.Context, kube kubernetes.Interface, namespace, podName string) (exitAction, string) {
-	removed := func(err error) bool {
-		return apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
-	}
-	ns, err := kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
-	switch {
-	case removed(err):
-		return removeDataplane, fmt.Sprintf("namespace %s: %v", namespace, err)
-	case err == nil && ns.DeletionTimestamp != nil:
-		return removeDataplane, fmt.Sprintf("namespace %s is being deleted", namespace)
-	}
-	if podName == "" {
-		return keepDataplane, "no POD_NAME"
-	}
-	pod, err := kube.CoreV1().Pods(namespace).Get(ctx, podName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
-		return removeDataplane, fmt.Sprintf("pod %s: %v", podName, err)
-	case err != nil:
-		return keepDataplane, fmt.Sprintf("pod %s: %v", podName, err)
-	case pod.DeletionTimestamp == nil:
-		return keepDataplane, "pod not deleted"
-	}
-	for _, owner := range pod.OwnerReferences {
-		if owner.Kind != "DaemonSet" {
-			continue
-		}
-		ds, err := kube.AppsV1().DaemonSets(namespace).Get(ctx, owner.Name, metav1.GetOptions{})
-		switch {
-		case removed(err):
-			return removeDataplane, fmt.Sprintf("DaemonSet %s: %v", owner.Name, err)
-		case err != nil:
-			return keepDataplane, fmt.Sprintf("DaemonSet %s: %v", owner.Name, err)
-		case ds.DeletionTimestamp != nil || ds.UID != owner.UID:
-			return removeDataplane, fmt.Sprintf("DaemonSet %s is being deleted", owner.Name)
-		}
-	}
-	return handOverDataplane, "pod deleted, its DaemonSet stays"
 }
 
 // bridgeMAC reads the bridge's MAC address from its LOCAL interface.

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -58,7 +59,10 @@ const serviceCIDR = "10.96.0.0/16"
 // back it replays its flows, SNAT works again and it is live. On SIGTERM
 // it exits 0. Restarted while OVS is down (as the kubelet restarts it
 // then), it waits for the bridge, live past the bound and not ready, and
-// once OVS is back syncs and releases the hold its predecessor set.
+// once OVS is back syncs and releases the hold its predecessor set. With
+// its permissions revoked, a stopped agent keeps the dataplane (a refusal
+// is no sign of an uninstall); once its namespace is being deleted, it
+// removes the dataplane on exit even if its permissions went first.
 func TestBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := proc.Build(t, "cmd/egressflow-agent")
@@ -443,14 +447,56 @@ func TestBinary(t *testing.T) {
 		t.Error("the restarted agent synced but left ovs-vswitchd's forwarding held")
 	}
 
+	// A refusal is no sign of an uninstall: with the agent's permissions
+	// revoked (as a wrong namespace in the RBAC or a mistaken change
+	// does), its reads on exit are refused, and a stopped agent keeps the
+	// dataplane.
+	asAgent := kubernetes.NewForConfigOrDie(api.Config(kubetest.Agent))
+	revoke := func() {
+		t.Helper()
+		if err := kube.RbacV1().ClusterRoleBindings().Delete(ctx, "egressflow-agent", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.RbacV1().RoleBindings(kubetest.SystemNamespace).Delete(ctx, "egressflow-agent-heartbeat", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		until(t, timeout, func() error {
+			if _, err := asAgent.CoreV1().Namespaces().Get(ctx, kubetest.SystemNamespace, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+				return fmt.Errorf("the agent reads its namespace: %v; want forbidden", err)
+			}
+			return nil
+		})
+	}
+	revoke()
+	if err := agent.Stop(syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	if flows, rules := ours(); flows == 0 || !strings.Contains(rules, "lookup 100") {
+		t.Errorf("an agent refused on exit removed its dataplane: %d flows, rules:\n%s", flows, rules)
+	}
+	for _, m := range []string{"deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml"} {
+		kubetest.Apply(t, admin, filepath.Join(root, m))
+	}
+	agent = proc.Start(t, args[0], args[1:]...)
+	until(t, timeout, status("/readyz", true))
+
 	// Uninstall: kubectl delete -k deploy/ deletes egressflow's namespace
 	// (this API server runs no namespace controller, so it stays
-	// Terminating). The agent stopped then leaves the node as it was
-	// before egressflow: no flow of ours, no ip rule of ours, no hold of
-	// ovs-vswitchd; the endpoints leave with their own IPs.
+	// Terminating), then the agent's RBAC, before the agent stops. The
+	// agent saw the namespace's deletion as it happened; stopped, it
+	// leaves the node as it was before egressflow: no flow of ours, no ip
+	// rule of ours, no hold of ovs-vswitchd; the endpoints leave with their
+	// own IPs.
 	if err := kube.CoreV1().Namespaces().Delete(ctx, kubetest.SystemNamespace, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	until(t, timeout, func() error {
+		if !strings.Contains(agent.Output(), "egressflow's namespace is being deleted") {
+			return errors.New("the agent has not seen its namespace's deletion")
+		}
+		return nil
+	})
+	revoke()
 	if err := agent.Stop(syscall.SIGTERM); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}

@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/egressflow/egressflow/test/kubetest"
 )
@@ -17,7 +20,7 @@ import (
 // generated reports whether a repo-relative path is written by the generators.
 func generated(path string) bool {
 	return strings.HasPrefix(path, "controller/generated/") ||
-		strings.HasPrefix(path, "deploy/crds/") ||
+		(strings.HasPrefix(path, "deploy/crds/") && filepath.Base(path) != "kustomization.yaml") ||
 		(strings.HasPrefix(path, "controller/apis/") && strings.HasPrefix(filepath.Base(path), "zz_generated."))
 }
 
@@ -96,4 +99,37 @@ func copyTree(src, dst string) error {
 		}
 		return os.WriteFile(filepath.Join(dst, rel), data, 0o644)
 	})
+}
+
+// TestCRDKustomizationListsEveryCRD: deploy/crds/kustomization.yaml, which
+// operators apply to install the API apart from the workloads, lists
+// exactly the CRDs that make manifests generates, so that a new API's CRD
+// cannot be left out of an install.
+func TestCRDKustomizationListsEveryCRD(t *testing.T) {
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "crds", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kustomization struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(raw, &kustomization); err != nil {
+		t.Fatal(err)
+	}
+	files, err := kubetest.CRDFiles(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generated []string
+	for _, f := range files {
+		generated = append(generated, filepath.Base(f))
+	}
+	listed := slices.Sorted(slices.Values(kustomization.Resources))
+	if len(generated) == 0 || !slices.Equal(listed, generated) {
+		t.Errorf("deploy/crds/kustomization.yaml lists %v; the CRDs are %v", listed, generated)
+	}
 }

@@ -92,6 +92,8 @@ type Cluster struct {
 
 	assets *assets
 	subnet byte
+	// namespace is where egressflow is installed (InstallNamespace).
+	namespace string
 }
 
 // Node is one node container.
@@ -357,11 +359,11 @@ func (c *Cluster) dumpState() {
 	var dump strings.Builder
 	for _, args := range [][]string{
 		{"get", "nodes,pods", "-A", "-o", "wide"},
-		{"get", "leases", "-n", Namespace, "-o", "wide"},
+		{"get", "leases", "-n", c.InstallNamespace(), "-o", "wide"},
 		{"get", "egressservices", "-A", "-o", "wide"},
 		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
-		{"logs", "-n", Namespace, "-l", "app.kubernetes.io/name=egressflow-controller", "--tail=200", "--prefix"},
-		{"logs", "-n", Namespace, "-l", "app.kubernetes.io/name=egressflow-agent", "--tail=200", "--prefix"},
+		{"logs", "-n", c.InstallNamespace(), "-l", "app.kubernetes.io/name=egressflow-controller", "--tail=200", "--prefix"},
+		{"logs", "-n", c.InstallNamespace(), "-l", "app.kubernetes.io/name=egressflow-agent", "--tail=200", "--prefix"},
 	} {
 		out, err := c.kubectl(args...)
 		fmt.Fprintf(&dump, "=== kubectl %s\n%s%v\n", strings.Join(args, " "), out, errOrEmpty(err))
@@ -374,7 +376,7 @@ func (c *Cluster) dumpState() {
 		out, err = run("docker", "exec", n.Container, "bash", "-c", "tail -n 200 /var/log/pods/"+Namespace+"_*/*/*.log")
 		fmt.Fprintf(&dump, "=== %s egressflow logs on disk\n%s%v\n", n.Name, out, errOrEmpty(err))
 		// The test's own pods (probes log what each target saw).
-		out, err = run("docker", "exec", n.Container, "bash", "-c", "tail -n 40 $(ls -d /var/log/pods/* | grep -v "+Namespace+"_)/*/*.log")
+		out, err = run("docker", "exec", n.Container, "bash", "-c", "tail -n 40 $(ls -d /var/log/pods/* | grep -v "+c.InstallNamespace()+"_)/*/*.log")
 		fmt.Fprintf(&dump, "=== %s test pods' logs on disk\n%s%v\n", n.Name, out, errOrEmpty(err))
 		out, err = run("docker", "exec", n.Container, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex")
 		fmt.Fprintf(&dump, "=== %s flows\n%s%v\n", n.Name, out, errOrEmpty(err))
@@ -498,7 +500,7 @@ func (c *Cluster) LeaderNode() *Node {
 	var leader *Node
 	wait.Until(c.t, convergeTimeout, func() error {
 		ctx := context.Background()
-		lease, err := c.Kube.CoordinationV1().Leases(Namespace).Get(ctx, "egressflow-controller", metav1.GetOptions{})
+		lease, err := c.Kube.CoordinationV1().Leases(c.InstallNamespace()).Get(ctx, "egressflow-controller", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -506,7 +508,7 @@ func (c *Cluster) LeaderNode() *Node {
 			return fmt.Errorf("no leader yet")
 		}
 		podName, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_") // <pod>_<random>
-		pod, err := c.Kube.CoreV1().Pods(Namespace).Get(ctx, podName, metav1.GetOptions{})
+		pod, err := c.Kube.CoreV1().Pods(c.InstallNamespace()).Get(ctx, podName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -546,7 +548,7 @@ func (c *Cluster) RestartNode(n *Node) {
 		if !nodeReady(node) {
 			return fmt.Errorf("node %s not Ready", n.Name)
 		}
-		pods, err := c.Kube.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{
+		pods, err := c.Kube.CoreV1().Pods(c.InstallNamespace()).List(ctx, metav1.ListOptions{
 			LabelSelector: "app.kubernetes.io/name=egressflow-agent", FieldSelector: "spec.nodeName=" + n.Name})
 		if err != nil {
 			return err

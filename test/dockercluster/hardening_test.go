@@ -26,22 +26,21 @@ import (
 	"github.com/egressflow/egressflow/test/wait"
 )
 
-// TestAdmissionPolicies: deploy/admission's policies on the real cluster,
-// with the credentials the components' pods really hold: tokens of their
-// ServiceAccounts bound to their pods (what the kubelet projects into
-// them, with the node's name in them). An agent renews its own Lease, but
-// another node's Lease or the leader Lease is refused with a message that
-// says why; a token not bound to a pod writes no Lease at all. The
-// controller adds and removes a service label on a Node, but cannot change
-// another label, an annotation or the spec.
-func TestAdmissionPolicies(t *testing.T) {
-	c := Start(t, Config{Nodes: 3})
-	c.Install()
+// expectAdmissionPolicies checks deploy/admission's policies on the real
+// cluster, wherever egressflow is installed, with the credentials the
+// components' pods really hold: tokens of their ServiceAccounts bound to
+// their pods (what the kubelet projects into them, with the node's name in
+// them). An agent renews its own Lease, but another node's Lease or the
+// leader Lease is refused with a message that says why; a token not bound
+// to a pod writes no Lease at all. The controller adds and removes a
+// service label on a Node, but cannot change another label, an annotation
+// or the spec.
+func expectAdmissionPolicies(t *testing.T, c *Cluster) {
 	ctx := context.Background()
 	self, other := c.Nodes[0], c.Nodes[1]
 
 	agent := c.componentClient("egressflow-agent", "app.kubernetes.io/name=egressflow-agent", self)
-	leases := agent.CoordinationV1().Leases(Namespace)
+	leases := agent.CoordinationV1().Leases(c.InstallNamespace())
 	wait.Until(t, convergeTimeout, func() error {
 		own, err := leases.Get(ctx, self.Name, metav1.GetOptions{})
 		if err != nil {
@@ -77,11 +76,11 @@ func TestAdmissionPolicies(t *testing.T) {
 	refused("agent on "+self.Name+" creates Lease forged", err, "may write only its own heartbeat Lease")
 
 	unbound := c.componentClientWith("egressflow-agent", nil)
-	own, err := unbound.CoordinationV1().Leases(Namespace).Get(ctx, self.Name, metav1.GetOptions{})
+	own, err := unbound.CoordinationV1().Leases(c.InstallNamespace()).Get(ctx, self.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = unbound.CoordinationV1().Leases(Namespace).Update(ctx, own, metav1.UpdateOptions{})
+	_, err = unbound.CoordinationV1().Leases(c.InstallNamespace()).Update(ctx, own, metav1.UpdateOptions{})
 	refused("an agent token bound to no pod renews "+self.Name, err, "pod-bound service-account token")
 
 	controller := c.componentClient("egressflow-controller", "app.kubernetes.io/name=egressflow-controller", nil)
@@ -111,7 +110,7 @@ type coordinationLease struct{ name, node string }
 func (l coordinationLease) lease() *coordinationv1.Lease {
 	holder := l.node
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: Namespace, Labels: map[string]string{heartbeat.LeaseLabel: heartbeat.LeaseLabelValue}},
+		ObjectMeta: metav1.ObjectMeta{Name: l.name, Labels: map[string]string{heartbeat.LeaseLabel: heartbeat.LeaseLabelValue}},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
 	}
 }
@@ -124,7 +123,7 @@ func (c *Cluster) componentClient(serviceAccount, selector string, node *Node) k
 	if node != nil {
 		opts.FieldSelector = "spec.nodeName=" + node.Name
 	}
-	pods, err := c.Kube.CoreV1().Pods(Namespace).List(context.Background(), opts)
+	pods, err := c.Kube.CoreV1().Pods(c.InstallNamespace()).List(context.Background(), opts)
 	if err != nil || len(pods.Items) == 0 {
 		c.t.Fatalf("pods %s: %v (%d)", selector, err, len(pods.Items))
 	}
@@ -135,7 +134,7 @@ func (c *Cluster) componentClient(serviceAccount, selector string, node *Node) k
 func (c *Cluster) componentClientWith(serviceAccount string, bound *authenticationv1.BoundObjectReference) kubernetes.Interface {
 	c.t.Helper()
 	expiry := int64(600)
-	tr, err := c.Kube.CoreV1().ServiceAccounts(Namespace).CreateToken(context.Background(), serviceAccount,
+	tr, err := c.Kube.CoreV1().ServiceAccounts(c.InstallNamespace()).CreateToken(context.Background(), serviceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: bound, ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
 	if err != nil {
 		c.t.Fatalf("token for %s: %v", serviceAccount, err)

@@ -3,7 +3,9 @@ package dockercluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,23 +17,93 @@ import (
 // controller replicas Ready. Seconds here; the rest is slack for CI.
 const installTimeout = 3 * time.Minute
 
-// Install installs egressflow as a user does, `kubectl apply -k deploy/`
-// (this cluster uses deploy/cluster.env's values as they are, and the
-// images are already in every node's containerd), and waits until an agent
-// is Ready on every node and both controller replicas are available.
+// Namespace is where deploy/ installs egressflow.
+const Namespace = "egressflow-system"
+
+// Install installs egressflow as a user does, `kubectl apply -k
+// deploy/crds` and then `kubectl apply -k deploy/` (this cluster uses
+// deploy/cluster.env's values as they are, and the images are already in
+// every node's containerd), and waits until an agent is Ready on every node
+// and both controller replicas are available.
 func (c *Cluster) Install() {
 	c.t.Helper()
-	start := time.Now()
-	c.Kubectl("apply", "-k", filepath.Join(mustRepoRoot(c.t), "deploy"))
-	c.WaitInstalled()
-	c.t.Logf("dockercluster: egressflow installed and Ready %v after kubectl apply -k deploy/", time.Since(start).Round(time.Second))
+	c.InstallFrom(filepath.Join(mustRepoRoot(c.t), "deploy"), Namespace)
 }
 
-// Uninstall removes egressflow as a user does, `kubectl delete -k
-// deploy/`, which waits until every object is gone.
+// InstallFrom installs the API (deploy/crds), then the workloads of the
+// kustomization in dir, which installs them into namespace (deploy/ or an
+// overlay of it), and waits until they are Ready. The cluster's helpers
+// (LeaderNode, RestartNode, the failure dump) follow that namespace.
+func (c *Cluster) InstallFrom(dir, namespace string) {
+	c.t.Helper()
+	start := time.Now()
+	c.Kubectl("apply", "-k", filepath.Join(mustRepoRoot(c.t), "deploy", "crds"))
+	c.Kubectl("apply", "-k", dir)
+	c.namespace = namespace
+	c.WaitInstalled()
+	c.t.Logf("dockercluster: egressflow installed in %s and Ready %v after kubectl apply -k", namespace, time.Since(start).Round(time.Second))
+}
+
+// Overlay writes a kustomization that installs deploy/ into namespace,
+// as an operator's overlay does, and returns its directory.
+func (c *Cluster) Overlay(namespace string) string {
+	c.t.Helper()
+	dir := c.t.TempDir()
+	// Kustomize takes a base only by a relative path.
+	base, err := filepath.Rel(dir, filepath.Join(mustRepoRoot(c.t), "deploy"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	kustomization := strings.Join([]string{
+		"apiVersion: kustomize.config.k8s.io/v1beta1",
+		"kind: Kustomization",
+		"namespace: " + namespace,
+		"resources:",
+		"- " + base,
+	}, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	return dir
+}
+
+// Uninstall removes egressflow's workloads as a user does, `kubectl delete
+// -k deploy/`, which waits until every object is gone. The API (the CRDs)
+// and every user's object stay.
 func (c *Cluster) Uninstall() {
 	c.t.Helper()
-	c.Kubectl("delete", "-k", filepath.Join(mustRepoRoot(c.t), "deploy"), "--timeout=3m")
+	c.UninstallFrom(filepath.Join(mustRepoRoot(c.t), "deploy"))
+}
+
+// UninstallFrom is Uninstall for the kustomization in dir.
+func (c *Cluster) UninstallFrom(dir string) {
+	c.t.Helper()
+	c.Kubectl("delete", "-k", dir, "--timeout=3m")
+}
+
+// ExpectAPIKept fails the test unless every egressflow CRD is still
+// established and every EgressService, EgressIP, EgressQoS and
+// EgressFirewall in want (kind/namespace/name) still exists: the
+// workloads' uninstall keeps the users' objects.
+func (c *Cluster) ExpectAPIKept(want ...string) {
+	c.t.Helper()
+	crds := c.Kubectl("get", "crd", "-o", "name")
+	for _, crd := range []string{"egressservices", "egressips", "egressqoses", "egressfirewalls"} {
+		if !strings.Contains(crds, "customresourcedefinition.apiextensions.k8s.io/"+crd+".k8s.ovn.org") {
+			c.t.Errorf("CRD %s.k8s.ovn.org is gone:\n%s", crd, crds)
+		}
+	}
+	for _, object := range want {
+		kind, rest, _ := strings.Cut(object, "/")
+		namespace, name, namespaced := strings.Cut(rest, "/")
+		args := []string{"get", kind, namespace}
+		if namespaced {
+			args = []string{"get", kind, "-n", namespace, name}
+		}
+		if _, err := c.kubectl(args...); err != nil {
+			c.t.Errorf("%s is gone after the uninstall: %v", object, err)
+		}
+	}
 }
 
 // WaitInstalled waits until an agent is Ready on every node and both
@@ -40,14 +112,14 @@ func (c *Cluster) WaitInstalled() {
 	c.t.Helper()
 	ctx := context.Background()
 	wait.Until(c.t, installTimeout, func() error {
-		ds, err := c.Kube.AppsV1().DaemonSets(Namespace).Get(ctx, "egressflow-agent", metav1.GetOptions{})
+		ds, err := c.Kube.AppsV1().DaemonSets(c.InstallNamespace()).Get(ctx, "egressflow-agent", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if int(ds.Status.NumberReady) != len(c.Nodes) || ds.Status.UpdatedNumberScheduled != ds.Status.DesiredNumberScheduled {
 			return fmt.Errorf("agents: %d of %d Ready, %d updated", ds.Status.NumberReady, len(c.Nodes), ds.Status.UpdatedNumberScheduled)
 		}
-		d, err := c.Kube.AppsV1().Deployments(Namespace).Get(ctx, "egressflow-controller", metav1.GetOptions{})
+		d, err := c.Kube.AppsV1().Deployments(c.InstallNamespace()).Get(ctx, "egressflow-controller", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -58,5 +130,11 @@ func (c *Cluster) WaitInstalled() {
 	})
 }
 
-// Namespace is where deploy/ installs egressflow.
-const Namespace = "egressflow-system"
+// InstallNamespace is where egressflow was last installed (Namespace
+// before any install).
+func (c *Cluster) InstallNamespace() string {
+	if c.namespace == "" {
+		return Namespace
+	}
+	return c.namespace
+}

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -417,6 +418,13 @@ func (c *Cluster) StartAPIServer() error {
 	})
 }
 
+// CRDFiles are the CRD manifests in root's deploy/crds (make manifests):
+// every YAML file there but the kustomization that lists them.
+func CRDFiles(root string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(root, "deploy", "crds", "*.yaml"))
+	return slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "kustomization.yaml" }), err
+}
+
 // installCRDs creates every CRD in deploy/crds and waits until each is
 // Established, so that tests can use the new resources at once.
 func (c *Cluster) installCRDs(ctx context.Context) error {
@@ -424,7 +432,7 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	files, err := filepath.Glob(filepath.Join(root, "deploy", "crds", "*.yaml"))
+	files, err := CRDFiles(root)
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("no CRDs in %s/deploy/crds (run make manifests): %v", root, err)
 	}
