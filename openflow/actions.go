@@ -55,6 +55,7 @@ const (
 	nxastClone         = 42
 	nxastCTClear       = 43
 	nxastResubmitCT    = 44
+	nxastController2   = 37
 )
 
 // maxActionDepth bounds nesting (ct, clone, write_actions) when decoding, so

@@ -86,6 +86,10 @@ func parseNiciraAction(b []byte, depth int) (Action, error) {
 		return Clone{Actions: acts}, nil
 	case nxastLearn:
 		return parseLearn(b)
+	case nxastController2:
+		if a, ok := parseController2(b); ok {
+			return a, nil
+		}
 	}
 	return RawAction{Data: cloneBytes(b)}, nil
 }
@@ -593,4 +597,64 @@ func appendBracketed(b []byte, a netip.Addr, bracket bool) []byte {
 		b = append(b, ']')
 	}
 	return b
+}
+
+// ControllerPause sends the packet to the controller and freezes its trip
+// through the pipeline (NXAST_CONTROLLER2 with the pause flag; ovs-ofctl's
+// controller(pause)). The switch sends it as an NXT_PACKET_IN2 with a
+// continuation, and only to a connection that asked for that format
+// (SetPacketInFormat); the pipeline goes on, after this action, only when
+// that connection sends the continuation back (Resume). With no such
+// connection the packet goes no further. MaxLen is the number of bytes
+// sent; 0xffff (the default) sends the whole packet, which a continuation
+// needs anyway.
+type ControllerPause struct{ MaxLen uint16 }
+
+// NXAST_CONTROLLER2 property types (nx_action_controller2_prop_type).
+const (
+	controller2MaxLen = 0
+	controller2Pause  = 4
+)
+
+func (a ControllerPause) AppendBinary(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(appendNXHeader(b, nxastController2), 0, 0, 0, 0, 0, 0)
+	if a.MaxLen != 0xffff {
+		// A 16-bit property is 8 bytes long: the value, 2 bytes of padding.
+		b = appendProp(b, controller2MaxLen, []byte{byte(a.MaxLen >> 8), byte(a.MaxLen), 0, 0})
+	}
+	b = appendProp(b, controller2Pause, nil)
+	return finishNX(b, start, "controller(pause)")
+}
+
+// parseController2 reads an NXAST_CONTROLLER2 that carries the pause flag
+// and at most a max_len; any other form stays a RawAction.
+func parseController2(b []byte) (Action, bool) {
+	if len(b) < 16 || !isZero(b[10:16]) {
+		return nil, false
+	}
+	a, pause := ControllerPause{MaxLen: 0xffff}, false
+	ok := props(b[16:], func(typ uint16, value, _ []byte) bool {
+		switch {
+		case typ == controller2MaxLen && len(value) == 4 && isZero(value[2:]):
+			a.MaxLen = be.Uint16(value)
+		case typ == controller2Pause && len(value) == 0:
+			pause = true
+		default:
+			return false
+		}
+		return true
+	})
+	return a, ok && pause
+}
+
+func (a ControllerPause) String() string { return string(a.appendText(nil)) }
+
+func (a ControllerPause) appendText(b []byte) []byte {
+	b = append(b, "controller("...)
+	if a.MaxLen != 0xffff {
+		b = strconv.AppendUint(append(b, "max_len="...), uint64(a.MaxLen), 10)
+		b = append(b, ',')
+	}
+	return append(b, "pause)"...)
 }

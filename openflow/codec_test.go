@@ -46,6 +46,10 @@ func goldenMessages(t testing.TB) []struct {
 	flow := Flow{Table: 1, Priority: 7, Cookie: 0x10, Match: ipMatch, Instructions: []Instruction{Apply(Output{Port: 1})},
 		Stats: Stats{Present: StatDuration | StatIdleTime | StatPacketCount | StatByteCount,
 			DurationSec: 1, DurationNsec: 5000000, IdleSec: 1, PacketCount: 2, ByteCount: 120}}
+	// properties: the packet, table 44, the cookie, the reason (action).
+	const packetIn2Props = "00000026ffffffffffff0011223344550800450000140001000040117cca0a0000010a0000020000000300052c0000000004001000000000ef104500000000050005000501000000"
+	packetIn2 := &PacketIn2{Properties: mustHex(t, packetIn2Props), Table: 44, Cookie: 0xef10450000000005, Reason: PacketInApplyAction,
+		Data: mustHex(t, "ffffffffffff0011223344550800450000140001000040117cca0a0000010a000002")}
 	return []struct {
 		xid   uint32
 		msg   Message
@@ -117,6 +121,14 @@ func goldenMessages(t testing.TB) []struct {
 			Data: mustHex(t, "0200000000010200000000020800450000200001000040110000"+"0a0000010af4010500359c40000c000061626364")},
 			"060a005800000007ffffffff002e0100ef104500000000050001000c800000040000000100000000000002000000000102000000000208004500002000010000401100000a0000010af4010500359c40000c000061626364",
 			"OFPT_PACKET_IN (OF1.5) (xid=0x7): cookie=0xef10450000000005 total_len=46 in_port=1 (via action) data_len=46 (unbuffered)\nudp,vlan_tci=0x0000,dl_src=02:00:00:00:00:02,dl_dst=02:00:00:00:00:01,nw_src=10.0.0.1,nw_dst=10.244.1.5,nw_tos=0,nw_ecn=0,nw_ttl=64,nw_frag=no,tp_src=53,tp_dst=40000 udp_csum:0"},
+		// Continuations (controller(pause)): the format that carries them,
+		// a packet-in of that format, and its resumption.
+		{5, &SetPacketInFormat{Format: PacketInNX2}, "0604001400000005000023200000001000000002",
+			"NXT_SET_PACKET_IN_FORMAT (OF1.5) (xid=0x5): format=nxt_packet_in2"},
+		{5, packetIn2, "0604005800000005000023200000001e" + packetIn2Props,
+			"NXT_PACKET_IN2 (OF1.5) (xid=0x5): table_id=44 cookie=0xef10450000000005 total_len=34  (via action) data_len=34 (unbuffered)\nudp,vlan_tci=0x0000,dl_src=00:11:22:33:44:55,dl_dst=ff:ff:ff:ff:ff:ff,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_tos=0,nw_ecn=0,nw_ttl=64,nw_frag=no,tp_src=0,tp_dst=0"},
+		{5, packetIn2.Resume(), "0604005800000005000023200000001c" + packetIn2Props,
+			"NXT_RESUME (OF1.5) (xid=0x5): table_id=44 cookie=0xef10450000000005 total_len=34  (via action) data_len=34 (unbuffered)\nudp,vlan_tci=0x0000,dl_src=00:11:22:33:44:55,dl_dst=ff:ff:ff:ff:ff:ff,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_tos=0,nw_ecn=0,nw_ttl=64,nw_frag=no,tp_src=0,tp_dst=0"},
 		// A gratuitous ARP for 198.51.100.20, sent out of port 2.
 		{9, &PacketOut{BufferID: NoBuffer, Match: fromController, Actions: []Action{Output{Port: 2}},
 			Data: mustHex(t, "ffffffffffff0200000000aa08060001080006040001"+"0200000000aac6336414"+"000000000000c6336414")},

@@ -39,6 +39,18 @@ func decodeExperimenter(b []byte) (Message, error) {
 			if m, ok := decodeCTFlush(data); ok {
 				return m, nil
 			}
+		case nxtPacketIn2:
+			if m, ok := decodePacketIn2(data); ok {
+				return m, nil
+			}
+		case nxtResume:
+			if props(data, func(uint16, []byte, []byte) bool { return true }) {
+				return &Resume{Properties: cloneBytes(data)}, nil
+			}
+		case nxtSetPacketInFormat:
+			if len(data) == 4 {
+				return &SetPacketInFormat{Format: PacketInFormat(be.Uint32(data))}, nil
+			}
 		}
 	}
 	return &Experimenter{Experimenter: exp, ExpType: typ, Data: cloneBytes(data)}, nil

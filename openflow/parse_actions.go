@@ -260,8 +260,9 @@ func controllerMaxLen(port uint32) uint16 {
 }
 
 // parseController reads controller, controller:MAX_LEN (digits, in C's
-// base 0) and controller(max_len=N). The other controller arguments need
-// NXAST_CONTROLLER2, which this package does not encode.
+// base 0), controller(max_len=N) and controller(pause), with or without
+// max_len. The other controller arguments (reason, id, userdata, meter_id)
+// are not encoded by this package.
 func parseController(e kv) (Action, error) {
 	a := Output{Port: PortController, MaxLen: 0xffff}
 	if !e.hasValue || e.value == "" {
@@ -276,15 +277,23 @@ func parseController(e kv) (Action, error) {
 	if err != nil {
 		return nil, err
 	}
+	pause := false
 	for _, arg := range elems {
-		if arg.key != "max_len" {
+		switch {
+		case arg.key == "pause" && !arg.hasValue:
+			pause = true
+		case arg.key == "max_len":
+			n, err := parseCUint(arg.value, 16)
+			if err != nil {
+				return nil, err
+			}
+			a.MaxLen = uint16(n)
+		default:
 			return nil, &UnsupportedError{Part: fmt.Sprintf("controller argument %q", arg.key)}
 		}
-		n, err := parseCUint(arg.value, 16)
-		if err != nil {
-			return nil, err
-		}
-		a.MaxLen = uint16(n)
+	}
+	if pause {
+		return ControllerPause{MaxLen: a.MaxLen}, nil
 	}
 	return a, nil
 }

@@ -15,6 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/openflow"
 )
 
 // What a stopping agent does with the node's dataplane. An agent removes
@@ -232,4 +235,27 @@ func decideExit(ctx context.Context, kube kubernetes.Interface, namespace, podNa
 		return removeDataplane, fmt.Sprintf("DaemonSet %s is being deleted", owner.Name)
 	}
 	return handOverDataplane, "pod deleted, its DaemonSet stays"
+}
+
+// --dns-replies-while-away's values.
+const (
+	dnsRepliesHold = "hold"
+	dnsRepliesPass = "pass"
+)
+
+// passDNSReplies, with --dns-replies-while-away=pass, turns the snoop
+// flows of a stopping agent that leaves its dataplane in place to copying:
+// the DNS replies to pods go on at once while no agent is there to resume
+// them. The successor's first sync, which reads the bridge, holds them
+// again. With hold it does nothing: the flows keep pausing replies, and
+// with no agent to resume them they go no further.
+func passDNSReplies(ctx context.Context, client *openflow.Client, whileAway string) {
+	if whileAway != dnsRepliesPass {
+		return
+	}
+	if err := client.SendFlowMods(ctx, dataplane.SnoopCopyingFlowMods()...); err != nil {
+		klog.ErrorS(err, "Could not let DNS replies pass while the agent is away: replies to pods of namespaces with a dnsName rule wait for the next agent")
+		return
+	}
+	klog.InfoS("DNS replies to pods of namespaces with a dnsName rule pass unheld until the next agent syncs (--dns-replies-while-away=pass)")
 }

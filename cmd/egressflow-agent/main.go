@@ -125,6 +125,10 @@ func run() error {
 	fs.StringVar(&ovsdbTarget, "ovsdb", "", "Open vSwitch database (unix:PATH or tcp:HOST:PORT; default unix:<ovs-rundir>/db.sock) where the agent holds a restarting ovs-vswitchd's forwarding until its flows are replayed (other_config:flow-restore-wait); \"none\" disables the hold, and then a vswitchd restart forwards pods' packets unchanged until the agent has reconnected")
 	var coldGuard bool
 	fs.BoolVar(&coldGuard, "cold-guard", false, "install the cold guard on a bridge that holds none of egressflow's flows (every pod held to the fail-closed pipeline), then exit: for the node's boot sequence, before the kubelet starts pods, which after a reboot may start before this agent; needs only the bridge, uplink and CIDR flags")
+	dnsHoldTimeout := agent.DefaultDNSHoldTimeout
+	fs.DurationVar(&dnsHoldTimeout, "dns-reply-hold-timeout", dnsHoldTimeout, "how long a DNS reply to a pod of a namespace with a dnsName rule is held for the flows of its addresses at most; past it the reply goes on all the same (counted in egressflow_agent_dns_replies_total{outcome=\"timeout\"}): longer delays lookups on an agent that cannot program its bridge, shorter lets such a pod's first packets through before the firewall judges them")
+	dnsWhileAway := dnsRepliesHold
+	fs.StringVar(&dnsWhileAway, "dns-replies-while-away", dnsWhileAway, "what DNS replies to pods of namespaces with a dnsName rule do while this agent is away (restarting, or between its exit and its successor's first sync): \"hold\" keeps them paused for an agent that is not there, so those pods cannot resolve names until it is back (no address ever reaches a pod before the firewall can judge it); \"pass\" makes a stopping agent let them through unheld, so lookups keep working and the firewall may judge a pod's first packets to a new address late")
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	var liveness agent.LivenessBounds
@@ -153,6 +157,9 @@ func run() error {
 
 	if coldGuard {
 		return guardCold(node, bridge, ovsRundir, uplink)
+	}
+	if dnsWhileAway != dnsRepliesHold && dnsWhileAway != dnsRepliesPass {
+		return fmt.Errorf("--dns-replies-while-away: %q is neither %q nor %q", dnsWhileAway, dnsRepliesHold, dnsRepliesPass)
 	}
 	servers, err := parseDNSServers(dnsServers)
 	if err != nil {
@@ -278,20 +285,35 @@ func run() error {
 		klog.ErrorS(resolverErr, "No DNS resolver: EgressFirewall's dnsName rules will match nothing")
 	} else {
 		agentCfg.DNS = resolver
-		resolverDone, snoopDone := make(chan struct{}), make(chan struct{})
+		resolverDone := make(chan struct{})
 		go func() { defer close(resolverDone); _ = resolver.Run(ctx) }()
-		// The DNS replies the bridge copies (TableFirewall's snoop flows)
-		// teach the resolver what the pods were told.
-		go func() {
-			defer close(snoopDone)
-			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), resolver.LearnFrame); err != nil {
-				klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing")
-			}
-		}()
-		defer func() { stop(); <-resolverDone; <-snoopDone }()
+		defer func() { stop(); <-resolverDone }()
 		klog.InfoS("Resolving EgressFirewall's DNS names", "servers", resolver.Servers())
 	}
 	a := agent.New(agentCfg)
+	if agentCfg.DNS != nil {
+		// The DNS replies the bridge pauses (TableFirewall's snoop flows)
+		// teach the resolver what the pods are told, and go on once the
+		// flows for it are in place.
+		snoopDone, snoopReady := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(snoopDone)
+			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied,
+				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) }}
+			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), hold); err != nil {
+				klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing, and DNS replies to pods of namespaces with a dnsName rule go no further")
+			}
+		}()
+		defer func() { stop(); <-snoopDone }()
+		// The syncs start once the replies their flows pause have someone
+		// to resume them.
+		select {
+		case <-snoopReady:
+		case <-time.After(snoopReadyTimeout):
+			klog.InfoS("Starting without the DNS snoop connection: replies to pods of namespaces with a dnsName rule wait for it", "waited", snoopReadyTimeout)
+		case <-ctx.Done():
+		}
+	}
 
 	renewer, err = heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: namespace, NodeName: nodeName,
@@ -345,16 +367,24 @@ func run() error {
 			klog.ErrorS(err, "Could not remove all of egressflow from the node")
 		}
 	case handOverDataplane:
+		passDNSReplies(exitCtx, ofClient, dnsWhileAway)
 		if err := renewer.Handover(exitCtx, restartGrace); err != nil {
 			klog.ErrorS(err, "Could not hand the heartbeat Lease over to the restarted agent")
 		} else {
 			klog.InfoS("Pod deleted: heartbeat Lease extended for the successor", "pod", podName, "grace", restartGrace, "reason", reason)
 		}
 	default:
+		passDNSReplies(exitCtx, ofClient, dnsWhileAway)
 		klog.InfoS("Stopping; the dataplane stays and the heartbeat Lease runs out as usual", "reason", reason)
 	}
 	return err
 }
+
+// snoopReadyTimeout bounds how long the agent waits for its DNS snoop
+// connection before its first sync: a local switch answers in
+// milliseconds; past it the agent syncs anyway, rather than leave the
+// node's pods held by the cold guard.
+const snoopReadyTimeout = 5 * time.Second
 
 // bridgeRetryInterval is how often an agent that starts while its bridge
 // is away tries it again, as often as the OpenFlow client redials a local

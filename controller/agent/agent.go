@@ -111,6 +111,9 @@ type FirewallDNS interface {
 	Snapshot() map[string][]netip.Addr
 	// Changed is signalled whenever Snapshot would return something new.
 	Changed() <-chan struct{}
+	// Generation counts the changes; it grows before Changed is
+	// signalled.
+	Generation() uint64
 }
 
 // RuleSyncer converges the policy-routing rules (iprule.Manager).
@@ -230,6 +233,11 @@ type Agent struct {
 	// dnsAwaited: the worker has waited once for the resolver's first
 	// answers (awaitAnswers). Owned by the worker.
 	dnsAwaited bool
+	// dnsRendered is the resolver's generation of the last snapshot the
+	// planner took (owned by the worker); dnsApplied, of the last one
+	// whose flows the bridge took (WaitDNSApplied).
+	dnsRendered uint64
+	dnsApplied  generationGate
 
 	// Owned by the single worker.
 	planner *dataplane.Planner

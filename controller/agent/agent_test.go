@@ -250,21 +250,32 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 		if err != nil {
 			t.Fatal(err)
 		}
-		resolverDone, snoopDone := make(chan struct{}), make(chan struct{})
+		resolverDone := make(chan struct{})
 		go func() { defer close(resolverDone); _ = resolver.Run(ctx) }()
-		go func() {
-			defer close(snoopDone)
-			if err := SnoopDNS(ctx, "unix:"+n.MgmtSocket, resolver.LearnFrame); err != nil {
-				t.Errorf("DNS snoop of %s: %v", n.Name, err)
-			}
-		}()
-		t.Cleanup(func() { cancel(); <-resolverDone; <-snoopDone })
+		t.Cleanup(func() { cancel(); <-resolverDone })
 		cfg.DNS = resolver
 	}
 	for _, f := range configure {
 		f(&cfg)
 	}
 	a := New(cfg)
+	if resolver, ok := cfg.DNS.(*dnsresolve.Resolver); ok {
+		snoopDone, snoopReady := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(snoopDone)
+			hold := DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, Metrics: cfg.Metrics,
+				Ready: func() { close(snoopReady) }}
+			if err := SnoopDNS(ctx, "unix:"+n.MgmtSocket, hold); err != nil {
+				t.Errorf("DNS snoop of %s: %v", n.Name, err)
+			}
+		}()
+		t.Cleanup(func() { cancel(); <-snoopDone })
+		select {
+		case <-snoopReady:
+		case <-time.After(convergeTimeout):
+			t.Fatalf("the DNS snoop connection of %s did not come up", n.Name)
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -39,7 +39,30 @@ type Metrics struct {
 	// firewallDenied the deny flows'.
 	qosPackets, firewallDenied *stagePacketCounter
 	firewallRules              prometheus.Gauge
+	// dnsHold and dnsReplies: the DNS replies the snoop flows paused
+	// (SnoopDNS).
+	dnsHold    prometheus.Histogram
+	dnsReplies *prometheus.CounterVec
 }
+
+// dnsHoldBuckets span a reply released at once (tens of microseconds:
+// its addresses were in the flows already) up to the hold's bound
+// (DefaultDNSHoldTimeout): exponential from 50 µs to ~1.6 s.
+var dnsHoldBuckets = prometheus.ExponentialBuckets(0.00005, 2, 16)
+
+// DNS reply outcomes (egressflow_agent_dns_replies_total's label).
+const (
+	// dnsReleasedApplied: the flows for what the reply taught were in the
+	// bridge (at once, or after a sync) when it went on.
+	dnsReleasedApplied = "applied"
+	// dnsReleasedTimeout: they were not within the hold's bound, and the
+	// reply went on all the same (a reply is never lost).
+	dnsReleasedTimeout = "timeout"
+	// dnsResumeFailed: the switch did not take the resumption (it
+	// restarted, or the connection was lost): the reply is lost, and the
+	// pod's resolver asks again.
+	dnsResumeFailed = "resume_failed"
+)
 
 // syncBuckets span a no-op sync (well under a millisecond) up to a full
 // sync of 100k flows (about a second): exponential from 100 µs to ~3 s.
@@ -93,6 +116,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressflow_agent_egressip_announcements_total",
 			Help: "Gratuitous ARPs (family ipv4) and unsolicited neighbour advertisements (ipv6) sent out of the uplink for EgressIP addresses this node took over, by result: ok, or error (the packet-out failed).",
 		}, []string{"family", "result"}),
+		dnsHold: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egressflow_agent_dns_reply_hold_seconds",
+			Help:    "How long a DNS reply to a pod of a namespace with a dnsName rule was held in the bridge, from the switch's packet-in to its resumption: until the flows for its addresses were in place.",
+			Buckets: dnsHoldBuckets,
+		}),
+		dnsReplies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_agent_dns_replies_total",
+			Help: "DNS replies to pods of namespaces with a dnsName rule that the bridge held, by outcome: applied (released once the flows for their addresses were in place), timeout (released after the hold's bound without them), resume_failed (the switch did not take the resumption).",
+		}, []string{"outcome"}),
 		leaseRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_agent_lease_renewals_total",
 			Help: "Attempts to renew the node's heartbeat Lease by result: ok; error (the API server refused or did not answer); skipped (the dataplane was unhealthy, so the agent let the Lease run out on purpose).",
@@ -102,6 +134,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	// before the first failure.
 	for _, result := range []string{"ok", "error"} {
 		m.syncs.WithLabelValues(result)
+	}
+	for _, outcome := range []string{dnsReleasedApplied, dnsReleasedTimeout, dnsResumeFailed} {
+		m.dnsReplies.WithLabelValues(outcome)
 	}
 	for _, result := range []heartbeat.RenewalResult{heartbeat.RenewalOK, heartbeat.RenewalError, heartbeat.RenewalSkipped} {
 		m.leaseRenewals.WithLabelValues(string(result))
@@ -117,7 +152,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.announcements, m.leaseRenewals,
-			m.qosRules, m.qosPackets, m.firewallRules, m.firewallDenied)
+			m.qosRules, m.qosPackets, m.firewallRules, m.firewallDenied, m.dnsHold, m.dnsReplies)
 	}
 	return m
 }

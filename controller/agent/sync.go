@@ -92,6 +92,8 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		return fmt.Errorf("apply %d flow changes: %w", stream.sent, err)
 	}
 	a.ledger.Commit(diffed)
+	// The DNS replies held for these answers may go on (SnoopDNS).
+	a.dnsApplied.advance(a.dnsRendered)
 	a.announceTakeovers(ctx, ports)
 	m.flowMods.Add(float64(stream.sent))
 	m.qosRules.Set(float64(a.planner.QoSRules()))
@@ -275,6 +277,9 @@ func (a *Agent) recompute(ctx context.Context) error {
 			a.dnsChanged.Store(true)
 		}
 		if a.dnsChanged.Swap(false) {
+			// The generation first: the snapshot holds at least what it
+			// counts (dnsresolve.Resolver.Generation).
+			a.dnsRendered = a.cfg.DNS.Generation()
 			changed = append(changed, a.planner.SetResolved(a.cfg.DNS.Snapshot())...)
 		}
 	}

@@ -105,6 +105,11 @@ func (a API) Kind(role uint8) FlowKind { return FlowKind(a)<<4 | FlowKind(role&0
 // API a has a cookie c with c&APICookieMask == a.Cookie().
 const APICookieMask uint64 = CookiePrefixMask | 0xf<<44
 
+// KindCookieMask selects the prefix and the flow kind of a cookie: every
+// flow of kind k has a cookie c with c&KindCookieMask ==
+// Cookie(k, "")&KindCookieMask, whatever object owns it.
+const KindCookieMask uint64 = CookiePrefixMask | 0xff<<40
+
 // Cookie is the prefix and API part of the cookies of a's flows.
 func (a API) Cookie() uint64 { return CookiePrefix | uint64(a)<<44 }
 

@@ -109,7 +109,7 @@ const priorityFirewallSnoop uint16 = 210
 
 // dnsReplyMaxLen is how much of a snooped reply the switch sends the
 // agent: all of it (a UDP DNS reply is at most 64 KiB, and nearly always
-// under 512 bytes).
+// under 512 bytes; a paused packet is sent whole anyway).
 const dnsReplyMaxLen = 0xffff
 
 // Priorities in TableFirewall. Classification (reg4=0, before conntrack)
@@ -375,12 +375,43 @@ var commitInbound = openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.Firewa
 // inboundToPod commits a packet to a pod and sends it on.
 var inboundToPod = []openflow.Instruction{openflow.Apply(commitInbound, openflow.Output{Port: openflow.PortNormal})}
 
-// snoopDNSReply commits a DNS reply to a pod, copies it to the agent and
-// sends it on.
+// snoopDNSReply commits a DNS reply to a pod and pauses it in the
+// pipeline, sent to the agent (controller(pause)): the agent learns its
+// addresses and resumes it once their flows are in place, and then it
+// goes on (NORMAL). So the pod gets no answer before the firewall can
+// judge what it opens with it (agent.SnoopDNS).
 var snoopDNSReply = []openflow.Instruction{openflow.Apply(
+	commitInbound,
+	openflow.ControllerPause{MaxLen: dnsReplyMaxLen},
+	openflow.Output{Port: openflow.PortNormal})}
+
+// snoopDNSReplyCopying is snoopDNSReply without the hold: the reply is
+// copied to the agent and goes on at once. An agent that stops while
+// egressflow stays, configured to let replies pass while it is away,
+// leaves its snoop flows so (SnoopCopyingFlowMod); its successor's first
+// sync holds them again.
+var snoopDNSReplyCopying = []openflow.Instruction{openflow.Apply(
 	commitInbound,
 	openflow.Output{Port: openflow.PortController, MaxLen: dnsReplyMaxLen},
 	openflow.Output{Port: openflow.PortNormal})}
+
+// SnoopCopyingFlowMods turn every snoop flow of the bridge, of every
+// namespace, to copying (snoopDNSReplyCopying): a modify of TableClassify
+// per family (ct needs a match on one), filtered by the snoop flows'
+// cookie kind.
+func SnoopCopyingFlowMods() []*openflow.FlowMod {
+	var out []*openflow.FlowMod
+	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
+		fm := &openflow.FlowMod{
+			Command: openflow.FlowModify, Table: TableClassify,
+			Cookie: Cookie(KindFirewallSnoop, ""), CookieMask: KindCookieMask,
+			Instructions: snoopDNSReplyCopying,
+		}
+		setIP(&fm.Match, family, openflow.FieldNone)
+		out = append(out, fm)
+	}
+	return out
+}
 
 // allowAndCommit commits a pod's packet that a rule (or the default)
 // lets through in FirewallZone, in the direction the pod opened it, and

@@ -27,6 +27,8 @@ type Resolver struct {
 	events  eventHeap         // lookups and expiries to come
 	dirty   bool              // Snapshot may differ from the last signal
 	running bool
+	// generation counts the signals of Changed (Generation).
+	generation uint64
 }
 
 // entry is one wanted name: an exact name, looked up, or a wildcard,
@@ -292,12 +294,24 @@ func (r *Resolver) scheduleQueryLocked(e *entry, at time.Time) {
 	heap.Push(&r.events, event{at: at, entry: e, kind: queryEvent})
 }
 
+// Generation counts the changes of Snapshot: it grows, before Changed is
+// signalled, whenever Snapshot may differ from before. A Snapshot taken
+// after reading Generation holds every address learned up to that
+// generation, so a reply learned at generation g (LearnFrame, then
+// Generation) is in the flows once a Snapshot read at g or later is.
+func (r *Resolver) Generation() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.generation
+}
+
 // publishLocked signals Changed if anything changed since the last signal.
 func (r *Resolver) publishLocked() {
 	if !r.dirty {
 		return
 	}
 	r.dirty = false
+	r.generation++
 	select {
 	case r.changed <- struct{}{}:
 	default:

@@ -175,7 +175,7 @@ func checkActions(actions []openflow.Action) error {
 			if err := checkCT(a); err != nil {
 				return fmt.Errorf("action %v: %w", a, err)
 			}
-		case openflow.Note:
+		case openflow.Note, openflow.ControllerPause:
 		default:
 			return fmt.Errorf("action %v not modelled", a)
 		}
@@ -262,12 +262,21 @@ type Result struct {
 	// recirculation in the order the ct actions forked them, as
 	// ofproto/trace lists them.
 	Hits []Hit
-	// Emits are the packet's outputs in order; none: it was dropped.
+	// Emits are the packet's outputs in order; none: it was dropped, or
+	// paused.
 	Emits []Emit
+	// Paused: a controller(pause) froze the packet's pass and sent it to
+	// the controller, which may resume it later; the outputs are those
+	// before the pause.
+	Paused bool
 }
 
-// Dropped reports whether the packet left through no port.
-func (r Result) Dropped() bool { return len(r.Emits) == 0 }
+// errPaused ends a pass at a controller(pause).
+var errPaused = errors.New("paused")
+
+// Dropped reports whether the packet left through no port and was not
+// paused for the controller.
+func (r Result) Dropped() bool { return len(r.Emits) == 0 && !r.Paused }
 
 // String writes the path, one flow hit per line, then the outputs.
 func (r Result) String() string {
@@ -277,6 +286,9 @@ func (r Result) String() string {
 	}
 	if r.Dropped() {
 		b.WriteString("  => drop\n")
+	}
+	if r.Paused {
+		b.WriteString("  => paused, sent to the controller\n")
 	}
 	for _, e := range r.Emits {
 		fmt.Fprintf(&b, "  => %s: %v\n", openflow.PortName(e.Port), e.Packet)
@@ -293,7 +305,10 @@ func (t *Tables) Trace(p Packet, ct Conntrack) (Result, error) {
 		next := r.queue[0]
 		r.queue = r.queue[1:]
 		pass := &pass{run: r, packet: next.packet}
-		if err := pass.lookup(next.table, 0); err != nil {
+		switch err := pass.lookup(next.table, 0); {
+		case errors.Is(err, errPaused):
+			r.result.Paused = true
+		case err != nil:
 			return r.result, err
 		}
 	}
@@ -420,6 +435,10 @@ func (p *pass) execute(actions []openflow.Action, depth int) error {
 		switch a := a.(type) {
 		case openflow.Output:
 			p.output(a.Port)
+		case openflow.ControllerPause:
+			// The switch stops here; the agent resumes the packet later
+			// (SnoopDNS), which no trace follows.
+			return errPaused
 		case openflow.SetField:
 			if err := p.packet.set(a.Field, a.Value, a.Mask); err != nil {
 				return err

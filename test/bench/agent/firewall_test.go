@@ -412,6 +412,8 @@ type fixedDNS struct {
 	answers  map[string][]netip.Addr
 	followed []string
 	changed  chan struct{} // buffered 1
+	// generation counts the changes (agent.FirewallDNS).
+	generation uint64
 }
 
 func newFixedDNS(answers map[string][]netip.Addr) *fixedDNS {
@@ -440,11 +442,18 @@ func (d *fixedDNS) Snapshot() map[string][]netip.Addr {
 
 func (d *fixedDNS) Changed() <-chan struct{} { return d.changed }
 
+func (d *fixedDNS) Generation() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.generation
+}
+
 // set changes key's answer and signals it, as a resolver whose answer
 // changed would.
 func (d *fixedDNS) set(key string, addrs []netip.Addr) {
 	d.mu.Lock()
 	d.answers[key] = addrs
+	d.generation++
 	d.mu.Unlock()
 	select {
 	case d.changed <- struct{}{}:
