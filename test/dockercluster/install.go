@@ -3,7 +3,11 @@ package dockercluster
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +29,37 @@ func (c *Cluster) Install() {
 	c.Kubectl("apply", "-k", filepath.Join(mustRepoRoot(c.t), "deploy"))
 	c.WaitInstalled()
 	c.t.Logf("dockercluster: egressflow installed and Ready %v after kubectl apply -k deploy/", time.Since(start).Round(time.Second))
+}
+
+// InstallWithValues installs egressflow as a user whose cluster differs
+// from deploy/cluster.env in values does: `kubectl apply -k` of an overlay
+// of deploy/ that merges values into the egressflow-cluster ConfigMap
+// (README, "Values"); then it waits as Install does. Uninstall still
+// removes everything (the objects' names are deploy/'s).
+func (c *Cluster) InstallWithValues(values map[string]string) {
+	c.t.Helper()
+	overlay := c.t.TempDir()
+	var literals strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(values)) {
+		fmt.Fprintf(&literals, "  - %s=%s\n", k, values[k])
+	}
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+configMapGenerator:
+- name: egressflow-cluster
+  namespace: egressflow-system
+  behavior: merge
+  literals:
+%s`, filepath.Join(mustRepoRoot(c.t), "deploy"), literals.String())
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	start := time.Now()
+	c.Kubectl("apply", "-k", overlay)
+	c.WaitInstalled()
+	c.t.Logf("dockercluster: egressflow installed with %v and Ready %v after kubectl apply -k", values, time.Since(start).Round(time.Second))
 }
 
 // Uninstall removes egressflow as a user does, `kubectl delete -k
