@@ -43,6 +43,11 @@ func (c *Cluster) InstallWithValues(values map[string]string) {
 	for _, k := range slices.Sorted(maps.Keys(values)) {
 		fmt.Fprintf(&literals, "  - %s=%s\n", k, values[k])
 	}
+	// Kustomize takes a base only by a path relative to the overlay.
+	base, err := filepath.Rel(overlay, filepath.Join(mustRepoRoot(c.t), "deploy"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -52,7 +57,7 @@ configMapGenerator:
   namespace: egressflow-system
   behavior: merge
   literals:
-%s`, filepath.Join(mustRepoRoot(c.t), "deploy"), literals.String())
+%s`, base, literals.String())
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
