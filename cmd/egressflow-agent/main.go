@@ -98,7 +98,7 @@ func run() error {
 	var (
 		kubeconfig, namespace, nodeName, bridge, ovsRundir, uplink string
 		podCIDRs, serviceCIDRs, rtTables, metricsAddr              string
-		dnsServers, resolvConf                                     string
+		dnsServers, resolvConf, egressIPUnheld                     string
 		renewInterval, leaseDuration                               = heartbeat.DefaultRenewInterval, heartbeat.DefaultLeaseDuration
 	)
 	fs := cli.NewFlags("egressflow-agent")
@@ -112,6 +112,7 @@ func run() error {
 	fs.StringVar(&serviceCIDRs, "service-cidrs", "", "comma-separated ClusterIP CIDRs: traffic to them is never rewritten")
 	fs.StringVar(&dnsServers, "dns-servers", "", "comma-separated DNS servers (address or address:port) at which EgressFirewall's dnsName rules are resolved; empty: the nameservers of --resolv-conf")
 	fs.StringVar(&resolvConf, "resolv-conf", dnsresolve.DefaultResolvConf, "resolv.conf whose nameservers resolve EgressFirewall's dnsName rules when --dns-servers is empty (the node's, for an agent on the host network with dnsPolicy Default)")
+	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(dataplane.EgressIPUnheldDrop)), "what a selected pod's egress does while its EgressIP has no held address of its family: \"drop\" (fail closed: no packet leaves with another source than the egress IP) or \"node-ip\" (as OVN-Kubernetes: it leaves as the node's other pods do, with their source address); one value for the whole cluster (EGRESSIP_UNHELD of the egressflow-cluster ConfigMap)")
 	fs.StringVar(&rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
 	fs.DurationVar(&renewInterval, "heartbeat-renew-interval", renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
 	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time after this agent or its dataplane dies")
@@ -145,6 +146,9 @@ func run() error {
 	}
 	if node.ServiceCIDRs, err = cli.ParsePrefixes("service-cidrs", serviceCIDRs); err != nil {
 		return err
+	}
+	if node.EgressIPUnheld, err = dataplane.ParseEgressIPUnheld(egressIPUnheld); err != nil {
+		return fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
 	}
 	switch {
 	case nodeName == "":

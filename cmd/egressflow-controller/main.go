@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/egressflow/egressflow/cmd/internal/cli"
 	"github.com/egressflow/egressflow/cmd/internal/clientmetrics"
 	"github.com/egressflow/egressflow/controller/cluster"
+	"github.com/egressflow/egressflow/controller/dataplane"
 )
 
 const (
@@ -62,6 +64,8 @@ func run() error {
 	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", cluster.DefaultRenewDeadline, "how long the leader retries renewing before it stops leading (< lease duration)")
 	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", cluster.DefaultRetryPeriod, "how often replicas try to acquire or renew the leader Lease")
 	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs; endpoints outside them are host-networked and ignored (empty: every endpoint counts)")
+	var egressIPUnheld string
+	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(dataplane.EgressIPUnheldDrop)), "the agents' choice for a selected pod whose EgressIP has no held address of its family (\"drop\" or \"node-ip\"; EGRESSIP_UNHELD of the egressflow-cluster ConfigMap): the EgressIP's Assigned condition says when pods leave through their nodes")
 	fs.IntVar(&opts.ServiceWorkers, "service-workers", cluster.DefaultServiceWorkers, "EgressServices synced in parallel")
 	fs.IntVar(&opts.NodeWorkers, "node-workers", cluster.DefaultNodeWorkers, "node label patches in parallel")
 	fs.IntVar(&opts.EgressIPWorkers, "egressip-workers", cluster.DefaultEgressIPWorkers, "EgressIPs synced in parallel")
@@ -80,6 +84,9 @@ func run() error {
 	var err error
 	if opts.PodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {
 		return err
+	}
+	if opts.EgressIPUnheld, err = dataplane.ParseEgressIPUnheld(egressIPUnheld); err != nil {
+		return fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
 	}
 	if len(opts.PodCIDRs) == 0 {
 		klog.InfoS("No --pod-cidrs: every endpoint address counts as a pod on the cluster network, host-networked ones too")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/test/topology"
 )
@@ -290,4 +291,86 @@ func TestAgentEgressIP(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// TestAgentEgressIPUnheld moves real packets through two nodes whose
+// agents make the two choices for a selected pod whose EgressIP holds no
+// address of its family (EGRESSIP_UNHELD is one value for a whole cluster;
+// the two agents differ here so that one set of packets shows both): n1
+// drops (the default), n2 lets the pod leave as its other pods do, which
+// on this layout (pods routed by their node, not masqueraded) is with the
+// pod's own IP. The EgressIP billing selects a on n1 and b on n2; its
+// addresses are held one family after the other: each family of each pod
+// leaves with its egress IP once one of its family is held, and until then
+// a's is dropped and b's leaves with b's address. A capture on the
+// external host sees no packet from a's addresses throughout.
+func TestAgentEgressIPUnheld(t *testing.T) {
+	e := newEnv(t, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	web := map[string]string{"app": "web"}
+	a, b := e.addLabelledPod(n1, "a", web), e.addLabelledPod(n2, "b", web)
+	e.startAgent(n1).waitHealthy(t)
+	e.startAgent(n2, func(c *Config) { c.Node.EgressIPUnheld = dataplane.EgressIPUnheldNodeIP }).waitHealthy(t)
+	e.labelNamespace(map[string]string{"team": "billing"})
+	for _, p := range []*topology.Pod{a, b} { // not selected yet: the pod IPs
+		e.expectSource(p, "udp", p.IP)
+		e.expectSource(p, "udp", p.IP6)
+	}
+
+	capture := e.topo.External.Capture(t)
+	spec := esv1.EgressIPSpec{
+		EgressIPs:         []string{egressIP4.String(), egressIP6.String()},
+		NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"team": "billing"}},
+		PodSelector:       esv1.LabelSelector{MatchLabels: web},
+	}
+	// Nothing held: n1 drops a's egress, n2 lets b's leave with its IPs.
+	e.setEgressIP("billing", spec, nil)
+	e.expectDenied(a, "udp", e.server.Addr)
+	e.expectDenied(a, "udp", e.server.Addr6)
+	for _, network := range []string{"udp", "tcp"} {
+		e.expectSource(b, network, b.IP)
+		e.expectSource(b, network, b.IP6)
+	}
+
+	// IPv6 held by n1: both pods' IPv6 leaves with it (b's steered to n1);
+	// IPv4 is still unheld: a's dropped, b's with its IP.
+	e.setEgressIP("billing", spec, map[netip.Addr]string{egressIP6: n1.Name})
+	for _, p := range []*topology.Pod{a, b} {
+		e.expectSource(p, "tcp", egressIP6)
+	}
+	e.expectDenied(a, "udp", e.server.Addr)
+	e.expectSource(b, "udp", b.IP)
+
+	// IPv4 held by n2: every family of both pods leaves with its egress IP.
+	e.setEgressIP("billing", spec, map[netip.Addr]string{egressIP4: n2.Name, egressIP6: n1.Name})
+	for _, network := range []string{"udp", "tcp"} {
+		for _, p := range []*topology.Pod{a, b} {
+			e.expectSource(p, network, egressIP4)
+			e.expectSource(p, network, egressIP6)
+		}
+	}
+
+	// Unheld again: back to dropping on n1, leaving with b's IPs on n2.
+	e.setEgressIP("billing", spec, nil)
+	e.expectDenied(a, "udp", e.server.Addr)
+	e.expectDenied(a, "udp", e.server.Addr6)
+	e.expectSource(b, "udp", b.IP)
+	e.expectSource(b, "udp", b.IP6)
+
+	packets := capture.Stop()
+	fromB := 0
+	for _, p := range packets {
+		// A pod's neighbour solicitations for its gateway are flooded on
+		// the segment, as every pod's are: not egress.
+		if slices.Contains(a.Addrs(), p.Src) && !p.Dst.IsMulticast() {
+			t.Errorf("the external host saw a's IP while n1 drops unheld pods: %s", p)
+		}
+		if slices.Contains(b.Addrs(), p.Src) && !p.Dst.IsMulticast() {
+			fromB++
+		}
+	}
+	if fromB == 0 {
+		t.Error("the external host saw no packet from b's IPs, though n2 lets them leave while unheld")
+	}
+	t.Logf("%d packets captured: none from a's IPs, %d from b's", len(packets), fromB)
 }

@@ -14,6 +14,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
@@ -76,7 +77,7 @@ func (s *eipSim) sync(name string) {
 	}
 	d, affected := st.decide(eip, s.view())
 	s.queue = append(s.queue, affected...)
-	items, cond := d.StatusItems(), assignedCondition(eip, d)
+	items, cond := d.StatusItems(), assignedCondition(eip, d, dataplane.EgressIPUnheldDrop)
 	if !egressIPUpToDate(eip, items, cond) {
 		eip.Status.Items = items
 		eip.Status.Conditions = []metav1.Condition{cond}
@@ -303,5 +304,55 @@ func TestEgressIPStateAgainstSpec(t *testing.T) {
 				t.Fatalf("seed %d, after %v: %v", seed, history, err)
 			}
 		}
+	}
+}
+
+// Under node-ip the Assigned condition says in which families the selected
+// pods leave through their nodes: those of which no address is held. By
+// default (drop) it says only why addresses are unheld.
+func TestAssignedConditionUnheld(t *testing.T) {
+	eip := &esv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "billing", Generation: 3}}
+	item := func(addr, node string) assign.EgressIPItem {
+		it := assign.EgressIPItem{Address: addr, Addr: netip.MustParseAddr(addr), Node: node, Reason: reasons.Assigned}
+		if node == "" {
+			it.Reason, it.Why = reasons.NoEgressNode, "no node is labelled"
+		}
+		return it
+	}
+	leaves := func(family string) string {
+		return "no " + family + " address is held: with EGRESSIP_UNHELD=node-ip the selected pods' " + family + " egress leaves through their own nodes"
+	}
+	for _, tc := range []struct {
+		name   string
+		items  []assign.EgressIPItem
+		unheld dataplane.EgressIPUnheld
+		says   []string
+		silent []string
+	}{
+		{"drop: nothing about nodes", []assign.EgressIPItem{item("172.18.0.100", ""), item("2001:db8::100", "")}, dataplane.EgressIPUnheldDrop,
+			nil, []string{leaves("IPv4"), leaves("IPv6")}},
+		{"node-ip, nothing held: both families", []assign.EgressIPItem{item("172.18.0.100", ""), item("2001:db8::100", "")}, dataplane.EgressIPUnheldNodeIP,
+			[]string{leaves("IPv4"), leaves("IPv6")}, nil},
+		{"node-ip, IPv6 held: IPv4 only", []assign.EgressIPItem{item("172.18.0.100", ""), item("2001:db8::100", "n2")}, dataplane.EgressIPUnheldNodeIP,
+			[]string{leaves("IPv4")}, []string{leaves("IPv6")}},
+		{"node-ip, one of two IPv4 held: none", []assign.EgressIPItem{item("172.18.0.100", ""), item("172.18.0.101", "n2")}, dataplane.EgressIPUnheldNodeIP,
+			nil, []string{leaves("IPv4"), leaves("IPv6")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cond := assignedCondition(eip, assign.EgressIPDecision{Items: tc.items}, tc.unheld)
+			if cond.Status != metav1.ConditionFalse || cond.Reason != string(reasons.NoEgressNode) || !strings.HasPrefix(cond.Message, "not held: ") {
+				t.Errorf("condition %+v, want False/NoEgressNode saying what is not held", cond)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(cond.Message, s) {
+					t.Errorf("message %q does not say %q", cond.Message, s)
+				}
+			}
+			for _, s := range tc.silent {
+				if strings.Contains(cond.Message, s) {
+					t.Errorf("message %q says %q", cond.Message, s)
+				}
+			}
+		})
 	}
 }

@@ -13,11 +13,16 @@ import (
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
-// EgressFirewall status: status.status says where the current generation
-// is applied, in EgressQoS's words (rollout.go says how it is found), and
-// status.messages name the rules that cannot be applied, one message a
-// problem. The type has no conditions: the state is status.status's first
-// word.
+// EgressFirewall status: status.status in the reference's words
+// (referenceStatus), and status.messages in egressflow's: first the one-line
+// summary of where the current generation is applied (rollout.go says how
+// it is found) or of its first problem, then one message a rule that
+// cannot be applied. The type has no conditions: the first message's
+// first word is the state.
+
+// firewallKind is the kind, as events, logs and the reference's
+// status.status name it.
+const firewallKind = "EgressFirewall"
 
 // firewallStatusMessages is how many problems status.messages lists; past
 // it one more message says how many more there are. An object may have
@@ -32,7 +37,7 @@ const firewallStatusMessages = 20
 // is shown).
 func newFirewallRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*esv1.EgressFirewall] {
 	return newRollout(c, rolloutConfig{
-		kind: "EgressFirewall", name: esv1.EgressFirewallName, reportMisnamed: true,
+		kind: firewallKind, name: esv1.EgressFirewallName, reportMisnamed: true,
 		resource: "egressfirewalls", queueLabel: queueFirewall, writeKind: "firewall_status",
 		watermark: func(f heartbeat.Facts) string { return f.FirewallRevision },
 		workers:   c.opts.FirewallWorkers, pendingWarning: c.opts.FirewallPendingWarning,
@@ -66,9 +71,11 @@ func firewallProblems(fw *esv1.EgressFirewall, podCIDRs []netip.Prefix) []datapl
 	return slices.DeleteFunc(problems, func(p dataplane.Problem) bool { return p.Reason == reasons.DNSNameUnresolved })
 }
 
-// firewallStatus is the status v says.
+// firewallStatus is the status v says: the reference's status.status, and
+// the summary before the problems' messages.
 func firewallStatus(v rolloutVerdict) esv1.EgressFirewallStatus {
-	return esv1.EgressFirewallStatus{Status: v.statusText(), Messages: v.problemMessages(firewallStatusMessages)}
+	return esv1.EgressFirewallStatus{Status: v.referenceStatus(firewallKind),
+		Messages: append([]string{v.summary()}, v.problemMessages(firewallStatusMessages)...)}
 }
 
 func (firewallAPI) says(fw *esv1.EgressFirewall, v rolloutVerdict) bool {
@@ -84,7 +91,7 @@ func (firewallAPI) withStatus(fw *esv1.EgressFirewall, v rolloutVerdict) *esv1.E
 
 func (firewallAPI) status(fw *esv1.EgressFirewall) any { return fw.Status }
 
-// firewallStates read status.status's first word back as the state.
+// firewallStates read the summary's first word back as the state.
 var firewallStates = []struct {
 	prefix string
 	state  reasons.Reason
@@ -95,17 +102,20 @@ var firewallStates = []struct {
 	{"Unknown:", reasons.RevisionUnknown},
 }
 
-// reported reads the state from status.status's first word and the
-// problems from status.messages. A status.status of another wording is
-// another writer's.
+// reported reads the state from the summary's first word (the first
+// message) and the problems from the messages after it. A status whose
+// summary is of another wording, or whose status.status is not the
+// reference's word for that state, is another writer's (or an earlier
+// version's).
 func (firewallAPI) reported(fw *esv1.EgressFirewall) (reasons.Reason, string, bool) {
-	problems := strings.Join(fw.Status.Messages, "; ")
-	if fw.Status.Status == "" {
-		return "", problems, true // never written
+	if len(fw.Status.Messages) == 0 {
+		return "", "", fw.Status.Status == "" // never written, or another writer's
 	}
+	problems := strings.Join(fw.Status.Messages[1:], "; ")
 	for _, s := range firewallStates {
-		if strings.HasPrefix(fw.Status.Status, s.prefix) {
-			return s.state, problems, true
+		if strings.HasPrefix(fw.Status.Messages[0], s.prefix) {
+			ok := fw.Status.Status == referenceStatus(firewallKind, s.state)
+			return s.state, problems, ok
 		}
 	}
 	return "", problems, false

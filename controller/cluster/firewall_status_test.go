@@ -32,10 +32,11 @@ func denyCIDR(cidr string) esv1.EgressFirewallRule {
 	return esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: cidr}}
 }
 
-// The status of every state, as operators read it: status.status in
-// EgressQoS's words, one message per problem the cluster can tell from
-// the object, none for a DNS name (a node's resolver's business), at most
-// firewallStatusMessages and then how many more.
+// The status of every state, as operators read it: status.status in the
+// reference's words, then in status.messages egressflow's summary and one
+// message per problem the cluster can tell from the object, none for a
+// DNS name (a node's resolver's business), at most firewallStatusMessages
+// and then how many more.
 func TestFirewallVerdict(t *testing.T) {
 	dns := esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleAllow, To: esv1.EgressFirewallDestination{DNSName: "api.example.com"},
 		Ports: []esv1.EgressFirewallPort{{Protocol: "TCP", Port: 443}}}
@@ -55,43 +56,46 @@ func TestFirewallVerdict(t *testing.T) {
 
 	for _, tc := range []struct {
 		name     string
+		status   string // status.status, the reference's words
 		fw       *esv1.EgressFirewall
 		seen     string
 		agents   map[string]revision
 		podCIDRs []netip.Prefix
-		text     string
+		text     string // the summary, the first message
 		messages []string
 		state    reasons.Reason
 	}{
-		{"applied, a DNS name is no problem", firewallObject("default", 2, "120", dns, denyCIDR("0.0.0.0/0")), "100", watermarks("a", "100", "b", "150"), v4Only,
+		{"applied, a DNS name is no problem", "EgressFirewall Rules applied", firewallObject("default", 2, "120", dns, denyCIDR("0.0.0.0/0")), "100", watermarks("a", "100", "b", "150"), v4Only,
 			"Applied on 2/2 nodes", nil, reasons.Applied},
-		{"lagging names capped", firewallObject("default", 1, "100", dns), "100", watermarks("a", "99", "b", "", "c", "x", "d", "98", "e", "100"), v4Only,
+		{"lagging names capped", "", firewallObject("default", 1, "100", dns), "100", watermarks("a", "99", "b", "", "c", "x", "d", "98", "e", "100"), v4Only,
 			"Pending on 4 of 5 nodes: a, b, c and 1 more", nil, reasons.Pending},
-		{"no agent", firewallObject("default", 1, "100", dns), "100", nil, v4Only,
+		{"no agent", "", firewallObject("default", 1, "100", dns), "100", nil, v4Only,
 			"Pending: no node agent is alive", nil, reasons.Pending},
-		{"unknown revision is never applied", firewallObject("default", 1, "abc", dns), "abc", watermarks("a", "18446744073709551615"), v4Only,
+		{"unknown revision is never applied", "", firewallObject("default", 1, "abc", dns), "abc", watermarks("a", "18446744073709551615"), v4Only,
 			`Unknown: resourceVersion "abc" is not an etcd revision: where it is applied cannot be told`, nil, reasons.RevisionUnknown},
-		{"wrong family and a selector, each named", firewallObject("default", 1, "100", dns, denyCIDR("2001:db8::/32"), badSelector, badType), "100", watermarks("a", "100"), v4Only,
+		{"wrong family and a selector, each named", "EgressFirewall Rules not correctly applied", firewallObject("default", 1, "100", dns, denyCIDR("2001:db8::/32"), badSelector, badType), "100", watermarks("a", "100"), v4Only,
 			"Invalid: rule 1: cidrSelector 2001:db8::/32 is IPv6, and the cluster has no pod of that family; and 2 more",
 			[]string{"rule 1: cidrSelector 2001:db8::/32 is IPv6, and the cluster has no pod of that family",
 				"rule 2: nodeSelector: ", // and the parser's words
 				`rule 3: type "Reject" is neither Allow nor Deny`},
 			reasons.Invalid},
-		{"families unknown: no family check", firewallObject("default", 1, "100", denyCIDR("2001:db8::/32")), "100", watermarks("a", "100"), nil,
+		{"families unknown: no family check", "EgressFirewall Rules applied", firewallObject("default", 1, "100", denyCIDR("2001:db8::/32")), "100", watermarks("a", "100"), nil,
 			"Applied on 1/1 nodes", nil, reasons.Applied},
-		{"messages bounded", firewallObject("default", 1, "100", manyV6...), "100", watermarks("a", "100"), v4Only,
+		{"messages bounded", "EgressFirewall Rules not correctly applied", firewallObject("default", 1, "100", manyV6...), "100", watermarks("a", "100"), v4Only,
 			"Invalid: " + manyMessages[0] + "; and 24 more", manyMessages, reasons.Invalid},
-		{"not named default", firewallObject("other", 1, "100", dns), "100", watermarks("a", "100"), v4Only,
+		{"not named default", "EgressFirewall Rules not correctly applied", firewallObject("other", 1, "100", dns), "100", watermarks("a", "100"), v4Only,
 			"Invalid: EgressFirewall must be named default", []string{"EgressFirewall must be named default"}, reasons.Invalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := evaluateFirewall(tc.fw, etcdRevision(tc.seen), tc.agents, tc.podCIDRs)
 			status := firewallStatus(v)
-			if status.Status != tc.text {
-				t.Errorf("status %q, want %q", status.Status, tc.text)
+			if status.Status != tc.status {
+				t.Errorf("status %q, want %q", status.Status, tc.status)
 			}
-			if !messagesMatch(status.Messages, tc.messages) {
-				t.Errorf("messages %q, want %q", status.Messages, tc.messages)
+			if len(status.Messages) == 0 || status.Messages[0] != tc.text {
+				t.Errorf("messages %q, want the summary %q first", status.Messages, tc.text)
+			} else if !messagesMatch(status.Messages[1:], tc.messages) {
+				t.Errorf("messages after the summary %q, want %q", status.Messages[1:], tc.messages)
 			}
 			if v.readyReason() != tc.state {
 				t.Errorf("state %s, want %s", v.readyReason(), tc.state)
@@ -154,13 +158,20 @@ func TestFirewallReported(t *testing.T) {
 		ok       bool
 	}{
 		{esv1.EgressFirewallStatus{}, "", "", true},
-		{esv1.EgressFirewallStatus{Status: "Applied on 3/3 nodes"}, reasons.Applied, "", true},
-		{esv1.EgressFirewallStatus{Status: "Pending: no node agent is alive"}, reasons.Pending, "", true},
-		{esv1.EgressFirewallStatus{Status: "Pending on 1 of 3 nodes: node-c"}, reasons.Pending, "", true},
-		{esv1.EgressFirewallStatus{Status: "Invalid: rule 0: x; and 1 more", Messages: []string{"rule 0: x", "rule 1: y"}}, reasons.Invalid, "rule 0: x; rule 1: y", true},
-		{esv1.EgressFirewallStatus{Status: `Unknown: resourceVersion "abc" is not an etcd revision`}, reasons.RevisionUnknown, "", true},
+		{esv1.EgressFirewallStatus{Status: "EgressFirewall Rules applied", Messages: []string{"Applied on 3/3 nodes"}}, reasons.Applied, "", true},
+		{esv1.EgressFirewallStatus{Messages: []string{"Pending: no node agent is alive"}}, reasons.Pending, "", true},
+		{esv1.EgressFirewallStatus{Messages: []string{"Pending on 1 of 3 nodes: node-c"}}, reasons.Pending, "", true},
+		{esv1.EgressFirewallStatus{Status: "EgressFirewall Rules not correctly applied", Messages: []string{"Invalid: rule 0: x; and 1 more", "rule 0: x", "rule 1: y"}},
+			reasons.Invalid, "rule 0: x; rule 1: y", true},
+		{esv1.EgressFirewallStatus{Messages: []string{`Unknown: resourceVersion "abc" is not an etcd revision`}}, reasons.RevisionUnknown, "", true},
+		// The reference's word with a summary of another state, or
+		// without a summary: another writer's.
+		{esv1.EgressFirewallStatus{Status: "EgressFirewall Rules applied", Messages: []string{"Pending on 1 of 3 nodes: node-c"}}, reasons.Pending, "", false},
 		{esv1.EgressFirewallStatus{Status: "EgressFirewall Rules applied"}, "", "", false},
-		{esv1.EgressFirewallStatus{Status: "tampered", Messages: []string{"tampered"}}, "", "tampered", false},
+		{esv1.EgressFirewallStatus{Status: "EgressFirewall Rules applied", Messages: []string{"zone-a: EgressFirewall Rules applied"}}, "", "", false},
+		// An earlier version's status (egressflow's words in status.status).
+		{esv1.EgressFirewallStatus{Status: "Applied on 3/3 nodes"}, "", "", false},
+		{esv1.EgressFirewallStatus{Status: "tampered", Messages: []string{"tampered"}}, "", "", false},
 	} {
 		fw := firewallObject("default", 1, "5")
 		fw.Status = tc.status

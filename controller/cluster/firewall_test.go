@@ -25,15 +25,17 @@ var firewallRules = esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{
 	{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}},
 }}
 
-// waitFirewall waits until the EgressFirewall name of ns says text, with
-// messages, and returns it.
-func (f *rolloutFixture) waitFirewall(ns, name, text string, messages ...string) *esv1.EgressFirewall {
+// waitFirewall waits until the EgressFirewall name of ns says state:
+// status.status in the reference's words, and status.messages egressflow's
+// summary, then problems. It returns the object.
+func (f *rolloutFixture) waitFirewall(ns, name string, state reasons.Reason, summary string, problems ...string) *esv1.EgressFirewall {
 	f.t.Helper()
 	var fw *esv1.EgressFirewall
+	status, messages := wantReferenceStatus("EgressFirewall", state), append([]string{summary}, problems...)
 	wait.Until(f.t, settle, func() error {
 		fw = f.GetEgressFirewall(f.t, ns, name)
-		if fw.Status.Status != text || !slices.Equal(fw.Status.Messages, messages) {
-			return fmt.Errorf("%s/%s: status %q messages %q, want %q %q", ns, name, fw.Status.Status, fw.Status.Messages, text, messages)
+		if fw.Status.Status != status || !slices.Equal(fw.Status.Messages, messages) {
+			return fmt.Errorf("%s/%s: status %q messages %q, want %q %q", ns, name, fw.Status.Status, fw.Status.Messages, status, messages)
 		}
 		return nil
 	})
@@ -67,13 +69,13 @@ func TestFirewallStatusFollowsAgents(t *testing.T) {
 	created := f.CreateEgressFirewall(t, ns, esv1.EgressFirewallName, firewallRules)
 	rv1 := created.ResourceVersion
 
-	f.waitFirewall(ns, "default", "Pending on 3 of 3 nodes: node-a, node-b, node-c")
+	f.waitFirewall(ns, "default", reasons.Pending, "Pending on 3 of 3 nodes: node-a, node-b, node-c")
 	// Another API's watermark is not this one's.
 	f.qosWatermark(rv1, "node-a", "node-b", "node-c")
 	f.firewallWatermark(rv1, "node-a", "node-b")
-	f.waitFirewall(ns, "default", "Pending on 1 of 3 nodes: node-c")
+	f.waitFirewall(ns, "default", reasons.Pending, "Pending on 1 of 3 nodes: node-c")
 	f.firewallWatermark(rv1, "node-c")
-	fw := f.waitFirewall(ns, "default", "Applied on 3/3 nodes")
+	fw := f.waitFirewall(ns, "default", reasons.Applied, "Applied on 3/3 nodes")
 	f.firewallEvent(ns, "default", normal, reasons.Applied, "generation 1 applied on 3/3 nodes")
 	if fw.Generation != 1 || !newerRV(fw.ResourceVersion, rv1) {
 		t.Fatalf("generation %d, resourceVersion %s after the status writes; want 1, past %s", fw.Generation, fw.ResourceVersion, rv1)
@@ -102,7 +104,7 @@ func TestFirewallStatusFollowsAgents(t *testing.T) {
 	if _, err := f.ES.K8sV1().EgressFirewalls(ns).UpdateStatus(context.Background(), fw, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFirewall(ns, "default", "Applied on 3/3 nodes")
+	f.waitFirewall(ns, "default", reasons.Applied, "Applied on 3/3 nodes")
 	f.checkPutRightOnce(mark, func(reqs []clustertest.Request) []clustertest.Request {
 		return statusWrites(reqs, "egressfirewalls", "default")
 	})
@@ -112,9 +114,9 @@ func TestFirewallStatusFollowsAgents(t *testing.T) {
 	if updated.Generation != 2 {
 		t.Fatalf("generation %d after a spec change, want 2", updated.Generation)
 	}
-	f.waitFirewall(ns, "default", "Pending on 3 of 3 nodes: node-a, node-b, node-c")
+	f.waitFirewall(ns, "default", reasons.Pending, "Pending on 3 of 3 nodes: node-a, node-b, node-c")
 	f.firewallWatermark(updated.ResourceVersion, "node-a", "node-b", "node-c")
-	f.waitFirewall(ns, "default", "Applied on 3/3 nodes")
+	f.waitFirewall(ns, "default", reasons.Applied, "Applied on 3/3 nodes")
 	f.firewallEvent(ns, "default", normal, reasons.Applied, "generation 2 applied on 3/3 nodes")
 	if got := firewallState(t, f, "applied"); got != 1 {
 		t.Errorf("egressflow_controller_egressfirewall{state=applied} = %v, want 1", got)
@@ -143,7 +145,7 @@ func TestFirewallLivenessAndPendingWarning(t *testing.T) {
 	ns := f.Namespace(t)
 	rv := f.CreateEgressFirewall(t, ns, esv1.EgressFirewallName, firewallRules).ResourceVersion
 	f.firewallWatermark(rv, "node-a", "node-b")
-	f.waitFirewall(ns, "default", "Pending on 1 of 3 nodes: node-c")
+	f.waitFirewall(ns, "default", reasons.Pending, "Pending on 1 of 3 nodes: node-c")
 	f.firewallEvent(ns, "default", warning, reasons.Pending, "generation 1 not applied after")
 	f.firewallEvent(ns, "default", warning, reasons.Pending, "on 1 of 3 nodes: node-c")
 	if got := firewallState(t, f, "pending"); got != 1 {
@@ -151,7 +153,7 @@ func TestFirewallLivenessAndPendingWarning(t *testing.T) {
 	}
 
 	f.agents["node-c"].Stop()
-	f.waitFirewall(ns, "default", "Applied on 2/2 nodes")
+	f.waitFirewall(ns, "default", reasons.Applied, "Applied on 2/2 nodes")
 	f.firewallEvent(ns, "default", normal, reasons.Applied, "applied on 2/2 nodes")
 }
 
@@ -174,15 +176,16 @@ func TestFirewallInvalid(t *testing.T) {
 	family := "rule 1: cidrSelector 2001:db8::/32 is IPv6, and the cluster has no pod of that family"
 	text := "Invalid: " + family + "; and 1 more"
 	var fw *esv1.EgressFirewall
+	notApplied := wantReferenceStatus("EgressFirewall", reasons.Invalid)
 	wait.Until(t, settle, func() error {
 		fw = f.GetEgressFirewall(t, ns, "default")
-		if fw.Status.Status != text {
-			return fmt.Errorf("status %q, want %q", fw.Status.Status, text)
+		if fw.Status.Status != notApplied || len(fw.Status.Messages) == 0 || fw.Status.Messages[0] != text {
+			return fmt.Errorf("status %q messages %q, want %q and the summary %q", fw.Status.Status, fw.Status.Messages, notApplied, text)
 		}
 		return nil
 	})
-	if len(fw.Status.Messages) != 2 || fw.Status.Messages[0] != family || !strings.HasPrefix(fw.Status.Messages[1], "rule 2: nodeSelector: ") {
-		t.Errorf("messages %q, want the family of rule 1, then rule 2's nodeSelector", fw.Status.Messages)
+	if len(fw.Status.Messages) != 3 || fw.Status.Messages[1] != family || !strings.HasPrefix(fw.Status.Messages[2], "rule 2: nodeSelector: ") {
+		t.Errorf("messages %q, want the summary, the family of rule 1, then rule 2's nodeSelector", fw.Status.Messages)
 	}
 	f.firewallEvent(ns, "default", warning, reasons.Invalid, family+"; rule 2: nodeSelector: ")
 	if got := firewallState(t, f, "invalid"); got != 1 {
@@ -194,7 +197,7 @@ func TestFirewallInvalid(t *testing.T) {
 	f.firewallWatermark(rv, "node-a")
 	time.Sleep(4 * steadyAgentRenew)
 	wait.Until(t, settle, func() error { return idle(f.r) })
-	if got := f.GetEgressFirewall(t, ns, "default"); got.Status.Status != text || !slices.Equal(got.Status.Messages, fw.Status.Messages) {
+	if got := f.GetEgressFirewall(t, ns, "default"); got.Status.Status != notApplied || !slices.Equal(got.Status.Messages, fw.Status.Messages) {
 		t.Errorf("once applied: status %q messages %q, want them unchanged", got.Status.Status, got.Status.Messages)
 	}
 	writes, _ := f.r.Writes.Since(mark)
@@ -207,9 +210,9 @@ func TestFirewallInvalid(t *testing.T) {
 	fixed := f.UpdateEgressFirewall(t, ns, func(fw *esv1.EgressFirewall) {
 		fw.Spec.Egress = slices.Delete(fw.Spec.Egress, 1, 3)
 	})
-	f.waitFirewall(ns, "default", "Pending on 1 of 1 nodes: node-a")
+	f.waitFirewall(ns, "default", reasons.Pending, "Pending on 1 of 1 nodes: node-a")
 	f.firewallWatermark(fixed.ResourceVersion, "node-a")
-	f.waitFirewall(ns, "default", "Applied on 1/1 nodes")
+	f.waitFirewall(ns, "default", reasons.Applied, "Applied on 1/1 nodes")
 	f.firewallEvent(ns, "default", normal, reasons.Applied, "generation 2 applied on 1/1 nodes")
 }
 
@@ -244,7 +247,7 @@ func TestFirewallMisnamed(t *testing.T) {
 
 	f.SetFirewallNameRule(t, false)
 	f.CreateEgressFirewall(t, written, "other", firewallRules)
-	f.waitFirewall(written, "other", "Invalid: "+why, why)
+	f.waitFirewall(written, "other", reasons.Invalid, "Invalid: "+why, why)
 	f.firewallEvent(written, "other", warning, reasons.Invalid, why)
 	if got := firewallState(t, f, "invalid"); got != 2 {
 		t.Errorf("egressflow_controller_egressfirewall{state=invalid} = %v, want 2", got)

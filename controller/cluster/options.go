@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"k8s.io/utils/clock"
 )
@@ -130,6 +131,11 @@ type Options struct {
 	// host-networked and do not make a Service eligible. Empty: every
 	// address counts.
 	PodCIDRs []netip.Prefix
+	// EgressIPUnheld is the agents' choice for a selected pod whose
+	// EgressIP holds no address of its family (the same EGRESSIP_UNHELD):
+	// the Assigned condition says when the pods leave through their
+	// nodes. "" is dataplane.EgressIPUnheldDrop.
+	EgressIPUnheld dataplane.EgressIPUnheld
 
 	ServiceWorkers int
 	NodeWorkers    int

@@ -14,9 +14,14 @@ import (
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
-// EgressQoS status: status.status and the Ready, Applied and Valid
-// conditions, from where each object's current generation is applied
-// (rollout.go says how) and from the problems of its rules.
+// EgressQoS status: status.status in the reference's words
+// (referenceStatus), and the Ready, Applied and Valid conditions in
+// egressflow's, which say where each object's current generation is
+// applied (rollout.go says how) and what its rules cannot do.
+
+// qosKind is the kind, as events, logs and the reference's status.status
+// name it.
+const qosKind = "EgressQoS"
 
 // The conditions of an EgressQoS, besides ConditionReady (True when both
 // of these are).
@@ -44,7 +49,7 @@ const qosConditionProblems = 10
 // before it did is not applied by any agent either).
 func newQoSRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*esv1.EgressQoS] {
 	return newRollout(c, rolloutConfig{
-		kind: "EgressQoS", name: esv1.EgressQoSName,
+		kind: qosKind, name: esv1.EgressQoSName,
 		resource: "egressqoses", queueLabel: queueQoS, writeKind: "qos_status",
 		watermark: func(f heartbeat.Facts) string { return f.QoSRevision },
 		workers:   c.opts.QoSWorkers, pendingWarning: c.opts.QoSPendingWarning,
@@ -73,12 +78,12 @@ func qosProblems(q *esv1.EgressQoS, podCIDRs []netip.Prefix) []dataplane.Problem
 }
 
 func (qosAPI) says(q *esv1.EgressQoS, v rolloutVerdict) bool {
-	return qosUpToDate(q, v.statusText(), v.conditions())
+	return qosUpToDate(q, v.referenceStatus(qosKind), v.conditions())
 }
 
 func (qosAPI) withStatus(q *esv1.EgressQoS, v rolloutVerdict) *esv1.EgressQoS {
 	next := q.DeepCopy()
-	next.Status.Status = v.statusText()
+	next.Status.Status = v.referenceStatus(qosKind)
 	for _, cond := range v.conditions() {
 		meta.SetStatusCondition(&next.Status.Conditions, cond)
 	}

@@ -58,43 +58,48 @@ func evaluateQoS(q *esv1.EgressQoS, seen revision, agents map[string]revision, p
 	return evaluateRollout(q, seen, agents, qosProblems(q, podCIDRs))
 }
 
-// The status of every state, as operators read it.
+// The status of every state, as operators read it: status.status in the
+// reference's words, the conditions in egressflow's.
 func TestQoSVerdict(t *testing.T) {
 	rule := esv1.EgressQoSRule{DSCP: 46, DstCIDR: "203.0.113.0/24"}
 	v6Rule := esv1.EgressQoSRule{DSCP: 10, DstCIDR: "2001:db8::/32"}
 	badSelector := esv1.EgressQoSRule{DSCP: 1, PodSelector: esv1.LabelSelector{MatchLabels: map[string]string{"app": "not valid"}}}
 	for _, tc := range []struct {
 		name     string
+		status   string // status.status, the reference's words
 		q        *esv1.EgressQoS
 		seen     string
 		agents   map[string]revision
 		podCIDRs []netip.Prefix
-		text     string
+		text     string // the Ready condition's message, where egressflow's words are
 		ready    reasons.Reason
 		applied  reasons.Reason
 		valid    reasons.Reason
 	}{
-		{"applied", qosObject(2, "120", rule), "100", watermarks("a", "100", "b", "150"), v4Only,
-			"Applied on 2/2 nodes", reasons.Applied, reasons.Applied, reasons.Valid},
-		{"lagging names capped", qosObject(1, "100", rule), "100", watermarks("a", "99", "b", "", "c", "x", "d", "98", "e", "100"), v4Only,
-			"Pending on 4 of 5 nodes: a, b, c and 1 more", reasons.Pending, reasons.Pending, reasons.Valid},
-		{"no agent", qosObject(1, "100", rule), "100", nil, v4Only,
-			"Pending: no node agent is alive", reasons.Pending, reasons.Pending, reasons.Valid},
-		{"unknown revision is never applied", qosObject(1, "abc", rule), "abc", watermarks("a", "18446744073709551615"), v4Only,
-			`Unknown: resourceVersion "abc" is not an etcd revision: where it is applied cannot be told`, reasons.RevisionUnknown, reasons.RevisionUnknown, reasons.Valid},
-		{"wrong family, applied", qosObject(1, "100", rule, v6Rule), "100", watermarks("a", "100"), v4Only,
-			"Invalid: rule 1: dstCIDR 2001:db8::/32 is IPv6, and the cluster has no pod of that family", reasons.Invalid, reasons.Applied, reasons.WrongFamily},
-		{"families unknown: no family check", qosObject(1, "100", v6Rule), "100", watermarks("a", "100"), nil,
-			"Applied on 1/1 nodes", reasons.Applied, reasons.Applied, reasons.Valid},
-		{"selector, pending", qosObject(1, "100", badSelector), "100", watermarks("a", "1"), v4Only,
+		{"applied", "EgressQoS Rules applied", qosObject(2, "120", rule), "100", watermarks("a", "100", "b", "150"), v4Only,
+			"generation 2 applied on 2/2 nodes", reasons.Applied, reasons.Applied, reasons.Valid},
+		{"lagging names capped", "", qosObject(1, "100", rule), "100", watermarks("a", "99", "b", "", "c", "x", "d", "98", "e", "100"), v4Only,
+			"generation 1 pending on 4 of 5 nodes: a, b, c, d", reasons.Pending, reasons.Pending, reasons.Valid},
+		{"no agent", "", qosObject(1, "100", rule), "100", nil, v4Only,
+			"generation 1 pending: no node agent is alive", reasons.Pending, reasons.Pending, reasons.Valid},
+		{"unknown revision is never applied", "", qosObject(1, "abc", rule), "abc", watermarks("a", "18446744073709551615"), v4Only,
+			`resourceVersion "abc" is not an etcd revision: where it is applied cannot be told`, reasons.RevisionUnknown, reasons.RevisionUnknown, reasons.Valid},
+		{"wrong family, applied", "EgressQoS Rules not correctly applied", qosObject(1, "100", rule, v6Rule), "100", watermarks("a", "100"), v4Only,
+			"rule 1: dstCIDR 2001:db8::/32 is IPv6, and the cluster has no pod of that family (the other rules apply; see condition Applied)", reasons.Invalid, reasons.Applied, reasons.WrongFamily},
+		{"families unknown: no family check", "EgressQoS Rules applied", qosObject(1, "100", v6Rule), "100", watermarks("a", "100"), nil,
+			"generation 1 applied on 1/1 nodes", reasons.Applied, reasons.Applied, reasons.Valid},
+		{"selector, pending", "EgressQoS Rules not correctly applied", qosObject(1, "100", badSelector), "100", watermarks("a", "1"), v4Only,
 			"", reasons.Invalid, reasons.Pending, reasons.InvalidRule},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := evaluateQoS(tc.q, etcdRevision(tc.seen), tc.agents, tc.podCIDRs)
-			if text := v.statusText(); tc.text != "" && text != tc.text {
-				t.Errorf("status %q, want %q", text, tc.text)
+			if got := v.referenceStatus(qosKind); got != tc.status {
+				t.Errorf("status %q, want %q", got, tc.status)
 			}
 			conds := v.conditions()
+			if ready := meta.FindStatusCondition(conds, ConditionReady); tc.text != "" && (ready == nil || ready.Message != tc.text) {
+				t.Errorf("Ready condition %+v, want the message %q", ready, tc.text)
+			}
 			for _, want := range []struct {
 				typ    string
 				reason reasons.Reason
@@ -108,7 +113,7 @@ func TestQoSVerdict(t *testing.T) {
 					t.Errorf("condition %s is %s with reason %s", want.typ, c.Status, c.Reason)
 				}
 			}
-			if !qosUpToDate(&esv1.EgressQoS{ObjectMeta: tc.q.ObjectMeta, Status: esv1.EgressQoSStatus{Status: v.statusText(), Conditions: conds}}, v.statusText(), conds) {
+			if !qosUpToDate(&esv1.EgressQoS{ObjectMeta: tc.q.ObjectMeta, Status: esv1.EgressQoSStatus{Status: v.referenceStatus(qosKind), Conditions: conds}}, v.referenceStatus(qosKind), conds) {
 				t.Error("a status is not up to date with itself")
 			}
 		})

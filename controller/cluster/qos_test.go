@@ -22,8 +22,9 @@ import (
 
 var qosRule = esv1.EgressQoSSpec{Egress: []esv1.EgressQoSRule{{DSCP: 46, DstCIDR: "203.0.113.0/24"}}}
 
-// waitQoS waits until the EgressQoS of ns says text, with a Ready condition
-// of reason for its current generation, and returns it.
+// waitQoS waits until the EgressQoS of ns has a Ready condition of reason
+// for its current generation whose message (egressflow's words) is text,
+// and status.status in the reference's words for reason, and returns it.
 func (f *rolloutFixture) waitQoS(ns, text string, reason reasons.Reason) *esv1.EgressQoS {
 	f.t.Helper()
 	var q *esv1.EgressQoS
@@ -34,13 +35,17 @@ func (f *rolloutFixture) waitQoS(ns, text string, reason reasons.Reason) *esv1.E
 	return q
 }
 
+// otherRulesApply ends the Ready condition's message of an EgressQoS whose
+// other rules apply.
+const otherRulesApply = " (the other rules apply; see condition Applied)"
+
 func qosSays(q *esv1.EgressQoS, text string, reason reasons.Reason) error {
 	ready := meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionReady)
 	switch {
-	case q.Status.Status != text:
-		return fmt.Errorf("%s: status %q, want %q", q.Namespace, q.Status.Status, text)
-	case ready == nil || ready.Reason != string(reason):
-		return fmt.Errorf("%s: ready %+v, want reason %s", q.Namespace, ready, reason)
+	case q.Status.Status != wantReferenceStatus("EgressQoS", reason):
+		return fmt.Errorf("%s: status %q, want %q", q.Namespace, q.Status.Status, wantReferenceStatus("EgressQoS", reason))
+	case ready == nil || ready.Reason != string(reason) || ready.Message != text:
+		return fmt.Errorf("%s: ready %+v, want reason %s, message %q", q.Namespace, ready, reason, text)
 	}
 	for _, c := range q.Status.Conditions {
 		if c.ObservedGeneration != q.Generation {
@@ -84,7 +89,7 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 	created := f.CreateEgressQoS(t, ns, qosRule)
 	rv1 := created.ResourceVersion
 
-	q := f.waitQoS(ns, "Pending on 3 of 3 nodes: node-a, node-b, node-c", reasons.Pending)
+	q := f.waitQoS(ns, "generation 1 pending on 3 of 3 nodes: node-a, node-b, node-c", reasons.Pending)
 	if c := meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionValid); c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(reasons.Valid) {
 		t.Errorf("valid condition %+v, want True/Valid", c)
 	}
@@ -93,9 +98,9 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 	}
 
 	f.qosWatermark(rv1, "node-a", "node-b")
-	f.waitQoS(ns, "Pending on 1 of 3 nodes: node-c", reasons.Pending)
+	f.waitQoS(ns, "generation 1 pending on 1 of 3 nodes: node-c", reasons.Pending)
 	f.qosWatermark(rv1, "node-c")
-	q = f.waitQoS(ns, "Applied on 3/3 nodes", reasons.Applied)
+	q = f.waitQoS(ns, "generation 1 applied on 3/3 nodes", reasons.Applied)
 	f.qosEvent(ns, normal, reasons.Applied, "generation 1 applied on 3/3 nodes")
 	if !newerRV(q.ResourceVersion, rv1) {
 		t.Fatalf("resourceVersion %s after the status writes, want past %s", q.ResourceVersion, rv1)
@@ -107,7 +112,7 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 	if _, err := f.ES.K8sV1().EgressQoSes(ns).UpdateStatus(context.Background(), q, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitQoS(ns, "Applied on 3/3 nodes", reasons.Applied)
+	f.waitQoS(ns, "generation 1 applied on 3/3 nodes", reasons.Applied)
 	f.checkPutRightOnce(mark, qosStatusWrites)
 
 	// Watermarks moving on, and renewals, with everything applied: no
@@ -132,12 +137,12 @@ func TestQoSStatusFollowsAgents(t *testing.T) {
 	if updated.Generation != 2 {
 		t.Fatalf("generation %d after a spec change, want 2", updated.Generation)
 	}
-	q = f.waitQoS(ns, "Pending on 3 of 3 nodes: node-a, node-b, node-c", reasons.Pending)
+	q = f.waitQoS(ns, "generation 2 pending on 3 of 3 nodes: node-a, node-b, node-c", reasons.Pending)
 	if c := meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionApplied); c == nil || !strings.Contains(c.Message, "generation 2 pending") {
 		t.Errorf("applied condition %+v, want generation 2 pending", c)
 	}
 	f.qosWatermark(updated.ResourceVersion, "node-a", "node-b", "node-c")
-	f.waitQoS(ns, "Applied on 3/3 nodes", reasons.Applied)
+	f.waitQoS(ns, "generation 2 applied on 3/3 nodes", reasons.Applied)
 	f.qosEvent(ns, normal, reasons.Applied, "generation 2 applied on 3/3 nodes")
 	if got := qosState(t, f.reg, "applied"); got != 1 {
 		t.Errorf("egressflow_controller_egressqos{state=applied} = %v, want 1", got)
@@ -156,21 +161,21 @@ func TestQoSLivenessAndPendingWarning(t *testing.T) {
 	ns := f.Namespace(t)
 	rv := f.CreateEgressQoS(t, ns, qosRule).ResourceVersion
 	f.qosWatermark(rv, "node-a", "node-b")
-	f.waitQoS(ns, "Pending on 1 of 3 nodes: node-c", reasons.Pending)
+	f.waitQoS(ns, "generation 1 pending on 1 of 3 nodes: node-c", reasons.Pending)
 	f.qosEvent(ns, warning, reasons.Pending, "generation 1 not applied after")
 	f.qosEvent(ns, warning, reasons.Pending, "on 1 of 3 nodes: node-c")
 
 	f.agents["node-c"].Stop()
-	f.waitQoS(ns, "Applied on 2/2 nodes", reasons.Applied)
+	f.waitQoS(ns, "generation 1 applied on 2/2 nodes", reasons.Applied)
 	f.qosEvent(ns, normal, reasons.Applied, "applied on 2/2 nodes")
 	if got := qosState(t, f.reg, "pending"); got != 0 {
 		t.Errorf("egressflow_controller_egressqos{state=pending} = %v, want 0", got)
 	}
 
 	f.agents["node-d"] = f.Node(t, "node-d", nil)
-	f.waitQoS(ns, "Pending on 1 of 3 nodes: node-d", reasons.Pending)
+	f.waitQoS(ns, "generation 1 pending on 1 of 3 nodes: node-d", reasons.Pending)
 	f.qosWatermark(rv, "node-d")
-	f.waitQoS(ns, "Applied on 3/3 nodes", reasons.Applied)
+	f.waitQoS(ns, "generation 1 applied on 3/3 nodes", reasons.Applied)
 }
 
 // TestQoSInvalid: what the CRD cannot refuse and the agents cannot apply
@@ -189,7 +194,7 @@ func TestQoSInvalid(t *testing.T) {
 	}})
 
 	want := "rule 1: dstCIDR 2001:db8::/32 is IPv6, and the cluster has no pod of that family"
-	q := f.waitQoS(family, "Invalid: "+want, reasons.Invalid)
+	q := f.waitQoS(family, want+otherRulesApply, reasons.Invalid)
 	if c := meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionValid); c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(reasons.WrongFamily) || c.Message != want {
 		t.Errorf("valid condition %+v, want False/WrongFamily %q", c, want)
 	}
@@ -200,7 +205,7 @@ func TestQoSInvalid(t *testing.T) {
 		if c := meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionValid); c == nil || c.Reason != string(reasons.InvalidRule) || !strings.Contains(c.Message, "rule 0: podSelector") {
 			return fmt.Errorf("valid condition %+v, want InvalidRule on rule 0's podSelector", c)
 		}
-		return qosSays(q, "Invalid: "+meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionValid).Message, reasons.Invalid)
+		return qosSays(q, meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionValid).Message+otherRulesApply, reasons.Invalid)
 	})
 	f.qosEvent(selector, warning, reasons.Invalid, "rule 0: podSelector")
 
@@ -211,7 +216,7 @@ func TestQoSInvalid(t *testing.T) {
 		if c := meta.FindStatusCondition(q.Status.Conditions, cluster.ConditionApplied); c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("applied condition %+v, want True", c)
 		}
-		return qosSays(q, "Invalid: "+want, reasons.Invalid)
+		return qosSays(q, want+otherRulesApply, reasons.Invalid)
 	})
 	if got := qosState(t, f.reg, "invalid"); got != 2 {
 		t.Errorf("egressflow_controller_egressqos{state=invalid} = %v, want 2", got)
@@ -237,7 +242,7 @@ func TestQoSWatermarkCost(t *testing.T) {
 		nsIndex[ns] = i
 	}
 	marks := map[string]string{}
-	// expect is the status text of object i by the specification: applied
+	// expect is the Ready message of object i by the specification: applied
 	// on a node iff its watermark, as an integer, is at least the revision
 	// the object was created at.
 	expect := func(i int) (string, reasons.Reason) {
@@ -249,9 +254,9 @@ func TestQoSWatermarkCost(t *testing.T) {
 			}
 		}
 		if len(lagging) == 0 {
-			return "Applied on 2/2 nodes", reasons.Applied
+			return "generation 1 applied on 2/2 nodes", reasons.Applied
 		}
-		return fmt.Sprintf("Pending on %d of 2 nodes: %s", len(lagging), strings.Join(lagging, ", ")), reasons.Pending
+		return fmt.Sprintf("generation 1 pending on %d of 2 nodes: %s", len(lagging), strings.Join(lagging, ", ")), reasons.Pending
 	}
 	set := func(node string, i int) {
 		marks[node] = rvs[i]

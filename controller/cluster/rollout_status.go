@@ -23,9 +23,10 @@ import (
 )
 
 const (
-	// statusNodeNames is how many lagging nodes status.status names (the
-	// printer column of kubectl get): enough to point at a stuck node,
-	// short enough for a column. The longer messages name more.
+	// statusNodeNames is how many lagging nodes the one-line summary names
+	// (EgressFirewall's first status message, its Details column in
+	// kubectl get): enough to point at a stuck node, short enough for a
+	// column. The longer messages name more.
 	statusNodeNames = 3
 	// messageNodeNames is how many lagging nodes the longer messages
 	// (EgressQoS's Applied condition, the Pending Warning) name; past it
@@ -184,8 +185,41 @@ func (v rolloutVerdict) problemList(n int) string {
 	return strings.Join(v.problemMessages(n), "; ")
 }
 
-// statusText is status.status: short, for kubectl get's Status column.
-func (v rolloutVerdict) statusText() string {
+// The reference's status.status values, which its clients (scripts,
+// consoles, its own tests) compare: ovn-kubernetes' status manager writes
+// "<kind> Rules applied" once every zone has reported success, "<kind>
+// Rules not correctly applied" as soon as one has reported a failure, and
+// clears the field while some zone has yet to report.
+const (
+	referenceAppliedSuffix    = " Rules applied"
+	referenceNotAppliedSuffix = " Rules not correctly applied"
+)
+
+// referenceStatus is status.status in the reference's words for kind
+// ("EgressFirewall", "EgressQoS") and the object's state (a Ready reason):
+// applied, not correctly applied (rules that cannot be applied, or an
+// object no agent applies), or "" while the generation is not yet applied
+// on every live agent's node or where it is applied cannot be told, as the
+// reference leaves it empty until every zone has reported. egressflow's
+// own wording (summary) goes in the conditions or messages beside it.
+func referenceStatus(kind string, state reasons.Reason) string {
+	switch state {
+	case reasons.Applied:
+		return kind + referenceAppliedSuffix
+	case reasons.Invalid:
+		return kind + referenceNotAppliedSuffix
+	}
+	return ""
+}
+
+// referenceStatus is v's status.status for kind.
+func (v rolloutVerdict) referenceStatus(kind string) string {
+	return referenceStatus(kind, v.readyReason())
+}
+
+// summary is egressflow's one line on the object's state: where its
+// generation is applied, or its first problem.
+func (v rolloutVerdict) summary() string {
 	switch v.readyReason() {
 	case reasons.Invalid:
 		return "Invalid: " + v.problemList(1)

@@ -16,6 +16,19 @@ import (
 	"github.com/egressflow/egressflow/test/wait"
 )
 
+// wantReferenceStatus is status.status of kind ("EgressFirewall",
+// "EgressQoS") in a state (a Ready reason), as the reference's clients
+// compare it: written out here, not taken from the code under test.
+func wantReferenceStatus(kind string, state reasons.Reason) string {
+	switch state {
+	case reasons.Applied:
+		return kind + " Rules applied"
+	case reasons.Invalid:
+		return kind + " Rules not correctly applied"
+	}
+	return "" // Pending, RevisionUnknown: the reference leaves it empty until every zone has reported
+}
+
 // rolloutFixture is an API server, nodes with agents whose EgressQoS and
 // EgressFirewall watermarks the test sets (the agent's side of the status
 // contract), and a controller: what the tests of both node-local APIs'

@@ -19,6 +19,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
@@ -54,7 +55,7 @@ func (c *Controller) syncEgressIP(ctx context.Context, t *term, name string) err
 	}
 
 	items := d.StatusItems()
-	cond := assignedCondition(eip, d)
+	cond := assignedCondition(eip, d, c.opts.EgressIPUnheld)
 	written, err := c.writeEgressIPStatus(ctx, eip, items, cond)
 	if errors.Is(err, errSpecChanged) {
 		// The informer brings the new spec; decide again from it.
@@ -132,14 +133,46 @@ func (c *Controller) setEgressIPGauges(e *eipState) {
 
 // assignedCondition is the Assigned condition for decision d on eip. Its
 // observedGeneration is the generation the decision read; since status
-// writes bump the generation too, it is never compared.
-func assignedCondition(eip *esv1.EgressIP, d assign.EgressIPDecision) metav1.Condition {
+// writes bump the generation too, it is never compared. Under
+// EgressIPUnheldNodeIP its message also says in which families the
+// selected pods leave through their own nodes, since none of the family's
+// addresses is held.
+func assignedCondition(eip *esv1.EgressIP, d assign.EgressIPDecision, unheld dataplane.EgressIPUnheld) metav1.Condition {
 	ok, reason, message := d.Condition()
 	status := metav1.ConditionFalse
 	if ok {
 		status = metav1.ConditionTrue
+	} else if unheld.LeavesThroughNode() {
+		message += leavingThroughNodes(d)
 	}
 	return metav1.Condition{Type: ConditionAssigned, Status: status, Reason: string(reason), Message: message, ObservedGeneration: eip.Generation}
+}
+
+// leavingThroughNodes says, for each family of d's addresses of which
+// none is held, that the selected pods' egress of that family leaves
+// through their own nodes (EgressIPUnheldNodeIP); "" when every family has
+// a held address.
+func leavingThroughNodes(d assign.EgressIPDecision) string {
+	var listed, held [2]bool // IPv4, IPv6
+	for _, it := range d.Items {
+		if !it.Addr.IsValid() {
+			continue
+		}
+		f := 0
+		if it.Addr.Is6() {
+			f = 1
+		}
+		listed[f] = true
+		held[f] = held[f] || it.Node != ""
+	}
+	out := ""
+	for f, name := range []string{"IPv4", "IPv6"} {
+		if listed[f] && !held[f] {
+			out += fmt.Sprintf("; no %s address is held: with EGRESSIP_UNHELD=%s the selected pods' %s egress leaves through their own nodes, with the source address those give their other pods, until one is",
+				name, dataplane.EgressIPUnheldNodeIP, name)
+		}
+	}
+	return out
 }
 
 // egressIPUpToDate says whether eip's status already says items and cond

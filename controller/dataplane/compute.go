@@ -194,7 +194,7 @@ func serviceSpec(node NodeConfig, es *esv1.EgressService, svc *corev1.Service, e
 // single-stack Service's slices never list its pods' other address. A pod
 // the agent does not know yet (its address not reported, or not seen) is
 // not admitted either, nor is an address an EgressIP selects: it leaves
-// with its egress IP or not at all.
+// with its egress IP or not at all (but see EgressIPUnheldNodeIP).
 func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
 	selected := ComputeEgressIP(node, cluster, func(netip.Addr) (string, bool) { return "", false }).Selected
 	var out []netip.Addr

@@ -74,6 +74,10 @@ type NodeConfig struct {
 	// their endpoints' egress is dropped here rather than SNATed to an LB IP
 	// another node may be sending with too.
 	Fenced bool
+	// EgressIPUnheld is what a selected pod's egress does while its
+	// EgressIP has no held address of its family; "" is
+	// EgressIPUnheldDrop.
+	EgressIPUnheld EgressIPUnheld
 }
 
 // Cluster is the API state Compute reads. Maps are keyed by

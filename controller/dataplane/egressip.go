@@ -83,6 +83,51 @@ const ndAdvertFlags = 0x60000000
 // (RFC 4861 §4.6.1).
 const ndOptionTargetLinkAddr = 2
 
+// EgressIPUnheld is what a selected pod's egress of one family does while
+// its EgressIP has no held address of that family (no node can hold one):
+// one choice for the whole cluster, every agent's (EGRESSIP_UNHELD in
+// deploy/cluster.env). It covers only that case: a held address whose
+// holder's bridge MAC is unknown, or whose holder is this node while it
+// is fenced, still drops the pod's egress, as the address will be usable
+// again soon and another node may be sending with it meanwhile.
+type EgressIPUnheld string
+
+const (
+	// EgressIPUnheldDrop, the default, fails closed: the pod guard does
+	// not admit the pod, so its egress of that family is dropped on its
+	// node until an address is held. An egress IP is a promise to the
+	// allow-lists outside the cluster that the selected pods' traffic
+	// comes from it and from nowhere else; dropping keeps the promise at
+	// the cost of an outage while no node can hold the address.
+	EgressIPUnheldDrop EgressIPUnheld = "drop"
+	// EgressIPUnheldNodeIP is the reference's behaviour: the pod's
+	// egress of that family leaves as the egress of its node's other
+	// pods does (the pod guard admits it): with its own pod IP on a node
+	// that routes pod traffic without masquerading, as egressflow's node
+	// layout does, or with the node's IP where the node masquerades it.
+	// It trades the promise for availability: an allow-list that admits
+	// only the egress IP drops the traffic anyway, and one that admits
+	// the nodes' or pods' addresses lets it through.
+	EgressIPUnheldNodeIP EgressIPUnheld = "node-ip"
+)
+
+// ParseEgressIPUnheld reads an EGRESSIP_UNHELD value; "" is the default,
+// drop.
+func ParseEgressIPUnheld(s string) (EgressIPUnheld, error) {
+	switch u := EgressIPUnheld(s); u {
+	case "", EgressIPUnheldDrop:
+		return EgressIPUnheldDrop, nil
+	case EgressIPUnheldNodeIP:
+		return u, nil
+	}
+	return "", fmt.Errorf("%q is neither %q (the default: a selected pod's egress is dropped while no node holds an address of its family) nor %q (it leaves through the pod's node meanwhile)",
+		s, EgressIPUnheldDrop, EgressIPUnheldNodeIP)
+}
+
+// LeavesThroughNode: a selected pod whose EgressIP has no held address of
+// its family leaves as its node's other pods do.
+func (u EgressIPUnheld) LeavesThroughNode() bool { return u == EgressIPUnheldNodeIP }
+
 // EgressIPPod is what a node does with one selected pod address.
 type EgressIPPod struct {
 	Pod netip.Addr
@@ -248,7 +293,8 @@ type EgressIPs struct {
 	Parts []EgressIPPart
 	// Selected are the addresses of this node's pods that an EgressIP
 	// selects, sorted: they are never admitted (they leave with an egress
-	// IP, or not at all).
+	// IP, or not at all). Under EgressIPUnheldNodeIP an address whose
+	// EgressIP holds none of its family is not among them.
 	Selected []netip.Addr
 	// Problems, sorted by object, then as found.
 	Problems []Problem
@@ -424,6 +470,10 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 			if owner == nil {
 				continue
 			}
+			h, held := egressIPVia(addr, egressIPHolders(owner))
+			if !held && node.EgressIPUnheld.LeavesThroughNode() {
+				continue // as if not selected: the pod guard admits it
+			}
 			if local {
 				out.Selected = append(out.Selected, addr)
 			}
@@ -434,8 +484,7 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 				}
 				continue
 			}
-			h, ok := egressIPVia(addr, egressIPHolders(owner))
-			if !ok {
+			if !held {
 				continue // no holder: dropped on its node
 			}
 			part := parts[ObjectKey(APIEgressIP, "", owner.Name)]

@@ -240,6 +240,10 @@ func (p *Planner) replanEgressIPs() {
 				continue
 			}
 			owned[pk] = pl.eip.Name
+			h, held := egressIPVia(pa.addr, pl.holders)
+			if !held && p.node.EgressIPUnheld.LeavesThroughNode() {
+				continue // leaves as its node's unselected pods do
+			}
 			if local {
 				selected = append(selected, pa.addr)
 			}
@@ -250,9 +254,8 @@ func (p *Planner) replanEgressIPs() {
 				}
 				continue
 			}
-			h, ok := egressIPVia(pa.addr, pl.holders)
 			switch {
-			case !ok:
+			case !held:
 			case h.node == p.node.Name:
 				if !p.node.Fenced {
 					part.Pods = append(part.Pods, EgressIPPod{Pod: pa.addr, Via: h.addr})

@@ -303,7 +303,16 @@ func TestPlannerMatchesCompute(t *testing.T) {
 	seen := map[string]bool{}
 	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 7))
-		for _, cfg := range []NodeConfig{n1Config, n2Config} {
+		// Each node under both choices for a selected pod whose EgressIP
+		// holds no address of its family.
+		var cfgs []NodeConfig
+		for _, unheld := range []EgressIPUnheld{EgressIPUnheldDrop, EgressIPUnheldNodeIP} {
+			for _, cfg := range []NodeConfig{n1Config, n2Config} {
+				cfg.EgressIPUnheld = unheld
+				cfgs = append(cfgs, cfg)
+			}
+		}
+		for _, cfg := range cfgs {
 			inputs := map[string]ServiceInputs{}
 			qoses := map[string]*esv1.EgressQoS{}
 			firewalls := map[string]*esv1.EgressFirewall{}
@@ -446,11 +455,11 @@ func TestPlannerMatchesCompute(t *testing.T) {
 					for i < min(len(g), len(w)) && g[i] == w[i] {
 						i++
 					}
-					t.Fatalf("seed %d node %s step %d: the planner's state and Compute's differ from byte %d:\nplanner …%s\nCompute …%s",
-						seed, cfg.Name, step, i, g[max(0, i-300):min(len(g), i+300)], w[max(0, i-300):min(len(w), i+300)])
+					t.Fatalf("seed %d node %s (unheld: %s) step %d: the planner's state and Compute's differ from byte %d:\nplanner …%s\nCompute …%s",
+						seed, cfg.Name, cfg.EgressIPUnheld, step, i, g[max(0, i-300):min(len(g), i+300)], w[max(0, i-300):min(len(w), i+300)])
 				}
 				if got, want := fmt.Sprintf("%+v", p.Shared()), fmt.Sprintf("%+v", sharedOf(cfg, want)); got != want {
-					t.Fatalf("seed %d node %s step %d: planner's shared flows depend on\n%s\nCompute's on\n%s", seed, cfg.Name, step, got, want)
+					t.Fatalf("seed %d node %s (unheld: %s) step %d: planner's shared flows depend on\n%s\nCompute's on\n%s", seed, cfg.Name, cfg.EgressIPUnheld, step, got, want)
 				}
 				for _, role := range []Role{RoleHost, RoleSteer, RoleNetwork} {
 					n := 0
@@ -460,18 +469,18 @@ func TestPlannerMatchesCompute(t *testing.T) {
 						}
 					}
 					if p.Acting(role) != n {
-						t.Fatalf("seed %d node %s step %d: planner acts on %d services as %s, Compute on %d", seed, cfg.Name, step, p.Acting(role), role, n)
+						t.Fatalf("seed %d node %s (unheld: %s) step %d: planner acts on %d services as %s, Compute on %d", seed, cfg.Name, cfg.EgressIPUnheld, step, p.Acting(role), role, n)
 					}
 				}
 				if got, want := p.Keys(), keysOf(cluster); !slices.Equal(got, want) {
-					t.Fatalf("seed %d node %s step %d: planner keys %v, want %v", seed, cfg.Name, step, got, want)
+					t.Fatalf("seed %d node %s (unheld: %s) step %d: planner keys %v, want %v", seed, cfg.Name, cfg.EgressIPUnheld, step, got, want)
 				}
 				if got, want := p.DNSNames(), dnsNamesOf(cfg, cluster); !slices.Equal(got, want) {
-					t.Fatalf("seed %d node %s step %d: planner follows names %v, want %v", seed, cfg.Name, step, got, want)
+					t.Fatalf("seed %d node %s (unheld: %s) step %d: planner follows names %v, want %v", seed, cfg.Name, cfg.EgressIPUnheld, step, got, want)
 				}
 				for _, k := range slices.Concat(keys, qosKeys, firewallKeys, eipKeys) {
 					if !slices.Contains(changed, k) && !reflect.DeepEqual(partOf(before, k), partOf(got, k)) {
-						t.Fatalf("seed %d node %s step %d: %s changed but was not returned (returned %v)", seed, cfg.Name, step, k, changed)
+						t.Fatalf("seed %d node %s (unheld: %s) step %d: %s changed but was not returned (returned %v)", seed, cfg.Name, cfg.EgressIPUnheld, step, k, changed)
 					}
 				}
 				before = got
@@ -481,6 +490,13 @@ func TestPlannerMatchesCompute(t *testing.T) {
 						seen["a pod SNATed to an egress IP"] = seen["a pod SNATed to an egress IP"] || pod.HolderMAC == nil
 						seen["a pod steered to a holder"] = seen["a pod steered to a holder"] || pod.HolderMAC != nil
 					}
+				}
+				if cfg.EgressIPUnheld.LeavesThroughNode() {
+					dropping := cfg
+					dropping.EgressIPUnheld = EgressIPUnheldDrop
+					unselected := len(ComputeEgressIP(dropping, cluster, func(netip.Addr) (string, bool) { return "", false }).Selected) >
+						len(ComputeEgressIP(cfg, cluster, func(netip.Addr) (string, bool) { return "", false }).Selected)
+					seen["a selected pod leaving through its node while unheld"] = seen["a selected pod leaving through its node while unheld"] || unselected
 				}
 				for _, p := range want.EgressIP.Problems {
 					for _, what := range []string{"also selected by EgressIP", "is an endpoint of EgressService", "has not published its bridge MAC"} {
@@ -492,7 +508,8 @@ func TestPlannerMatchesCompute(t *testing.T) {
 	}
 	// The histories reach every case of EgressIP's part.
 	for _, what := range []string{"an EgressIP address held", "a pod SNATed to an egress IP", "a pod steered to a holder",
-		"also selected by EgressIP", "is an endpoint of EgressService", "has not published its bridge MAC"} {
+		"also selected by EgressIP", "is an endpoint of EgressService", "has not published its bridge MAC",
+		"a selected pod leaving through its node while unheld"} {
 		if !seen[what] {
 			t.Errorf("no history reached %q", what)
 		}

@@ -389,13 +389,13 @@ func TestFirewallPrinterColumns(t *testing.T) {
 	ns := namespace(t)
 	a.do("POST", firewallCollection(ns), jsonType, firewallManifest("default", `{"egress":[{"type":"Deny","to":{"cidrSelector":"0.0.0.0/0"}}]}`)).
 		expect(t, http.StatusCreated, "create")
-	a.do("PATCH", firewallItem(ns, "default")+"/status", "application/merge-patch+json", `{"status":{"status":"EgressFirewall Rules applied"}}`).
+	a.do("PATCH", firewallItem(ns, "default")+"/status", "application/merge-patch+json", `{"status":{"status":"EgressFirewall Rules applied","messages":["Applied on 3/3 nodes","second"]}}`).
 		expect(t, http.StatusOK, "status")
 	table, columns := a.table(firewallCollection(ns))
-	if !slices.Equal(columns, []string{"Name", "EgressFirewall Status", "Age"}) {
+	if !slices.Equal(columns, []string{"Name", "EgressFirewall Status", "Details", "Age"}) {
 		t.Fatalf("columns %v", columns)
 	}
-	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[:2]) != "[default EgressFirewall Rules applied]" {
+	if len(table.Rows) != 1 || fmt.Sprintf("%q", table.Rows[0].Cells[:3]) != `["default" "EgressFirewall Rules applied" "Applied on 3/3 nodes"]` {
 		t.Fatalf("rows %+v", table.Rows)
 	}
 }

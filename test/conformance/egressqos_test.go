@@ -317,13 +317,15 @@ func TestQoSPrinterColumns(t *testing.T) {
 	a := newAPI(t)
 	ns := namespace(t)
 	a.do("POST", qosCollection(ns), jsonType, qosManifest("default", `{"egress":[{"dscp":1}]}`)).expect(t, http.StatusCreated, "create")
-	a.do("PATCH", qosItem(ns, "default")+"/status", "application/merge-patch+json", `{"status":{"status":"EgressQoS Rules applied"}}`).
+	a.do("PATCH", qosItem(ns, "default")+"/status", "application/merge-patch+json", `{"status":{"status":"EgressQoS Rules applied","conditions":[`+
+		`{"type":"Applied","status":"True","reason":"Applied","message":"not this one","lastTransitionTime":"2026-01-01T00:00:00Z"},`+
+		`{"type":"Ready","status":"True","reason":"Applied","message":"generation 1 applied on 3/3 nodes","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`).
 		expect(t, http.StatusOK, "status")
 	table, columns := a.table(qosCollection(ns))
-	if !slices.Equal(columns, []string{"Name", "Status", "Age"}) {
+	if !slices.Equal(columns, []string{"Name", "Status", "Details", "Age"}) {
 		t.Fatalf("columns %v", columns)
 	}
-	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[:2]) != "[default EgressQoS Rules applied]" {
+	if len(table.Rows) != 1 || fmt.Sprintf("%q", table.Rows[0].Cells[:3]) != `["default" "EgressQoS Rules applied" "generation 1 applied on 3/3 nodes"]` {
 		t.Fatalf("rows %+v", table.Rows)
 	}
 }

@@ -127,15 +127,18 @@ func TestEgressFirewall(t *testing.T) {
 	denied := map[netip.Addr]bool{main6: true, extra4: true, wild4: true}
 	expectNothingTo(t, c, "rules applied", denied, append(podIPs(probe), append(endpointIPs(s), lbIPs[1].String())...))
 
-	// Every agent reports it through its watermark; the leader writes it.
-	wantStatus := fmt.Sprintf("Applied on %d/%d nodes", len(c.Nodes), len(c.Nodes))
+	// Every agent reports it through its watermark; the leader writes it:
+	// status.status in the reference's words (what its clients compare),
+	// egressflow's summary as the one message (no rule is invalid).
+	const wantStatus = "EgressFirewall Rules applied"
+	wantSummary := fmt.Sprintf("Applied on %d/%d nodes", len(c.Nodes), len(c.Nodes))
 	wait.Until(t, convergeTimeout, func() error {
 		got, err := firewalls.Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if got.Status.Status != wantStatus || len(got.Status.Messages) != 0 {
-			return fmt.Errorf("status %q, messages %q; want %q and none", got.Status.Status, got.Status.Messages, wantStatus)
+		if got.Status.Status != wantStatus || len(got.Status.Messages) != 1 || got.Status.Messages[0] != wantSummary {
+			return fmt.Errorf("status %q, messages %q; want %q and only %q", got.Status.Status, got.Status.Messages, wantStatus, wantSummary)
 		}
 		return nil
 	})
@@ -143,7 +146,7 @@ func TestEgressFirewall(t *testing.T) {
 	if err != nil || len(events.Items) == 0 {
 		t.Errorf("no Applied Event for the EgressFirewall: %v", err)
 	} else {
-		t.Logf("status %q; Event %s: %s", wantStatus, events.Items[0].Reason, events.Items[0].Message)
+		t.Logf("status %q, %q; Event %s: %s", wantStatus, wantSummary, events.Items[0].Reason, events.Items[0].Message)
 	}
 
 	// The name's answer changes: the new address is denied once the

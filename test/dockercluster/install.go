@@ -3,8 +3,10 @@ package dockercluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,27 +46,41 @@ func (c *Cluster) InstallFrom(dir, namespace string) {
 	c.t.Logf("dockercluster: egressflow installed in %s and Ready %v after kubectl apply -k", namespace, time.Since(start).Round(time.Second))
 }
 
-// Overlay writes a kustomization that installs deploy/ into namespace,
-// as an operator's overlay does, and returns its directory.
-func (c *Cluster) Overlay(namespace string) string {
+// Overlay writes a kustomization of deploy/, as an operator's overlay:
+// it installs into namespace (deploy/'s own when empty), and merges
+// values into the egressflow-cluster ConfigMap (README, "Values"). It
+// returns the overlay's directory, for InstallFrom and UninstallFrom.
+func (c *Cluster) Overlay(namespace string, values map[string]string) string {
 	c.t.Helper()
 	dir := c.t.TempDir()
-	// Kustomize takes a base only by a relative path.
+	// Kustomize takes a base only by a path relative to the overlay.
 	base, err := filepath.Rel(dir, filepath.Join(mustRepoRoot(c.t), "deploy"))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	kustomization := strings.Join([]string{
-		"apiVersion: kustomize.config.k8s.io/v1beta1",
-		"kind: Kustomization",
-		"namespace: " + namespace,
-		"resources:",
-		"- " + base,
-	}, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+	lines := []string{"apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization"}
+	if namespace != "" {
+		lines = append(lines, "namespace: "+namespace)
+	}
+	lines = append(lines, "resources:", "- "+base)
+	if len(values) > 0 {
+		lines = append(lines, "configMapGenerator:", "- name: egressflow-cluster", "  namespace: "+Namespace, "  behavior: merge", "  literals:")
+		for _, k := range slices.Sorted(maps.Keys(values)) {
+			lines = append(lines, fmt.Sprintf("  - %s=%s", k, values[k]))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
 	return dir
+}
+
+// InstallWithValues installs egressflow as a user whose cluster differs
+// from deploy/cluster.env in values does: `kubectl apply -k` of an overlay
+// of deploy/ that merges them into the egressflow-cluster ConfigMap.
+func (c *Cluster) InstallWithValues(values map[string]string) {
+	c.t.Helper()
+	c.InstallFrom(c.Overlay("", values), Namespace)
 }
 
 // Uninstall removes egressflow's workloads as a user does, `kubectl delete

@@ -39,7 +39,7 @@ const overlayNamespace = "net-egress"
 // an uninstall, and the policies would not apply.
 func TestAnotherNamespace(t *testing.T) {
 	c := Start(t, Config{Nodes: 3})
-	overlay := c.Overlay(overlayNamespace)
+	overlay := c.Overlay(overlayNamespace, nil)
 	c.InstallFrom(overlay, overlayNamespace)
 	expectAdmissionPolicies(t, c)
 

@@ -99,16 +99,19 @@ func TestEgressQoS(t *testing.T) {
 	// The bystander matches no rule.
 	set(otherIPs, map[netip.Addr]uint8{main4: 0, main6: 0})
 	expectDSCPs(t, c, "rules applied", want)
-	// Every agent reports it through its watermark; the leader writes it.
-	wantStatus := fmt.Sprintf("Applied on %d/%d nodes", len(c.Nodes), len(c.Nodes))
+	// Every agent reports it through its watermark; the leader writes it:
+	// status.status in the reference's words (what its clients compare),
+	// the Ready condition in egressflow's.
+	const wantStatus = "EgressQoS Rules applied"
+	wantReady := fmt.Sprintf("generation 1 applied on %d/%d nodes", len(c.Nodes), len(c.Nodes))
 	wait.Until(t, convergeTimeout, func() error {
 		got, err := qos.Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
-		if got.Status.Status != wantStatus || ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != got.Generation {
-			return fmt.Errorf("status %q, Ready %+v; want %q and Ready True", got.Status.Status, ready, wantStatus)
+		if got.Status.Status != wantStatus || ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != got.Generation || ready.Message != wantReady {
+			return fmt.Errorf("status %q, Ready %+v; want %q and Ready True, %q", got.Status.Status, ready, wantStatus, wantReady)
 		}
 		return nil
 	})

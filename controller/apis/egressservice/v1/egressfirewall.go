@@ -22,6 +22,7 @@ const EgressFirewallName = "default"
 // +kubebuilder:subresource:status
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == 'default'",message="EgressFirewall must be named default: only the object named default in a namespace counts"
 // +kubebuilder:printcolumn:name="EgressFirewall Status",type=string,JSONPath=".status.status"
+// +kubebuilder:printcolumn:name="Details",type=string,JSONPath=".status.messages[0]"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type EgressFirewall struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -133,11 +134,16 @@ type EgressFirewallDestination struct {
 
 // EgressFirewallStatus is the observed state of EgressFirewall
 type EgressFirewallStatus struct {
-	// A concise indication of whether the EgressFirewall is applied, for
-	// example on all nodes.
+	// Whether the EgressFirewall is applied, in the words of
+	// OVN-Kubernetes' clients: "EgressFirewall Rules applied" once its
+	// current generation is applied on every node, "EgressFirewall Rules
+	// not correctly applied" when a rule cannot be, empty while it is not
+	// yet applied everywhere.
 	// +optional
 	Status string `json:"status,omitempty"`
-	// Messages name the rules that could not be applied, and why.
+	// Messages: first one line saying where the current generation is
+	// applied (for example "Pending on 1 of 3 nodes: node-2"), then the
+	// rules that cannot be applied, and why.
 	// +optional
 	// +listType=atomic
 	Messages []string `json:"messages,omitempty"`

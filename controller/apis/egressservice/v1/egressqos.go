@@ -22,6 +22,7 @@ const EgressQoSName = "default"
 // +kubebuilder:subresource:status
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == 'default'",message="EgressQoS must be named default: only the object named default in a namespace counts"
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=".status.status"
+// +kubebuilder:printcolumn:name="Details",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type EgressQoS struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -81,8 +82,11 @@ type EgressQoSRule struct {
 
 // EgressQoSStatus defines the observed state of EgressQoS
 type EgressQoSStatus struct {
-	// A concise indication of whether the EgressQoS resource is applied
-	// with success, for example on all nodes.
+	// Whether the EgressQoS is applied, in the words of OVN-Kubernetes'
+	// clients: "EgressQoS Rules applied" once its current generation is
+	// applied on every node, "EgressQoS Rules not correctly applied" when
+	// a rule cannot be, empty while it is not yet applied everywhere. The
+	// conditions say more.
 	// +optional
 	Status string `json:"status,omitempty"`
 
