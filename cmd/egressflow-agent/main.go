@@ -291,6 +291,7 @@ func run() error {
 		klog.InfoS("Resolving EgressFirewall's DNS names", "servers", resolver.Servers())
 	}
 	a := agent.New(agentCfg)
+	hostAddresses := &agent.HostAddressReader{Handle: handle, Agent: a}
 
 	renewer, err = heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: namespace, NodeName: nodeName,
@@ -306,7 +307,7 @@ func run() error {
 		},
 		Facts: func() heartbeat.Facts {
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
-				FirewallRevision: a.FirewallRevision(), EgressSubnets: bridgeSubnets(handle, bridge)}
+				FirewallRevision: a.FirewallRevision(), EgressSubnets: bridgeSubnets(handle, bridge), HostAddresses: hostAddresses.Read()}
 		},
 		Observe: metrics.ObserveRenewal,
 	})

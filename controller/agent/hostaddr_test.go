@@ -1,0 +1,171 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/topology"
+)
+
+// A node's secondary addresses in the tests: outside every prefix the
+// topology routes, so that only the routes a test adds lead to them.
+var (
+	secondaryAddr4 = netip.MustParseAddr("192.168.77.2")
+	secondaryAddr6 = netip.MustParseAddr("fd00:192:168:77::2")
+)
+
+// hostAddressRenewInterval is how often n2's agent heartbeat publishes its
+// host addresses in TestAgentHostAddresses: shorter than the DaemonSet's
+// (1 s) so that the test waits less, while still a renewal loop.
+const hostAddressRenewInterval = 200 * time.Millisecond
+
+// publishHostAddresses renews n's heartbeat Lease every
+// hostAddressRenewInterval with its bridge MAC and the host addresses its
+// agent a reads from n's namespace, as the agent's main does, until the
+// test ends.
+func (e *env) publishHostAddresses(n *topology.Node, a *Agent) {
+	t := e.t
+	nsHandle, err := netns.GetFromName(n.Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle, err := netlink.NewHandleAt(nsHandle)
+	if err != nil {
+		nsHandle.Close()
+		t.Fatal(err)
+	}
+	reader := &HostAddressReader{Handle: handle, Agent: a}
+	mac := n.BridgeMAC(t)
+	renewer, err := heartbeat.NewRenewer(e.agentKube.CoordinationV1(), heartbeat.RenewerConfig{
+		Namespace: kubetest.SystemNamespace, NodeName: n.Name, LeaseDuration: time.Hour, RenewInterval: hostAddressRenewInterval,
+		Facts: func() heartbeat.Facts { return heartbeat.Facts{BridgeMAC: mac, HostAddresses: reader.Read()} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = renewer.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; handle.Close(); nsHandle.Close() })
+}
+
+// TestAgentHostAddresses: node n2 gets a secondary address of each family
+// on its bridge, beside its InternalIPs, and a server listens on them in
+// n2's namespace. On n1, an endpoint of the EgressService web (hosted on
+// n1) and a pod that the EgressIP billing selects (its addresses held by
+// n1) reach that server with their own pod IPs, in both families, TCP and
+// UDP, once n2's agent has published the addresses; before, they left
+// SNATed and the replies went to the LB IP. Then the addresses leave n2
+// for a host outside the cluster: traffic to them is egress again, SNATed
+// to the LB IP and the egress IP.
+func TestAgentHostAddresses(t *testing.T) {
+	e := newEnv(t, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	endpoint := e.addPod(n1, "endpoint")
+	selected := e.addLabelledPod(n1, "selected", map[string]string{"app": "eip"})
+	e.startAgent(n1).waitHealthy(t)
+	e.publishHostAddresses(n2, e.startAgent(n2).Agent)
+	e.agents[n2.Name].waitHealthy(t)
+
+	lb4, lb6 := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")
+	e.announce(lb4, n1)
+	e.announce(lb6, n1)
+	e.createEgressService("web", []netip.Addr{lb4, lb6}, esv1.EgressServiceSpec{}, n1.Name, endpoint)
+	e.labelNamespace(map[string]string{"team": "billing"})
+	e.setEgressIP("billing", esv1.EgressIPSpec{
+		EgressIPs:         []string{egressIP4.String(), egressIP6.String()},
+		NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"team": "billing"}},
+		PodSelector:       esv1.LabelSelector{MatchLabels: map[string]string{"app": "eip"}},
+	}, map[netip.Addr]string{egressIP4: n1.Name, egressIP6: n1.Name})
+	// egressSource is what the outside sees from each pod in each family.
+	egressSource := map[*topology.Pod][2]netip.Addr{endpoint: {lb4, lb6}, selected: {egressIP4, egressIP6}}
+	for pod, want := range egressSource {
+		e.expectSource(pod, "udp", want[0])
+		e.expectSource(pod, "udp", want[1])
+	}
+
+	// The secondary addresses on n2's bridge, routed there from n1, and a
+	// server on them in n2's namespace.
+	added := time.Now()
+	for _, addr := range []netip.Addr{secondaryAddr4, secondaryAddr6} {
+		cmd := []string{"addr", "add", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", n2.Bridge}
+		via := n2.IP
+		if addr.Is6() {
+			cmd, via = append(cmd, "nodad"), n2.IP6
+		}
+		n2.Exec(t, "ip", cmd...)
+		n1.Exec(t, "ip", "route", "add", addr.String(), "via", via.String())
+	}
+	onNode := (&topology.Host{Name: n2.Name, Netns: n2.Netns, IP: secondaryAddr4, IP6: secondaryAddr6}).Serve(t)
+	eventually(t, "n2's secondary addresses published", func() error {
+		return e.leaseHostAddresses(n2, true)
+	})
+	published := time.Since(added)
+	for pod := range egressSource {
+		for _, network := range []string{"udp", "tcp"} {
+			e.expectSourceVia(pod, network, onNode.Addr, onNode, pod.IP)
+			e.expectSourceVia(pod, network, onNode.Addr6, onNode, pod.IP6)
+		}
+	}
+	t.Logf("n2's secondary addresses published %v after they were added, reached with the pods' own IPs %v after",
+		published.Round(time.Millisecond), time.Since(added).Round(time.Millisecond))
+	// n1's exemption flows name them.
+	for _, addr := range []netip.Addr{secondaryAddr4, secondaryAddr6} {
+		if flows := serviceFlowsNaming(t, n1, addr); len(flows) == 0 {
+			t.Errorf("no flow of n1 names %s", addr)
+		}
+	}
+
+	// The addresses move to a host outside the cluster: egress again.
+	removed := time.Now()
+	for _, addr := range []netip.Addr{secondaryAddr4, secondaryAddr6} {
+		n2.Exec(t, "ip", "addr", "del", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", n2.Bridge)
+		e.topo.External.AddAddress(t, addr)
+		via := e.topo.External.IP
+		if addr.Is6() {
+			via = e.topo.External.IP6
+		}
+		n1.Exec(t, "ip", "route", "replace", addr.String(), "via", via.String())
+	}
+	outside := e.topo.External.Serve(t, secondaryAddr4, secondaryAddr6)
+	eventually(t, "n2's secondary addresses withdrawn", func() error {
+		return e.leaseHostAddresses(n2, false)
+	})
+	for pod, want := range egressSource {
+		for _, network := range []string{"udp", "tcp"} {
+			e.expectSourceVia(pod, network, outside.At(secondaryAddr4), outside, want[0])
+			e.expectSourceVia(pod, network, outside.At(secondaryAddr6), outside, want[1])
+		}
+	}
+	t.Logf("traffic to the withdrawn addresses SNATed again %v after they left n2", time.Since(removed).Round(time.Millisecond))
+}
+
+// leaseHostAddresses checks that n's Lease publishes both secondary
+// addresses (want) or neither, beside its InternalIPs.
+func (e *env) leaseHostAddresses(n *topology.Node, want bool) error {
+	l, err := e.admin.Kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(context.Background(), n.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	got := heartbeat.ReadFacts(l).HostAddresses
+	if !slices.Contains(got, n.IP) || !slices.Contains(got, n.IP6) {
+		return fmt.Errorf("%s publishes %v, without its InternalIPs", n.Name, got)
+	}
+	for _, addr := range []netip.Addr{secondaryAddr4, secondaryAddr6} {
+		if slices.Contains(got, addr) != want {
+			return fmt.Errorf("%s publishes %v", n.Name, got)
+		}
+	}
+	return nil
+}
