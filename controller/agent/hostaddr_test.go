@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/openflow"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/topology"
 )
@@ -65,10 +69,11 @@ func (e *env) publishHostAddresses(n *topology.Node, a *Agent) {
 // n2's namespace. On n1, an endpoint of the EgressService web (hosted on
 // n1) and a pod that the EgressIP billing selects (its addresses held by
 // n1) reach that server with their own pod IPs, in both families, TCP and
-// UDP, once n2's agent has published the addresses; before, they left
-// SNATed and the replies went to the LB IP. Then the addresses leave n2
-// for a host outside the cluster: traffic to them is egress again, SNATed
-// to the LB IP and the egress IP.
+// UDP, once n2's agent has published the addresses (unexempt, the
+// endpoint's connection is SNATed to the LB IP and the server's answer
+// never comes back). Then the addresses leave n2 for a host outside the
+// cluster: traffic to them is egress again, SNATed to the LB IP and the
+// egress IP.
 func TestAgentHostAddresses(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
@@ -165,6 +170,143 @@ func (e *env) leaseHostAddresses(n *topology.Node, want bool) error {
 	for _, addr := range []netip.Addr{secondaryAddr4, secondaryAddr6} {
 		if slices.Contains(got, addr) != want {
 			return fmt.Errorf("%s publishes %v", n.Name, got)
+		}
+	}
+	return nil
+}
+
+// hostAddressSamples is how many address changes
+// BenchmarkHostAddressToFlow times: 100 make p99 the worst but one.
+const hostAddressSamples = 100
+
+// hostAddressGap separates the changes, so that each is one Lease event
+// and one sync (the agent merges a burst into one sync).
+const hostAddressGap = 20 * time.Millisecond
+
+// BenchmarkHostAddressToFlow measures, on real Open vSwitch and a real API
+// server, how long an address a node's agent publishes takes to become an
+// exemption on another node: from the Update of n2's heartbeat Lease with
+// one more host address to the commit of n1's bundle that adds the
+// address's exemption flow. The agent's own publication comes before it,
+// at its next renewal (at most the renew interval, 1 s by default, after
+// the address appears). It reports p50 and p99 in milliseconds.
+func BenchmarkHostAddressToFlow(b *testing.B) {
+	e := newEnv(b, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	watched := &exemptionWatch{}
+	e.startAgent(n1, func(c *Config) { watched.Switch = c.Switch; c.Switch = watched }).waitHealthy(b)
+	leases := e.admin.Kube.CoordinationV1().Leases(kubetest.SystemNamespace)
+	ctx := context.Background()
+	var latencies []time.Duration
+	for b.Loop() {
+		latencies = latencies[:0]
+		for i := range hostAddressSamples {
+			addr := netip.AddrFrom4([4]byte{192, 168, 78, byte(1 + i)})
+			done := watched.expect(addr)
+			l, err := leases.Get(ctx, n2.Name, metav1.GetOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			published := append(heartbeat.ReadFacts(l).HostAddresses, addr)
+			var list []string
+			for _, a := range published {
+				list = append(list, a.String())
+			}
+			l.Annotations[heartbeat.AnnotationHostAddresses] = strings.Join(list, ",")
+			start := time.Now()
+			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			select {
+			case acked := <-done:
+				latencies = append(latencies, acked.Sub(start))
+			case <-time.After(convergeTimeout):
+				b.Fatalf("no exemption flow for %s within %v", addr, convergeTimeout)
+			}
+			time.Sleep(hostAddressGap)
+		}
+		// The next round publishes the same addresses anew.
+		l, err := leases.Get(ctx, n2.Name, metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		delete(l.Annotations, heartbeat.AnnotationHostAddresses)
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second) // the withdrawal synced
+	}
+	slices.Sort(latencies)
+	p50, p99 := latencies[len(latencies)/2], latencies[len(latencies)*99/100-1]
+	b.Logf("host address published -> exemption flow in OVS (%d samples): p50 %v, p99 %v, max %v",
+		len(latencies), p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), latencies[len(latencies)-1].Round(100*time.Microsecond))
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+}
+
+// exemptionWatch is a Switch that reports when a bundle that adds the
+// exemption of an awaited address commits.
+type exemptionWatch struct {
+	Switch
+	mu      sync.Mutex
+	awaited netip.Addr
+	done    chan time.Time
+}
+
+// expect awaits the exemption of addr; the channel gets the commit's time.
+func (w *exemptionWatch) expect(addr netip.Addr) <-chan time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.awaited, w.done = addr, make(chan time.Time, 1)
+	return w.done
+}
+
+func (w *exemptionWatch) BeginBundle(ctx context.Context) (Bundle, error) {
+	inner, err := w.Switch.BeginBundle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &exemptionBundle{Bundle: inner, w: w}, nil
+}
+
+// exemptionBundle is one bundle through an exemptionWatch.
+type exemptionBundle struct {
+	Bundle
+	w       *exemptionWatch
+	carries chan time.Time // the awaited address's, once a flow mod adds it
+}
+
+func (b *exemptionBundle) Add(ctx context.Context, msgs openflow.Sequence) error {
+	b.w.mu.Lock()
+	addr, done := b.w.awaited, b.w.done
+	b.w.mu.Unlock()
+	if addr.IsValid() && b.carries == nil {
+		for i := range msgs.Len() {
+			m := msgs.At(i)
+			if raw, ok := m.(*openflow.RawMessage); ok {
+				if m, _ = raw.Decode(); m == nil {
+					continue
+				}
+			}
+			if fm, ok := m.(*openflow.FlowMod); ok && fm.Command == openflow.FlowAdd {
+				if v, _, ok := fm.Match.Get(openflow.FieldIPv4Dst); ok && bytes.Equal(v, addr.AsSlice()) {
+					b.carries = done
+					break
+				}
+			}
+		}
+	}
+	return b.Bundle.Add(ctx, msgs)
+}
+
+func (b *exemptionBundle) Commit(ctx context.Context) error {
+	if err := b.Bundle.Commit(ctx); err != nil {
+		return err
+	}
+	if b.carries != nil {
+		select {
+		case b.carries <- time.Now():
+		default: // already reported
 		}
 	}
 	return nil

@@ -22,8 +22,8 @@ import (
 // the same State up to date incrementally; TestPlannerMatchesCompute holds
 // it to this one through random histories. The two share only the readers
 // of single objects (claimsEndpoints, lbIPs, hostMAC, exemptions,
-// heartbeat.ReadFacts, endpoints.OnClusterNetwork) and nothing that relates one object to
-// another.
+// heartbeat.ReadFacts, endpoints.OnClusterNetwork) and nothing that
+// relates one object to another.
 func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 	// The EgressServices by key: where several claim one thing, the first
 	// by key has it.

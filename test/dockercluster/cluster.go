@@ -330,6 +330,18 @@ func (c *Cluster) startExternal() {
 	}
 }
 
+// Run runs f as t's subtest name, with the cluster's helpers (which fail
+// the test the cluster was started with) failing the subtest instead while
+// f runs: a failure inside stops that subtest, from its own goroutine.
+func (c *Cluster) Run(t *testing.T, name string, f func(t *testing.T)) bool {
+	return t.Run(name, func(sub *testing.T) {
+		parent := c.t
+		c.t = sub
+		defer func() { c.t = parent }()
+		f(sub)
+	})
+}
+
 // HostNetwork registers n's network namespace (the node's host network,
 // where br-ex's LOCAL port and its addresses are) with ip netns, under the
 // container's name, and returns n as a test/topology host there: its
