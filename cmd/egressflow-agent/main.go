@@ -291,7 +291,7 @@ func run() error {
 		klog.InfoS("Resolving EgressFirewall's DNS names", "servers", resolver.Servers())
 	}
 	a := agent.New(agentCfg)
-	hostAddresses := &agent.HostAddressReader{Handle: handle, Agent: a}
+	hostAddresses := &agent.HostAddressReader{Handle: handle, Excluded: a.HostAddressExclusions}
 
 	renewer, err = heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: namespace, NodeName: nodeName,
@@ -502,19 +502,7 @@ func bridgeSubnets(handle *netlink.Handle, bridge string) []netip.Prefix {
 	if err != nil {
 		return nil
 	}
-	prefixes := make([]netip.Prefix, 0, len(addrs))
-	for _, a := range addrs {
-		if a.IPNet == nil {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok {
-			continue
-		}
-		ones, _ := a.Mask.Size()
-		prefixes = append(prefixes, netip.PrefixFrom(ip.Unmap(), ones))
-	}
-	return heartbeat.EgressSubnets(prefixes)
+	return heartbeat.EgressSubnets(agent.AddrPrefixes(addrs))
 }
 
 // The agent's Event writes (controller/events). An agent emits Warnings

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -27,8 +28,9 @@ const ipvsServiceInterface = "kube-ipvs0"
 type HostAddressReader struct {
 	// Handle is the node's network namespace.
 	Handle *netlink.Handle
-	// Agent tells which addresses are no host's (HostAddressExclusions).
-	Agent *Agent
+	// Excluded are the addresses that are no host's
+	// (Agent.HostAddressExclusions), asked at every read.
+	Excluded func() []netip.Prefix
 
 	mu sync.Mutex
 	// last is the list last read, published again while a read fails,
@@ -39,7 +41,7 @@ type HostAddressReader struct {
 
 // Read returns the node's host addresses: heartbeat.HostAddresses of the
 // addresses on every interface but ipvsServiceInterface, without the
-// agent's exclusions.
+// excluded ones.
 func (r *HostAddressReader) Read() []netip.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -48,7 +50,7 @@ func (r *HostAddressReader) Read() []netip.Addr {
 		klog.ErrorS(err, "Could not read the node's addresses; publishing those read last", "addresses", len(r.last))
 		return r.last
 	}
-	r.last = heartbeat.HostAddresses(addrs, r.Agent.HostAddressExclusions())
+	r.last = heartbeat.HostAddresses(addrs, r.Excluded())
 	return r.last
 }
 
@@ -61,9 +63,15 @@ func (r *HostAddressReader) read() ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]netip.Prefix, 0, len(list))
-	for _, a := range list {
-		if a.IPNet == nil || a.LinkIndex == skip {
+	return AddrPrefixes(slices.DeleteFunc(list, func(a netlink.Addr) bool { return a.LinkIndex == skip })), nil
+}
+
+// AddrPrefixes are netlink's addresses as prefixes (address and length),
+// unmapped; entries without an address are left out.
+func AddrPrefixes(addrs []netlink.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		if a.IPNet == nil {
 			continue
 		}
 		ip, ok := netip.AddrFromSlice(a.IP)
@@ -73,7 +81,7 @@ func (r *HostAddressReader) read() ([]netip.Prefix, error) {
 		ones, _ := a.Mask.Size()
 		out = append(out, netip.PrefixFrom(ip.Unmap(), ones))
 	}
-	return out, nil
+	return out
 }
 
 // HostAddressExclusions are the addresses that may sit on the node's

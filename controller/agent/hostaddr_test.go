@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/openflow"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/ovstest"
 	"github.com/egressflow/egressflow/test/topology"
 )
 
@@ -49,7 +51,7 @@ func (e *env) publishHostAddresses(n *topology.Node, a *Agent) {
 		nsHandle.Close()
 		t.Fatal(err)
 	}
-	reader := &HostAddressReader{Handle: handle, Agent: a}
+	reader := &HostAddressReader{Handle: handle, Excluded: a.HostAddressExclusions}
 	mac := n.BridgeMAC(t)
 	renewer, err := heartbeat.NewRenewer(e.agentKube.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: kubetest.SystemNamespace, NodeName: n.Name, LeaseDuration: time.Hour, RenewInterval: hostAddressRenewInterval,
@@ -62,6 +64,58 @@ func (e *env) publishHostAddresses(n *topology.Node, a *Agent) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = renewer.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; handle.Close(); nsHandle.Close() })
+}
+
+// TestHostAddressReader reads a real network namespace: the addresses of
+// every interface, both families, without loopback, link-local, excluded
+// and kube-ipvs0 addresses (a service address kube-proxy binds there); an
+// address added or removed shows at the next read.
+func TestHostAddressReader(t *testing.T) {
+	ovstest.RequireRoot(t)
+	ns := ovstest.NewNetns(t, "hostaddr")
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	// veth pairs (this kernel has no dummy links); their peers hold only
+	// link-local IPv6 addresses, which are not published.
+	for i, link := range []string{"eth0", "eth1", "kube-ipvs0"} {
+		peer := fmt.Sprintf("peer%d", i)
+		ip("link", "add", link, "type", "veth", "peer", "name", peer)
+		ip("link", "set", link, "up")
+		ip("link", "set", peer, "up")
+	}
+	ip("addr", "add", "172.18.0.11/24", "dev", "eth0")
+	ip("addr", "add", "fd00:172:18::11/64", "dev", "eth0", "nodad")
+	ip("addr", "add", "10.244.1.1/24", "dev", "eth0") // a pod gateway: excluded
+	ip("addr", "add", "192.168.77.2/32", "dev", "eth1")
+	ip("addr", "add", "198.51.100.10/32", "dev", "kube-ipvs0") // an LB IP bound by kube-proxy
+	ip("addr", "add", "10.96.0.10/32", "dev", "kube-ipvs0")
+	nsHandle, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsHandle.Close()
+	handle, err := netlink.NewHandleAt(nsHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer handle.Close()
+	reader := &HostAddressReader{Handle: handle, Excluded: func() []netip.Prefix {
+		return []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	}}
+	want := []netip.Addr{netip.MustParseAddr("172.18.0.11"), netip.MustParseAddr("192.168.77.2"), netip.MustParseAddr("fd00:172:18::11")}
+	if got := reader.Read(); !slices.Equal(got, want) {
+		t.Errorf("read %v, want %v", got, want)
+	}
+	ip("addr", "del", "192.168.77.2/32", "dev", "eth1")
+	ip("addr", "add", "fd00:192:168:77::2/128", "dev", "eth1", "nodad")
+	want = []netip.Addr{netip.MustParseAddr("172.18.0.11"), netip.MustParseAddr("fd00:172:18::11"), netip.MustParseAddr("fd00:192:168:77::2")}
+	if got := reader.Read(); !slices.Equal(got, want) {
+		t.Errorf("after a change, read %v, want %v", got, want)
+	}
 }
 
 // TestAgentHostAddresses: node n2 gets a secondary address of each family
