@@ -318,6 +318,7 @@ func run() error {
 		case <-ctx.Done():
 		}
 	}
+	hostAddresses := &agent.HostAddressReader{Handle: handle, Excluded: a.HostAddressExclusions}
 
 	renewer, err = heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: namespace, NodeName: nodeName,
@@ -333,7 +334,7 @@ func run() error {
 		},
 		Facts: func() heartbeat.Facts {
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
-				FirewallRevision: a.FirewallRevision(), EgressSubnets: bridgeSubnets(handle, bridge)}
+				FirewallRevision: a.FirewallRevision(), EgressSubnets: bridgeSubnets(handle, bridge), HostAddresses: hostAddresses.Read()}
 		},
 		Observe: metrics.ObserveRenewal,
 	})
@@ -468,19 +469,7 @@ func bridgeSubnets(handle *netlink.Handle, bridge string) []netip.Prefix {
 	if err != nil {
 		return nil
 	}
-	prefixes := make([]netip.Prefix, 0, len(addrs))
-	for _, a := range addrs {
-		if a.IPNet == nil {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok {
-			continue
-		}
-		ones, _ := a.Mask.Size()
-		prefixes = append(prefixes, netip.PrefixFrom(ip.Unmap(), ones))
-	}
-	return heartbeat.EgressSubnets(prefixes)
+	return heartbeat.EgressSubnets(agent.AddrPrefixes(addrs))
 }
 
 // The agent's Event writes (controller/events). An agent emits Warnings

@@ -11,6 +11,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/endpoints"
+	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
@@ -21,8 +22,8 @@ import (
 // the same State up to date incrementally; TestPlannerMatchesCompute holds
 // it to this one through random histories. The two share only the readers
 // of single objects (claimsEndpoints, lbIPs, hostMAC, exemptions,
-// endpoints.OnClusterNetwork) and nothing that relates one object to
-// another.
+// heartbeat.ReadFacts, endpoints.OnClusterNetwork) and nothing that
+// relates one object to another.
 func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 	// The EgressServices by key: where several claim one thing, the first
 	// by key has it.
@@ -63,7 +64,7 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 		}
 		return "", false
 	}
-	state := State{Exempt: exemptions(node, cluster.Nodes), QoS: ComputeQoS(node, cluster.EgressQoSes, cluster.Pods),
+	state := State{Exempt: clusterExemptions(node, cluster), QoS: ComputeQoS(node, cluster.EgressQoSes, cluster.Pods),
 		EgressIP: ComputeEgressIP(node, cluster, lbClaimed),
 		Firewall: ComputeFirewall(node, cluster.EgressFirewalls, cluster.Pods, cluster.Nodes, cluster.Resolved)}
 	state.Admitted, state.AdmittedLate = admittedByStage(node, cluster)
@@ -108,6 +109,26 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 	state.Rules = append(state.Rules, ExemptionRules(state.Rules, state.Exempt)...)
 	slices.SortFunc(state.Rules, Rule.Compare)
 	return state
+}
+
+// clusterExemptions are the destinations egressflow never rewrites or
+// reroutes: those the Node objects tell (exemptions), and every host
+// address published on the Lease of an agent whose node exists. A Lease
+// left behind by a deleted node exempts nothing: its addresses may since
+// be anyone's.
+func clusterExemptions(node NodeConfig, cluster Cluster) []netip.Prefix {
+	out := exemptions(node, cluster.Nodes)
+	for _, n := range cluster.Nodes {
+		lease := cluster.Leases[n.Name]
+		if lease == nil {
+			continue
+		}
+		for _, addr := range heartbeat.ReadFacts(lease).HostAddresses {
+			out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+		}
+	}
+	slices.SortFunc(out, comparePrefixes)
+	return slices.Compact(out)
 }
 
 // serviceSpec is one EgressService's part of node's dataplane (without its

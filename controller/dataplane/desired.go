@@ -183,7 +183,9 @@ type Problem struct {
 // State is the node's whole desired EgressService dataplane.
 type State struct {
 	// Exempt are destinations never rewritten or rerouted: the cluster pod
-	// CIDRs, the service CIDRs and every node address. Sorted.
+	// CIDRs, the service CIDRs, every address of every Node object, and
+	// every host address that the agent of an existing node publishes on
+	// its Lease (heartbeat.Facts.HostAddresses). Sorted.
 	Exempt []netip.Prefix
 	// Services, sorted by Key, only those this node acts on.
 	Services []Service
@@ -293,7 +295,10 @@ func hostMAC(lease *coordinationv1.Lease) net.HardwareAddr {
 	return mac
 }
 
-// exemptions are the destinations egressflow never rewrites or reroutes.
+// exemptions are the destinations egressflow never rewrites or reroutes,
+// as far as the Node objects tell: the cluster's pod and service CIDRs and
+// the nodes' addresses. The host addresses the agents publish on their
+// Leases are added to these (Compute; Planner.SetLeases).
 func exemptions(node NodeConfig, nodes []*corev1.Node) []netip.Prefix {
 	out := slices.Concat(node.ClusterPodCIDRs, node.ServiceCIDRs)
 	for _, n := range nodes {

@@ -77,6 +77,65 @@ func agentLease(mac string) *coordinationv1.Lease {
 	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{heartbeat.AnnotationBridgeMAC: mac}}}
 }
 
+// publishingLease is an agent Lease with a bridge MAC and the host
+// addresses annotation as written (comma-separated).
+func publishingLease(mac, hostAddresses string) *coordinationv1.Lease {
+	l := agentLease(mac)
+	l.Annotations[heartbeat.AnnotationHostAddresses] = hostAddresses
+	return l
+}
+
+// TestComputeExemptsHostAddresses: the host addresses that the agents of
+// existing nodes publish are exempt beside the Node objects' addresses,
+// in both families, and in Network mode's rules; a Lease whose node is
+// gone exempts nothing.
+func TestComputeExemptsHostAddresses(t *testing.T) {
+	c := baseCluster()
+	c.Leases["n2"] = publishingLease("02:00:00:00:00:02", "192.168.77.2,fd00:192:168:77::2,172.18.0.12")
+	c.Leases["gone"] = publishingLease("02:00:00:00:00:09", "192.168.77.9")
+	c.EgressServices = append(c.EgressServices, egressService("shop", "net", esv1.SourceIPByNetwork, "blue", esv1.HostAll))
+	c.Services["shop/net"] = lbService("shop", "net", "192.0.2.40")
+	c.EndpointSlices["shop/net"] = []*discoveryv1.EndpointSlice{endpointSlice("n1", "10.244.1.8")}
+	for _, cfg := range []NodeConfig{n1Config, n2Config} {
+		state := Compute(cfg, c, tables)
+		want := []string{"10.96.0.0/16", "10.244.0.0/16", "172.18.0.11/32", "172.18.0.12/32", "192.168.77.2/32", "fd00:10:244::/48", "fd00:192:168:77::2/128"}
+		if fmt.Sprint(state.Exempt) != fmt.Sprint(want) {
+			t.Errorf("%s: exempt = %v, want %v", cfg.Name, state.Exempt, want)
+		}
+	}
+	rules := fmt.Sprint(Compute(n1Config, c, tables).Rules)
+	if !strings.Contains(rules, "to 192.168.77.2/32 goto") || strings.Contains(rules, "192.168.77.9") {
+		t.Errorf("Network mode's rules do not keep exactly the published addresses on the main path: %s", rules)
+	}
+
+	// The planner, given the same nodes and Leases in either order.
+	for _, leasesFirst := range []bool{false, true} {
+		p := NewPlanner(n1Config, tables)
+		if leasesFirst {
+			p.SetLeases(c.Leases)
+			p.SetNodes(c.Nodes)
+		} else {
+			p.SetNodes(c.Nodes)
+			p.SetLeases(c.Leases)
+		}
+		if got, want := fmt.Sprint(p.Exempt()), fmt.Sprint(Compute(n1Config, c, tables).Exempt); got != want {
+			t.Errorf("planner (Leases first %v): exempt = %s, want %s", leasesFirst, got, want)
+		}
+		// n2 gives up an address: it is no longer exempt.
+		leases := maps.Clone(c.Leases)
+		leases["n2"] = publishingLease("02:00:00:00:00:02", "fd00:192:168:77::2")
+		p.SetLeases(leases)
+		if slices.Contains(p.Exempt(), netip.MustParsePrefix("192.168.77.2/32")) {
+			t.Errorf("planner (Leases first %v): an address n2 gave up is still exempt: %v", leasesFirst, p.Exempt())
+		}
+		// n2's Node deleted: none of its Lease's addresses is.
+		p.SetNodes(c.Nodes[:1])
+		if slices.Contains(p.Exempt(), netip.MustParsePrefix("fd00:192:168:77::2/128")) {
+			t.Errorf("planner (Leases first %v): a deleted node's address is still exempt: %v", leasesFirst, p.Exempt())
+		}
+	}
+}
+
 var (
 	n1Config = NodeConfig{
 		Name:            "n1",

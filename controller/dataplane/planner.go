@@ -17,6 +17,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/endpoints"
+	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
@@ -44,8 +45,18 @@ type Planner struct {
 	node   NodeConfig
 	tables TableResolver
 
-	exempt   []netip.Prefix
-	hostMACs map[string]net.HardwareAddr // by node name
+	// exempt is State.Exempt: nodeExempt and the host addresses of the
+	// nodes in nodeNames.
+	exempt []netip.Prefix
+	// nodeExempt are the exemptions the Node objects give (exemptions).
+	nodeExempt []netip.Prefix
+	// nodeNames are the names of the Node objects: only their agents'
+	// host addresses are exempt.
+	nodeNames map[string]bool
+	// hostAddresses are the host addresses each agent publishes, by node
+	// name, with the annotation they were read from.
+	hostAddresses map[string]publishedAddresses
+	hostMACs      map[string]net.HardwareAddr // by node name
 
 	services map[string]*planned // by key: every EgressService given
 	// endpointClaims holds, for each endpoint IP, the keys of the active
@@ -128,6 +139,9 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 		node:           node,
 		tables:         tables,
 		exempt:         exemptions(node, nil),
+		nodeExempt:     exemptions(node, nil),
+		nodeNames:      map[string]bool{},
+		hostAddresses:  map[string]publishedAddresses{},
 		hostMACs:       map[string]net.HardwareAddr{},
 		services:       map[string]*planned{},
 		endpointClaims: newClaims(),
@@ -380,22 +394,66 @@ func listed(eps []endpoints.Endpoint, addr netip.Addr) bool {
 // changed.
 func (p *Planner) SetNodes(nodes []*corev1.Node) (exemptChanged bool, firewalls []string) {
 	firewalls = p.setFirewallNodes(nodes)
-	exempt := exemptions(p.node, nodes)
-	if slices.Equal(exempt, p.exempt) {
-		return false, firewalls
+	p.nodeExempt = exemptions(p.node, nodes)
+	clear(p.nodeNames)
+	for _, n := range nodes {
+		p.nodeNames[n.Name] = true
 	}
-	p.exempt = exempt
-	return true, firewalls
+	return p.updateExempt(), firewalls
 }
 
-// SetLeases takes the agents' heartbeat Leases by node name and returns the
-// keys of the services whose Service changed with a host's bridge MAC.
+// publishedAddresses are one agent's host addresses and the annotation
+// value they were read from, so that a Lease renewed with the same value
+// (every renewal, mostly) is not parsed again.
+type publishedAddresses struct {
+	annotation string
+	addrs      []netip.Addr
+}
+
+// updateExempt recomputes the exemptions from the nodes' and the agents'
+// addresses, and reports whether they changed.
+func (p *Planner) updateExempt() bool {
+	exempt := slices.Clone(p.nodeExempt)
+	for name, published := range p.hostAddresses {
+		if !p.nodeNames[name] {
+			continue // a Lease left by a deleted node: its addresses may be anyone's now
+		}
+		for _, addr := range published.addrs {
+			exempt = append(exempt, netip.PrefixFrom(addr, addr.BitLen()))
+		}
+	}
+	slices.SortFunc(exempt, comparePrefixes)
+	exempt = slices.Compact(exempt)
+	if slices.Equal(exempt, p.exempt) {
+		return false
+	}
+	p.exempt = exempt
+	return true
+}
+
+// SetLeases takes the agents' heartbeat Leases by node name, whose bridge
+// MACs steering reads and whose host addresses are exempt (the shared
+// flows, which every sync diffs), and returns the keys of the services
+// whose Service changed with a host's bridge MAC.
 func (p *Planner) SetLeases(leases map[string]*coordinationv1.Lease) []string {
 	macs := make(map[string]net.HardwareAddr, len(leases))
+	addressesChanged := len(leases) != len(p.hostAddresses)
+	hostAddresses := make(map[string]publishedAddresses, len(leases))
 	for nodeName, l := range leases {
 		if mac := hostMAC(l); mac != nil {
 			macs[nodeName] = mac
 		}
+		annotation := l.Annotations[heartbeat.AnnotationHostAddresses]
+		published, known := p.hostAddresses[nodeName]
+		if !known || published.annotation != annotation {
+			published = publishedAddresses{annotation: annotation, addrs: heartbeat.ReadFacts(l).HostAddresses}
+			addressesChanged = true
+		}
+		hostAddresses[nodeName] = published
+	}
+	if addressesChanged {
+		p.hostAddresses = hostAddresses
+		p.updateExempt()
 	}
 	if !maps.EqualFunc(macs, p.hostMACs, func(a, b net.HardwareAddr) bool { return bytes.Equal(a, b) }) {
 		p.egressIP.stale = true // a local pod may be steered to that node

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/heartbeat"
 )
 
 // randomInputs draws one EgressService's inputs from small pools, so that
@@ -319,7 +320,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 			eips := map[string]*esv1.EgressIP{}
 			var namespaces []*corev1.Namespace
 			var resolved map[string][]netip.Addr
-			leases := map[string]*coordinationv1.Lease{"n1": agentLease(macs[0]), "n2": agentLease(macs[1])}
+			leases := map[string]*coordinationv1.Lease{"n1": publishingLease(macs[0], randomHostAddresses(r)), "n2": publishingLease(macs[1], randomHostAddresses(r))}
 			nodes := []*corev1.Node{node("n1", "172.18.0.11")}
 			var pods []*corev1.Pod
 			p := NewPlanner(cfg, tables)
@@ -332,7 +333,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				case 0:
 					name := fmt.Sprintf("n%d", r.IntN(3)+1)
 					if i := r.IntN(len(macs) + 1); i < len(macs) {
-						leases[name] = agentLease(macs[i]) // "": no MAC published
+						leases[name] = publishingLease(macs[i], randomHostAddresses(r)) // "": no MAC published
 					} else {
 						delete(leases, name)
 					}
@@ -484,6 +485,16 @@ func TestPlannerMatchesCompute(t *testing.T) {
 					}
 				}
 				before = got
+				for _, prefix := range want.Exempt {
+					if hostAddressPool.Contains(prefix.Addr()) || hostAddressPool6.Contains(prefix.Addr()) {
+						seen["a published host address exempt"] = true
+					}
+				}
+				for name, l := range leases {
+					if !slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == name }) && l.Annotations[heartbeat.AnnotationHostAddresses] != "" {
+						seen["a node's Lease publishing addresses before its Node exists"] = true
+					}
+				}
 				for _, part := range want.EgressIP.Parts {
 					seen["an EgressIP address held"] = seen["an EgressIP address held"] || len(part.Held) > 0
 					for _, pod := range part.Pods {
@@ -509,11 +520,39 @@ func TestPlannerMatchesCompute(t *testing.T) {
 	// The histories reach every case of EgressIP's part.
 	for _, what := range []string{"an EgressIP address held", "a pod SNATed to an egress IP", "a pod steered to a holder",
 		"also selected by EgressIP", "is an endpoint of EgressService", "has not published its bridge MAC",
-		"a selected pod leaving through its node while unheld"} {
+		"a selected pod leaving through its node while unheld", "a published host address exempt",
+		"a node's Lease publishing addresses before its Node exists"} {
 		if !seen[what] {
 			t.Errorf("no history reached %q", what)
 		}
 	}
+}
+
+// The host addresses agents publish in the property test: apart from the
+// Node objects' addresses, so that a node's readdressing changes the
+// exemptions exactly when the test expects it to.
+var (
+	hostAddressPool  = netip.MustParsePrefix("192.168.77.0/24")
+	hostAddressPool6 = netip.MustParsePrefix("fd00:192:168:77::/64")
+)
+
+// randomHostAddresses draws the value of an agent's host addresses
+// annotation: none, or a few addresses of the pools, some of them shared
+// with other nodes (a VIP that moves), in any order, written as a careless
+// writer might (repeated, with entries that are no host address).
+func randomHostAddresses(r *rand.Rand) string {
+	var out []string
+	for range r.IntN(4) {
+		switch r.IntN(6) {
+		case 0:
+			out = append(out, fmt.Sprintf("fd00:192:168:77::%x", r.IntN(4)+1))
+		case 1:
+			out = append(out, []string{"127.0.0.1", "fe80::1", "nonsense"}[r.IntN(3)])
+		default:
+			out = append(out, fmt.Sprintf("192.168.77.%d", r.IntN(4)+1))
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // clusterOf turns per-service inputs into the Cluster Compute reads.

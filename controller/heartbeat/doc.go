@@ -10,8 +10,9 @@
 // supplied by the caller says the agent is healthy: a wedged agent stops
 // renewing and its node stops being a candidate. Each renewal also writes the
 // node's dataplane facts as annotations (see Facts): the MAC address of its
-// bridge, the addresses other nodes steer to, and its sync state. Readers
-// need nothing but the Lease.
+// bridge, the addresses other nodes steer to, its sync state, and its host
+// addresses, which every agent treats as cluster-internal destinations.
+// Readers need nothing but the Lease.
 //
 // Spec.RenewTime is the renewal instant (microsecond precision) and
 // Spec.LeaseDurationSeconds the validity in whole seconds, rounded up, for

@@ -60,7 +60,20 @@ const (
 	// AnnotationEgressSubnets are the node's uplink subnets, comma-separated
 	// masked prefixes (see Facts.EgressSubnets).
 	AnnotationEgressSubnets = "egressflow.io/egress-subnets"
+	// AnnotationHostAddresses are the node's host addresses,
+	// comma-separated (see Facts.HostAddresses).
+	AnnotationHostAddresses = "egressflow.io/host-addresses"
 )
+
+// MaxHostAddresses bounds how many host addresses one agent publishes
+// (Facts.HostAddresses), the lowest first: enough for a node's InternalIPs,
+// VIPs, management and storage addresses many times over, while the Lease
+// that every agent watches stays a few kilobytes (at most about 10 KB of
+// IPv6 text). An address past the bound is not published, so it is treated
+// as outside the cluster, as every address was before agents published
+// them. Higher lets nodes with very many addresses keep them all internal,
+// at the cost of a larger Lease written every renewal.
+const MaxHostAddresses = 256
 
 // SyncState says whether an agent's dataplane matches its desired state.
 type SyncState string
@@ -98,6 +111,10 @@ type Facts struct {
 	// unicast addresses on its bridge, masked; see EgressSubnets): the
 	// cluster component gives the node only egress IPs inside one of them.
 	EgressSubnets []netip.Prefix
+	// HostAddresses are the node's host addresses (see HostAddresses):
+	// every agent treats them as cluster-internal destinations, as it does
+	// the addresses of the Node objects. Sorted, each once.
+	HostAddresses []netip.Addr
 }
 
 // Equal says whether f and g are the same facts. Compare Facts with it,
@@ -106,7 +123,7 @@ type Facts struct {
 func (f Facts) Equal(g Facts) bool {
 	return f.BridgeMAC == g.BridgeMAC && f.SyncState == g.SyncState && f.QoSRevision == g.QoSRevision &&
 		f.FirewallRevision == g.FirewallRevision && slices.Equal(f.SteerAddresses, g.SteerAddresses) &&
-		slices.Equal(f.EgressSubnets, g.EgressSubnets)
+		slices.Equal(f.EgressSubnets, g.EgressSubnets) && slices.Equal(f.HostAddresses, g.HostAddresses)
 }
 
 // annotations returns the annotations that carry f and d.
@@ -138,6 +155,13 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 		}
 		a[AnnotationEgressSubnets] = strings.Join(s, ",")
 	}
+	if len(f.HostAddresses) > 0 {
+		s := make([]string, len(f.HostAddresses))
+		for i, addr := range f.HostAddresses {
+			s[i] = addr.String()
+		}
+		a[AnnotationHostAddresses] = strings.Join(s, ",")
+	}
 	return a
 }
 
@@ -154,7 +178,48 @@ func ReadFacts(l *coordinationv1.Lease) Facts {
 		}
 	}
 	f.EgressSubnets = ParseEgressSubnets(a[AnnotationEgressSubnets])
+	f.HostAddresses = parseHostAddresses(a[AnnotationHostAddresses])
 	return f
+}
+
+// parseHostAddresses reads an AnnotationHostAddresses value tolerantly:
+// entries that are not addresses, or that HostAddresses would not publish
+// (loopback, link-local, multicast, unspecified, zoned), are skipped; the
+// rest is sorted, each once, MaxHostAddresses at most. So a reader gets the
+// same list from any writer, whatever it wrote.
+func parseHostAddresses(v string) []netip.Addr {
+	if v == "" {
+		return nil
+	}
+	var addrs []netip.Prefix
+	for _, s := range strings.Split(v, ",") {
+		if addr, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+			addrs = append(addrs, netip.PrefixFrom(addr, addr.BitLen()))
+		}
+	}
+	return HostAddresses(addrs, nil)
+}
+
+// HostAddresses are the host addresses an agent publishes, from the
+// addresses on its node's interfaces: each that is global unicast (not
+// loopback, link-local, multicast or unspecified) and in none of excluded
+// (the cluster's pod and service CIDRs, which are no host's, and the
+// egress IPs egressflow serves), unmapped; sorted, each once, the lowest
+// MaxHostAddresses. Only the address counts, not its prefix length: the
+// rest of its subnet is other hosts'.
+func HostAddresses(addrs []netip.Prefix, excluded []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range addrs {
+		a := p.Addr().Unmap()
+		if !p.IsValid() || !a.IsGlobalUnicast() || a.Zone() != "" ||
+			slices.ContainsFunc(excluded, func(x netip.Prefix) bool { return x.Contains(a) }) {
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	out = slices.Compact(out)
+	return out[:min(len(out), MaxHostAddresses)]
 }
 
 // ParseEgressSubnets reads an AnnotationEgressSubnets value tolerantly:

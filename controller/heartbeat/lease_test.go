@@ -92,6 +92,7 @@ func TestFactsRoundTrip(t *testing.T) {
 		{BridgeMAC: "02:00:00:00:00:01", SyncState: SyncStateSynced},
 		{SteerAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}, SyncState: SyncStateFailed},
 		{EgressSubnets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8:1::/64")}},
+		{HostAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:1::5")}},
 	}
 	for _, f := range cases {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: f.annotations(time.Second)}}
@@ -113,6 +114,18 @@ func TestFactsRoundTrip(t *testing.T) {
 	if got := (Facts{EgressSubnets: wantSubnets}).annotations(time.Second)[AnnotationEgressSubnets]; got != "192.0.2.0/24,2001:db8:1::/64" {
 		t.Errorf("egress subnets written as %q", got)
 	}
+	// Host addresses written by hand (or by a writer that does not sort):
+	// read as HostAddresses would publish them, so every reader of one
+	// Lease gets one list.
+	hosts := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		AnnotationHostAddresses: "2001:DB8::9, 192.0.2.9,nonsense,192.0.2.9,127.0.0.1,fe80::1,::ffff:198.51.100.2,,10.0.0.0/8"}}}
+	wantHosts := []netip.Addr{netip.MustParseAddr("192.0.2.9"), netip.MustParseAddr("198.51.100.2"), netip.MustParseAddr("2001:db8::9")}
+	if got := ReadFacts(hosts).HostAddresses; !slices.Equal(got, wantHosts) {
+		t.Errorf("host addresses read as %v, want %v", got, wantHosts)
+	}
+	if got := (Facts{HostAddresses: wantHosts}).annotations(time.Second)[AnnotationHostAddresses]; got != "192.0.2.9,198.51.100.2,2001:db8::9" {
+		t.Errorf("host addresses written as %q", got)
+	}
 	bad := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationSteerAddresses: "192.0.2.1, nonsense ,"}}}
 	if got := ReadFacts(bad).SteerAddresses; len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.1") {
 		t.Errorf("unparseable addresses kept: %v", got)
@@ -123,10 +136,12 @@ func TestFactsRoundTrip(t *testing.T) {
 // prefixes compare without reflection.
 func TestFactsEqual(t *testing.T) {
 	full := Facts{BridgeMAC: "02:00:00:00:00:01", SyncState: SyncStateSynced, QoSRevision: "5", FirewallRevision: "6",
-		SteerAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, EgressSubnets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
+		SteerAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, EgressSubnets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")},
+		HostAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.1")}}
 	same := full
 	same.SteerAddresses = slices.Clone(full.SteerAddresses)
 	same.EgressSubnets = slices.Clone(full.EgressSubnets)
+	same.HostAddresses = slices.Clone(full.HostAddresses)
 	if !full.Equal(same) || !(Facts{}).Equal(Facts{}) {
 		t.Error("equal facts compare unequal")
 	}
@@ -137,6 +152,7 @@ func TestFactsEqual(t *testing.T) {
 		"FirewallRevision": func(f *Facts) { f.FirewallRevision = "7" },
 		"SteerAddresses":   func(f *Facts) { f.SteerAddresses = []netip.Addr{netip.MustParseAddr("192.0.2.2")} },
 		"EgressSubnets":    func(f *Facts) { f.EgressSubnets = nil },
+		"HostAddresses":    func(f *Facts) { f.HostAddresses = f.HostAddresses[:1] },
 	} {
 		other := same
 		change(&other)
@@ -175,6 +191,64 @@ func TestEgressSubnets(t *testing.T) {
 	}
 }
 
+// TestHostAddresses: what an agent publishes for the addresses on its
+// node's interfaces: global unicast addresses outside the excluded
+// prefixes, without their prefix length, sorted, each once, and no more
+// than MaxHostAddresses.
+func TestHostAddresses(t *testing.T) {
+	excluded := []netip.Prefix{
+		netip.MustParsePrefix("10.244.0.0/16"),    // pod CIDR: the pods' gateway on cni0
+		netip.MustParsePrefix("fd00:10:244::/48"), // pod CIDR, IPv6
+		netip.MustParsePrefix("10.96.0.0/16"),     // service CIDR
+		netip.MustParsePrefix("172.18.0.50/32"),   // an egress IP
+	}
+	in := []netip.Prefix{
+		netip.MustParsePrefix("172.18.0.11/24"), // the InternalIP
+		netip.MustParsePrefix("192.168.77.2/32"),
+		netip.MustParsePrefix("172.18.0.11/16"), // the same address again, another length
+		netip.MustParsePrefix("fd00:172:18::11/64"),
+		netip.MustParsePrefix("::ffff:198.51.100.4/128"), // IPv4-mapped: read as IPv4
+		netip.MustParsePrefix("10.244.1.1/24"),
+		netip.MustParsePrefix("fd00:10:244:1::1/64"),
+		netip.MustParsePrefix("10.96.0.10/32"),
+		netip.MustParsePrefix("172.18.0.50/32"),
+		netip.MustParsePrefix("127.0.0.1/8"),
+		netip.MustParsePrefix("::1/128"),
+		netip.MustParsePrefix("fe80::1/64"),
+		netip.MustParsePrefix("169.254.169.254/32"),
+		netip.MustParsePrefix("224.0.0.1/32"),
+		netip.MustParsePrefix("0.0.0.0/0"),
+		{},
+	}
+	want := []netip.Addr{
+		netip.MustParseAddr("172.18.0.11"),
+		netip.MustParseAddr("192.168.77.2"),
+		netip.MustParseAddr("198.51.100.4"),
+		netip.MustParseAddr("fd00:172:18::11"),
+	}
+	if got := HostAddresses(in, excluded); !slices.Equal(got, want) {
+		t.Errorf("HostAddresses = %v, want %v", got, want)
+	}
+	// Whatever order the interfaces list them in.
+	reversed := slices.Clone(in)
+	slices.Reverse(reversed)
+	if got := HostAddresses(reversed, excluded); !slices.Equal(got, want) {
+		t.Errorf("HostAddresses of the reversed list = %v, want %v", got, want)
+	}
+	if got := HostAddresses(nil, excluded); got != nil {
+		t.Errorf("HostAddresses(nil) = %v", got)
+	}
+	// Too many: the lowest MaxHostAddresses.
+	var many []netip.Prefix
+	for i := range MaxHostAddresses + 10 {
+		many = append(many, netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, byte(2 + i/250), byte(250 - i%250)}), 32))
+	}
+	got := HostAddresses(many, nil)
+	if len(got) != MaxHostAddresses || got[0] != netip.MustParseAddr("192.0.2.1") || !slices.IsSortedFunc(got, netip.Addr.Compare) {
+		t.Errorf("%d addresses published, first %v", len(got), got[0])
+	}
+}
+
 // TestDesired checks what one renewal writes, on a fake clock: the holder,
 // both durations, labels and annotations, and that facts the agent no longer
 // has are removed while others' annotations stay.
@@ -200,6 +274,13 @@ func TestDesired(t *testing.T) {
 	}
 	if got := r.desired(withSubnets, Facts{}).Annotations; got[AnnotationEgressSubnets] != "" {
 		t.Errorf("subnets the agent no longer has stayed on the Lease: %v", got)
+	}
+	withHosts := r.desired(first, Facts{HostAddresses: []netip.Addr{netip.MustParseAddr("192.168.77.2")}})
+	if got := withHosts.Annotations[AnnotationHostAddresses]; got != "192.168.77.2" {
+		t.Errorf("host addresses annotation %q", got)
+	}
+	if got := r.desired(withHosts, Facts{}).Annotations; got[AnnotationHostAddresses] != "" {
+		t.Errorf("host addresses the agent no longer has stayed on the Lease: %v", got)
 	}
 	second := r.desired(first, Facts{SyncState: SyncStateSynced})
 	if _, ok := second.Annotations[AnnotationBridgeMAC]; ok {

@@ -227,7 +227,7 @@ func (r *Renewer) desired(base *coordinationv1.Lease, facts Facts) *coordination
 	// true until this agent's first sync replaces it. Dropping it would flip every
 	// EgressQoS and EgressFirewall to Pending and back on each agent
 	// restart: two status writes per object per node in a rolling update.
-	for _, k := range []string{AnnotationBridgeMAC, AnnotationSteerAddresses, AnnotationSyncState, AnnotationEgressSubnets} {
+	for _, k := range []string{AnnotationBridgeMAC, AnnotationSteerAddresses, AnnotationSyncState, AnnotationEgressSubnets, AnnotationHostAddresses} {
 		delete(l.Annotations, k)
 	}
 	if l.Annotations == nil {

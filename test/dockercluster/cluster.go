@@ -332,6 +332,34 @@ func (c *Cluster) startExternal() {
 	}
 }
 
+// Run runs f as t's subtest name, with the cluster's helpers (which fail
+// the test the cluster was started with) failing the subtest instead while
+// f runs: a failure inside stops that subtest, from its own goroutine.
+func (c *Cluster) Run(t *testing.T, name string, f func(t *testing.T)) bool {
+	return t.Run(name, func(sub *testing.T) {
+		parent := c.t
+		c.t = sub
+		defer func() { c.t = parent }()
+		f(sub)
+	})
+}
+
+// HostNetwork registers n's network namespace (the node's host network,
+// where br-ex's LOCAL port and its addresses are) with ip netns, under the
+// container's name, and returns n as a test/topology host there: its
+// servers and captures run as a host-networked process of the node would.
+// The registration goes with the test.
+func (c *Cluster) HostNetwork(n *Node) *topology.Host {
+	t := c.t
+	t.Helper()
+	pid := strings.TrimSpace(c.docker("inspect", "-f", "{{.State.Pid}}", n.Container))
+	if _, err := run("ip", "netns", "attach", n.Container, pid); err != nil {
+		t.Fatalf("dockercluster: %v", err)
+	}
+	t.Cleanup(func() { _, _ = run("ip", "netns", "delete", n.Container) })
+	return &topology.Host{Name: n.Name, Netns: n.Container, IP: n.IP, IP6: n.IP6}
+}
+
 // routePodsFromHost routes each node's pod CIDRs via the node on this
 // machine, where the control plane runs, as a control-plane node of a
 // routed pod network does: pods reach the API server with their own
@@ -431,8 +459,8 @@ func sweep() {
 	}
 	entries, _ := os.ReadDir("/var/run/netns")
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "ef") && strings.HasSuffix(e.Name(), "-external") {
-			if _, err := run("docker", "inspect", e.Name()); err != nil { // the external container has the namespace's name
+		if strings.HasPrefix(e.Name(), "ef") && (strings.HasSuffix(e.Name(), "-external") || strings.Contains(e.Name(), "-node-")) {
+			if _, err := run("docker", "inspect", e.Name()); err != nil { // the external and node containers have their namespaces' names
 				_, _ = run("ip", "netns", "delete", e.Name())
 			}
 		}

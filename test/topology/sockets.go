@@ -70,8 +70,15 @@ func (s *SourceServer) record(addr netip.AddrPort) string {
 // the client sent to.
 func (h *Host) Serve(t testing.TB, extra ...netip.Addr) *SourceServer {
 	t.Helper()
+	return h.ServeAt(t, 0, extra...)
+}
+
+// ServeAt is Serve on a given port (0: a free one): a server that takes
+// over addresses another host served, for clients that keep sending to
+// the port they were given.
+func (h *Host) ServeAt(t testing.TB, port uint16, extra ...netip.Addr) *SourceServer {
+	t.Helper()
 	s := &SourceServer{}
-	port := 0
 	for _, addr := range append([]netip.Addr{h.IP, h.IP6}, extra...) {
 		var tcp net.Listener
 		var udp net.PacketConn
@@ -80,7 +87,7 @@ func (h *Host) Serve(t testing.TB, extra ...netip.Addr) *SourceServer {
 			if tcp, err = net.Listen(family("tcp", addr), net.JoinHostPort(addr.String(), fmt.Sprint(port))); err != nil {
 				return err
 			}
-			port = tcp.Addr().(*net.TCPAddr).Port
+			port = uint16(tcp.Addr().(*net.TCPAddr).Port)
 			udp, err = net.ListenPacket(family("udp", addr), net.JoinHostPort(addr.String(), fmt.Sprint(port)))
 			return err
 		})
@@ -91,8 +98,8 @@ func (h *Host) Serve(t testing.TB, extra ...netip.Addr) *SourceServer {
 		go s.serveTCP(tcp)
 		go s.serveUDP(udp)
 	}
-	s.Addr = netip.AddrPortFrom(h.IP, uint16(port))
-	s.Addr6 = netip.AddrPortFrom(h.IP6, uint16(port))
+	s.Addr = netip.AddrPortFrom(h.IP, port)
+	s.Addr6 = netip.AddrPortFrom(h.IP6, port)
 	return s
 }
 
