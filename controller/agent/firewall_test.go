@@ -43,7 +43,7 @@ func (e *env) expectDenied(pod *topology.Pod, network string, dst netip.AddrPort
 
 // podLookup asks server, from inside pod's namespace, for name's IPv4
 // addresses over UDP, as the pod's own resolver would, and returns them.
-func podLookup(t *testing.T, pod *topology.Pod, server netip.AddrPort, name string) []netip.Addr {
+func podLookup(t testing.TB, pod *topology.Pod, server netip.AddrPort, name string) []netip.Addr {
 	t.Helper()
 	var b dnsmessage.Builder
 	b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 0x5eed, RecursionDesired: true})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,6 +23,94 @@ import (
 // makes; every one answers an address never given before.
 const windowLookups = 300
 
+// windowEnv is one node whose agent holds DNS replies, a pod "app" of
+// namespace shop, and a DNS server on the external host whose answers a
+// phase makes rotate over addresses of its own (pool, rotate). The
+// namespace's EgressFirewall denies the names rotate.test and
+// *.wild.test.
+type windowEnv struct {
+	*env
+	agent *runningAgent
+	app   *topology.Pod
+	dns   *dnstest.Server
+}
+
+const windowExact, windowWildcard = "rotate.test", "a.wild.test"
+
+func newWindowEnv(t testing.TB) *windowEnv {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	resolverAddr := netip.MustParseAddr("198.51.100.53")
+	e.topo.External.AddAddress(t, resolverAddr)
+	e.routeToExternal(resolverAddr)
+	w := &windowEnv{env: e}
+	if err := topology.InNetns(e.topo.External.Netns, func() error {
+		var err error
+		w.dns, err = dnstest.Start(netip.AddrPortFrom(resolverAddr, 53).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.dns.Close() })
+	e.dnsServers = []netip.AddrPort{w.dns.Addr()}
+	w.app = e.addPod(n, "app")
+	fw := &esv1.EgressFirewall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: esv1.EgressFirewallName},
+		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: windowExact}},
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: "*.wild.test"}},
+		}},
+	}
+	if _, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Create(context.Background(), fw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.agent = e.startAgent(n)
+	w.agent.waitHealthy(t)
+	// The firewall is in place once a fixed address of its own is denied.
+	fixed := netip.MustParseAddr("198.51.100.77")
+	e.topo.External.AddAddress(t, fixed)
+	e.routeToExternal(fixed)
+	w.dns.Set("fixed.wild.test", dnstest.A(fixed.String(), 60))
+	podLookup(t, w.app, w.dns.Addr(), "fixed.wild.test")
+	e.expectDenied(w.app, "udp", e.server.At(fixed))
+	return w
+}
+
+// pool returns n addresses of phase's own /17, routed from the node to
+// the external host, where a capture sees whatever reaches them.
+func (w *windowEnv) pool(phase, n int) []netip.Addr {
+	base := netip.AddrFrom4([4]byte{198, byte(18 + phase/2), byte(phase%2) * 128, 0})
+	out := make([]netip.Addr, n)
+	for i := range out {
+		out[i] = base
+		base = base.Next()
+	}
+	for _, node := range w.topo.Nodes {
+		node.Exec(w.t, "ip", "route", "replace", netip.PrefixFrom(out[0], 17).String(), "via", w.topo.External.IP.String())
+	}
+	return out
+}
+
+// rotate makes name's answer the next of addrs at every query.
+func (w *windowEnv) rotate(name string, addrs []netip.Addr) {
+	records := make([]dnstest.Record, 0, len(addrs)+1)
+	for _, a := range addrs {
+		records = append(records, dnstest.A(a.String(), 60))
+	}
+	w.dns.Set(name, append(records, dnstest.RoundRobin(1))...)
+}
+
+// copyReplies turns the agent's snoop flows to copying, as before the
+// hold: the replies go on at once.
+func (w *windowEnv) copyReplies() {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
+	defer cancel()
+	if err := w.agent.client.SendFlowMods(ctx, dataplane.SnoopCopyingFlowMods()...); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 // TestAgentFirewallWindow: a Deny for a name whose answer is a new address
 // at every query, and a pod that sends to each answer the moment it has
 // it. With the agent holding each DNS reply until the flows for its
@@ -30,68 +119,10 @@ const windowLookups = 300
 // lookups with the snoop flows copying instead (the agent before the
 // hold), in the same run, are counted for comparison.
 func TestAgentFirewallWindow(t *testing.T) {
-	e := newEnv(t, 1)
-	n := e.topo.Nodes[0]
-	resolverAddr := netip.MustParseAddr("198.51.100.53")
-	e.topo.External.AddAddress(t, resolverAddr)
-	e.routeToExternal(resolverAddr)
-	var dns *dnstest.Server
-	if err := topology.InNetns(e.topo.External.Netns, func() error {
-		var err error
-		dns, err = dnstest.Start(netip.AddrPortFrom(resolverAddr, 53).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dns.Close() })
-	e.dnsServers = []netip.AddrPort{dns.Addr()}
-	app := e.addPod(n, "app")
-	// Each phase's answers: windowLookups addresses of its own /16, routed
-	// to the external host, where a capture sees whatever reaches them.
-	pool := func(phase int) []netip.Addr {
-		base := netip.AddrFrom4([4]byte{198, byte(18 + phase/2), byte(phase%2) * 128, 0})
-		out := make([]netip.Addr, windowLookups)
-		for i := range out {
-			out[i] = base
-			base = base.Next()
-		}
-		for _, node := range e.topo.Nodes {
-			node.Exec(t, "ip", "route", "replace", netip.PrefixFrom(out[0], 17).String(), "via", e.topo.External.IP.String())
-		}
-		return out
-	}
-	rotate := func(name string, addrs []netip.Addr) {
-		records := make([]dnstest.Record, 0, len(addrs)+1)
-		for _, a := range addrs {
-			records = append(records, dnstest.A(a.String(), 60))
-		}
-		dns.Set(name, append(records, dnstest.RoundRobin(1))...)
-	}
-	const exact, wildName = "rotate.test", "a.wild.test"
-	exactPool, wildPool := pool(0), pool(1)
-	rotate(exact, exactPool)
-	rotate(wildName, wildPool)
-
-	ctx := context.Background()
-	fw := &esv1.EgressFirewall{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: esv1.EgressFirewallName},
-		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{
-			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: exact}},
-			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: "*.wild.test"}},
-		}},
-	}
-	if _, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Create(ctx, fw, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	agent := e.startAgent(n)
-	agent.waitHealthy(t)
-	// The firewall is in place once a fixed address of its own is denied.
-	fixed := netip.MustParseAddr("198.51.100.77")
-	e.topo.External.AddAddress(t, fixed)
-	e.routeToExternal(fixed)
-	dns.Set("fixed.wild.test", dnstest.A(fixed.String(), 60))
-	podLookup(t, app, dns.Addr(), "fixed.wild.test")
-	e.expectDenied(app, "udp", e.server.At(fixed))
+	w := newWindowEnv(t)
+	exactPool, wildPool := w.pool(0, windowLookups), w.pool(1, windowLookups)
+	w.rotate(windowExact, exactPool)
+	w.rotate(windowWildcard, wildPool)
 
 	reached := func(phase string, name string, addrs []netip.Addr) int {
 		t.Helper()
@@ -99,8 +130,8 @@ func TestAgentFirewallWindow(t *testing.T) {
 		for _, a := range addrs {
 			denied[a] = true
 		}
-		capture := e.topo.External.Capture(t)
-		sent, err := lookupAndSend(app, dns.Addr(), name, windowLookups)
+		capture := w.topo.External.Capture(t)
+		rtts, err := lookupAndSend(w.app, w.dns.Addr(), name, windowLookups)
 		time.Sleep(200 * time.Millisecond) // the last datagrams' way to the capture
 		packets := capture.Stop()
 		if err != nil {
@@ -112,51 +143,87 @@ func TestAgentFirewallWindow(t *testing.T) {
 				count++
 			}
 		}
-		t.Logf("%s: %d lookups, %d datagrams sent to their answers, %d reached a denied address", phase, windowLookups, sent, count)
+		t.Logf("%s: %d lookups, %d datagrams sent to their answers, %d reached a denied address", phase, windowLookups, len(rtts), count)
 		return count
 	}
-	if got := reached("held, exact name", exact, exactPool[:windowLookups]); got != 0 {
+	if got := reached("held, exact name", windowExact, exactPool); got != 0 {
 		t.Errorf("held, exact name: %d packets reached a denied address", got)
 	}
-	if got := reached("held, wildcard", wildName, wildPool); got != 0 {
+	if got := reached("held, wildcard", windowWildcard, wildPool); got != 0 {
 		t.Errorf("held, wildcard: %d packets reached a denied address", got)
 	}
 	// After a restart: the new agent's first sync, then the same.
-	agent.stop()
-	agent = e.startAgent(n)
-	agent.waitHealthy(t)
-	restartPool := pool(2)
-	rotate(exact, restartPool)
-	if got := reached("held, after a restart", exact, restartPool); got != 0 {
+	w.agent.stop()
+	w.agent = w.startAgent(w.topo.Nodes[0])
+	w.agent.waitHealthy(t)
+	restartPool := w.pool(2, windowLookups)
+	w.rotate(windowExact, restartPool)
+	if got := reached("held, after a restart", windowExact, restartPool); got != 0 {
 		t.Errorf("held, after a restart: %d packets reached a denied address", got)
 	}
-	metrics := samples(t, agent.metrics, "egressflow_agent_dns_replies_total")
+	metrics := samples(t, w.agent.metrics, "egressflow_agent_dns_replies_total")
 	if metrics[`egressflow_agent_dns_replies_total{outcome="applied"}`] < windowLookups {
 		t.Errorf("the restarted agent counted %v replies released with their flows; want at least %d", metrics[`egressflow_agent_dns_replies_total{outcome="applied"}`], windowLookups)
 	}
 
 	// For comparison: the snoop flows copying the replies and letting them
 	// go on at once, as before the hold.
-	sendCtx, cancel := context.WithTimeout(ctx, convergeTimeout)
-	defer cancel()
-	if err := agent.client.SendFlowMods(sendCtx, dataplane.SnoopCopyingFlowMods()...); err != nil {
-		t.Fatal(err)
-	}
-	copyPool := pool(3)
-	rotate(exact, copyPool)
-	reached("copied (no hold), exact name", exact, copyPool)
+	w.copyReplies()
+	copyPool := w.pool(3, windowLookups)
+	w.rotate(windowExact, copyPool)
+	reached("copied (no hold), exact name", windowExact, copyPool)
 }
+
+// BenchmarkDNSReplyHold: the DNS latency the hold adds, from inside a pod:
+// each lookup's round trip on one node, for a name whose every answer is
+// an address the agent has no flow for yet (the worst case: each reply
+// waits for a sync and its bundle), for a name whose answer it has a flow
+// for already (the reply goes on at once), and, in the same run, with the
+// snoop flows copying (no hold). Run with -benchtime 1x: each part makes
+// dnsHoldLookups lookups whatever b.N.
+func BenchmarkDNSReplyHold(b *testing.B) {
+	w := newWindowEnv(b)
+	measure := func(name string) []time.Duration {
+		b.Helper()
+		rtts, err := lookupAndSend(w.app, w.dns.Addr(), name, dnsHoldLookups)
+		if err != nil {
+			b.Fatal(err)
+		}
+		slices.Sort(rtts)
+		return rtts
+	}
+	q := func(rtts []time.Duration, p int) time.Duration { return rtts[(len(rtts)-1)*p/100] }
+	w.rotate(windowExact, w.pool(0, dnsHoldLookups))
+	fresh := measure(windowExact)
+	known := netip.MustParseAddr("198.51.100.77") // fixed.wild.test's, denied already
+	w.dns.Set(windowExact, dnstest.A(known.String(), 60))
+	held := measure(windowExact)
+	w.copyReplies()
+	w.rotate(windowExact, w.pool(1, dnsHoldLookups))
+	copied := measure(windowExact)
+	fmt.Printf("\nDNS lookups from a pod, %d each (round trip, query to answer):\n", dnsHoldLookups)
+	fmt.Printf("  %-44s p50 %8v  p99 %8v\n", "held, every answer a new address", q(fresh, 50), q(fresh, 99))
+	fmt.Printf("  %-44s p50 %8v  p99 %8v\n", "held, answer already in the flows", q(held, 50), q(held, 99))
+	fmt.Printf("  %-44s p50 %8v  p99 %8v\n", "copied, no hold (before)", q(copied, 50), q(copied, 99))
+	b.ReportMetric(float64(q(fresh, 50)-q(copied, 50))/1e6, "added-p50-ms")
+	b.ReportMetric(float64(q(fresh, 99)-q(copied, 99))/1e6, "added-p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// dnsHoldLookups is how many lookups each part of BenchmarkDNSReplyHold
+// makes.
+const dnsHoldLookups = 1000
 
 // lookupAndSend, from inside pod's namespace, asks server for name's
 // IPv4 address n times over UDP and, the moment each answer arrives,
-// sends a datagram to the address it gave (port 9). It returns how many
-// datagrams it sent.
-func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int) (int, error) {
+// sends a datagram to the address it gave (port 9). It returns each
+// lookup's round trip, query to answer.
+func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int) ([]time.Duration, error) {
 	query, err := aQuery(name)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	sent := 0
+	var rtts []time.Duration
 	err = topology.InNetns(pod.Netns, func() error {
 		dnsConn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(server))
 		if err != nil {
@@ -171,6 +238,7 @@ func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int)
 		reply := make([]byte, 1500)
 		for i := range n {
 			_ = dnsConn.SetDeadline(time.Now().Add(convergeTimeout))
+			asked := time.Now()
 			if _, err := dnsConn.Write(query); err != nil {
 				return err
 			}
@@ -178,6 +246,7 @@ func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int)
 			if err != nil {
 				return fmt.Errorf("lookup %d of %s: %w", i, name, err)
 			}
+			rtt := time.Since(asked)
 			addr, err := firstA(reply[:m])
 			if err != nil {
 				return fmt.Errorf("lookup %d of %s: %w", i, name, err)
@@ -185,11 +254,11 @@ func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int)
 			if _, err := out.WriteToUDPAddrPort([]byte("window"), netip.AddrPortFrom(addr, 9)); err != nil {
 				return err
 			}
-			sent++
+			rtts = append(rtts, rtt)
 		}
 		return nil
 	})
-	return sent, err
+	return rtts, err
 }
 
 // aQuery is a DNS query for name's A records.

@@ -6,7 +6,8 @@
 # against docs/egressfirewall.md's formula, full sync against ovs-ofctl
 # --bundle of the same flows, restart, a rule flipped, a rule's CIDR moved
 # and a DNS answer changed (to enforcement: the bundle carrying the new
-# flow acknowledged), and the agent binary's memory. See
+# flow acknowledged), and the agent binary's memory; then the DNS latency
+# that held replies add (BenchmarkDNSReplyHold). See
 # test/bench/agent/firewall_test.go. Needs root.
 #
 # Extra arguments go to the benchmark, e.g. a quick try:
@@ -26,3 +27,9 @@ done
 # As in agent.sh, klog goes away from the output; error lines reach stderr.
 go test -run '^$' -bench '^BenchmarkAgentFirewall$' -benchtime 1x -count 1 -timeout 60m \
 	./test/bench/agent/ -args "$@" 2>&1
+
+# The DNS latency the held replies add (docs/egressfirewall.md, "Held
+# replies"): lookups from a pod on one node, every answer a new address,
+# against an answer already in the flows and against the snoop flows
+# copying (no hold), in the same run.
+go test -run '^$' -bench '^BenchmarkDNSReplyHold$' -benchtime 1x -count 1 -timeout 10m ./controller/agent/ 2>&1 | grep -v '^[IWE][0-9]'
