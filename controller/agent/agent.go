@@ -114,6 +114,9 @@ type FirewallDNS interface {
 	// Generation counts the changes; it grows before Changed is
 	// signalled.
 	Generation() uint64
+	// Learn files addresses that an answer seen elsewhere gave name, valid
+	// for ttl (a restarted agent's predecessor's, read from the bridge).
+	Learn(name string, addrs []netip.Addr, ttl time.Duration)
 }
 
 // RuleSyncer converges the policy-routing rules (iprule.Manager).

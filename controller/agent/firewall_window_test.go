@@ -152,10 +152,25 @@ func TestAgentFirewallWindow(t *testing.T) {
 	if got := reached("held, wildcard", windowWildcard, wildPool); got != 0 {
 		t.Errorf("held, wildcard: %d packets reached a denied address", got)
 	}
-	// After a restart: the new agent's first sync, then the same.
+	// After a restart: the new agent's first sync, then the same. The
+	// wildcard's addresses, which only the pods' replies taught, are
+	// judged from the first sync on, read back from the predecessor's
+	// flows: a pod that still has them cached gets no packet through.
 	w.agent.stop()
 	w.agent = w.startAgent(w.topo.Nodes[0])
 	w.agent.waitHealthy(t)
+	capture := w.topo.External.Capture(t)
+	for _, a := range wildPool[:20] {
+		if err := sendDatagram(w.app, netip.AddrPortFrom(a, 9), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, p := range capture.Stop() {
+		if slices.Contains(wildPool, p.Dst) {
+			t.Errorf("after the restart, a packet to an address the wildcard had before reached the external host: %s", p.Line)
+		}
+	}
 	restartPool := w.pool(2, windowLookups)
 	w.rotate(windowExact, restartPool)
 	if got := reached("held, after a restart", windowExact, restartPool); got != 0 {
@@ -299,4 +314,16 @@ func firstA(reply []byte) (netip.Addr, error) {
 		}
 		return netip.AddrFrom4(a.A), nil
 	}
+}
+
+// sendDatagram sends one UDP datagram of size bytes from inside pod's
+// namespace to dst.
+func sendDatagram(pod *topology.Pod, dst netip.AddrPort, size int) error {
+	conn, err := pod.Connect("udp", dst)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = conn.Write(make([]byte, size))
+	return err
 }

@@ -273,6 +273,7 @@ func (a *Agent) recompute(ctx context.Context) error {
 			// names on the bridge; syncing before its resolver has
 			// answered would take them away until it has.
 			a.dnsAwaited = true
+			a.restoreAnswers(ctx)
 			awaitAnswers(ctx, a.cfg.DNS, names)
 			a.dnsChanged.Store(true)
 		}
@@ -288,6 +289,45 @@ func (a *Agent) recompute(ctx context.Context) error {
 	a.ledger.Changed(a.planner, changed)
 	a.report(changed)
 	return nil
+}
+
+// restoredAnswerTTL is how long the addresses a restarted agent reads
+// back from its predecessor's flows stay, unless an answer renews them:
+// the reference's ceiling on a name's TTL, so that an address a pod may
+// still have cached stays judged (a Deny by wildcard above all, which no
+// lookup finds again). Shorter lets an address that left a name go
+// sooner; longer keeps judging one the pods may have long forgotten.
+const restoredAnswerTTL = 30 * time.Minute
+
+// restoreAnswers gives the resolver the addresses of the dnsName rules
+// that the bridge holds, from the predecessor's flows
+// (dataplane.FirewallAnswers), so that the first sync renders them rather
+// than take them away until the pods look the names up again. Names no
+// rule of this node wants any more are ignored (Learn files only wanted
+// names). A bridge that cannot be read restores nothing.
+func (a *Agent) restoreAnswers(ctx context.Context) {
+	var flows []openflow.Flow
+	for _, kind := range []dataplane.FlowKind{dataplane.KindFirewallAllow, dataplane.KindFirewallDeny} {
+		err := a.cfg.Switch.DumpFlows(ctx, dataplane.Cookie(kind, ""), dataplane.KindCookieMask, func(e openflow.FlowEntry) error {
+			f, err := e.Decode()
+			if err == nil {
+				flows = append(flows, f)
+			}
+			return nil
+		})
+		if err != nil {
+			klog.InfoS("Could not read the predecessor's DNS answers from the bridge", "err", err)
+			return
+		}
+	}
+	restored := 0
+	for name, addrs := range dataplane.FirewallAnswers(flows) {
+		a.cfg.DNS.Learn(name, addrs, restoredAnswerTTL)
+		restored += len(addrs)
+	}
+	if restored > 0 {
+		klog.InfoS("Kept the DNS answers the bridge's flows hold from before the restart", "addresses", restored)
+	}
 }
 
 // firstAnswersTimeout bounds how long the agent's first sync waits for its

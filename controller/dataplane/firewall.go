@@ -161,6 +161,10 @@ type FirewallRule struct {
 	// Ports, sorted and without duplicates; none means every protocol and
 	// port (ICMP too).
 	Ports []FirewallPort
+	// DNSKey is the dnsName's FirewallDNSKey, for a dnsName rule: its
+	// flows carry it in a note, so that a restarted agent reads back the
+	// addresses its predecessor learned for the name (FirewallAnswers).
+	DNSKey string
 }
 
 // FirewallNamespace is one namespace's EgressFirewall (the object named
@@ -309,7 +313,8 @@ func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []
 			rule.Destinations = []netip.Prefix{p}
 		case to.DNSName != "":
 			ns.SnoopDNS = true
-			addrs, ok := resolved[FirewallDNSKey(to.DNSName)]
+			rule.DNSKey = FirewallDNSKey(to.DNSName)
+			addrs, ok := resolved[rule.DNSKey]
 			if !ok {
 				problem(reasons.DNSNameUnresolved, "rule %d: dnsName %s is not resolved yet; the rule matches nothing until it is", i, to.DNSName)
 			}
@@ -418,6 +423,78 @@ func SnoopCopyingFlowMods() []*openflow.FlowMod {
 // sends it on to TableQoS.
 var allowAndCommit = []openflow.Instruction{openflow.Apply(commitInbound, openflow.ResubmitTable(TableQoS))}
 
+// withNote puts a note of text before insts' actions (a note does nothing
+// to the packet; a flow with nothing but a note still drops). ovs-ofctl
+// prints it as the name's bytes in hex: note:77.77.77.2e... for "www.".
+func withNote(insts []openflow.Instruction, text string) []openflow.Instruction {
+	// The switch pads a note's data with zeros to the action's 8-byte
+	// boundary (10 bytes of header), and dumps it padded: pad it so here,
+	// or the flow read back would differ from the flow rendered.
+	data := []byte(text)
+	for (len(data)+10)%8 != 0 {
+		data = append(data, 0)
+	}
+	var actions []openflow.Action
+	if len(insts) > 0 {
+		actions = slices.Clone(insts[0].(openflow.ApplyActions).Actions)
+	}
+	return []openflow.Instruction{openflow.Apply(append([]openflow.Action{openflow.Note{Data: data}}, actions...)...)}
+}
+
+// FirewallAnswers reads back, from the rule flows of TableFirewall that a
+// bridge holds, the addresses each dnsName rule matched: by the name in
+// the flow's note (withNote) and the flow's destination, when it is one
+// address. A restarted agent gives them to its resolver before its first
+// sync, so that the addresses its predecessor learned from the pods'
+// replies (a wildcard's above all, which no lookup finds again) stay
+// judged while the pods may still use them.
+func FirewallAnswers(flows []openflow.Flow) map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for i := range flows {
+		f := &flows[i]
+		c, ok := DecodeCookie(f.Cookie)
+		if !ok || f.Table != TableFirewall || (c.Kind != KindFirewallAllow && c.Kind != KindFirewallDeny) {
+			continue
+		}
+		name := ""
+		for _, in := range f.Instructions {
+			if apply, ok := in.(openflow.ApplyActions); ok {
+				for _, a := range apply.Actions {
+					if note, ok := a.(openflow.Note); ok {
+						name = strings.TrimRight(string(note.Data), "\x00")
+					}
+				}
+			}
+		}
+		if name == "" || name != FirewallDNSKey(name) {
+			continue
+		}
+		for _, field := range []openflow.Field{openflow.FieldIPv4Dst, openflow.FieldIPv6Dst} {
+			value, mask, ok := f.Match.Get(field)
+			if !ok || (mask != nil && !allOnes(mask)) {
+				continue
+			}
+			if a, ok := netip.AddrFromSlice(value); ok {
+				out[name] = append(out[name], a)
+			}
+		}
+	}
+	for name, addrs := range out {
+		slices.SortFunc(addrs, netip.Addr.Compare)
+		out[name] = slices.Compact(addrs)
+	}
+	return out
+}
+
+func allOnes(b []byte) bool {
+	for _, x := range b {
+		if x != 0xff {
+			return false
+		}
+	}
+	return true
+}
+
 // resubmitQoS ends every path through TableFirewall that lets a packet go
 // on: to TableQoS, the next stage. A goto_table would do (45 is after 44),
 // but the stages end alike, by resubmit, as docs/dataplane.md lays out.
@@ -510,6 +587,9 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 		cookie, insts := cookieAllow, allowAndCommit
 		if rule.Deny {
 			cookie, insts = cookieDeny, nil // no instructions: drop
+		}
+		if rule.DNSKey != "" {
+			insts = withNote(insts, rule.DNSKey)
 		}
 		priority := priorityFirewallFirstRule - uint16(rule.Index)
 		for _, d := range rule.Destinations {

@@ -59,7 +59,8 @@ func labelledNode(name, internal, external string, l map[string]string) *corev1.
 // two ports in both families; a Deny of the infra nodes' two addresses; a
 // Deny of everything on one SCTP port (the /0 needs no match); an Allow of
 // an IPv6 CIDR written with host bits; and nothing for the pod of another
-// node or the namespace without local pods.
+// node or the namespace without local pods. FirewallAnswers reads the
+// name's addresses back from the flows, and nothing else.
 func TestFirewallFlowsText(t *testing.T) {
 	nodes := []*corev1.Node{
 		labelledNode("n2", "192.0.2.12", "198.51.100.12", map[string]string{"role": "infra"}),
@@ -89,6 +90,9 @@ func TestFirewallFlowsText(t *testing.T) {
 	}
 	id := fmt.Sprintf("%#x", fw.Namespaces[0].ID)
 	cookie := func(kind FlowKind) string { return fmt.Sprintf("%#x", Cookie(kind, "EgressFirewall/shop/default")) }
+	// The name's rule flows carry it in a note: "www.example.com" in hex,
+	// padded with zeros to the action's 8-byte boundary.
+	const noteWWW = "note:77.77.77.2e.65.78.61.6d.70.6c.65.2e.63.6f.6d.00.00.00.00.00.00.00"
 	want := []string{
 		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
 		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
@@ -104,10 +108,10 @@ func TestFirewallFlowsText(t *testing.T) {
 		"cookie=" + cookie(KindFirewallInbound) + ", priority=205,ipv6,ipv6_dst=fd00:10:244:1::5 actions=ct(commit,zone=61190),NORMAL",
 		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp,nw_dst=10.244.1.5,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
 		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp6,ipv6_dst=fd00:10:244:1::5,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=443 actions=ct(commit,zone=61190),resubmit(,45)",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=53 actions=ct(commit,zone=61190),resubmit(,45)",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=443 actions=ct(commit,zone=61190),resubmit(,45)",
-		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=53 actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=443 actions=" + noteWWW + ",ct(commit,zone=61190),resubmit(,45)",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=53 actions=" + noteWWW + ",ct(commit,zone=61190),resubmit(,45)",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=443 actions=" + noteWWW + ",ct(commit,zone=61190),resubmit(,45)",
+		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=53 actions=" + noteWWW + ",ct(commit,zone=61190),resubmit(,45)",
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9999,ip,reg4=" + id + ",nw_dst=192.0.2.12 actions=drop",
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9999,ip,reg4=" + id + ",nw_dst=198.51.100.12 actions=drop",
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9998,sctp,reg4=" + id + ",tp_dst=9 actions=drop",
@@ -115,6 +119,14 @@ func TestFirewallFlowsText(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("flows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var installed []openflow.Flow
+	for _, fm := range FirewallFlows(fw) {
+		installed = append(installed, openflow.Flow{Table: fm.Table, Priority: fm.Priority, Cookie: fm.Cookie, Match: fm.Match, Instructions: fm.Instructions})
+	}
+	answers := FirewallAnswers(installed)
+	if len(answers) != 1 || !slices.Equal(answers["www.example.com"], addrs("203.0.113.7", "2001:db8::7")) {
+		t.Errorf("answers read back from the flows: %v; want www.example.com's two", answers)
 	}
 }
 

@@ -442,6 +442,9 @@ func (d *fixedDNS) Snapshot() map[string][]netip.Addr {
 
 func (d *fixedDNS) Changed() <-chan struct{} { return d.changed }
 
+// Learn ignores what it is given: the bench's answers are fixed.
+func (d *fixedDNS) Learn(string, []netip.Addr, time.Duration) {}
+
 func (d *fixedDNS) Generation() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
