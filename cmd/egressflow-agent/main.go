@@ -4,8 +4,9 @@
 // networks and conntrack flushes, and renews the node's heartbeat Lease
 // while its dataplane is healthy. The logic is in controller/agent; this file
 // reads flags, wires clients, serves metrics and health, and stops on SIGTERM.
-// `egressflow-agent flows --service <namespace>/<name>` shows what one
-// EgressService holds on the node (flows.go).
+// `egressflow-agent flows` (--service <namespace>/<name>, --egressip
+// <name>, --firewall <namespace> or --qos <namespace>) shows what one
+// object of the egress APIs holds on the node (flows.go).
 package main
 
 import (
@@ -102,6 +103,10 @@ func run() error {
 		renewInterval, leaseDuration                               = heartbeat.DefaultRenewInterval, heartbeat.DefaultLeaseDuration
 	)
 	fs := cli.NewFlags("egressflow-agent")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage:\n  egressflow-agent [flags]\n    the node agent (the DaemonSet's command)\n  %s\n\nFlags of the agent:\n", flowsUsage)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&namespace, "namespace", cli.EnvOr("POD_NAMESPACE", defaultNamespace), "namespace of the heartbeat Leases")
 	fs.StringVar(&nodeName, "node-name", cli.EnvOr("NODE_NAME", cli.Hostname()), "this node's name, as in its Node object")

@@ -392,6 +392,14 @@ func TestBinary(t *testing.T) {
 		t.Errorf("flows of shop/net: want no flow and its ip rule:\n%s", net)
 	}
 
+	// `egressflow-agent flows` for the other APIs: an EgressIP this node
+	// holds, the namespace's EgressFirewall and EgressQoS. Each lists
+	// exactly the flows ovs-ofctl's dump with the printed filter lists,
+	// and the objects' own matches; once they are deleted, none.
+	t.Run("FlowsOfEachAPI", func(t *testing.T) {
+		testFlowsOfEachAPI(t, objects, n, bin, pod)
+	})
+
 	// SIGTERM, egressflow still installed (the node shuts down, say): a
 	// clean exit that leaves the dataplane in place, fail-closed.
 	stopped := time.Now()
@@ -508,6 +516,116 @@ func TestBinary(t *testing.T) {
 	}
 	wait.Until(t, timeout, source(pod, "udp", pod.IP))
 	wait.Until(t, timeout, source(routed, "udp", routed.IP))
+}
+
+// testFlowsOfEachAPI runs `egressflow-agent flows --egressip`,
+// `--firewall` and `--qos` against node n, whose agent runs, for objects
+// it creates in namespace shop (where pod runs) and deletes again.
+func testFlowsOfEachAPI(t *testing.T, objects *clustertest.Env, n *topology.Node, bin string, pod *topology.Pod) {
+	ctx := context.Background()
+	es := objects.ES.K8sV1()
+	flowsOf := func(flag, value string) string {
+		out, err := exec.Command("ip", "netns", "exec", n.Netns, bin, "flows", "--"+flag+"="+value,
+			"--bridge="+n.Bridge, "--ovs-rundir="+n.Dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("egressflow-agent flows --%s %s: %v\n%s", flag, value, err, out)
+		}
+		return string(out)
+	}
+	// check waits until the output for flag=value shows key's flows, as
+	// many as ovs-ofctl lists with the printed filter, at least one, with
+	// each of want.
+	check := func(flag, value, key string, want ...string) {
+		t.Helper()
+		filter := fmt.Sprintf("cookie=%#x/%#x", dataplane.Cookie(0, key), dataplane.ServiceCookieMask)
+		var out string
+		wait.Until(t, timeout, func() error {
+			out = flowsOf(flag, value)
+			ofctl := strings.Count(n.Ofctl(t, "dump-flows", n.Bridge, filter, "--no-stats"), "cookie=")
+			if ofctl == 0 || !strings.Contains(out, fmt.Sprintf("flows (%d):", ofctl)) {
+				return fmt.Errorf("ovs-ofctl lists %d flows with %s; flows --%s %s:\n%s", ofctl, filter, flag, value, out)
+			}
+			for _, w := range append([]string{filter}, want...) {
+				if !strings.Contains(out, w) {
+					return fmt.Errorf("flows --%s %s: no %q:\n%s", flag, value, w, out)
+				}
+			}
+			return nil
+		})
+		t.Logf("egressflow-agent flows --%s %s:\n%s", flag, value, out)
+	}
+	// gone waits until the output for flag=value lists no flow.
+	gone := func(flag, value string) {
+		t.Helper()
+		wait.Until(t, timeout, func() error {
+			if out := flowsOf(flag, value); !strings.Contains(out, "flows (0):") {
+				return fmt.Errorf("flows --%s %s after the delete:\n%s", flag, value, out)
+			}
+			return nil
+		})
+	}
+
+	// An EgressIP held by this node: its ARP responder names the address.
+	egressIP := netip.MustParseAddr("172.18.0.50")
+	if !topology.UnderlayPrefix.Contains(egressIP) {
+		t.Fatalf("%s is outside the uplink's subnet %s", egressIP, topology.UnderlayPrefix)
+	}
+	eip := &esv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "flows-eip"},
+		Spec: esv1.EgressIPSpec{EgressIPs: []string{egressIP.String()},
+			NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"egressflow.test/no-such": "label"}}},
+		Status: esv1.EgressIPStatus{Items: []esv1.EgressIPStatusItem{{EgressIP: egressIP.String(), Node: n.Name}}}}
+	if _, err := es.EgressIPs().Create(ctx, eip, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	check("egressip", "flows-eip", dataplane.ObjectKey(dataplane.APIEgressIP, "", "flows-eip"), "EgressIP flows-eip", egressIP.String(),
+		fmt.Sprintf("zone %d", conntrack.SNATZone))
+
+	// The namespace's EgressFirewall: table 44, its CIDR, its zone.
+	denied := "203.0.113.0/24"
+	objects.CreateEgressFirewall(t, "shop", esv1.EgressFirewallName, esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{
+		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: denied}}}})
+	check("firewall", "shop", dataplane.ObjectKey(dataplane.APIEgressFirewall, "shop", esv1.EgressFirewallName),
+		"EgressFirewall shop/default", fmt.Sprintf("table=%d", dataplane.TableFirewall), "nw_dst="+denied, "nw_src="+pod.IP.String(),
+		fmt.Sprintf("zone %d", conntrack.FirewallZone), "dnsName answers its flows hold (0 names)")
+
+	// The namespace's EgressQoS: table 45 and its destination.
+	marked := "198.51.100.0/24"
+	objects.CreateEgressQoS(t, "shop", esv1.EgressQoSSpec{Egress: []esv1.EgressQoSRule{{DSCP: 46, DstCIDR: marked}}})
+	check("qos", "shop", dataplane.ObjectKey(dataplane.APIEgressQoS, "shop", esv1.EgressQoSName),
+		"EgressQoS shop/default", fmt.Sprintf("table=%d", dataplane.TableQoS), "nw_dst="+marked)
+
+	// Nothing of another object, and none once they are gone.
+	if out := flowsOf("qos", "elsewhere"); !strings.Contains(out, "flows (0):") {
+		t.Errorf("flows --qos elsewhere:\n%s", out)
+	}
+	if err := es.EgressIPs().Delete(ctx, "flows-eip", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := es.EgressFirewalls("shop").Delete(ctx, esv1.EgressFirewallName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := es.EgressQoSes("shop").Delete(ctx, esv1.EgressQoSName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gone("egressip", "flows-eip")
+	gone("firewall", "shop")
+	gone("qos", "shop")
+
+	// One object at a time, and the synopsis in both --help.
+	if out, err := exec.Command(bin, "flows", "--firewall=shop", "--qos=shop").CombinedOutput(); err == nil || !strings.Contains(string(out), "exactly one of") {
+		t.Errorf("flows with two objects: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"--help"}, {"flows", "--help"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+		for _, flag := range []string{"--service", "--egressip", "--firewall", "--qos"} {
+			if !strings.Contains(string(out), flag) {
+				t.Errorf("egressflow-agent %s lacks %s:\n%s", strings.Join(args, " "), flag, out)
+			}
+		}
+	}
 }
 
 // TestFlags: the command line of Kubernetes components. --version prints

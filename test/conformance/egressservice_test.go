@@ -8,6 +8,7 @@
 package conformance
 
 import (
+	"maps"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -465,19 +466,31 @@ func (a *api) table(path string) (metav1.Table, []string) {
 	return table, columns
 }
 
-// TestPrinterColumns asks for the Table form kubectl prints.
+// TestPrinterColumns asks for the Table form kubectl prints: beside the
+// spec and the host, the Ready condition's status and reason (empty
+// before the controller has written them), and only the Ready one's among
+// several conditions.
 func TestPrinterColumns(t *testing.T) {
 	a := newAPI(t)
 	ns := namespace(t)
 	a.do("POST", collection(ns), jsonType, manifest("svc", `{"sourceIPBy":"Network","network":"blue"}`)).expect(t, http.StatusCreated, "create")
-	a.do("PATCH", item(ns, "svc")+"/status", "application/merge-patch+json", `{"status":{"host":"ALL"}}`).expect(t, http.StatusOK, "status")
+	a.do("POST", collection(ns), jsonType, manifest("fresh", `{}`)).expect(t, http.StatusCreated, "create")
+	const at = `"lastTransitionTime":"2025-01-01T00:00:00Z"`
+	a.do("PATCH", item(ns, "svc")+"/status", "application/merge-patch+json", `{"status":{"host":"ALL","conditions":[`+
+		`{"type":"Other","status":"False","reason":"NotThis","message":"m",`+at+`},`+
+		`{"type":"Ready","status":"True","reason":"Assigned","message":"m",`+at+`}]}}`).expect(t, http.StatusOK, "status")
 
 	table, columns := a.table(collection(ns))
-	if !slices.Equal(columns, []string{"Name", "SourceIPBy", "Host", "Network", "Age"}) {
+	if !slices.Equal(columns, []string{"Name", "SourceIPBy", "Host", "Network", "Ready", "Reason", "Age"}) {
 		t.Fatalf("columns %v", columns)
 	}
-	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[:4]) != "[svc Network ALL blue]" {
-		t.Fatalf("rows %+v", table.Rows)
+	rows := map[string]string{}
+	for _, r := range table.Rows {
+		rows[fmt.Sprint(r.Cells[0])] = fmt.Sprint(r.Cells[:6])
+	}
+	want := map[string]string{"svc": "[svc Network ALL blue True Assigned]", "fresh": "[fresh <nil> <nil> <nil> <nil> <nil>]"}
+	if !maps.Equal(rows, want) {
+		t.Fatalf("rows %v, want %v", rows, want)
 	}
 }
 

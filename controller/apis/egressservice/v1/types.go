@@ -39,6 +39,8 @@ const HostAll = "ALL"
 // +kubebuilder:printcolumn:name="SourceIPBy",type=string,JSONPath=".spec.sourceIPBy"
 // +kubebuilder:printcolumn:name="Host",type=string,JSONPath=".status.host"
 // +kubebuilder:printcolumn:name="Network",type=string,JSONPath=".spec.network"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type EgressService struct {
 	metav1.TypeMeta   `json:",inline"`
