@@ -339,7 +339,7 @@ func run() error {
 		},
 		Facts: func() heartbeat.Facts {
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
-				FirewallRevision: a.FirewallRevision(), EgressSubnets: bridgeSubnets(handle, bridge), HostAddresses: hostAddresses.Read()}
+				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(), EgressSubnets: bridgeSubnets(handle, bridge), HostAddresses: hostAddresses.Read()}
 		},
 		Observe: metrics.ObserveRenewal,
 	})

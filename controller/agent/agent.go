@@ -281,6 +281,10 @@ type Agent struct {
 	// watermarks as the last successful sync began
 	// (heartbeat.Facts.QoSRevision, FirewallRevision); "" before it.
 	qosRevision, firewallRevision string
+	// unresolvedDNS is heartbeat.Facts.FirewallUnresolvedDNS as of the
+	// last successful sync (nil before it), under mu; syncUnresolved is
+	// what the sync running now found, touched by the worker only.
+	unresolvedDNS, syncUnresolved []string
 
 	// liveness records the sync attempts and the bridge's losses (Live).
 	liveness *liveness
@@ -718,6 +722,7 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		a.everSynced = true
 		a.syncedGeneration = generation
 		a.qosRevision, a.firewallRevision = qosRevision, firewallRevision
+		a.unresolvedDNS = a.syncUnresolved
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -782,6 +787,16 @@ func (a *Agent) FirewallRevision() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.firewallRevision
+}
+
+// FirewallUnresolvedDNS is the heartbeat's list of the EgressFirewall
+// dnsNames this node has no answer for (heartbeat.Facts.
+// FirewallUnresolvedDNS) as of the last successful sync: nil before it,
+// empty when there is none.
+func (a *Agent) FirewallUnresolvedDNS() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.unresolvedDNS
 }
 
 // revisionWatermark is the newest resourceVersion among those observed. A

@@ -39,6 +39,10 @@ type Metrics struct {
 	// firewallDenied the deny flows'.
 	qosPackets, firewallDenied *stagePacketCounter
 	firewallRules              prometheus.Gauge
+	// firewallUnresolved counts the unresolved dnsNames by namespace;
+	// unresolvedNamespaces are the namespaces it has a series for.
+	firewallUnresolved   *prometheus.GaugeVec
+	unresolvedNamespaces map[string]bool
 	// dnsHold and dnsReplies: the DNS replies the snoop flows paused
 	// (SnoopDNS).
 	dnsHold    prometheus.Histogram
@@ -83,6 +87,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressflow_agent_firewall_rules",
 			Help: "EgressFirewall rules applied on this node after the last successful sync: of each namespace's EgressFirewall with a pod on this node, the rules not skipped for a problem.",
 		}),
+		firewallUnresolved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_agent_firewall_dns_unresolved",
+			Help: "Exact dnsNames of each namespace's EgressFirewall (of namespaces with a pod on this node) that this node had no answer for after the last successful sync: their rules match nothing meanwhile. Wildcards are not counted (they fill from the pods' own lookups). A namespace's series goes when it has none.",
+		}, []string{"namespace"}),
+		unresolvedNamespaces: map[string]bool{},
 		qosRules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressflow_agent_qos_rules",
 			Help: "EgressQoS rules applied on this node after the last successful sync: of each namespace's EgressQoS, the rules that select a pod of this node.",
@@ -152,7 +161,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.announcements, m.leaseRenewals,
-			m.qosRules, m.qosPackets, m.firewallRules, m.firewallDenied, m.dnsHold, m.dnsReplies)
+			m.qosRules, m.qosPackets, m.firewallRules, m.firewallUnresolved, m.firewallDenied, m.dnsHold, m.dnsReplies)
 	}
 	return m
 }
@@ -404,4 +413,28 @@ func (c *stagePacketCounter) Collect(ch chan<- prometheus.Metric) {
 	for ns, n := range packets {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), ns)
 	}
+}
+
+// setUnresolvedDNS sets egressflow_agent_firewall_dns_unresolved from the
+// planner's unresolved names and returns them as the heartbeat publishes
+// them (heartbeat.Facts.FirewallUnresolvedDNS: never nil). Called by the
+// sync only.
+func (m *Metrics) setUnresolvedDNS(names []dataplane.UnresolvedDNSName) []string {
+	out := make([]string, 0, len(names))
+	counts := map[string]int{}
+	for _, n := range names {
+		out = append(out, n.Namespace+"/"+n.Name)
+		counts[n.Namespace]++
+	}
+	for ns := range m.unresolvedNamespaces {
+		if counts[ns] == 0 {
+			m.firewallUnresolved.DeleteLabelValues(ns)
+			delete(m.unresolvedNamespaces, ns)
+		}
+	}
+	for ns, c := range counts {
+		m.firewallUnresolved.WithLabelValues(ns).Set(float64(c))
+		m.unresolvedNamespaces[ns] = true
+	}
+	return out
 }

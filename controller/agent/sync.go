@@ -98,6 +98,7 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 	m.flowMods.Add(float64(stream.sent))
 	m.qosRules.Set(float64(a.planner.QoSRules()))
 	m.firewallRules.Set(float64(a.planner.FirewallRules()))
+	a.syncUnresolved = m.setUnresolvedDNS(a.planner.UnresolvedDNS())
 	// The flows are in place: a vswitchd waiting for them may forward.
 	if err := a.release(ctx, generation); err != nil {
 		return err

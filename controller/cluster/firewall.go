@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -25,7 +27,9 @@ import (
 const firewallKind = "EgressFirewall"
 
 // firewallStatusMessages is how many problems status.messages lists; past
-// it one more message says how many more there are. An object may have
+// it one more message says how many more there are. The same bound holds
+// for the dnsNames unresolved on some node (one message each). An object
+// may have
 // esv1.MaxEgressFirewallRules rules, each wrong: the bound keeps the status
 // (and the Invalid Event, which repeats the list) small, and the first
 // problems are enough to start fixing.
@@ -40,6 +44,7 @@ func newFirewallRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*
 		kind: firewallKind, name: esv1.EgressFirewallName, reportMisnamed: true,
 		resource: "egressfirewalls", queueLabel: queueFirewall, writeKind: "firewall_status",
 		watermark: func(f heartbeat.Facts) string { return f.FirewallRevision },
+		nodeNotes: firewallUnresolvedDNS,
 		workers:   c.opts.FirewallWorkers, pendingWarning: c.opts.FirewallPendingWarning,
 		states: c.metrics.firewallStates, applied: c.metrics.firewallApplied,
 	}, firewallAPI{}, inf,
@@ -71,21 +76,89 @@ func firewallProblems(fw *esv1.EgressFirewall, podCIDRs []netip.Prefix) []datapl
 	return slices.DeleteFunc(problems, func(p dataplane.Problem) bool { return p.Reason == reasons.DNSNameUnresolved })
 }
 
-// firewallStatus is the status v says: the reference's status.status, and
-// the summary before the problems' messages.
-func firewallStatus(v rolloutVerdict) esv1.EgressFirewallStatus {
+// firewallStatus is the status v says of fw: the reference's
+// status.status, and the summary before the problems' messages and then
+// the dnsNames of fw's rules that some live agent has no answer for.
+// The unresolved names change neither status.status nor the summary: a
+// rule whose name has no answer is applied, matching nothing until it has
+// one, as the reference's empty address set does.
+func firewallStatus(fw *esv1.EgressFirewall, v rolloutVerdict) esv1.EgressFirewallStatus {
+	messages := append([]string{v.summary()}, v.problemMessages(firewallStatusMessages)...)
 	return esv1.EgressFirewallStatus{Status: v.referenceStatus(firewallKind),
-		Messages: append([]string{v.summary()}, v.problemMessages(firewallStatusMessages)...)}
+		Messages: append(messages, unresolvedMessages(fw, v.nodeNotes)...)}
+}
+
+// unresolvedSuffix ends every status message about unresolved dnsNames,
+// and no other: reported() tells them from the problems by it.
+const unresolvedSuffix = " not resolved yet"
+
+// unresolvedMessages are the messages about fw's dnsNames that nodes
+// (node → FirewallDNSKeys, as agents publish them) have no answer for:
+// one per name, sorted, naming at most statusNodeNames nodes ("node-2:
+// dnsName api.example.com is not resolved yet", "node-1, node-2 and 3
+// more: ..."), at most firewallStatusMessages names and then one saying
+// how many more. Names no rule of fw has (any more) are left out: an
+// agent's list may be older than the object.
+func unresolvedMessages(fw *esv1.EgressFirewall, nodes map[string][]string) []string {
+	if len(nodes) == 0 {
+		return nil
+	}
+	wanted := map[string]bool{}
+	for _, r := range fw.Spec.Egress {
+		if r.To.DNSName != "" {
+			wanted[dataplane.FirewallDNSKey(r.To.DNSName)] = true
+		}
+	}
+	byName := map[string][]string{}
+	for node, names := range nodes {
+		for _, name := range names {
+			if wanted[name] {
+				byName[name] = append(byName[name], node)
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(byName))
+	var out []string
+	for _, name := range names[:min(len(names), firewallStatusMessages)] {
+		n := byName[name]
+		slices.Sort(n)
+		who := strings.Join(n[:min(len(n), statusNodeNames)], ", ")
+		if more := len(n) - statusNodeNames; more > 0 {
+			who += fmt.Sprintf(" and %d more", more)
+		}
+		out = append(out, fmt.Sprintf("%s: dnsName %s is%s", who, name, unresolvedSuffix))
+	}
+	if more := len(names) - firewallStatusMessages; more > 0 {
+		out = append(out, fmt.Sprintf("and %d more dnsNames are%s", more, unresolvedSuffix))
+	}
+	return out
+}
+
+// firewallUnresolvedDNS reads an agent's unresolved dnsNames
+// (heartbeat.Facts.FirewallUnresolvedDNS, "<namespace>/<name>") as
+// rollout notes: by the key of the namespace's EgressFirewall.
+func firewallUnresolvedDNS(f heartbeat.Facts) (map[string][]string, bool) {
+	if f.FirewallUnresolvedDNS == nil {
+		return nil, false
+	}
+	out := map[string][]string{}
+	for _, e := range f.FirewallUnresolvedDNS {
+		if ns, name, ok := strings.Cut(e, "/"); ok {
+			key := ns + "/" + esv1.EgressFirewallName
+			out[key] = append(out[key], name)
+		}
+	}
+	return out, true
 }
 
 func (firewallAPI) says(fw *esv1.EgressFirewall, v rolloutVerdict) bool {
-	want := firewallStatus(v)
+	want := firewallStatus(fw, v)
 	return fw.Status.Status == want.Status && slices.Equal(fw.Status.Messages, want.Messages)
 }
 
 func (firewallAPI) withStatus(fw *esv1.EgressFirewall, v rolloutVerdict) *esv1.EgressFirewall {
 	next := fw.DeepCopy()
-	next.Status = firewallStatus(v)
+	next.Status = firewallStatus(fw, v)
 	return next
 }
 
@@ -103,7 +176,8 @@ var firewallStates = []struct {
 }
 
 // reported reads the state from the summary's first word (the first
-// message) and the problems from the messages after it. A status whose
+// message) and the problems from the messages after it, but for those
+// about unresolved dnsNames (which are no problem of the rules). A status whose
 // summary is of another wording, or whose status.status is not the
 // reference's word for that state, is another writer's (or an earlier
 // version's).
@@ -111,7 +185,9 @@ func (firewallAPI) reported(fw *esv1.EgressFirewall) (reasons.Reason, string, bo
 	if len(fw.Status.Messages) == 0 {
 		return "", "", fw.Status.Status == "" // never written, or another writer's
 	}
-	problems := strings.Join(fw.Status.Messages[1:], "; ")
+	problems := strings.Join(slices.DeleteFunc(slices.Clone(fw.Status.Messages[1:]), func(m string) bool {
+		return strings.HasSuffix(m, unresolvedSuffix)
+	}), "; ")
 	for _, s := range firewallStates {
 		if strings.HasPrefix(fw.Status.Messages[0], s.prefix) {
 			ok := fw.Status.Status == referenceStatus(firewallKind, s.state)

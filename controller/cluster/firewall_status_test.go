@@ -88,7 +88,7 @@ func TestFirewallVerdict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := evaluateFirewall(tc.fw, etcdRevision(tc.seen), tc.agents, tc.podCIDRs)
-			status := firewallStatus(v)
+			status := firewallStatus(tc.fw, v)
 			if status.Status != tc.status {
 				t.Errorf("status %q, want %q", status.Status, tc.status)
 			}
@@ -179,5 +179,49 @@ func TestFirewallReported(t *testing.T) {
 		if state != tc.state || problems != tc.problems || ok != tc.ok {
 			t.Errorf("%+v read as %q %q %v, want %q %q %v", tc.status, state, problems, ok, tc.state, tc.problems, tc.ok)
 		}
+	}
+}
+
+// TestUnresolvedMessages: one message per dnsName of the object's rules
+// (by FirewallDNSKey), its nodes sorted and bounded, the names bounded;
+// names no rule has are left out; none of them counts as a problem.
+func TestUnresolvedMessages(t *testing.T) {
+	rule := func(name string) esv1.EgressFirewallRule {
+		return esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleAllow, To: esv1.EgressFirewallDestination{DNSName: name}}
+	}
+	fw := firewallObject("default", 1, "100", rule("A.example."), rule("b.example"))
+	got := unresolvedMessages(fw, map[string][]string{
+		"n5": {"a.example"}, "n1": {"a.example", "gone.example"}, "n3": {"a.example", "b.example"}, "n2": {"a.example"}, "n4": {"a.example"}})
+	want := []string{"n1, n2, n3 and 2 more: dnsName a.example is not resolved yet", "n3: dnsName b.example is not resolved yet"}
+	if !slices.Equal(got, want) {
+		t.Errorf("messages %q, want %q", got, want)
+	}
+	if got := unresolvedMessages(fw, nil); got != nil {
+		t.Errorf("no node: %q", got)
+	}
+
+	var rules []esv1.EgressFirewallRule
+	var names []string
+	for i := range firewallStatusMessages + 3 {
+		name := fmt.Sprintf("n%02d.example", i)
+		rules, names = append(rules, rule(name)), append(names, name)
+	}
+	many := unresolvedMessages(firewallObject("default", 1, "100", rules...), map[string][]string{"node": names})
+	if len(many) != firewallStatusMessages+1 || many[len(many)-1] != "and 3 more dnsNames are not resolved yet" {
+		t.Errorf("%d messages, the last %q", len(many), many[len(many)-1])
+	}
+
+	// In a status, beside a problem: the problem alone is reported.
+	v := evaluateFirewall(fw, etcdRevision("100"), watermarks("n1", "100"), nil)
+	v.nodeNotes = map[string][]string{"n1": {"a.example"}}
+	var api firewallAPI
+	written := fw.DeepCopy()
+	written.Status = firewallStatus(fw, v)
+	if state, problems, ok := api.reported(written); !ok || state != reasons.Applied || problems != "" {
+		t.Errorf("reported as %s %q (ours: %v), want Applied and no problem", state, problems, ok)
+	}
+	if written.Status.Status != "EgressFirewall Rules applied" || !slices.Equal(written.Status.Messages,
+		[]string{"Applied on 1/1 nodes", "n1: dnsName a.example is not resolved yet"}) {
+		t.Errorf("status %q %q", written.Status.Status, written.Status.Messages)
 	}
 }

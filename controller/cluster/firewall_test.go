@@ -157,6 +157,79 @@ func TestFirewallLivenessAndPendingWarning(t *testing.T) {
 	f.firewallEvent(ns, "default", normal, reasons.Applied, "applied on 2/2 nodes")
 }
 
+// TestFirewallUnresolvedDNS: the dnsNames an agent publishes as
+// unresolved on its node (heartbeat.Facts.FirewallUnresolvedDNS) are in
+// status.messages after the summary, one message per name naming the
+// nodes, while status.status and the summary keep saying where the rules
+// are applied: no Invalid Event, no state change. Names of another
+// namespace, or that no rule has, are left out. Each change of what the
+// agents publish is one status write; renewals and a resync are none. An
+// agent that dies no longer counts.
+func TestFirewallUnresolvedDNS(t *testing.T) {
+	f := newRolloutFixture(t, true, nil, "node-a", "node-b", "node-c")
+	ns := f.Namespace(t)
+	rules := esv1.EgressFirewallSpec{Egress: append([]esv1.EgressFirewallRule{
+		{Type: esv1.EgressFirewallRuleAllow, To: esv1.EgressFirewallDestination{DNSName: "DB.Example.com."}}}, firewallRules.Egress...)}
+	rv := f.CreateEgressFirewall(t, ns, esv1.EgressFirewallName, rules).ResourceVersion
+	f.firewallWatermark(rv, "node-a", "node-b", "node-c")
+	f.waitFirewall(ns, "default", reasons.Applied, "Applied on 3/3 nodes")
+	wait.Until(t, settle, func() error { return idle(f.r) })
+
+	// step publishes names (nil: none) on nodes, waits for the messages
+	// after the summary, and checks that it took exactly one status write.
+	step := func(what string, names map[string][]string, messages ...string) {
+		t.Helper()
+		mark := f.r.Writes.Len()
+		for node, n := range names {
+			f.agents[node].SetFirewallUnresolvedDNS(n...)
+		}
+		f.waitFirewall(ns, "default", reasons.Applied, "Applied on 3/3 nodes", messages...)
+		wait.Until(t, settle, func() error { return idle(f.r) })
+		time.Sleep(4 * clustertest.AgentRenew) // renewals, which must write nothing
+		wait.Until(t, settle, func() error { return idle(f.r) })
+		writes, _ := f.r.Writes.Since(mark)
+		if got := statusWrites(writes, "egressfirewalls", "default"); len(got) != 1 {
+			for _, w := range got {
+				t.Logf("%s %s", w.At.Format(time.StampMicro), w.Body)
+			}
+			t.Errorf("%s: %d status writes, want 1", what, len(got))
+		}
+	}
+	step("one name on one node", map[string][]string{"node-b": {ns + "/api.example.com"}},
+		"node-b: dnsName api.example.com is not resolved yet")
+	step("names no rule has and of other namespaces", map[string][]string{
+		"node-a": {ns + "/db.example.com", ns + "/gone.example.com", "elsewhere/api.example.com"}},
+		"node-b: dnsName api.example.com is not resolved yet",
+		"node-a: dnsName db.example.com is not resolved yet")
+	step("both names on another node", map[string][]string{"node-c": {ns + "/api.example.com", ns + "/db.example.com"}},
+		"node-b, node-c: dnsName api.example.com is not resolved yet",
+		"node-a, node-c: dnsName db.example.com is not resolved yet")
+	step("resolved on node-b", map[string][]string{"node-b": nil},
+		"node-c: dnsName api.example.com is not resolved yet",
+		"node-a, node-c: dnsName db.example.com is not resolved yet")
+	step("resolved on node-c", map[string][]string{"node-c": nil},
+		"node-a: dnsName db.example.com is not resolved yet")
+
+	// Nothing written on a resync; no Invalid Event on the way.
+	mark := f.r.Writes.Len()
+	f.r.Resync()
+	time.Sleep(4 * clustertest.AgentRenew)
+	wait.Until(t, settle, func() error { return idle(f.r) })
+	writes, _ := f.r.Writes.Since(mark)
+	if got := statusWrites(writes, "egressfirewalls", "default"); len(got) != 0 {
+		t.Errorf("status written on a resync: %v", got)
+	}
+	for _, e := range f.Events(t, ns, "default") {
+		if e.Reason == string(reasons.Invalid) {
+			t.Errorf("an unresolved name sent an Invalid Event: %s", e.Message)
+		}
+	}
+
+	// The agent that has names unresolved dies: they go with it.
+	f.agents["node-a"].Stop()
+	f.waitFirewall(ns, "default", reasons.Applied, "Applied on 2/2 nodes")
+}
+
 // TestFirewallInvalid: rules the CRD lets through and the agents cannot
 // apply are named in status.messages, one message each (a cidrSelector of
 // a family the cluster has no pod of, a nodeSelector that does not

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -144,6 +146,15 @@ func (k *revisionTracker) forgetWatermark(node string) (old revision) {
 	return old
 }
 
+// known says whether node has a watermark recorded (its Lease was seen
+// and not deleted since).
+func (k *revisionTracker) known(node string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.watermarks[node]
+	return ok
+}
+
 // watermarksOf returns the watermarks of nodes (unknown for a node without).
 func (k *revisionTracker) watermarksOf(nodes []string) map[string]revision {
 	k.mu.Lock()
@@ -212,6 +223,8 @@ type rollout[T rolloutObject] struct {
 	indexer cache.Indexer
 	client  func(namespace string) statusClient[T]
 	tracker *revisionTracker
+	// notes are the agents' nodeNotes, recorded in every replica.
+	notes *agentNotes
 	// termSlot is where a term holds this API's part.
 	termSlot func(*term) **rolloutTerm[T]
 }
@@ -226,7 +239,7 @@ type statusClient[T any] interface {
 func newRollout[T rolloutObject](c *Controller, cfg rolloutConfig, api rolloutAPI[T], inf cache.SharedIndexInformer,
 	client func(namespace string) statusClient[T], termSlot func(*term) **rolloutTerm[T]) *rollout[T] {
 	return &rollout[T]{c: c, api: api, rolloutConfig: cfg, indexer: inf.GetIndexer(), client: client,
-		tracker: newRevisionTracker(), termSlot: termSlot}
+		tracker: newRevisionTracker(), notes: &agentNotes{byNode: map[string]map[string][]string{}}, termSlot: termSlot}
 }
 
 // get reads the object of key from the informer cache.
@@ -259,6 +272,11 @@ type rolloutConfig struct {
 	resource, queueLabel, writeKind string
 	// watermark is the agent's watermark of the API among its facts.
 	watermark func(heartbeat.Facts) string
+	// nodeNotes, when set, reads what an agent says about single objects
+	// beyond the watermark (EgressFirewall: the dnsNames it has no answer
+	// for), by object key; known is false when the facts say nothing
+	// (an agent before its first sync): the notes recorded stay.
+	nodeNotes func(heartbeat.Facts) (notes map[string][]string, known bool)
 	// workers sync the queue; pendingWarning: see DefaultQoSPendingWarning.
 	workers        int
 	pendingWarning time.Duration
@@ -351,12 +369,20 @@ func (r *rollout[T]) onDelete(obj any) {
 	}
 }
 
-// observeAgent records an agent Lease's watermark of this API and, when it
-// moved and the agent counts, re-queues the objects whose applied-ness on
-// that node it flips. Every replica calls it; t is nil while not leading.
+// observeAgent records an agent Lease's watermark of this API and its
+// notes and, when the watermark moved and the agent counts, re-queues the
+// objects whose applied-ness on that node it flips, and those whose notes
+// from that node changed. Every replica calls it; t is nil while not
+// leading. A renewal that changes neither queues nothing.
 func (r *rollout[T]) observeAgent(t *term, node string, facts heartbeat.Facts) {
+	var noted []string
+	if r.nodeNotes != nil {
+		if notes, known := r.nodeNotes(facts); known {
+			noted = r.notes.set(node, notes)
+		}
+	}
 	old, now, changed := r.tracker.setWatermark(node, r.watermark(facts))
-	if !changed || t == nil {
+	if (!changed && len(noted) == 0) || t == nil {
 		return
 	}
 	t.state.mu.Lock()
@@ -366,6 +392,12 @@ func (r *rollout[T]) observeAgent(t *term, node string, facts heartbeat.Facts) {
 		return // a change of liveness re-queues what it flips
 	}
 	s := r.termOf(t)
+	for _, key := range noted {
+		s.queue.Add(key)
+	}
+	if !changed {
+		return
+	}
 	var candidates sets.Set[string]
 	if now.reached(old) {
 		// Forward: only objects not applied everywhere can flip. A sync
@@ -381,7 +413,8 @@ func (r *rollout[T]) observeAgent(t *term, node string, facts heartbeat.Facts) {
 }
 
 // forgetAgent drops a deleted Lease's watermark; its liveness change
-// re-queues the objects concerned.
+// re-queues the objects concerned (and drops its notes, which only a live
+// agent's count).
 func (r *rollout[T]) forgetAgent(node string) {
 	r.tracker.forgetWatermark(node)
 }
@@ -395,6 +428,68 @@ func (r *rollout[T]) agentLivenessChanged(t *term, node string) {
 	for _, key := range r.tracker.flipped(nil, w, revision{n: ^uint64(0), ok: true}) {
 		s.queue.Add(key)
 	}
+	for _, key := range r.notes.keysOf(node) {
+		s.queue.Add(key)
+	}
+	if !r.tracker.known(node) {
+		r.notes.set(node, nil) // its Lease is gone
+	}
+}
+
+// agentNotes are the agents' notes about single objects (rolloutConfig.
+// nodeNotes), by node and then object key: the per-node part of an
+// object's status beside where it is applied.
+type agentNotes struct {
+	mu     sync.Mutex
+	byNode map[string]map[string][]string
+}
+
+// set records node's notes (nil: none) and returns the keys whose notes
+// from node changed.
+func (n *agentNotes) set(node string, notes map[string][]string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old := n.byNode[node]
+	var changed []string
+	for key, v := range notes {
+		if !slices.Equal(old[key], v) {
+			changed = append(changed, key)
+		}
+	}
+	for key := range old {
+		if _, ok := notes[key]; !ok {
+			changed = append(changed, key)
+		}
+	}
+	if len(notes) == 0 {
+		delete(n.byNode, node)
+	} else {
+		n.byNode[node] = notes
+	}
+	return changed
+}
+
+// keysOf are the keys node has notes about.
+func (n *agentNotes) keysOf(node string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Collect(maps.Keys(n.byNode[node]))
+}
+
+// of returns the notes about key from each of nodes that has some: O(nodes).
+func (n *agentNotes) of(key string, nodes []string) map[string][]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out map[string][]string
+	for _, node := range nodes {
+		if v := n.byNode[node][key]; len(v) > 0 {
+			if out == nil {
+				out = map[string][]string{}
+			}
+			out[node] = v
+		}
+	}
+	return out
 }
 
 // enqueueAll queues every object that counts.

@@ -77,6 +77,9 @@ type rolloutVerdict struct {
 	// misnamed: the object is not named default, so no agent applies it;
 	// its one problem says so.
 	misnamed bool
+	// nodeNotes are what live agents note about the object
+	// (rolloutConfig.nodeNotes), by node; nil when none.
+	nodeNotes map[string][]string
 }
 
 // evaluateRollout is the pure verdict on obj, whose current generation
@@ -379,7 +382,11 @@ func (r *rollout[T]) sync(ctx context.Context, t *term, key string) error {
 		v = misnamedVerdict(obj, r.kind, r.name)
 	} else {
 		seen = r.tracker.observe(obj, r.c.opts.Clock.Now())
-		v = evaluateRollout(obj, seen.rv, r.liveWatermarks(t), r.api.problems(obj, r.c.clusterPodCIDRs(t)))
+		live := r.liveNodes(t)
+		v = evaluateRollout(obj, seen.rv, r.tracker.watermarksOf(live), r.api.problems(obj, r.c.clusterPodCIDRs(t)))
+		if r.nodeNotes != nil {
+			v.nodeNotes = r.notes.of(key, live)
+		}
 	}
 
 	now := r.c.opts.Clock.Now()
@@ -502,15 +509,15 @@ func (r *rollout[T]) writeStatus(ctx context.Context, obj T, v rolloutVerdict) (
 	return written, nil
 }
 
-// liveWatermarks are the live agents' watermarks of this API.
-func (r *rollout[T]) liveWatermarks(t *term) map[string]revision {
+// liveNodes are the nodes whose agents are alive.
+func (r *rollout[T]) liveNodes(t *term) []string {
 	t.state.mu.Lock()
+	defer t.state.mu.Unlock()
 	nodes := make([]string, 0, len(t.state.alive))
 	for n := range t.state.alive {
 		nodes = append(nodes, n)
 	}
-	t.state.mu.Unlock()
-	return r.tracker.watermarksOf(nodes)
+	return nodes
 }
 
 // podCIDRCache is a term's reading of the cluster's pod CIDRs from the

@@ -46,6 +46,10 @@ type firewallInputs struct {
 	resolved map[string][]netip.Addr
 	// firewallExempt are TableFirewall's exemptions (Firewall.Exempt).
 	firewallExempt []netip.Prefix
+	// unresolved is UnresolvedDNS's answer, recomputed only after a
+	// firewall's part changed (unresolvedStale): a sync asks every time.
+	unresolved      []UnresolvedDNSName
+	unresolvedStale bool
 }
 
 // nodeView is what a nodeSelector rule reads of a Node.
@@ -79,6 +83,7 @@ func (p *Planner) UpdateFirewall(key string, fw *esv1.EgressFirewall) []string {
 	case fw == nil:
 		delete(p.firewallByNamespace, old.fw.Namespace)
 		delete(p.firewalls, key)
+		p.unresolvedStale = true
 		p.admittedStale = true
 		return p.assignFirewallIDs([]string{key}, len(old.ns.Sources) > 0)
 	case old == nil:
@@ -97,6 +102,7 @@ func (p *Planner) replanFirewalls(keys []string) []string {
 	if len(keys) == 0 {
 		return nil
 	}
+	p.unresolvedStale = true
 	membership := false // whether the namespaces with local pods changed
 	for _, k := range keys {
 		pl := p.firewalls[k]
@@ -242,5 +248,47 @@ func (p *Planner) firewallState() Firewall {
 			out.Namespaces = append(out.Namespaces, ns)
 		}
 	}
+	return out
+}
+
+// UnresolvedDNSName is an exact dnsName of a namespace's EgressFirewall
+// that this node has no answer for (DNSNameUnresolved).
+type UnresolvedDNSName struct {
+	Namespace string
+	// Name is the dnsName's FirewallDNSKey.
+	Name string
+}
+
+// UnresolvedDNS returns the exact dnsNames (wildcards left out) of the
+// EgressFirewall objects of namespaces with local pods that have no
+// answer yet, sorted by namespace and name: what this node's pods of
+// those namespaces cannot reach by name, or are not kept from, while
+// it lasts. A wildcard is left out: it has no answer until a pod looks
+// up one of its names (dnsresolve's "Wildcards"), which is no fault. A
+// namespace without a local pod is left out too: this node resolves
+// none of its names.
+func (p *Planner) UnresolvedDNS() []UnresolvedDNSName {
+	if !p.unresolvedStale {
+		return p.unresolved
+	}
+	p.unresolvedStale = false
+	var out []UnresolvedDNSName
+	for _, pl := range p.firewalls {
+		if len(pl.ns.Sources) == 0 {
+			continue
+		}
+		for _, name := range pl.names {
+			if _, ok := p.resolved[name]; !ok && !strings.HasPrefix(name, "*.") {
+				out = append(out, UnresolvedDNSName{Namespace: pl.fw.Namespace, Name: name})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b UnresolvedDNSName) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	p.unresolved = out
 	return out
 }

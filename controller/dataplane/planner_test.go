@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -19,6 +20,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // randomInputs draws one EgressService's inputs from small pools, so that
@@ -223,7 +225,7 @@ func randomFirewall(r *rand.Rand, ns string) *esv1.EgressFirewall {
 		case 0:
 			rule.To = cidrTo([]string{"203.0.113.0/24", "2001:db8::/32", "0.0.0.0/0", "bad"}[r.IntN(4)])
 		case 1, 2:
-			rule.To = dnsTo([]string{"a.example", "B.example.", "never.example"}[r.IntN(3)])
+			rule.To = dnsTo([]string{"a.example", "B.example.", "never.example", "*.w.example"}[r.IntN(4)])
 		default:
 			rule.To = nodesTo("role", []string{"infra", "app"}[r.IntN(2)])
 		}
@@ -479,6 +481,9 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				if got, want := p.DNSNames(), dnsNamesOf(cfg, cluster); !slices.Equal(got, want) {
 					t.Fatalf("seed %d node %s (unheld: %s) step %d: planner follows names %v, want %v", seed, cfg.Name, cfg.EgressIPUnheld, step, got, want)
 				}
+				if got, want := p.UnresolvedDNS(), unresolvedOf(want.Firewall); !slices.Equal(got, want) {
+					t.Fatalf("seed %d node %s (unheld: %s) step %d: planner reports unresolved %v, want %v", seed, cfg.Name, cfg.EgressIPUnheld, step, got, want)
+				}
 				for _, k := range slices.Concat(keys, qosKeys, firewallKeys, eipKeys) {
 					if !slices.Contains(changed, k) && !reflect.DeepEqual(partOf(before, k), partOf(got, k)) {
 						t.Fatalf("seed %d node %s (unheld: %s) step %d: %s changed but was not returned (returned %v)", seed, cfg.Name, cfg.EgressIPUnheld, step, k, changed)
@@ -613,6 +618,33 @@ func dnsNamesOf(node NodeConfig, c Cluster) []string {
 		}
 	}
 	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// unresolvedOf is what UnresolvedDNS must say of a node whose
+// TableFirewall is fw: the names of its DNSNameUnresolved problems, of the
+// namespaces it has pods of, wildcards left out.
+func unresolvedOf(fw Firewall) []UnresolvedDNSName {
+	var out []UnresolvedDNSName
+	for _, p := range fw.Problems {
+		local := slices.ContainsFunc(fw.Namespaces, func(ns FirewallNamespace) bool { return ns.Key == p.Service })
+		if p.Reason != reasons.DNSNameUnresolved || !local {
+			continue
+		}
+		var index int
+		var name string
+		if _, err := fmt.Sscanf(p.Message, "rule %d: dnsName %s is not resolved yet", &index, &name); err != nil {
+			panic(fmt.Sprintf("problem %q: %v", p.Message, err))
+		}
+		if strings.HasPrefix(name, "*.") {
+			continue
+		}
+		namespace := strings.Split(p.Service, "/")[1] // EgressFirewall/<namespace>/default
+		out = append(out, UnresolvedDNSName{Namespace: namespace, Name: FirewallDNSKey(name)})
+	}
+	slices.SortFunc(out, func(a, b UnresolvedDNSName) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
 	return slices.Compact(out)
 }
 

@@ -57,6 +57,10 @@ const (
 	// AnnotationFirewallRevision is the agent's EgressFirewall watermark
 	// (see Facts.FirewallRevision).
 	AnnotationFirewallRevision = "egressflow.io/firewall-revision"
+	// AnnotationFirewallUnresolvedDNS are the exact dnsNames of
+	// EgressFirewall rules that the node has no answer for,
+	// comma-separated <namespace>/<name> (see Facts.FirewallUnresolvedDNS).
+	AnnotationFirewallUnresolvedDNS = "egressflow.io/firewall-unresolved-dns"
 	// AnnotationEgressSubnets are the node's uplink subnets, comma-separated
 	// masked prefixes (see Facts.EgressSubnets).
 	AnnotationEgressSubnets = "egressflow.io/egress-subnets"
@@ -74,6 +78,18 @@ const (
 // them. Higher lets nodes with very many addresses keep them all internal,
 // at the cost of a larger Lease written every renewal.
 const MaxHostAddresses = 256
+
+// MaxFirewallUnresolvedDNS bounds how many unresolved dnsNames one agent
+// publishes (Facts.FirewallUnresolvedDNS), the first in namespace and name
+// order: names a node cannot resolve are few (a typo, a name gone, a
+// resolver down: then all of them), and the controller writes them into
+// the EgressFirewalls' status, where a handful per object is what a person
+// reads. The Lease that every agent watches stays small (at most about
+// 50 KB of the longest names, 1-2 KB typically). Higher publishes more of a
+// mass failure, at the cost of a larger Lease written every renewal; the
+// agent's metric (egressflow_agent_firewall_dns_unresolved) counts them
+// all.
+const MaxFirewallUnresolvedDNS = 100
 
 // SyncState says whether an agent's dataplane matches its desired state.
 type SyncState string
@@ -107,6 +123,15 @@ type Facts struct {
 	// FirewallRevision is the agent's EgressFirewall watermark, as
 	// QoSRevision is its EgressQoS one.
 	FirewallRevision string
+	// FirewallUnresolvedDNS are the exact dnsNames of the EgressFirewall
+	// rules of namespaces with a pod on this node that the node had no
+	// answer for after its last successful sync, as
+	// "<namespace>/<name>" (the name's dataplane.FirewallDNSKey), sorted,
+	// at most MaxFirewallUnresolvedDNS. Nil is "not known yet" (before the
+	// first sync): nothing is written and the predecessor's list stays, as
+	// the watermarks do; empty is "none", written as "". The cluster
+	// component puts them in the EgressFirewalls' status.messages.
+	FirewallUnresolvedDNS []string
 	// EgressSubnets are the subnets of the node's uplink (the global
 	// unicast addresses on its bridge, masked; see EgressSubnets): the
 	// cluster component gives the node only egress IPs inside one of them.
@@ -123,6 +148,7 @@ type Facts struct {
 func (f Facts) Equal(g Facts) bool {
 	return f.BridgeMAC == g.BridgeMAC && f.SyncState == g.SyncState && f.QoSRevision == g.QoSRevision &&
 		f.FirewallRevision == g.FirewallRevision && slices.Equal(f.SteerAddresses, g.SteerAddresses) &&
+		(f.FirewallUnresolvedDNS == nil) == (g.FirewallUnresolvedDNS == nil) && slices.Equal(f.FirewallUnresolvedDNS, g.FirewallUnresolvedDNS) &&
 		slices.Equal(f.EgressSubnets, g.EgressSubnets) && slices.Equal(f.HostAddresses, g.HostAddresses)
 }
 
@@ -147,6 +173,9 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 	}
 	if f.FirewallRevision != "" {
 		a[AnnotationFirewallRevision] = f.FirewallRevision
+	}
+	if f.FirewallUnresolvedDNS != nil {
+		a[AnnotationFirewallUnresolvedDNS] = strings.Join(f.FirewallUnresolvedDNS[:min(len(f.FirewallUnresolvedDNS), MaxFirewallUnresolvedDNS)], ",")
 	}
 	if len(f.EgressSubnets) > 0 {
 		s := make([]string, len(f.EgressSubnets))
@@ -179,7 +208,26 @@ func ReadFacts(l *coordinationv1.Lease) Facts {
 	}
 	f.EgressSubnets = ParseEgressSubnets(a[AnnotationEgressSubnets])
 	f.HostAddresses = parseHostAddresses(a[AnnotationHostAddresses])
+	if v, ok := a[AnnotationFirewallUnresolvedDNS]; ok {
+		f.FirewallUnresolvedDNS = parseUnresolvedDNS(v)
+	}
 	return f
+}
+
+// parseUnresolvedDNS reads an AnnotationFirewallUnresolvedDNS value
+// tolerantly: entries that are not <namespace>/<name> are skipped; the
+// rest sorted, each once, MaxFirewallUnresolvedDNS at most; never nil.
+func parseUnresolvedDNS(v string) []string {
+	out := []string{}
+	for _, s := range strings.Split(v, ",") {
+		ns, name, ok := strings.Cut(strings.TrimSpace(s), "/")
+		if ok && ns != "" && name != "" && !strings.Contains(name, "/") {
+			out = append(out, ns+"/"+name)
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	return out[:min(len(out), MaxFirewallUnresolvedDNS)]
 }
 
 // parseHostAddresses reads an AnnotationHostAddresses value tolerantly:

@@ -1,9 +1,11 @@
 package heartbeat
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +95,8 @@ func TestFactsRoundTrip(t *testing.T) {
 		{SteerAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}, SyncState: SyncStateFailed},
 		{EgressSubnets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8:1::/64")}},
 		{HostAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:1::5")}},
+		{FirewallUnresolvedDNS: []string{}},
+		{FirewallUnresolvedDNS: []string{"shop/api.example.com", "web/a.example"}},
 	}
 	for _, f := range cases {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: f.annotations(time.Second)}}
@@ -126,6 +130,25 @@ func TestFactsRoundTrip(t *testing.T) {
 	if got := (Facts{HostAddresses: wantHosts}).annotations(time.Second)[AnnotationHostAddresses]; got != "192.0.2.9,198.51.100.2,2001:db8::9" {
 		t.Errorf("host addresses written as %q", got)
 	}
+	// Unresolved names: absent is unknown (nil), "" is none; entries that
+	// are not <namespace>/<name> are skipped, the rest sorted, each once,
+	// and at most MaxFirewallUnresolvedDNS are written or read.
+	if got := ReadFacts(&coordinationv1.Lease{}).FirewallUnresolvedDNS; got != nil {
+		t.Errorf("no annotation read as %#v, want nil", got)
+	}
+	names := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		AnnotationFirewallUnresolvedDNS: "web/b.example, shop/a.example,nonsense,/x,shop/,web/b.example,a/b/c"}}}
+	if got := ReadFacts(names).FirewallUnresolvedDNS; !slices.Equal(got, []string{"shop/a.example", "web/b.example"}) {
+		t.Errorf("unresolved names read as %v", got)
+	}
+	var many []string
+	for i := range MaxFirewallUnresolvedDNS + 5 {
+		many = append(many, fmt.Sprintf("ns/n%03d.example", i))
+	}
+	written := (Facts{FirewallUnresolvedDNS: many}).annotations(time.Second)[AnnotationFirewallUnresolvedDNS]
+	if n := strings.Count(written, ",") + 1; n != MaxFirewallUnresolvedDNS {
+		t.Errorf("%d unresolved names written, want %d", n, MaxFirewallUnresolvedDNS)
+	}
 	bad := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationSteerAddresses: "192.0.2.1, nonsense ,"}}}
 	if got := ReadFacts(bad).SteerAddresses; len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.1") {
 		t.Errorf("unparseable addresses kept: %v", got)
@@ -146,13 +169,15 @@ func TestFactsEqual(t *testing.T) {
 		t.Error("equal facts compare unequal")
 	}
 	for name, change := range map[string]func(*Facts){
-		"BridgeMAC":        func(f *Facts) { f.BridgeMAC = "" },
-		"SyncState":        func(f *Facts) { f.SyncState = SyncStateFailed },
-		"QoSRevision":      func(f *Facts) { f.QoSRevision = "7" },
-		"FirewallRevision": func(f *Facts) { f.FirewallRevision = "7" },
-		"SteerAddresses":   func(f *Facts) { f.SteerAddresses = []netip.Addr{netip.MustParseAddr("192.0.2.2")} },
-		"EgressSubnets":    func(f *Facts) { f.EgressSubnets = nil },
-		"HostAddresses":    func(f *Facts) { f.HostAddresses = f.HostAddresses[:1] },
+		"BridgeMAC":                   func(f *Facts) { f.BridgeMAC = "" },
+		"SyncState":                   func(f *Facts) { f.SyncState = SyncStateFailed },
+		"QoSRevision":                 func(f *Facts) { f.QoSRevision = "7" },
+		"FirewallRevision":            func(f *Facts) { f.FirewallRevision = "7" },
+		"SteerAddresses":              func(f *Facts) { f.SteerAddresses = []netip.Addr{netip.MustParseAddr("192.0.2.2")} },
+		"EgressSubnets":               func(f *Facts) { f.EgressSubnets = nil },
+		"HostAddresses":               func(f *Facts) { f.HostAddresses = f.HostAddresses[:1] },
+		"FirewallUnresolvedDNS":       func(f *Facts) { f.FirewallUnresolvedDNS = []string{"shop/a.example"} },
+		"FirewallUnresolvedDNS known": func(f *Facts) { f.FirewallUnresolvedDNS = []string{} },
 	} {
 		other := same
 		change(&other)
@@ -281,6 +306,15 @@ func TestDesired(t *testing.T) {
 	}
 	if got := r.desired(withHosts, Facts{}).Annotations; got[AnnotationHostAddresses] != "" {
 		t.Errorf("host addresses the agent no longer has stayed on the Lease: %v", got)
+	}
+	// The unresolved names stay until the agent knows them again (a
+	// restarted agent, before its first sync), and "none" replaces them.
+	withNames := r.desired(first, Facts{FirewallUnresolvedDNS: []string{"shop/a.example"}})
+	if got := r.desired(withNames, Facts{}).Annotations[AnnotationFirewallUnresolvedDNS]; got != "shop/a.example" {
+		t.Errorf("unresolved names of a predecessor: %q, want them kept", got)
+	}
+	if got, ok := r.desired(withNames, Facts{FirewallUnresolvedDNS: []string{}}).Annotations[AnnotationFirewallUnresolvedDNS]; !ok || got != "" {
+		t.Errorf("no unresolved name: %q (present %v), want \"\"", got, ok)
 	}
 	second := r.desired(first, Facts{SyncState: SyncStateSynced})
 	if _, ok := second.Annotations[AnnotationBridgeMAC]; ok {

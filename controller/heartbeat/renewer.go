@@ -221,7 +221,8 @@ func (r *Renewer) desired(base *coordinationv1.Lease, facts Facts) *coordination
 	}
 	l.Labels[LeaseLabel] = LeaseLabelValue
 	// Facts this agent no longer has are removed; others' annotations stay.
-	// The QoS and firewall watermarks are not among them: a restarted
+	// The QoS and firewall watermarks, and the firewall's unresolved
+	// names, are not among them: a restarted
 	// agent finds its predecessor's flows on the bridge (docs/dataplane.md,
 	// "How the agent applies it"), so the predecessor's watermark stays
 	// true until this agent's first sync replaces it. Dropping it would flip every

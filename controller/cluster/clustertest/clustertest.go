@@ -576,6 +576,7 @@ type Agent struct {
 	Node                          string
 	qosRevision, firewallRevision atomic.Pointer[string]
 	egressSubnets                 atomic.Pointer[[]netip.Prefix]
+	unresolvedDNS                 atomic.Pointer[[]string]
 	cancel                        context.CancelFunc
 	done                          chan struct{}
 }
@@ -587,6 +588,15 @@ func (a *Agent) SetQoSRevision(rv string) { a.qosRevision.Store(&rv) }
 // SetFirewallRevision makes the agent publish rv as its EgressFirewall
 // watermark (heartbeat.Facts.FirewallRevision) from its next renewal on.
 func (a *Agent) SetFirewallRevision(rv string) { a.firewallRevision.Store(&rv) }
+
+// SetFirewallUnresolvedDNS makes the agent publish names
+// ("<namespace>/<dnsName>"; none: an empty list) as the dnsNames it has no
+// answer for (heartbeat.Facts.FirewallUnresolvedDNS) from its next renewal
+// on.
+func (a *Agent) SetFirewallUnresolvedDNS(names ...string) {
+	n := append([]string{}, names...)
+	a.unresolvedDNS.Store(&n)
+}
 
 // SetEgressSubnets makes the agent publish subnets (CIDRs) as its node's
 // uplink subnets (heartbeat.Facts.EgressSubnets) from its next renewal on.
@@ -631,6 +641,9 @@ func (e *Env) StartAgentWith(t testing.TB, node string, renew, expire time.Durat
 			}
 			if s := a.egressSubnets.Load(); s != nil {
 				f.EgressSubnets = *s
+			}
+			if n := a.unresolvedDNS.Load(); n != nil {
+				f.FirewallUnresolvedDNS = *n
 			}
 			return f
 		},
