@@ -153,8 +153,8 @@ func TestAlertRules(t *testing.T) {
 			if !fires[r.Alert] || !quiet[r.Alert] {
 				t.Errorf("%s: prometheusrule_test.yaml must show it firing (%v) and quiet (%v)", r.Alert, fires[r.Alert], quiet[r.Alert])
 			}
-			if s := r.Labels["severity"]; s != "warning" && s != "critical" {
-				t.Errorf("%s: severity %q, want warning or critical", r.Alert, s)
+			if s := r.Labels["severity"]; s != "info" && s != "warning" && s != "critical" {
+				t.Errorf("%s: severity %q, want info, warning or critical", r.Alert, s)
 			}
 			for _, a := range []string{"summary", "description", "runbook_url"} {
 				if r.Annotations[a] == "" {
@@ -167,7 +167,8 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"EgressFlowServiceWithoutHost", "EgressFlowAgentSyncFailing", "EgressFlowOVSDisconnected", "EgressFlowLeaseRenewalsFailing"} {
+	for _, want := range []string{"EgressFlowServiceWithoutHost", "EgressFlowAgentSyncFailing", "EgressFlowOVSDisconnected", "EgressFlowLeaseRenewalsFailing",
+		"EgressFlowAgentMissing", "EgressFlowQoSNotApplied", "EgressFlowFirewallNotApplied", "EgressFlowFirewallDNSUnresolved"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s among %v", want, alerts)
 		}
@@ -332,16 +333,29 @@ func exported(t *testing.T) map[string]bool {
 }
 
 // metricName finds metric names in PromQL: identifiers with the prefixes
-// of the metrics egressflow's commands export, outside string literals.
+// of the metrics egressflow's commands export, and kube-state-metrics'
+// (kube_), outside string literals.
 var (
 	stringLiteral = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
-	metricName    = regexp.MustCompile(`\b(?:egressflow|workqueue|rest_client|go|process)_[a-zA-Z0-9_:]*`)
+	metricName    = regexp.MustCompile(`\b(?:egressflow|workqueue|rest_client|go|process|kube)_[a-zA-Z0-9_:]*`)
 )
+
+// foreignMetrics are the metrics the alerts read that egressflow does not
+// export, by exporter: no test here can see them registered, so they are
+// pinned by name to their exporter's documented, STABLE metrics
+// (kube-state-metrics' docs/metrics/workload/daemonset-metrics.md), and
+// docs/monitoring.md says that the alerts need that exporter. Any other
+// foreign name fails the test, as a misspelt one of ours does.
+var foreignMetrics = map[string]string{
+	"kube_daemonset_status_desired_number_scheduled": "kube-state-metrics",
+	"kube_daemonset_status_number_available":         "kube-state-metrics",
+}
 
 // TestReferencedMetricsAreExported: every metric the alerts and the
 // dashboard read is one that egressflow's commands register (a histogram's
 // _bucket, _sum and _count series included), so that no alert or panel
-// silently reads nothing after a rename.
+// silently reads nothing after a rename, or one of foreignMetrics, which
+// only the alerts read (the dashboard shows egressflow's own).
 func TestReferencedMetricsAreExported(t *testing.T) {
 	names := exported(t)
 	for _, want := range []string{"egressflow_agent_flows", "egressflow_agent_service_flows", "egressflow_controller_leader",
@@ -373,9 +387,20 @@ func TestReferencedMetricsAreExported(t *testing.T) {
 		}
 	}
 	pr, _ := readRule(t)
+	foreignRead := map[string]bool{}
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {
 			add("alert "+r.Alert, r.Expr)
+			for _, name := range metricName.FindAllString(stringLiteral.ReplaceAllString(r.Expr, `""`), -1) {
+				if foreignMetrics[name] != "" {
+					foreignRead[name] = true
+				}
+			}
+		}
+	}
+	for name := range foreignMetrics {
+		if !foreignRead[name] {
+			t.Errorf("foreign metric %s is read by no alert: drop it from foreignMetrics", name)
 		}
 	}
 	queries, variables := dashboardQueries(t)
@@ -388,6 +413,9 @@ func TestReferencedMetricsAreExported(t *testing.T) {
 		add("dashboard variable", v)
 	}
 	for _, name := range slices.Sorted(maps.Keys(references)) {
+		if foreignMetrics[name] != "" && !slices.ContainsFunc(references[name], func(where string) bool { return !strings.HasPrefix(where, "alert ") }) {
+			continue
+		}
 		if !known(name) {
 			t.Errorf("%s, read by %v, is exported by neither command", name, slices.Compact(references[name]))
 		}

@@ -143,7 +143,9 @@ type EgressFirewallStatus struct {
 	Status string `json:"status,omitempty"`
 	// Messages: first one line saying where the current generation is
 	// applied (for example "Pending on 1 of 3 nodes: node-2"), then the
-	// rules that cannot be applied, and why.
+	// rules that cannot be applied, and why, then the dnsNames that some
+	// nodes have no answer for (for example "node-2: dnsName
+	// api.example.com is not resolved yet").
 	// +optional
 	// +listType=atomic
 	Messages []string `json:"messages,omitempty"`

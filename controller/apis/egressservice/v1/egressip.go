@@ -81,7 +81,7 @@ type EgressIPSpec struct {
 type EgressIPStatus struct {
 	// The list of assigned egress IPs and their corresponding node assignment.
 	// Always sent (the field has no omitempty, as in the reference), but
-	// the CRD does not require it, unlike the seed: a Go client sends an
+	// the CRD does not require it, unlike the reference: a Go client sends an
 	// empty list as null, which the API server prunes, so a required items
 	// would refuse every object created with an empty status.
 	// +optional
