@@ -8,11 +8,11 @@
 package conformance
 
 import (
-	"maps"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"reflect"
