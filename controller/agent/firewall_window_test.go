@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -20,8 +22,12 @@ import (
 )
 
 // windowLookups is how many lookups each phase of TestAgentFirewallWindow
-// makes; every one answers an address never given before.
-const windowLookups = 300
+// makes; every one answers an address never given before. Over TCP, a
+// connection each: windowTCPLookups.
+const (
+	windowLookups    = 300
+	windowTCPLookups = 100
+)
 
 // windowEnv is one node whose agent holds DNS replies, a pod "app" of
 // namespace shop, and a DNS server on the external host whose answers a
@@ -124,14 +130,15 @@ func TestAgentFirewallWindow(t *testing.T) {
 	w.rotate(windowExact, exactPool)
 	w.rotate(windowWildcard, wildPool)
 
-	reached := func(phase string, name string, addrs []netip.Addr) int {
+	reached := func(phase, network, name string, addrs []netip.Addr) int {
 		t.Helper()
 		denied := map[netip.Addr]bool{}
 		for _, a := range addrs {
 			denied[a] = true
 		}
 		capture := w.topo.External.Capture(t)
-		rtts, err := lookupAndSend(w.app, w.dns.Addr(), name, windowLookups)
+		lookups := len(addrs)
+		rtts, err := lookupAndSend(w.app, w.dns.Addr(), network, name, lookups)
 		time.Sleep(200 * time.Millisecond) // the last datagrams' way to the capture
 		packets := capture.Stop()
 		if err != nil {
@@ -143,13 +150,13 @@ func TestAgentFirewallWindow(t *testing.T) {
 				count++
 			}
 		}
-		t.Logf("%s: %d lookups, %d datagrams sent to their answers, %d reached a denied address", phase, windowLookups, len(rtts), count)
+		t.Logf("%s: %d lookups, %d datagrams sent to their answers, %d reached a denied address", phase, lookups, len(rtts), count)
 		return count
 	}
-	if got := reached("held, exact name", windowExact, exactPool); got != 0 {
+	if got := reached("held, exact name", "udp", windowExact, exactPool); got != 0 {
 		t.Errorf("held, exact name: %d packets reached a denied address", got)
 	}
-	if got := reached("held, wildcard", windowWildcard, wildPool); got != 0 {
+	if got := reached("held, wildcard", "udp", windowWildcard, wildPool); got != 0 {
 		t.Errorf("held, wildcard: %d packets reached a denied address", got)
 	}
 	// After a restart: the new agent's first sync, then the same. The
@@ -173,8 +180,15 @@ func TestAgentFirewallWindow(t *testing.T) {
 	}
 	restartPool := w.pool(2, windowLookups)
 	w.rotate(windowExact, restartPool)
-	if got := reached("held, after a restart", windowExact, restartPool); got != 0 {
+	if got := reached("held, after a restart", "udp", windowExact, restartPool); got != 0 {
 		t.Errorf("held, after a restart: %d packets reached a denied address", got)
+	}
+	// Over TCP, as a resolver asks again after a truncated answer: the
+	// segment that completes a reply is held like a datagram.
+	tcpPool := w.pool(4, windowTCPLookups)
+	w.rotate(windowExact, tcpPool)
+	if got := reached("held, over TCP", "tcp", windowExact, tcpPool); got != 0 {
+		t.Errorf("held, over TCP: %d packets reached a denied address", got)
 	}
 	metrics := samples(t, w.agent.metrics, "egressflow_agent_dns_replies_total")
 	if metrics[`egressflow_agent_dns_replies_total{outcome="applied"}`] < windowLookups {
@@ -186,7 +200,7 @@ func TestAgentFirewallWindow(t *testing.T) {
 	w.copyReplies()
 	copyPool := w.pool(3, windowLookups)
 	w.rotate(windowExact, copyPool)
-	reached("copied (no hold), exact name", windowExact, copyPool)
+	reached("copied (no hold), exact name", "udp", windowExact, copyPool)
 }
 
 // BenchmarkDNSReplyHold: the DNS latency the hold adds, from inside a pod:
@@ -200,7 +214,7 @@ func BenchmarkDNSReplyHold(b *testing.B) {
 	w := newWindowEnv(b)
 	measure := func(name string) []time.Duration {
 		b.Helper()
-		rtts, err := lookupAndSend(w.app, w.dns.Addr(), name, dnsHoldLookups)
+		rtts, err := lookupAndSend(w.app, w.dns.Addr(), "udp", name, dnsHoldLookups)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -230,39 +244,37 @@ func BenchmarkDNSReplyHold(b *testing.B) {
 const dnsHoldLookups = 1000
 
 // lookupAndSend, from inside pod's namespace, asks server for name's
-// IPv4 address n times over UDP and, the moment each answer arrives,
-// sends a datagram to the address it gave (port 9). It returns each
-// lookup's round trip, query to answer.
-func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int) ([]time.Duration, error) {
+// IPv4 address n times over network ("udp", or "tcp": a connection per
+// lookup, each message after its two-byte length) and, the moment each
+// answer arrives, sends a UDP datagram to the address it gave (port 9).
+// It returns each lookup's round trip, query to answer.
+func lookupAndSend(pod *topology.Pod, server netip.AddrPort, network, name string, n int) ([]time.Duration, error) {
 	query, err := aQuery(name)
 	if err != nil {
 		return nil, err
 	}
 	var rtts []time.Duration
 	err = topology.InNetns(pod.Netns, func() error {
-		dnsConn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(server))
-		if err != nil {
-			return err
+		var udp net.Conn
+		if network == "udp" {
+			if udp, err = net.Dial("udp4", server.String()); err != nil {
+				return err
+			}
+			defer udp.Close()
 		}
-		defer dnsConn.Close()
 		out, err := net.ListenUDP("udp4", nil)
 		if err != nil {
 			return err
 		}
 		defer out.Close()
-		reply := make([]byte, 1500)
 		for i := range n {
-			_ = dnsConn.SetDeadline(time.Now().Add(convergeTimeout))
 			asked := time.Now()
-			if _, err := dnsConn.Write(query); err != nil {
-				return err
-			}
-			m, err := dnsConn.Read(reply)
+			reply, err := exchange(udp, network, server, query)
 			if err != nil {
-				return fmt.Errorf("lookup %d of %s: %w", i, name, err)
+				return fmt.Errorf("lookup %d of %s over %s: %w", i, name, network, err)
 			}
 			rtt := time.Since(asked)
-			addr, err := firstA(reply[:m])
+			addr, err := firstA(reply)
 			if err != nil {
 				return fmt.Errorf("lookup %d of %s: %w", i, name, err)
 			}
@@ -274,6 +286,39 @@ func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int)
 		return nil
 	})
 	return rtts, err
+}
+
+// exchange sends query and returns the reply: on udp, the open UDP
+// connection; over "tcp", on a connection of its own, as a resolver
+// asking again after a truncated answer does.
+func exchange(udp net.Conn, network string, server netip.AddrPort, query []byte) ([]byte, error) {
+	reply := make([]byte, 1500)
+	if network == "udp" {
+		_ = udp.SetDeadline(time.Now().Add(convergeTimeout))
+		if _, err := udp.Write(query); err != nil {
+			return nil, err
+		}
+		n, err := udp.Read(reply)
+		return reply[:n], err
+	}
+	conn, err := net.DialTimeout("tcp4", server.String(), convergeTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(convergeTimeout))
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(query))), query...)); err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(conn, reply[:2]); err != nil {
+		return nil, err
+	}
+	length := int(binary.BigEndian.Uint16(reply))
+	if length > len(reply) {
+		return nil, fmt.Errorf("a %d-byte reply", length)
+	}
+	_, err = io.ReadFull(conn, reply[:length])
+	return reply[:length], err
 }
 
 // aQuery is a DNS query for name's A records.
