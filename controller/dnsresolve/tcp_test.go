@@ -33,7 +33,9 @@ func tcpFrame(dst netip.Addr, seq uint32, flags byte, payload []byte) []byte {
 }
 
 // framed is msg with its two-byte length, as DNS over TCP sends it.
-func framed(msg []byte) []byte { return append(binary.BigEndian.AppendUint16(nil, uint16(len(msg))), msg...) }
+func framed(msg []byte) []byte {
+	return append(binary.BigEndian.AppendUint16(nil, uint16(len(msg))), msg...)
+}
 
 // TestTCPReplies: messages split over segments come out whole once their
 // last byte arrives; two in one segment come out together; a
