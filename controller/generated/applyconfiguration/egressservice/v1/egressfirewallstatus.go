@@ -23,10 +23,15 @@ package v1
 //
 // EgressFirewallStatus is the observed state of EgressFirewall
 type EgressFirewallStatusApplyConfiguration struct {
-	// A concise indication of whether the EgressFirewall is applied, for
-	// example on all nodes.
+	// Whether the EgressFirewall is applied, in the words of
+	// OVN-Kubernetes' clients: "EgressFirewall Rules applied" once its
+	// current generation is applied on every node, "EgressFirewall Rules
+	// not correctly applied" when a rule cannot be, empty while it is not
+	// yet applied everywhere.
 	Status *string `json:"status,omitempty"`
-	// Messages name the rules that could not be applied, and why.
+	// Messages: first one line saying where the current generation is
+	// applied (for example "Pending on 1 of 3 nodes: node-2"), then the
+	// rules that cannot be applied, and why.
 	Messages []string `json:"messages,omitempty"`
 }
 

@@ -27,8 +27,11 @@ import (
 //
 // EgressQoSStatus defines the observed state of EgressQoS
 type EgressQoSStatusApplyConfiguration struct {
-	// A concise indication of whether the EgressQoS resource is applied
-	// with success, for example on all nodes.
+	// Whether the EgressQoS is applied, in the words of OVN-Kubernetes'
+	// clients: "EgressQoS Rules applied" once its current generation is
+	// applied on every node, "EgressQoS Rules not correctly applied" when
+	// a rule cannot be, empty while it is not yet applied everywhere. The
+	// conditions say more.
 	Status *string `json:"status,omitempty"`
 	// Conditions say whether the rules are applied, and why not where
 	// something cannot be (for example a dstCIDR of a family the cluster
