@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,8 +9,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -29,12 +32,15 @@ import (
 //	dnswindow summary name=N lookups=1000 sent=1000 retries=3 failed=0 elapsed=4.1s p50=3.2ms p99=9.8ms max=1.5s
 //
 // where p50, p99 and max are of each lookup's time to its answer, retries
-// included. It fails if a lookup got no answer with an address.
+// included. It fails if a lookup got no answer with an address. With
+// --linger it stays that long after the summary (or until SIGTERM): a pod
+// that ended would take its flows with it.
 func dnsWindow(args []string) error {
 	fs := flag.NewFlagSet("dnswindow", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 500*time.Millisecond, "how long one attempt waits for its reply")
 	attempts := fs.Int("attempts", 4, "attempts per lookup")
 	gate := fs.String("go", "", "a name whose A record, once it has one, starts the lookups")
+	linger := fs.Duration("linger", 0, "how long to stay after the summary (or until SIGTERM), so that the pod stays and its flows with it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,6 +124,16 @@ func dnsWindow(args []string) error {
 		quantile(0.99).Round(10*time.Microsecond), longest.Round(time.Millisecond))
 	if lastErr != nil {
 		fmt.Fprintln(os.Stderr, "dnswindow: last failure:", lastErr)
+	}
+	if *linger > 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		select {
+		case <-ctx.Done():
+		case <-time.After(*linger):
+		}
+	}
+	if lastErr != nil {
 		return fmt.Errorf("%d of %d lookups got no address", failed, count)
 	}
 	return nil
