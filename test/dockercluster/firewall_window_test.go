@@ -49,7 +49,7 @@ const windowPhaseTimeout = 3 * time.Minute
 // windowResult is what one phase of the window test saw.
 type windowResult struct {
 	reached int           // packets to a denied address the external host received
-	denied  int64         // packets the namespace's Deny flows on the pod's node dropped meanwhile (less any flows removed)
+	denied  int64         // how much the counters of the namespace's Deny flows on the pod's node rose (less any flows removed)
 	summary string        // testapp dnswindow's summary line
 	took    time.Duration // from the pod's go to the end of its lookups
 	retries int
@@ -209,7 +209,7 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 		if r.sent != windowLookups {
 			t.Errorf("%s: %d of %d lookups answered and acted on:\n%s", label, r.sent, windowLookups, log)
 		}
-		t.Logf("window %s: %d lookups of %s, %d datagrams sent to their answers, %d reached a denied address, %d dropped by the Deny flows; %s",
+		t.Logf("window %s: %d lookups of %s, %d datagrams sent to their answers, %d reached a denied address (Deny flows' counters +%d); %s",
 			label, windowLookups, name, r.sent, r.reached, r.denied, strings.TrimPrefix(r.summary, "dnswindow summary "))
 		if len(r.leaks) > 0 {
 			t.Logf("window %s: the first packets to a denied address at the external host:\n%s", label, strings.Join(r.leaks, "\n"))
@@ -223,10 +223,14 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 		if r.reached != 0 {
 			t.Errorf("window %s: %d packets reached a denied address; want 0", label, r.reached)
 		}
-		// Not vacuous: every datagram the pod sent was judged, and dropped,
-		// by a Deny flow of its namespace.
-		if r.denied != int64(r.sent) {
-			t.Errorf("window %s: the Deny flows dropped %d packets; want the %d datagrams sent", label, r.denied, r.sent)
+		// Not vacuous: every datagram the pod sent was judged by a Deny
+		// flow of its namespace. (The counters can say more than was
+		// dropped, never less: OVS credits a datapath flow's packets to
+		// the rules of its latest translation, so packets that went out
+		// before a Deny flow came count for it once it is there, as the
+		// copied phase's figure shows.)
+		if r.denied < int64(r.sent) {
+			t.Errorf("window %s: the Deny flows counted %d packets; want at least the %d datagrams sent", label, r.denied, r.sent)
 		}
 	}
 	held(0, "held, exact name", exact, pool(0))
