@@ -303,7 +303,8 @@ func run() error {
 		go func() {
 			defer close(snoopDone)
 			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied,
-				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) }}
+				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) },
+				ReleaseOnStop: dnsWhileAway == dnsRepliesPass}
 			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), hold); err != nil {
 				klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing, and DNS replies to pods of namespaces with a dnsName rule go no further")
 			}

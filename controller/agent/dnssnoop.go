@@ -50,6 +50,15 @@ type DNSHold struct {
 	// paused replies: start the agent's syncs after it, so that no reply
 	// its flows pause finds no one to resume it.
 	Ready func()
+	// ReleaseOnStop: a reply still held when ctx ends (the agent stops
+	// before the flows for its addresses are in) goes on without them,
+	// as --dns-replies-while-away=pass lets replies through while no
+	// agent is there. Without it such a reply is dropped, as the replies
+	// paused while no agent is there are: the pod's resolver asks again,
+	// and the next agent holds the answer until its flows are in place.
+	// Letting it go on would hand the pod an address the firewall cannot
+	// judge yet, the window the hold closes.
+	ReleaseOnStop bool
 }
 
 // SnoopDNS keeps the agent's second OpenFlow connection to the bridge at
@@ -130,10 +139,17 @@ func learn(hold DNSHold, frame []byte) {
 
 // holdReply resumes a paused reply once the flows of the resolver's
 // answers up to generation are in the bridge, or after the hold's bound.
+// If ctx ends first (the agent stops), the reply is dropped, unless
+// hold.ReleaseOnStop.
 func holdReply(ctx context.Context, client *openflow.Client, hold DNSHold, pi *openflow.PacketIn2, generation uint64, paused time.Time) {
 	waitCtx, cancel := context.WithTimeout(ctx, hold.Timeout)
 	outcome := dnsReleasedApplied
 	if err := hold.Applied(waitCtx, generation); err != nil {
+		if ctx.Err() != nil && !hold.ReleaseOnStop {
+			cancel()
+			klog.InfoS("Dropped a DNS reply held while the agent stops: the flows for its addresses are not in the bridge; the pod's resolver asks again")
+			return
+		}
 		outcome = dnsReleasedTimeout
 		if ctx.Err() == nil {
 			klog.InfoS("Released a DNS reply before the flows for its addresses were in the bridge", "held", hold.Timeout)
