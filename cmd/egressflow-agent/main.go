@@ -302,7 +302,7 @@ func run() error {
 		snoopDone, snoopReady := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(snoopDone)
-			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied,
+			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, NamesSet: a.DNSNamesSet(),
 				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) },
 				ReleaseOnStop: dnsWhileAway == dnsRepliesPass}
 			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), hold); err != nil {
