@@ -283,11 +283,11 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 	case words := <-lastWords:
 		var dnsLines []string
 		for _, line := range strings.Split(words, "\n") {
-			if strings.Contains(line, "DNS") {
+			if strings.Contains(line, "DNS repl") {
 				dnsLines = append(dnsLines, line)
 			}
 		}
-		t.Logf("window: the deleted agent's last words on DNS (%d lines):\n%s", len(dnsLines), strings.Join(dnsLines, "\n"))
+		t.Logf("window: the deleted agent's last words on DNS replies (%d lines):\n%s", len(dnsLines), strings.Join(dnsLines, "\n"))
 	case <-time.After(5 * time.Second):
 		t.Logf("window: the deleted agent's log did not end within 5 s")
 	}
