@@ -302,8 +302,9 @@ func run() error {
 		snoopDone, snoopReady := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(snoopDone)
-			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied,
-				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) }}
+			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, NamesSet: a.DNSNamesSet(),
+				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) },
+				ReleaseOnStop: dnsWhileAway == dnsRepliesPass}
 			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), hold); err != nil {
 				klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing, and DNS replies to pods of namespaces with a dnsName rule go no further")
 			}

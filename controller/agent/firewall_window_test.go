@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/dnsresolve/dnstest"
 	"github.com/egressflow/egressflow/test/topology"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // windowLookups is how many lookups each phase of TestAgentFirewallWindow
@@ -371,4 +373,145 @@ func sendDatagram(pod *topology.Pod, dst netip.AddrPort, size int) error {
 	defer conn.Close()
 	_, err = conn.Write(make([]byte, size))
 	return err
+}
+
+// TestDNSHoldAtStartAndStop: the holds at an agent's edges, on a real
+// switch whose snoop flows pause the replies to a pod, with a snoop
+// connection of the test's. At the start: a reply paused before the
+// agent's first sync has told its resolver the names (which it then
+// learns nothing from) waits for the names, is learned again and goes on
+// once that generation is applied, never at once. At the stop: a reply
+// still held when the agent stops, before the flows for its addresses
+// are in, is dropped (the pod's resolver asks again, and the next agent
+// holds the answer), never released without its flows. Either would hand
+// the pod an address the firewall cannot judge yet; the Docker cluster's
+// window test found the first across a rolling restart.
+func TestDNSHoldAtStartAndStop(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	resolverAddr := netip.MustParseAddr("198.51.100.53")
+	e.topo.External.AddAddress(t, resolverAddr)
+	e.routeToExternal(resolverAddr)
+	var dns *dnstest.Server
+	if err := topology.InNetns(e.topo.External.Netns, func() error {
+		var err error
+		dns, err = dnstest.Start(netip.AddrPortFrom(resolverAddr, 53).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dns.Close() })
+	e.dnsServers = []netip.AddrPort{dns.Addr()}
+	app := e.addPod(n, "app")
+	const name = "held.test"
+	dns.Set(name, dnstest.A("198.51.100.80", 60))
+	fw := &esv1.EgressFirewall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: esv1.EgressFirewallName},
+		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: name}},
+		}},
+	}
+	if _, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Create(context.Background(), fw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agent := e.startAgent(n)
+	agent.waitHealthy(t)
+	podLookup(t, app, dns.Addr(), name) // the snoop flows pause the pod's replies
+	// The agent goes; its flows stay, pausing every reply to the pod.
+	agent.stop()
+	query, err := aQuery(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// snoop runs SnoopDNS with hold until the returned stop; learned
+	// counts the replies hold.Learn was given.
+	snoop := func(hold DNSHold, learned *atomic.Int64) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan struct{})
+		hold.Learn = func([]byte) (int, error) { learned.Add(1); return 1, nil }
+		hold.Generation = func() uint64 { return uint64(learned.Load()) }
+		hold.Timeout = time.Minute
+		hold.Ready = func() { close(ready) }
+		done := make(chan error, 1)
+		go func() { done <- SnoopDNS(ctx, "unix:"+n.MgmtSocket, hold) }()
+		select {
+		case <-ready:
+		case <-time.After(convergeTimeout):
+			t.Fatal("the snoop connection did not come up")
+		}
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	ask := func() *topology.Conn {
+		conn, err := app.Connect("udp", dns.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(query); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	reply := func(conn *topology.Conn, within time.Duration) error {
+		_ = conn.SetDeadline(time.Now().Add(within))
+		_, err := conn.Read(make([]byte, 1500))
+		return err
+	}
+	waitLearned := func(learned *atomic.Int64, want int64) {
+		wait.Until(t, convergeTimeout, func() error {
+			if got := learned.Load(); got < want {
+				return fmt.Errorf("%d replies learned, want %d", got, want)
+			}
+			return nil
+		})
+	}
+
+	// The start: the names come after the reply.
+	var learned atomic.Int64
+	named := make(chan struct{})
+	stop := snoop(DNSHold{
+		NamesSet: named,
+		// The flows of what the second learning taught are in at once.
+		Applied: func(ctx context.Context, generation uint64) error {
+			if generation >= 2 {
+				return nil
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}, &learned)
+	conn := ask()
+	waitLearned(&learned, 1)
+	if err := reply(conn, 500*time.Millisecond); err == nil {
+		t.Errorf("the pod got its reply before the resolver knew the names")
+	}
+	close(named)
+	if err := reply(conn, 5*time.Second); err != nil {
+		t.Errorf("the pod got no reply once the names were known and its reply learned again: %v", err)
+	}
+	if got := learned.Load(); got < 2 {
+		t.Errorf("the reply was learned %d times; want it learned again once the names were known", got)
+	}
+	conn.Close()
+	stop()
+
+	// The stop: the flows never land, and the agent stops.
+	learned.Store(0)
+	stop = snoop(DNSHold{
+		Applied: func(ctx context.Context, _ uint64) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}, &learned)
+	conn = ask()
+	defer conn.Close()
+	waitLearned(&learned, 1)
+	stop()
+	if err := reply(conn, 2*time.Second); err == nil {
+		t.Errorf("the pod got a reply that its stopping agent held without its flows; want it dropped")
+	}
 }
