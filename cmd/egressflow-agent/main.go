@@ -133,8 +133,8 @@ func run() error {
 	fs.BoolVar(&coldGuard, "cold-guard", false, "install the cold guard on a bridge that holds none of egressflow's flows (every pod held to the fail-closed pipeline), then exit: for the node's boot sequence, before the kubelet starts pods, which after a reboot may start before this agent; needs only the bridge, uplink and CIDR flags")
 	dnsHoldTimeout := agent.DefaultDNSHoldTimeout
 	fs.DurationVar(&dnsHoldTimeout, "dns-reply-hold-timeout", dnsHoldTimeout, "how long a DNS reply to a pod of a namespace with a dnsName rule is held for the flows of its addresses at most; past it the reply goes on all the same (counted in egressflow_agent_dns_replies_total{outcome=\"timeout\"}): longer delays lookups on an agent that cannot program its bridge, shorter lets such a pod's first packets through before the firewall judges them")
-	dnsWhileAway := dnsRepliesHold
-	fs.StringVar(&dnsWhileAway, "dns-replies-while-away", dnsWhileAway, "what DNS replies to pods of namespaces with a dnsName rule do while this agent is away (restarting, or between its exit and its successor's first sync): \"hold\" keeps them paused for an agent that is not there, so those pods cannot resolve names until it is back (no address ever reaches a pod before the firewall can judge it); \"pass\" makes a stopping agent let them through unheld, so lookups keep working and the firewall may judge a pod's first packets to a new address late")
+	dnsWhileAway := cli.EnvOr("DNS_REPLIES_WHILE_AWAY", dnsRepliesHold)
+	fs.StringVar(&dnsWhileAway, "dns-replies-while-away", dnsWhileAway, "(or DNS_REPLIES_WHILE_AWAY of the egressflow-cluster ConfigMap) what DNS replies to pods of namespaces with a dnsName rule do while this agent is away (restarting, or between its exit and its successor's first sync): \"hold\" keeps them paused for an agent that is not there, so those pods cannot resolve names until it is back (no address ever reaches a pod before the firewall can judge it); \"pass\" makes a stopping agent let them through unheld, so lookups keep working and the firewall may judge a pod's first packets to a new address late")
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	var liveness agent.LivenessBounds
@@ -307,8 +307,9 @@ func run() error {
 		snoopDone, snoopReady := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(snoopDone)
-			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied,
-				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) }}
+			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, NamesSet: a.DNSNamesSet(),
+				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) },
+				ReleaseOnStop: dnsWhileAway == dnsRepliesPass}
 			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), hold); err != nil {
 				klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing, and DNS replies to pods of namespaces with a dnsName rule go no further")
 			}

@@ -241,6 +241,11 @@ type Agent struct {
 	// whose flows the bridge took (WaitDNSApplied).
 	dnsRendered uint64
 	dnsApplied  generationGate
+	// dnsNamed is closed once the worker has given the resolver the names
+	// its firewalls need (the first sync): before it, a DNS reply teaches
+	// the resolver nothing (DNSNamesSet).
+	dnsNamed     chan struct{}
+	dnsNamedOnce sync.Once
 
 	// Owned by the single worker.
 	planner *dataplane.Planner
@@ -293,7 +298,8 @@ type Agent struct {
 // New builds an Agent; Run starts it.
 func New(cfg Config) *Agent {
 	a := &Agent{
-		cfg: cfg,
+		cfg:      cfg,
+		dnsNamed: make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryBaseDelay, retryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressflow-agent"}),

@@ -263,7 +263,7 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 		snoopDone, snoopReady := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(snoopDone)
-			hold := DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, Metrics: cfg.Metrics,
+			hold := DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, NamesSet: a.DNSNamesSet(), Metrics: cfg.Metrics,
 				Ready: func() { close(snoopReady) }}
 			if err := SnoopDNS(ctx, "unix:"+n.MgmtSocket, hold); err != nil {
 				t.Errorf("DNS snoop of %s: %v", n.Name, err)

@@ -56,3 +56,9 @@ func (g *generationGate) wait(ctx context.Context, generation uint64) error {
 func (a *Agent) WaitDNSApplied(ctx context.Context, generation uint64) error {
 	return a.dnsApplied.wait(ctx, generation)
 }
+
+// DNSNamesSet is closed once the agent has given its resolver the names
+// its firewalls need, in its first sync: until then the resolver learns
+// nothing from a DNS reply, so a reply held before it must be learned
+// again after it (DNSHold.NamesSet).
+func (a *Agent) DNSNamesSet() <-chan struct{} { return a.dnsNamed }

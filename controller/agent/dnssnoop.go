@@ -42,6 +42,14 @@ type DNSHold struct {
 	// Applied returns once the bridge holds the flows of the resolver's
 	// answers up to a generation (Agent.WaitDNSApplied).
 	Applied func(ctx context.Context, generation uint64) error
+	// NamesSet, if set, is closed once the resolver knows the names it
+	// learns (Agent.DNSNamesSet): a starting agent's snoop connection
+	// takes the paused replies before its first sync has told the
+	// resolver which names the firewalls need, and until then a reply
+	// teaches nothing and would go on at once, without the flows for its
+	// addresses. Such a reply waits for the names, within the hold's
+	// bound, and is learned again.
+	NamesSet <-chan struct{}
 	// Timeout bounds each hold (DefaultDNSHoldTimeout when 0).
 	Timeout time.Duration
 	// Metrics counts the holds (nil: not counted).
@@ -50,6 +58,15 @@ type DNSHold struct {
 	// paused replies: start the agent's syncs after it, so that no reply
 	// its flows pause finds no one to resume it.
 	Ready func()
+	// ReleaseOnStop: a reply still held when ctx ends (the agent stops
+	// before the flows for its addresses are in) goes on without them,
+	// as --dns-replies-while-away=pass lets replies through while no
+	// agent is there. Without it such a reply is dropped, as the replies
+	// paused while no agent is there are: the pod's resolver asks again,
+	// and the next agent holds the answer until its flows are in place.
+	// Letting it go on would hand the pod an address the firewall cannot
+	// judge yet, the window the hold closes.
+	ReleaseOnStop bool
 }
 
 // SnoopDNS keeps the agent's second OpenFlow connection to the bridge at
@@ -80,10 +97,11 @@ func SnoopDNS(ctx context.Context, target string, hold DNSHold, opts ...openflow
 			if !isSnoop(pi.Cookie) {
 				return
 			}
+			unnamed := !closed(hold.NamesSet)
 			learn(hold, pi.Data)
 			if pi.Paused {
 				// Handlers must not block the connection's reader.
-				go holdReply(ctx, current.Load(), hold, pi, hold.Generation(), time.Now())
+				go holdReply(ctx, current.Load(), hold, pi, hold.Generation(), unnamed, time.Now())
 			}
 		case *openflow.PacketIn:
 			// A copy (before the connection asked for NXT_PACKET_IN2, or
@@ -117,6 +135,19 @@ func SnoopDNS(ctx context.Context, target string, hold DNSHold, opts ...openflow
 	}
 }
 
+// closed reports whether ch is closed; a nil ch is (no wait).
+func closed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 func isSnoop(cookie uint64) bool {
 	c, ok := dataplane.DecodeCookie(cookie)
 	return ok && c.Kind == dataplane.KindFirewallSnoop
@@ -130,10 +161,33 @@ func learn(hold DNSHold, frame []byte) {
 
 // holdReply resumes a paused reply once the flows of the resolver's
 // answers up to generation are in the bridge, or after the hold's bound.
-func holdReply(ctx context.Context, client *openflow.Client, hold DNSHold, pi *openflow.PacketIn2, generation uint64, paused time.Time) {
+// A reply learned while the resolver did not know its names yet (unnamed)
+// is learned again once it does, and waits for that generation.
+// If ctx ends first (the agent stops), the reply is dropped, unless
+// hold.ReleaseOnStop.
+func holdReply(ctx context.Context, client *openflow.Client, hold DNSHold, pi *openflow.PacketIn2, generation uint64, unnamed bool, paused time.Time) {
 	waitCtx, cancel := context.WithTimeout(ctx, hold.Timeout)
 	outcome := dnsReleasedApplied
-	if err := hold.Applied(waitCtx, generation); err != nil {
+	var err error
+	if unnamed {
+		// Learned before the resolver knew its names: again, once it does.
+		select {
+		case <-hold.NamesSet:
+			learn(hold, pi.Data)
+			generation = hold.Generation()
+		case <-waitCtx.Done():
+			err = waitCtx.Err()
+		}
+	}
+	if err == nil {
+		err = hold.Applied(waitCtx, generation)
+	}
+	if err != nil {
+		if ctx.Err() != nil && !hold.ReleaseOnStop {
+			cancel()
+			klog.InfoS("Dropped a DNS reply held while the agent stops: the flows for its addresses are not in the bridge; the pod's resolver asks again")
+			return
+		}
 		outcome = dnsReleasedTimeout
 		if ctx.Err() == nil {
 			klog.InfoS("Released a DNS reply before the flows for its addresses were in the bridge", "held", hold.Timeout)

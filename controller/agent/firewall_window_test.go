@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,11 +20,16 @@ import (
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/dnsresolve/dnstest"
 	"github.com/egressflow/egressflow/test/topology"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // windowLookups is how many lookups each phase of TestAgentFirewallWindow
-// makes; every one answers an address never given before.
-const windowLookups = 300
+// makes; every one answers an address never given before. Over TCP, a
+// connection each: windowTCPLookups.
+const (
+	windowLookups    = 300
+	windowTCPLookups = 100
+)
 
 // windowEnv is one node whose agent holds DNS replies, a pod "app" of
 // namespace shop, and a DNS server on the external host whose answers a
@@ -124,14 +132,15 @@ func TestAgentFirewallWindow(t *testing.T) {
 	w.rotate(windowExact, exactPool)
 	w.rotate(windowWildcard, wildPool)
 
-	reached := func(phase string, name string, addrs []netip.Addr) int {
+	reached := func(phase, network, name string, addrs []netip.Addr) int {
 		t.Helper()
 		denied := map[netip.Addr]bool{}
 		for _, a := range addrs {
 			denied[a] = true
 		}
 		capture := w.topo.External.Capture(t)
-		rtts, err := lookupAndSend(w.app, w.dns.Addr(), name, windowLookups)
+		lookups := len(addrs)
+		rtts, err := lookupAndSend(w.app, w.dns.Addr(), network, name, lookups)
 		time.Sleep(200 * time.Millisecond) // the last datagrams' way to the capture
 		packets := capture.Stop()
 		if err != nil {
@@ -143,13 +152,13 @@ func TestAgentFirewallWindow(t *testing.T) {
 				count++
 			}
 		}
-		t.Logf("%s: %d lookups, %d datagrams sent to their answers, %d reached a denied address", phase, windowLookups, len(rtts), count)
+		t.Logf("%s: %d lookups, %d datagrams sent to their answers, %d reached a denied address", phase, lookups, len(rtts), count)
 		return count
 	}
-	if got := reached("held, exact name", windowExact, exactPool); got != 0 {
+	if got := reached("held, exact name", "udp", windowExact, exactPool); got != 0 {
 		t.Errorf("held, exact name: %d packets reached a denied address", got)
 	}
-	if got := reached("held, wildcard", windowWildcard, wildPool); got != 0 {
+	if got := reached("held, wildcard", "udp", windowWildcard, wildPool); got != 0 {
 		t.Errorf("held, wildcard: %d packets reached a denied address", got)
 	}
 	// After a restart: the new agent's first sync, then the same. The
@@ -173,8 +182,15 @@ func TestAgentFirewallWindow(t *testing.T) {
 	}
 	restartPool := w.pool(2, windowLookups)
 	w.rotate(windowExact, restartPool)
-	if got := reached("held, after a restart", windowExact, restartPool); got != 0 {
+	if got := reached("held, after a restart", "udp", windowExact, restartPool); got != 0 {
 		t.Errorf("held, after a restart: %d packets reached a denied address", got)
+	}
+	// Over TCP, as a resolver asks again after a truncated answer: the
+	// segment that completes a reply is held like a datagram.
+	tcpPool := w.pool(4, windowTCPLookups)
+	w.rotate(windowExact, tcpPool)
+	if got := reached("held, over TCP", "tcp", windowExact, tcpPool); got != 0 {
+		t.Errorf("held, over TCP: %d packets reached a denied address", got)
 	}
 	metrics := samples(t, w.agent.metrics, "egressflow_agent_dns_replies_total")
 	if metrics[`egressflow_agent_dns_replies_total{outcome="applied"}`] < windowLookups {
@@ -186,7 +202,7 @@ func TestAgentFirewallWindow(t *testing.T) {
 	w.copyReplies()
 	copyPool := w.pool(3, windowLookups)
 	w.rotate(windowExact, copyPool)
-	reached("copied (no hold), exact name", windowExact, copyPool)
+	reached("copied (no hold), exact name", "udp", windowExact, copyPool)
 }
 
 // BenchmarkDNSReplyHold: the DNS latency the hold adds, from inside a pod:
@@ -200,7 +216,7 @@ func BenchmarkDNSReplyHold(b *testing.B) {
 	w := newWindowEnv(b)
 	measure := func(name string) []time.Duration {
 		b.Helper()
-		rtts, err := lookupAndSend(w.app, w.dns.Addr(), name, dnsHoldLookups)
+		rtts, err := lookupAndSend(w.app, w.dns.Addr(), "udp", name, dnsHoldLookups)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -230,39 +246,37 @@ func BenchmarkDNSReplyHold(b *testing.B) {
 const dnsHoldLookups = 1000
 
 // lookupAndSend, from inside pod's namespace, asks server for name's
-// IPv4 address n times over UDP and, the moment each answer arrives,
-// sends a datagram to the address it gave (port 9). It returns each
-// lookup's round trip, query to answer.
-func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int) ([]time.Duration, error) {
+// IPv4 address n times over network ("udp", or "tcp": a connection per
+// lookup, each message after its two-byte length) and, the moment each
+// answer arrives, sends a UDP datagram to the address it gave (port 9).
+// It returns each lookup's round trip, query to answer.
+func lookupAndSend(pod *topology.Pod, server netip.AddrPort, network, name string, n int) ([]time.Duration, error) {
 	query, err := aQuery(name)
 	if err != nil {
 		return nil, err
 	}
 	var rtts []time.Duration
 	err = topology.InNetns(pod.Netns, func() error {
-		dnsConn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(server))
-		if err != nil {
-			return err
+		var udp net.Conn
+		if network == "udp" {
+			if udp, err = net.Dial("udp4", server.String()); err != nil {
+				return err
+			}
+			defer udp.Close()
 		}
-		defer dnsConn.Close()
 		out, err := net.ListenUDP("udp4", nil)
 		if err != nil {
 			return err
 		}
 		defer out.Close()
-		reply := make([]byte, 1500)
 		for i := range n {
-			_ = dnsConn.SetDeadline(time.Now().Add(convergeTimeout))
 			asked := time.Now()
-			if _, err := dnsConn.Write(query); err != nil {
-				return err
-			}
-			m, err := dnsConn.Read(reply)
+			reply, err := exchange(udp, network, server, query)
 			if err != nil {
-				return fmt.Errorf("lookup %d of %s: %w", i, name, err)
+				return fmt.Errorf("lookup %d of %s over %s: %w", i, name, network, err)
 			}
 			rtt := time.Since(asked)
-			addr, err := firstA(reply[:m])
+			addr, err := firstA(reply)
 			if err != nil {
 				return fmt.Errorf("lookup %d of %s: %w", i, name, err)
 			}
@@ -274,6 +288,39 @@ func lookupAndSend(pod *topology.Pod, server netip.AddrPort, name string, n int)
 		return nil
 	})
 	return rtts, err
+}
+
+// exchange sends query and returns the reply: on udp, the open UDP
+// connection; over "tcp", on a connection of its own, as a resolver
+// asking again after a truncated answer does.
+func exchange(udp net.Conn, network string, server netip.AddrPort, query []byte) ([]byte, error) {
+	reply := make([]byte, 1500)
+	if network == "udp" {
+		_ = udp.SetDeadline(time.Now().Add(convergeTimeout))
+		if _, err := udp.Write(query); err != nil {
+			return nil, err
+		}
+		n, err := udp.Read(reply)
+		return reply[:n], err
+	}
+	conn, err := net.DialTimeout("tcp4", server.String(), convergeTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(convergeTimeout))
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(query))), query...)); err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(conn, reply[:2]); err != nil {
+		return nil, err
+	}
+	length := int(binary.BigEndian.Uint16(reply))
+	if length > len(reply) {
+		return nil, fmt.Errorf("a %d-byte reply", length)
+	}
+	_, err = io.ReadFull(conn, reply[:length])
+	return reply[:length], err
 }
 
 // aQuery is a DNS query for name's A records.
@@ -326,4 +373,145 @@ func sendDatagram(pod *topology.Pod, dst netip.AddrPort, size int) error {
 	defer conn.Close()
 	_, err = conn.Write(make([]byte, size))
 	return err
+}
+
+// TestDNSHoldAtStartAndStop: the holds at an agent's edges, on a real
+// switch whose snoop flows pause the replies to a pod, with a snoop
+// connection of the test's. At the start: a reply paused before the
+// agent's first sync has told its resolver the names (which it then
+// learns nothing from) waits for the names, is learned again and goes on
+// once that generation is applied, never at once. At the stop: a reply
+// still held when the agent stops, before the flows for its addresses
+// are in, is dropped (the pod's resolver asks again, and the next agent
+// holds the answer), never released without its flows. Either would hand
+// the pod an address the firewall cannot judge yet; the Docker cluster's
+// window test found the first across a rolling restart.
+func TestDNSHoldAtStartAndStop(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	resolverAddr := netip.MustParseAddr("198.51.100.53")
+	e.topo.External.AddAddress(t, resolverAddr)
+	e.routeToExternal(resolverAddr)
+	var dns *dnstest.Server
+	if err := topology.InNetns(e.topo.External.Netns, func() error {
+		var err error
+		dns, err = dnstest.Start(netip.AddrPortFrom(resolverAddr, 53).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dns.Close() })
+	e.dnsServers = []netip.AddrPort{dns.Addr()}
+	app := e.addPod(n, "app")
+	const name = "held.test"
+	dns.Set(name, dnstest.A("198.51.100.80", 60))
+	fw := &esv1.EgressFirewall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: esv1.EgressFirewallName},
+		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{
+			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: name}},
+		}},
+	}
+	if _, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Create(context.Background(), fw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agent := e.startAgent(n)
+	agent.waitHealthy(t)
+	podLookup(t, app, dns.Addr(), name) // the snoop flows pause the pod's replies
+	// The agent goes; its flows stay, pausing every reply to the pod.
+	agent.stop()
+	query, err := aQuery(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// snoop runs SnoopDNS with hold until the returned stop; learned
+	// counts the replies hold.Learn was given.
+	snoop := func(hold DNSHold, learned *atomic.Int64) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan struct{})
+		hold.Learn = func([]byte) (int, error) { learned.Add(1); return 1, nil }
+		hold.Generation = func() uint64 { return uint64(learned.Load()) }
+		hold.Timeout = time.Minute
+		hold.Ready = func() { close(ready) }
+		done := make(chan error, 1)
+		go func() { done <- SnoopDNS(ctx, "unix:"+n.MgmtSocket, hold) }()
+		select {
+		case <-ready:
+		case <-time.After(convergeTimeout):
+			t.Fatal("the snoop connection did not come up")
+		}
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	ask := func() *topology.Conn {
+		conn, err := app.Connect("udp", dns.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(query); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	reply := func(conn *topology.Conn, within time.Duration) error {
+		_ = conn.SetDeadline(time.Now().Add(within))
+		_, err := conn.Read(make([]byte, 1500))
+		return err
+	}
+	waitLearned := func(learned *atomic.Int64, want int64) {
+		wait.Until(t, convergeTimeout, func() error {
+			if got := learned.Load(); got < want {
+				return fmt.Errorf("%d replies learned, want %d", got, want)
+			}
+			return nil
+		})
+	}
+
+	// The start: the names come after the reply.
+	var learned atomic.Int64
+	named := make(chan struct{})
+	stop := snoop(DNSHold{
+		NamesSet: named,
+		// The flows of what the second learning taught are in at once.
+		Applied: func(ctx context.Context, generation uint64) error {
+			if generation >= 2 {
+				return nil
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}, &learned)
+	conn := ask()
+	waitLearned(&learned, 1)
+	if err := reply(conn, 500*time.Millisecond); err == nil {
+		t.Errorf("the pod got its reply before the resolver knew the names")
+	}
+	close(named)
+	if err := reply(conn, 5*time.Second); err != nil {
+		t.Errorf("the pod got no reply once the names were known and its reply learned again: %v", err)
+	}
+	if got := learned.Load(); got < 2 {
+		t.Errorf("the reply was learned %d times; want it learned again once the names were known", got)
+	}
+	conn.Close()
+	stop()
+
+	// The stop: the flows never land, and the agent stops.
+	learned.Store(0)
+	stop = snoop(DNSHold{
+		Applied: func(ctx context.Context, _ uint64) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}, &learned)
+	conn = ask()
+	defer conn.Close()
+	waitLearned(&learned, 1)
+	stop()
+	if err := reply(conn, 2*time.Second); err == nil {
+		t.Errorf("the pod got a reply that its stopping agent held without its flows; want it dropped")
+	}
 }

@@ -269,6 +269,7 @@ func (a *Agent) recompute(ctx context.Context) error {
 		// new ones come later, through Changed.
 		names := a.planner.DNSNames()
 		a.cfg.DNS.SetNames(names)
+		a.dnsNamedOnce.Do(func() { close(a.dnsNamed) })
 		if !a.dnsAwaited {
 			// A restarted agent finds its predecessor's flows for the
 			// names on the bridge; syncing before its resolver has

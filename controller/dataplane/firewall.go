@@ -576,11 +576,17 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 	if ns.SnoopDNS {
 		cookieSnoop := Cookie(KindFirewallSnoop, ns.Key)
 		for _, pod := range ns.Sources {
-			fm := b.add(cookieSnoop, TableClassify, priorityFirewallSnoop, snoopDNSReply)
-			setIP(&fm.Match, pod, dstField(pod))
-			fm.Match.SetUint(openflow.FieldIPProto, 17)
-			fm.Match.SetUint(openflow.FieldUDPSrc, 53)
-			dst = append(dst, fm)
+			// UDP and TCP: a truncated answer is asked again over TCP.
+			for _, from := range []struct {
+				proto uint64
+				port  openflow.Field
+			}{{17, openflow.FieldUDPSrc}, {6, openflow.FieldTCPSrc}} {
+				fm := b.add(cookieSnoop, TableClassify, priorityFirewallSnoop, snoopDNSReply)
+				setIP(&fm.Match, pod, dstField(pod))
+				fm.Match.SetUint(openflow.FieldIPProto, from.proto)
+				fm.Match.SetUint(from.port, 53)
+				dst = append(dst, fm)
+			}
 		}
 	}
 	for _, rule := range ns.Rules {

@@ -107,7 +107,9 @@ func TestFirewallFlowsText(t *testing.T) {
 		"cookie=" + cookie(KindFirewallInbound) + ", priority=205,ip,nw_dst=10.244.1.5 actions=ct(commit,zone=61190),NORMAL",
 		"cookie=" + cookie(KindFirewallInbound) + ", priority=205,ipv6,ipv6_dst=fd00:10:244:1::5 actions=ct(commit,zone=61190),NORMAL",
 		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp,nw_dst=10.244.1.5,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
+		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,tcp,nw_dst=10.244.1.5,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
 		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,udp6,ipv6_dst=fd00:10:244:1::5,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
+		"cookie=" + cookie(KindFirewallSnoop) + ", priority=210,tcp6,ipv6_dst=fd00:10:244:1::5,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
 		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=443 actions=" + noteWWW + ",ct(commit,zone=61190),resubmit(,45)",
 		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,udp,reg4=" + id + ",nw_dst=203.0.113.7,tp_dst=53 actions=" + noteWWW + ",ct(commit,zone=61190),resubmit(,45)",
 		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=10000,tcp6,reg4=" + id + ",ipv6_dst=2001:db8::7,tp_dst=443 actions=" + noteWWW + ",ct(commit,zone=61190),resubmit(,45)",
@@ -438,9 +440,10 @@ func TestFirewallFlowCount(t *testing.T) {
 		r = append(r, allowTo(dnsTo(name), esv1.EgressFirewallPort{Protocol: "TCP", Port: 443}, esv1.EgressFirewallPort{Protocol: "UDP", Port: 443}))
 	}
 	// The IPv6 address costs nothing: no pod of the namespace has one. A
-	// namespace with a dnsName rule has a snoop flow per pod address too.
-	if got, want := count(r, resolved), 3*pods+10*3*2; got != want {
-		t.Errorf("10 names × 3 addresses × 2 ports: %d flows, want %d (3 × pods + names × addresses × ports)", got, want)
+	// namespace with a dnsName rule has two snoop flows per pod address
+	// too (DNS replies over UDP and over TCP).
+	if got, want := count(r, resolved), 4*pods+10*3*2; got != want {
+		t.Errorf("10 names × 3 addresses × 2 ports: %d flows, want %d (4 × pods + names × addresses × ports)", got, want)
 	}
 }
 

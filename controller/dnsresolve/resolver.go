@@ -21,6 +21,8 @@ type Resolver struct {
 	exchange exchanger
 	changed  chan struct{}
 	poke     chan struct{} // wakes Run after SetNames or Learn
+	// tcp follows the DNS-over-TCP streams LearnFrame is handed.
+	tcp *TCPReplies
 
 	mu      sync.Mutex
 	entries map[string]*entry // by key, only the wanted names
@@ -82,6 +84,7 @@ func New(cfg Config) (*Resolver, error) {
 		changed:  make(chan struct{}, 1),
 		poke:     make(chan struct{}, 1),
 		entries:  map[string]*entry{},
+		tcp:      NewTCPReplies(),
 	}, nil
 }
 

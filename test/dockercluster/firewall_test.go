@@ -55,7 +55,12 @@ const firewallWindow = 1500 * time.Millisecond
 // then the name's answer changes to the second IPv6 address (the old one
 // is allowed again once its TTL has run out, the new one denied), the
 // object is deleted (everything answered), a namespace at the 8,000-rule
-// limit is enforced, and an object not named default is refused.
+// limit is enforced, and an object not named default is refused. Last,
+// the window test (noDNSWindow): 1,000 lookups of a name whose answer
+// is a new address each time, denied, by a pod that sends to each answer
+// at once: none reaches the external host, for an exact name, a wildcard
+// and across an agent restart; the same with the replies copied rather
+// than held is counted for comparison.
 func TestEgressFirewall(t *testing.T) {
 	c := Start(t, Config{Nodes: 3, NodeDNS: true})
 	var dns *dnstest.Server
@@ -186,6 +191,12 @@ func TestEgressFirewall(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "default") {
 		t.Errorf("an EgressFirewall named strict: %v; want a refusal that names `default`", err)
 	}
+
+	// No window: a pod that sends to each answer of a denied name the
+	// moment it has it never reaches it (firewall_window_test.go).
+	started = time.Now()
+	noDNSWindow(t, c, dns)
+	t.Logf("window test: %v", time.Since(started).Round(100*time.Millisecond))
 }
 
 // endpointIPs are the addresses of the scenario's endpoints.

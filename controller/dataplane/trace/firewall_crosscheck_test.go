@@ -117,17 +117,20 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 		p.InPort, p.EthSrc, p.EthDst, p.SrcPort = openflow.PortLocal, randomMAC(rnd), randomMAC(rnd), 40000
 		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
 	}
-	// DNS replies to pods, in from the uplink: copied to the controller
-	// for the namespace with a dnsName rule (shop), not for another.
+	// DNS replies to pods, over UDP and TCP, in from the uplink: paused for
+	// the controller for the namespace with a dnsName rule (shop), not for
+	// another.
 	for _, dst := range []string{"10.244.1.5", "fd00:10:244:1::5", "10.244.1.6", "10.244.1.8"} {
 		d := netip.MustParseAddr(dst)
 		src := netip.MustParseAddr("198.51.100.53")
 		if d.Is6() {
 			src = netip.MustParseAddr("2001:db8:ff::53")
 		}
-		p := trace.Packet{InPort: b.uplink, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd), Src: src, Dst: d,
-			Proto: trace.ProtoUDP, SrcPort: 53, DstPort: 40000}
-		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
+		for _, proto := range []uint8{trace.ProtoUDP, trace.ProtoTCP} {
+			p := trace.Packet{InPort: b.uplink, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd), Src: src, Dst: d,
+				Proto: proto, SrcPort: 53, DstPort: 40000}
+			probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
+		}
 	}
 	// Packets from outside to each firewalled pod (committed inbound), a
 	// pod's reply to a connection the outside opened (passes, though the

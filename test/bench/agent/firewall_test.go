@@ -280,8 +280,9 @@ type fwCount struct {
 	// addresses are the local pod addresses of namespaces with an
 	// EgressFirewall: a classifying flow each in TableFirewall, an inbound
 	// commit each in TableClassify, and a late admission each in
-	// TableEgress. snooped are those of namespaces with a dnsName rule: a
-	// snoop flow each in TableClassify.
+	// TableEgress. snooped are the snoop flows of the pod addresses of
+	// namespaces with a dnsName rule in TableClassify: two each, DNS
+	// replies over UDP and over TCP.
 	addresses, snooped int
 	// ruleFlows is Σ rules destinations × max(1, ports); deny and allow
 	// split it by the rule's type, cidr, dns and nodes by its destination.
@@ -316,7 +317,7 @@ func countFirewall(firewalls []*esv1.EgressFirewall, podsOf func(namespace strin
 		c.addresses += len(addrs)
 		for _, r := range fw.Spec.Egress {
 			if r.To.DNSName != "" {
-				c.snooped += len(addrs)
+				c.snooped += 2 * len(addrs)
 				break
 			}
 		}
@@ -396,8 +397,8 @@ func (c fwCount) tableFirewall(exempt int) int { return c.addresses + c.ruleFlow
 
 // expectedFlows is benchNode's whole flow set: the shared flows, a
 // classifying flow, an inbound commit and a late admission per pod
-// address, a snoop flow per pod address of a namespace with a dnsName
-// rule, the rule flows.
+// address, two snoop flows (UDP, TCP) per pod address of a namespace with
+// a dnsName rule, the rule flows.
 func (c fwCount) expectedFlows(e *env) int {
 	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), fwNodeAddresses()) + 3*c.addresses + c.snooped + c.ruleFlows
 }
@@ -572,7 +573,7 @@ func BenchmarkAgentFirewall(b *testing.B) {
 		count.cidr, count.dns, count.nodes, count.deny, count.allow, count.portExtra)
 	out("  rules with several destinations and several ports: %d, costing %d flows as destinations x ports, %d as conjunctive matches",
 		count.crossRules, count.crossFlows, count.conjunctive)
-	out("  outside TableFirewall: a late admission per pod address %d (TableEgress) + an inbound commit per pod address %d and a DNS snoop flow per pod address of a namespace with a dnsName rule %d (TableClassify) + %d shared",
+	out("  outside TableFirewall: a late admission per pod address %d (TableEgress) + an inbound commit per pod address %d and two DNS snoop flows (UDP, TCP) per pod address of a namespace with a dnsName rule %d (TableClassify) + %d shared",
 		count.addresses, count.addresses, count.snooped, wantFlows-tableFW-2*count.addresses-count.snooped)
 
 	// Rounds: ovs-ofctl, then the agent, each into the emptied bridge.

@@ -13,6 +13,10 @@
 //     (kubectl logs) what the outside saw of this very pod. (The log, not
 //     a port of the pod: an endpoint's answers to a client outside the
 //     cluster would leave SNATed, which is the point.)
+//   - `testapp dnswindow SERVER NAME COUNT PORT` looks NAME's A record up
+//     at SERVER over UDP COUNT times and, the moment each answer arrives,
+//     sends a UDP datagram to its first address on PORT: a client that
+//     connects as soon as it has an address (dnswindow.go).
 package main
 
 import (
@@ -30,7 +34,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] TARGET...")
+		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] TARGET... | dnswindow [flags] SERVER NAME COUNT PORT")
 		os.Exit(2)
 	}
 	var err error
@@ -41,6 +45,8 @@ func main() {
 		err = sleep(os.Args[2:])
 	case "probe":
 		err = probe(os.Args[2:])
+	case "dnswindow":
+		err = dnsWindow(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
