@@ -53,6 +53,7 @@ func run() error {
 	fs := cli.NewFlags("egressflow-controller")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&opts.Namespace, "namespace", cli.EnvOr("POD_NAMESPACE", cluster.DefaultNamespace), "namespace of the agent heartbeat Leases and of the leader Lease")
+	fs.StringVar(&opts.Deployment, "deployment", cli.EnvOr("DEPLOYMENT_NAME", ""), "name of the controller's own Deployment in --namespace: its deletion (helm uninstall) removes every egress-service node label, as the namespace's does; empty: only the namespace's deletion does")
 	// The default identity is unique per process, as kube-controller-manager's
 	// is: a replica whose container restarts must not take the Lease its
 	// previous process held for its own and resume leading at once; it

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -25,6 +26,16 @@ import (
 // egress-service label from every node at once, one patch per node, in
 // parallel. The node agents remove their flows and rules themselves, on
 // their way out, without the API (cmd/egressflow-agent).
+//
+// `helm uninstall` deletes the workloads but not the namespace (Helm
+// never deletes the namespace it installs into). So every replica also
+// watches its own Deployment (Options.Deployment, by name in its own
+// namespace) and starts the same uninstall the moment it is being deleted
+// (a deletion timestamp: foreground deletion) or gone (a delete event:
+// background deletion, Helm's). A Deployment that was never seen is no
+// sign: a replica run outside one, or given a wrong name, never uninstalls
+// on that account. A rollout, a scale or a `helm upgrade` changes the
+// Deployment and deletes nothing.
 
 // uninstallPatchTimeout bounds each label removal on uninstall: the
 // controller's permissions go within a second, so a slower patch would
@@ -39,20 +50,50 @@ func uninstallInformers(c *Controller) informers.SharedInformerFactory {
 		}))
 }
 
+// deploymentInformers watches the controller's own Deployment; nil when
+// no Deployment is named.
+func deploymentInformers(c *Controller) informers.SharedInformerFactory {
+	if c.opts.Deployment == "" {
+		return nil
+	}
+	return informers.NewSharedInformerFactoryWithOptions(c.kube, 0,
+		informers.WithNamespace(c.opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = "metadata.name=" + c.opts.Deployment
+		}))
+}
+
+// onDeployment starts the uninstall once the Deployment is being deleted.
+func (c *Controller) onDeployment(obj any) {
+	if d, ok := obj.(*appsv1.Deployment); ok && d.DeletionTimestamp == nil {
+		return
+	}
+	c.uninstall("its Deployment " + c.opts.Deployment + " is being deleted")
+}
+
+// deploymentHandler is the Deployment watch's event handler.
+func (c *Controller) deploymentHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onDeployment,
+		UpdateFunc: func(_, n any) { c.onDeployment(n) },
+		DeleteFunc: func(any) { c.uninstall("its Deployment " + c.opts.Deployment + " was deleted") },
+	}
+}
+
 // onNamespace starts the uninstall once the namespace is being deleted.
 func (c *Controller) onNamespace(obj any) {
 	if ns, ok := obj.(*corev1.Namespace); ok && ns.DeletionTimestamp == nil {
 		return
 	}
-	c.uninstall()
+	c.uninstall("its namespace " + c.opts.Namespace + " is being deleted")
 }
 
 // uninstall stops labelling and removes every service label, once.
-func (c *Controller) uninstall() {
+func (c *Controller) uninstall(why string) {
 	if c.uninstalling.Swap(true) {
 		return
 	}
-	klog.InfoS("egressflow's namespace is being deleted: removing every egress-service label from the nodes", "namespace", c.opts.Namespace)
+	klog.InfoS("egressflow is being removed: removing every egress-service label from the nodes", "reason", why, "namespace", c.opts.Namespace)
 	nodes, err := c.nodeLister.List(labels.Everything())
 	if err != nil {
 		klog.ErrorS(err, "Could not list the nodes to remove their egress-service labels")
@@ -87,6 +128,6 @@ func (c *Controller) namespaceHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onNamespace,
 		UpdateFunc: func(_, n any) { c.onNamespace(n) },
-		DeleteFunc: func(any) { c.uninstall() },
+		DeleteFunc: func(any) { c.uninstall("its namespace " + c.opts.Namespace + " was deleted") },
 	}
 }

@@ -3,13 +3,14 @@
 # the Go module proxy, into a cache outside the repo keyed by version:
 #   $EGRESSFLOW_CACHE/bin/kube-apiserver-<v>, kubectl-<v>   (test/tools/kube)
 #   $EGRESSFLOW_CACHE/bin/etcd-<v>                          (test/tools/etcd)
+#   $EGRESSFLOW_CACHE/bin/helm-<v>                          (test/tools/helm)
 # and, with --with-cluster, what the cluster in Docker (test/dockercluster)
 # runs besides: kubelet, kube-controller-manager, kube-scheduler, kube-proxy,
 # kubectl.
 # The versions come from the go.mod files of those two tools modules, which
 # keep k8s.io/kubernetes out of the product's go.mod. A binary already in the
 # cache is not built again (the first kube-apiserver build takes about 4
-# minutes on 2 cores). Prints `name=path` for each binary.
+# minutes on 2 cores, helm about 2). Prints `name=path` for each binary.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${EGRESSFLOW_CACHE:-$HOME/.cache/egressflow}
@@ -40,6 +41,10 @@ kube=$(version_of "$here/kube" k8s.io/kubernetes)
 etcd=$(version_of "$here/etcd" go.etcd.io/etcd/server/v3)
 build etcd "$here/etcd" go.etcd.io/etcd/server/v3 "$etcd"
 build kube-apiserver "$here/kube" k8s.io/kubernetes/cmd/kube-apiserver "$kube"
+# helm renders and lints the chart (deploy/charts/egressflow) in every
+# `go test ./...` (test/chart), and installs it in the e2e tests.
+helm=$(version_of "$here/helm" helm.sh/helm/v3)
+build helm "$here/helm" helm.sh/helm/v3/cmd/helm "$helm"
 for arg in "$@"; do
   case "$arg" in
   --with-kubectl)
