@@ -20,7 +20,7 @@ version_of() { # module dir, module path
   (cd "$1" && go list -m -f '{{.Version}}' "$2")
 }
 
-build() { # name, module dir, package, version
+build() { # name, module dir, package, version, [extra -ldflags]
   local out="$cache/bin/$1-$4"
   if [ ! -x "$out" ]; then
     echo "building $1 $4 (cached afterwards in $cache/bin)" >&2
@@ -30,7 +30,7 @@ build() { # name, module dir, package, version
     # a test that starts the API server) must not move each other's file.
     local tmp
     tmp=$(mktemp "$out.XXXXXX.tmp")
-    (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4" -o "$tmp" "$3") || { rm -f "$tmp"; exit 1; }
+    (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4 ${5:-}" -o "$tmp" "$3") || { rm -f "$tmp"; exit 1; }
     chmod 0755 "$tmp"
     mv "$tmp" "$out"
   fi
@@ -43,8 +43,14 @@ build etcd "$here/etcd" go.etcd.io/etcd/server/v3 "$etcd"
 build kube-apiserver "$here/kube" k8s.io/kubernetes/cmd/kube-apiserver "$kube"
 # helm renders and lints the chart (deploy/charts/egressflow) in every
 # `go test ./...` (test/chart), and installs it in the e2e tests.
+# Stamped as helm's own release build is: its version, and the Kubernetes
+# version its client libraries speak, which `helm template` and `helm lint`
+# check a chart's kubeVersion against (without it, v1.20).
 helm=$(version_of "$here/helm" helm.sh/helm/v3)
-build helm "$here/helm" helm.sh/helm/v3/cmd/helm "$helm"
+k8s_minor=$(version_of "$here/helm" k8s.io/client-go | cut -d. -f2)
+build helm "$here/helm" helm.sh/helm/v3/cmd/helm "$helm" "-X helm.sh/helm/v3/internal/version.version=$helm \
+-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$k8s_minor \
+-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$k8s_minor"
 for arg in "$@"; do
   case "$arg" in
   --with-kubectl)
