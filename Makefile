@@ -2,7 +2,7 @@
 #
 # `make test` and `make demo` need root: Open vSwitch, network namespaces and
 # veth pairs cannot be created otherwise. Both install what is missing first
-# (Debian's openvswitch-switch, and kube-apiserver, etcd and kubectl built from
+# (Debian's openvswitch-switch, and kube-apiserver, etcd, kubectl and helm built from
 # the Go module proxy into $(EGRESSFLOW_CACHE)).
 
 SHELL := /bin/bash
