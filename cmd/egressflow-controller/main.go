@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -30,6 +31,11 @@ const (
 	// values protect a small API server from that burst.
 	defaultQPS   = 200
 	defaultBurst = 400
+	// uninstallTimeout bounds --uninstall. Its work takes a few seconds
+	// (cluster.Uninstall waits 2 s without labels); the chart's hook Job
+	// has a deadline above it, and helm uninstall fails (and deletes
+	// nothing) if it runs out.
+	uninstallTimeout = 2 * time.Minute
 )
 
 func main() {
@@ -74,12 +80,26 @@ func run() error {
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
 	fs.DurationVar(&opts.RetryMaxDelay, "retry-max-delay", cluster.DefaultRetryMaxDelay, "cap of the retry delay")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address serving /metrics, /healthz and /readyz; empty disables")
+	var uninstall bool
+	fs.BoolVar(&uninstall, "uninstall", false, "prepare egressflow's removal and exit: delete --deployment (every replica stops labelling) and remove every egress-service node label (the Helm chart's pre-delete hook)")
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	fs.Float64Var(&qps, "kube-api-qps", defaultQPS, "API client requests per second")
 	fs.IntVar(&burst, "kube-api-burst", defaultBurst, "API client burst")
 	if done, err := fs.Parse(os.Args[1:]); done || err != nil {
 		return err
+	}
+	if uninstall {
+		if opts.Deployment == "" {
+			return fmt.Errorf("--uninstall needs --deployment (or DEPLOYMENT_NAME)")
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), uninstallTimeout)
+		defer cancel()
+		return cluster.Uninstall(ctx, cfg, opts.Namespace, opts.Deployment)
 	}
 
 	var err error

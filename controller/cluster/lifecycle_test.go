@@ -7,9 +7,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/cluster"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -372,5 +374,36 @@ func TestUninstallOnDeploymentDeleted(t *testing.T) {
 	wait.Until(t, settle, func() error { return idle(r) })
 	if got := f.NodesWithLabel(t, f.label("web")); len(got) != 0 {
 		t.Errorf("labelled again after the uninstall: %v", got)
+	}
+}
+
+// TestUninstallStep: `egressflow-controller --uninstall` (cluster.Uninstall,
+// the Helm chart's pre-delete hook), run as the deploy/ ServiceAccount,
+// deletes the controller's Deployment and removes every egress-service
+// label, also those of a controller that is no longer running (a crashed
+// one, which saw no sign): nothing is left for the RBAC's deletion to
+// strand.
+func TestUninstallStep(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	r := f.run("replica-a")
+	f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.NodesWithLabel(t, f.label("web")); len(got) != 1 {
+		t.Fatalf("before the uninstall: %v carry %s, want one node", got, f.label("web"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	start := time.Now()
+	if err := cluster.Uninstall(ctx, f.Cluster.Config(kubetest.Controller), kubetest.SystemNamespace, "egressflow-controller"); err != nil {
+		t.Fatalf("Uninstall: %v", err)
+	}
+	t.Logf("Uninstall returned after %v", time.Since(start).Round(time.Millisecond))
+	if got := f.NodesWithLabel(t, f.label("web")); len(got) != 0 {
+		t.Errorf("after the uninstall: %v carry %s", got, f.label("web"))
+	}
+	if _, err := f.Kube.AppsV1().Deployments(kubetest.SystemNamespace).Get(context.Background(), "egressflow-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the controller's Deployment after the uninstall: %v, want NotFound", err)
 	}
 }

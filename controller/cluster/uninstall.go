@@ -2,15 +2,21 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -36,6 +42,77 @@ import (
 // sign: a replica run outside one, or given a wrong name, never uninstalls
 // on that account. A rollout, a scale or a `helm upgrade` changes the
 // Deployment and deletes nothing.
+
+// Helm deletes the Deployment and, some tens of milliseconds later, the
+// controller's RBAC, which can be too soon for the replicas' label removal.
+// So the chart runs Uninstall first, as a pre-delete hook, while every
+// permission is still there: it deletes the Deployment itself (the sign
+// the replicas follow) and removes whatever label is left, until none has
+// come back for uninstallSettle.
+
+const (
+	// uninstallSettle is how long no node may carry an egress-service
+	// label before Uninstall is done: longer than a replica's label patch
+	// that was in flight when it saw the Deployment's deletion. Longer
+	// only slows helm uninstall down.
+	uninstallSettle = 2 * time.Second
+	// uninstallPoll is how often Uninstall lists the nodes meanwhile.
+	uninstallPoll = 250 * time.Millisecond
+)
+
+// Uninstall prepares egressflow's removal while its permissions last (the
+// Helm chart's pre-delete hook, `egressflow-controller --uninstall`): it
+// deletes the controller's Deployment in namespace, so that every replica
+// stops labelling, and removes every egress-service label from every node,
+// again whenever one comes back, until none has for uninstallSettle. ctx
+// bounds it.
+func Uninstall(ctx context.Context, cfg *rest.Config, namespace, deployment string) error {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	background := metav1.DeletePropagationBackground
+	err = kube.AppsV1().Deployments(namespace).Delete(ctx, deployment, metav1.DeleteOptions{PropagationPolicy: &background})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete Deployment %s/%s: %w", namespace, deployment, err)
+	}
+	klog.InfoS("Deleted the controller's Deployment; removing every egress-service label", "namespace", namespace, "deployment", deployment)
+	clean := time.Now()
+	for {
+		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list nodes: %w", err)
+		}
+		for _, n := range nodes.Items {
+			remove := map[string]any{}
+			for k := range n.Labels {
+				if assign.IsLabelKey(k) {
+					remove[k] = nil
+				}
+			}
+			if len(remove) == 0 {
+				continue
+			}
+			clean = time.Now()
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": remove}})
+			if err != nil {
+				return err
+			}
+			if _, err := kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("remove egress-service labels of node %s: %w", n.Name, err)
+			}
+			klog.InfoS("Removed egress-service labels", "node", n.Name, "labels", len(remove))
+		}
+		if time.Since(clean) >= uninstallSettle {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("egress-service labels kept coming back: %w", ctx.Err())
+		case <-time.After(uninstallPoll):
+		}
+	}
+}
 
 // uninstallPatchTimeout bounds each label removal on uninstall: the
 // controller's permissions go within a second, so a slower patch would

@@ -151,6 +151,16 @@ func template(t *testing.T, namespace string, args ...string) []object {
 	return parse(t, helm(t, append([]string{"template", release, chartDir, "--namespace", namespace}, args...)...))
 }
 
+// uninstallHook is the chart's pre-delete hook, which deploy/ has not
+// (kubectl delete -k deletes the namespace first, which is the sign).
+const uninstallHook = "Job/%s/egressflow-uninstall"
+
+// withoutHooks drops Helm's hooks (objects annotated helm.sh/hook): they
+// are not installed as part of the release.
+func withoutHooks(objs []object) []object {
+	return slices.DeleteFunc(objs, func(o object) bool { return str(o, "metadata", "annotations", "helm.sh/hook") != "" })
+}
+
 // withoutChecksum drops the chart's checksum annotations from the pod
 // templates (and the annotations map when nothing else is left).
 func withoutChecksum(objs []object) []object {
@@ -183,7 +193,12 @@ func TestLint(t *testing.T) {
 // deploy/monitoring besides.
 func TestSameObjectsAsKustomize(t *testing.T) {
 	want := byKey(t, kustomize(t, "deploy"))
-	got := byKey(t, withoutChecksum(template(t, deployNamespace)))
+	all := withoutChecksum(template(t, deployNamespace))
+	hook := byKey(t, all)[fmt.Sprintf(uninstallHook, deployNamespace)]
+	if str(hook, "metadata", "annotations", "helm.sh/hook") != "pre-delete" {
+		t.Errorf("no pre-delete hook %s: %v", fmt.Sprintf(uninstallHook, deployNamespace), hook)
+	}
+	got := byKey(t, withoutHooks(all))
 	// deploy/ creates its namespace; with the default values the chart
 	// installs into an existing one (helm install --create-namespace).
 	delete(want, "Namespace//"+deployNamespace)
@@ -193,10 +208,10 @@ func TestSameObjectsAsKustomize(t *testing.T) {
 	for k, o := range want {
 		monitoring[k] = o
 	}
-	got = byKey(t, withoutChecksum(template(t, deployNamespace, "--set", "monitoring.enabled=true")))
+	got = byKey(t, withoutHooks(withoutChecksum(template(t, deployNamespace, "--set", "monitoring.enabled=true"))))
 	compare(t, "deploy/ and deploy/monitoring", monitoring, got)
 
-	got = byKey(t, withoutChecksum(template(t, deployNamespace, "--set", "admission.enabled=false")))
+	got = byKey(t, withoutHooks(withoutChecksum(template(t, deployNamespace, "--set", "admission.enabled=false"))))
 	for k, o := range want {
 		if strings.HasPrefix(o.kind(), "ValidatingAdmissionPolicy") {
 			delete(want, k)
@@ -272,7 +287,7 @@ func TestAnotherNamespace(t *testing.T) {
 	}
 	for kind, n := range map[string]int{"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 2, "ClusterRole": 2, "ClusterRoleBinding": 2,
 		"Role": 2, "RoleBinding": 2, "DaemonSet": 1, "Deployment": 1, "ValidatingAdmissionPolicy": 3,
-		"ValidatingAdmissionPolicyBinding": 3, "PodMonitor": 1, "PrometheusRule": 1} {
+		"ValidatingAdmissionPolicyBinding": 3, "PodMonitor": 1, "PrometheusRule": 1, "Job": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
 		}
