@@ -63,7 +63,7 @@ func TestHelm(t *testing.T) {
 	if now, at := s.announcer.Current(); now != host || !at.Equal(routedAt) {
 		t.Errorf("the host moved from %s to %s during the upgrade", host.Name, now.Name)
 	}
-	expectNoHostLost(t, c)
+	expectNoHostLost(t, c, upgrade)
 	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
 	if flooded > 0 {
 		t.Errorf("%d pod-IP frames flooded past the external host during the upgrade", flooded)
