@@ -2,7 +2,7 @@
 #
 # `make test` and `make demo` need root: Open vSwitch, network namespaces and
 # veth pairs cannot be created otherwise. Both install what is missing first
-# (Debian's openvswitch-switch, and kube-apiserver, etcd and kubectl built from
+# (Debian's openvswitch-switch, and kube-apiserver, etcd, kubectl and helm built from
 # the Go module proxy into $(EGRESSFLOW_CACHE)).
 
 SHELL := /bin/bash
@@ -43,7 +43,7 @@ FUZZTIME_LONG ?= 10m
 # few hundred). About a second per 5000 here; it needs root, like make test.
 DIFF_FLOWS_LONG ?= 50000
 
-.PHONY: images all build generate manifests lint test test-deps demo fuzz-smoke fuzz \
+.PHONY: images all build generate manifests lint chart-check test test-deps demo fuzz-smoke fuzz \
 	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-egressip bench-restart bench-failover e2e clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
@@ -91,10 +91,13 @@ generate:
 		--listers-package $(GEN_PKG)/listers \
 		$(API_PKG)/egressservice/v1
 
-## manifests: the CRD in deploy/crds/ from the kubebuilder markers on the types.
+## manifests: the CRDs in deploy/crds/ from the kubebuilder markers on the types,
+## and their copies in the Helm chart (deploy/charts/egressflow/crds, checked by test/chart).
 manifests:
 	go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION) \
 		crd paths=./controller/apis/... output:crd:artifacts:config=deploy/crds
+	rm -f deploy/charts/egressflow/crds/*.yaml
+	cp deploy/crds/k8s.ovn.org_*.yaml deploy/charts/egressflow/crds/
 
 ## lint: go vet and a gofmt check.
 lint:
@@ -103,6 +106,13 @@ lint:
 	go vet -tags e2e ./test/dockercluster
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+
+## chart-check: the Helm chart (deploy/charts/egressflow): helm lint and helm template with
+## the default values and with another namespace's and image's, the rendered objects equal
+## to deploy/'s, its copies of the CRDs, policies and monitoring files equal to deploy/'s
+## (test/chart; `make test` runs it within go test ./...).
+chart-check: test-deps
+	go test -count=1 -v ./test/chart
 
 ## test-deps: install Open vSwitch (Debian) and build the Kubernetes binaries if missing.
 test-deps:

@@ -282,6 +282,18 @@ func (m Match) getRegs(first, n int) (value, mask []byte, ok bool) {
 	return value, mask, true
 }
 
+// Addr returns the address an IPv4 or IPv6 address field matches
+// exactly (no mask, or a full one); false when it matches none, or a
+// prefix.
+func (m Match) Addr(f Field) (netip.Addr, bool) {
+	value, mask, ok := m.Get(f)
+	if !ok || (mask != nil && !isOnes(mask)) {
+		return netip.Addr{}, false
+	}
+	a, ok := netip.AddrFromSlice(value)
+	return a, ok
+}
+
 // Uint returns the value and mask of f as integers (the low 64 bits for
 // 16-byte fields).
 func (m Match) Uint(f Field) (v, mask uint64, ok bool) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -30,6 +31,11 @@ const (
 	// values protect a small API server from that burst.
 	defaultQPS   = 200
 	defaultBurst = 400
+	// uninstallTimeout bounds --uninstall. Its work takes a few seconds
+	// (cluster.Uninstall waits 2 s without labels); the chart's hook Job
+	// has a deadline above it, and helm uninstall fails (and deletes
+	// nothing) if it runs out.
+	uninstallTimeout = 2 * time.Minute
 )
 
 func main() {
@@ -53,6 +59,7 @@ func run() error {
 	fs := cli.NewFlags("egressflow-controller")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&opts.Namespace, "namespace", cli.EnvOr("POD_NAMESPACE", cluster.DefaultNamespace), "namespace of the agent heartbeat Leases and of the leader Lease")
+	fs.StringVar(&opts.Deployment, "deployment", cli.EnvOr("DEPLOYMENT_NAME", ""), "name of the controller's own Deployment in --namespace: its deletion (helm uninstall) removes every egress-service node label, as the namespace's does; empty: only the namespace's deletion does")
 	// The default identity is unique per process, as kube-controller-manager's
 	// is: a replica whose container restarts must not take the Lease its
 	// previous process held for its own and resume leading at once; it
@@ -73,12 +80,26 @@ func run() error {
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
 	fs.DurationVar(&opts.RetryMaxDelay, "retry-max-delay", cluster.DefaultRetryMaxDelay, "cap of the retry delay")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address serving /metrics, /healthz and /readyz; empty disables")
+	var uninstall bool
+	fs.BoolVar(&uninstall, "uninstall", false, "prepare egressflow's removal and exit: delete --deployment (every replica stops labelling) and remove every egress-service node label (the Helm chart's pre-delete hook)")
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
 	fs.Float64Var(&qps, "kube-api-qps", defaultQPS, "API client requests per second")
 	fs.IntVar(&burst, "kube-api-burst", defaultBurst, "API client burst")
 	if done, err := fs.Parse(os.Args[1:]); done || err != nil {
 		return err
+	}
+	if uninstall {
+		if opts.Deployment == "" {
+			return fmt.Errorf("--uninstall needs --deployment (or DEPLOYMENT_NAME)")
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), uninstallTimeout)
+		defer cancel()
+		return cluster.Uninstall(ctx, cfg, opts.Namespace, opts.Deployment)
 	}
 
 	var err error

@@ -97,6 +97,28 @@ func podLookup(t testing.TB, pod *topology.Pod, server netip.AddrPort, name stri
 	return out
 }
 
+// externalDNSAddr is where externalDNS serves, on the external host.
+var externalDNSAddr = netip.MustParseAddr("198.51.100.53")
+
+// externalDNS starts a DNS server on the external host at
+// externalDNSAddr:53, which the nodes route to, as the pods' resolver
+// outside the cluster; it stops with the test.
+func (e *env) externalDNS() *dnstest.Server {
+	e.t.Helper()
+	e.topo.External.AddAddress(e.t, externalDNSAddr)
+	e.routeToExternal(externalDNSAddr)
+	var server *dnstest.Server
+	if err := topology.InNetns(e.topo.External.Netns, func() error {
+		var err error
+		server, err = dnstest.Start(netip.AddrPortFrom(externalDNSAddr, 53).String())
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = server.Close() })
+	return server
+}
+
 // expectServes opens a TCP connection from client to a server it starts
 // in pod, on the pod's IPv4 address, and fails the test unless the pod's
 // answer comes back.
@@ -298,18 +320,7 @@ func TestAgentEgressFirewall(t *testing.T) {
 	// A wildcard: its names cannot be looked up, so it fills only from
 	// the DNS replies the pods receive, which the bridge copies to the
 	// agent. app asks the external host's DNS server for a name under it.
-	resolverAddr := netip.MustParseAddr("198.51.100.53") // no rule names it
-	e.topo.External.AddAddress(t, resolverAddr)
-	e.routeToExternal(resolverAddr)
-	var external *dnstest.Server
-	if err := topology.InNetns(e.topo.External.Netns, func() error {
-		var err error
-		external, err = dnstest.Start(netip.AddrPortFrom(resolverAddr, 53).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = external.Close() })
+	external := e.externalDNS() // no rule names its address
 	external.Set("x.wild.test", dnstest.A(internet[0].String(), 30))
 	current, err := e.admin.ES.K8sV1().EgressFirewalls("shop").Get(ctx, esv1.EgressFirewallName, metav1.GetOptions{})
 	if err != nil {

@@ -12,13 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/dnsresolve/dnstest"
+	"github.com/egressflow/egressflow/test/dnsquery"
 	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
 )
@@ -48,18 +47,7 @@ const windowExact, windowWildcard = "rotate.test", "a.wild.test"
 func newWindowEnv(t testing.TB) *windowEnv {
 	e := newEnv(t, 1)
 	n := e.topo.Nodes[0]
-	resolverAddr := netip.MustParseAddr("198.51.100.53")
-	e.topo.External.AddAddress(t, resolverAddr)
-	e.routeToExternal(resolverAddr)
-	w := &windowEnv{env: e}
-	if err := topology.InNetns(e.topo.External.Netns, func() error {
-		var err error
-		w.dns, err = dnstest.Start(netip.AddrPortFrom(resolverAddr, 53).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.dns.Close() })
+	w := &windowEnv{env: e, dns: e.externalDNS()}
 	e.dnsServers = []netip.AddrPort{w.dns.Addr()}
 	w.app = e.addPod(n, "app")
 	fw := &esv1.EgressFirewall{
@@ -251,7 +239,7 @@ const dnsHoldLookups = 1000
 // answer arrives, sends a UDP datagram to the address it gave (port 9).
 // It returns each lookup's round trip, query to answer.
 func lookupAndSend(pod *topology.Pod, server netip.AddrPort, network, name string, n int) ([]time.Duration, error) {
-	query, err := aQuery(name)
+	query, err := dnsquery.A(0x5eed, name)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +264,7 @@ func lookupAndSend(pod *topology.Pod, server netip.AddrPort, network, name strin
 				return fmt.Errorf("lookup %d of %s over %s: %w", i, name, network, err)
 			}
 			rtt := time.Since(asked)
-			addr, err := firstA(reply)
+			addr, _, err := dnsquery.FirstA(reply)
 			if err != nil {
 				return fmt.Errorf("lookup %d of %s: %w", i, name, err)
 			}
@@ -323,46 +311,6 @@ func exchange(udp net.Conn, network string, server netip.AddrPort, query []byte)
 	return reply[:length], err
 }
 
-// aQuery is a DNS query for name's A records.
-func aQuery(name string) ([]byte, error) {
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 0x5eed, RecursionDesired: true})
-	if err := b.StartQuestions(); err != nil {
-		return nil, err
-	}
-	if err := b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}); err != nil {
-		return nil, err
-	}
-	return b.Finish()
-}
-
-// firstA is the first A record of a DNS reply.
-func firstA(reply []byte) (netip.Addr, error) {
-	var p dnsmessage.Parser
-	if _, err := p.Start(reply); err != nil {
-		return netip.Addr{}, err
-	}
-	if err := p.SkipAllQuestions(); err != nil {
-		return netip.Addr{}, err
-	}
-	for {
-		h, err := p.AnswerHeader()
-		if err != nil {
-			return netip.Addr{}, fmt.Errorf("no A record: %w", err)
-		}
-		if h.Type != dnsmessage.TypeA {
-			if err := p.SkipAnswer(); err != nil {
-				return netip.Addr{}, err
-			}
-			continue
-		}
-		a, err := p.AResource()
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		return netip.AddrFrom4(a.A), nil
-	}
-}
-
 // sendDatagram sends one UDP datagram of size bytes from inside pod's
 // namespace to dst.
 func sendDatagram(pod *topology.Pod, dst netip.AddrPort, size int) error {
@@ -389,18 +337,7 @@ func sendDatagram(pod *topology.Pod, dst netip.AddrPort, size int) error {
 func TestDNSHoldAtStartAndStop(t *testing.T) {
 	e := newEnv(t, 1)
 	n := e.topo.Nodes[0]
-	resolverAddr := netip.MustParseAddr("198.51.100.53")
-	e.topo.External.AddAddress(t, resolverAddr)
-	e.routeToExternal(resolverAddr)
-	var dns *dnstest.Server
-	if err := topology.InNetns(e.topo.External.Netns, func() error {
-		var err error
-		dns, err = dnstest.Start(netip.AddrPortFrom(resolverAddr, 53).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dns.Close() })
+	dns := e.externalDNS()
 	e.dnsServers = []netip.AddrPort{dns.Addr()}
 	app := e.addPod(n, "app")
 	const name = "held.test"
@@ -419,7 +356,7 @@ func TestDNSHoldAtStartAndStop(t *testing.T) {
 	podLookup(t, app, dns.Addr(), name) // the snoop flows pause the pod's replies
 	// The agent goes; its flows stay, pausing every reply to the pod.
 	agent.stop()
-	query, err := aQuery(name)
+	query, err := dnsquery.A(0x5eed, name)
 	if err != nil {
 		t.Fatal(err)
 	}

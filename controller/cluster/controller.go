@@ -46,6 +46,7 @@ type Controller struct {
 	kubeInformers  informers.SharedInformerFactory
 	leaseInformers informers.SharedInformerFactory
 	nsInformers    informers.SharedInformerFactory // the uninstall watch
+	deployInformer informers.SharedInformerFactory // the uninstall watch of its Deployment; nil without one
 	esInformers    esinformers.SharedInformerFactory
 
 	esLister      eslisters.EgressServiceLister
@@ -63,7 +64,8 @@ type Controller struct {
 	// handlers feed it; they do nothing without one.
 	term  atomic.Pointer[term]
 	ready atomic.Bool
-	// uninstalling: egressflow's namespace is being deleted; no node is
+	// uninstalling: egressflow's namespace or the controller's Deployment
+	// is being deleted; no node is
 	// to carry a service label any more (see uninstall).
 	uninstalling atomic.Bool
 	active       atomic.Int64 // syncs in progress, for Idle
@@ -142,6 +144,11 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	c.nsInformers = uninstallInformers(c)
 	if _, err := c.nsInformers.Core().V1().Namespaces().Informer().AddEventHandler(c.namespaceHandler()); err != nil {
 		return nil, err
+	}
+	if c.deployInformer = deploymentInformers(c); c.deployInformer != nil {
+		if _, err := c.deployInformer.Apps().V1().Deployments().Informer().AddEventHandler(c.deploymentHandler()); err != nil {
+			return nil, err
+		}
 	}
 
 	esInf := c.esInformers.K8s().V1().EgressServices()
@@ -223,6 +230,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.leaseInformers.Start(ctx.Done())
 	c.nsInformers.Start(ctx.Done())
 	defer c.nsInformers.Shutdown()
+	if c.deployInformer != nil {
+		c.deployInformer.Start(ctx.Done())
+		defer c.deployInformer.Shutdown()
+	}
 	c.esInformers.Start(ctx.Done())
 	defer c.kubeInformers.Shutdown()
 	defer c.leaseInformers.Shutdown()

@@ -78,7 +78,11 @@ func parseNode(spec string) (string, map[string]string) {
 // run starts a leader-elected controller replica and waits until it leads
 // and has processed what exists.
 func (f *fixture) run(identity string) *clustertest.Replica {
-	opts := options(identity)
+	return f.runWith(options(identity))
+}
+
+// runWith is run with other options.
+func (f *fixture) runWith(opts cluster.Options) *clustertest.Replica {
 	f.reg = prometheus.NewRegistry()
 	opts.Registerer = f.reg
 	r := f.RunController(f.t, opts)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/cluster"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -321,4 +324,86 @@ func TestUninstallRemovesLabels(t *testing.T) {
 		}
 	}
 	f.waitLabelOn("web")
+}
+
+// TestUninstallOnDeploymentDeleted: the controller's own Deployment being
+// deleted (`helm uninstall` deletes it and keeps the namespace) makes the
+// controller remove every egress-service label at once, as the
+// namespace's deletion does; another Deployment of the namespace deleted
+// first is no sign. The controller runs as the deploy/ ServiceAccount, so
+// its Role must grant the watch.
+func TestUninstallOnDeploymentDeleted(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	opts := options("replica-a")
+	opts.Deployment = "egressflow-controller"
+	r := f.runWith(opts)
+	f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	ctx := context.Background()
+	deployments := f.Kube.AppsV1().Deployments(kubetest.SystemNamespace)
+	ours, err := deployments.Get(ctx, opts.Deployment, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("deploy/controller/deployment.yaml's Deployment: %v", err)
+	}
+
+	// Another Deployment of the namespace, deleted: nothing moves.
+	other := ours.DeepCopy()
+	other.ObjectMeta = metav1.ObjectMeta{Name: "something-else", Namespace: kubetest.SystemNamespace}
+	if _, err := deployments.Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := deployments.Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.Resync()
+	wait.Until(t, settle, func() error { return idle(r) })
+	if got := f.NodesWithLabel(t, f.label("web")); len(got) != 1 {
+		t.Fatalf("another Deployment's deletion changed the labels: %v carry %s", got, f.label("web"))
+	}
+
+	// Its own, deleted as Helm deletes it (background propagation: the
+	// object goes at once; this API server runs no garbage collector).
+	background := metav1.DeletePropagationBackground
+	start := time.Now()
+	if err := deployments.Delete(ctx, opts.Deployment, metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLabelOn("web")
+	t.Logf("every label removed %v after the Deployment's deletion", time.Since(start).Round(time.Millisecond))
+	// And none added again.
+	r.Resync()
+	wait.Until(t, settle, func() error { return idle(r) })
+	if got := f.NodesWithLabel(t, f.label("web")); len(got) != 0 {
+		t.Errorf("labelled again after the uninstall: %v", got)
+	}
+}
+
+// TestUninstallStep: `egressflow-controller --uninstall` (cluster.Uninstall,
+// the Helm chart's pre-delete hook), run as the deploy/ ServiceAccount,
+// deletes the controller's Deployment and removes every egress-service
+// label, also those of a controller that is no longer running (a crashed
+// one, which saw no sign): nothing is left for the RBAC's deletion to
+// strand.
+func TestUninstallStep(t *testing.T) {
+	f := newFixture(t, "node-a", "node-b")
+	r := f.run("replica-a")
+	f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.NodesWithLabel(t, f.label("web")); len(got) != 1 {
+		t.Fatalf("before the uninstall: %v carry %s, want one node", got, f.label("web"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	start := time.Now()
+	if err := cluster.Uninstall(ctx, f.Cluster.Config(kubetest.Controller), kubetest.SystemNamespace, "egressflow-controller"); err != nil {
+		t.Fatalf("Uninstall: %v", err)
+	}
+	t.Logf("Uninstall returned after %v", time.Since(start).Round(time.Millisecond))
+	if got := f.NodesWithLabel(t, f.label("web")); len(got) != 0 {
+		t.Errorf("after the uninstall: %v carry %s", got, f.label("web"))
+	}
+	if _, err := f.Kube.AppsV1().Deployments(kubetest.SystemNamespace).Get(context.Background(), "egressflow-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the controller's Deployment after the uninstall: %v, want NotFound", err)
+	}
 }

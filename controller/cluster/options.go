@@ -112,6 +112,11 @@ const (
 type Options struct {
 	// Namespace holds agent Leases and the leader Lease.
 	Namespace string
+	// Deployment names the controller's own Deployment in Namespace: its
+	// deletion (`helm uninstall`, which keeps the namespace) starts the
+	// uninstall as the namespace's does (uninstall.go). Empty: only the
+	// namespace's deletion does.
+	Deployment string
 	// Identity names this replica in the leader Lease (e.g. the pod name).
 	Identity string
 

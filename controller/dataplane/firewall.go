@@ -470,11 +470,7 @@ func FirewallAnswers(flows []openflow.Flow) map[string][]netip.Addr {
 			continue
 		}
 		for _, field := range []openflow.Field{openflow.FieldIPv4Dst, openflow.FieldIPv6Dst} {
-			value, mask, ok := f.Match.Get(field)
-			if !ok || (mask != nil && !allOnes(mask)) {
-				continue
-			}
-			if a, ok := netip.AddrFromSlice(value); ok {
+			if a, ok := f.Match.Addr(field); ok {
 				out[name] = append(out[name], a)
 			}
 		}
@@ -484,15 +480,6 @@ func FirewallAnswers(flows []openflow.Flow) map[string][]netip.Addr {
 		out[name] = slices.Compact(addrs)
 	}
 	return out
-}
-
-func allOnes(b []byte) bool {
-	for _, x := range b {
-		if x != 0xff {
-			return false
-		}
-	}
-	return true
 }
 
 // resubmitQoS ends every path through TableFirewall that lets a packet go

@@ -21,6 +21,7 @@ import (
 func generated(path string) bool {
 	return strings.HasPrefix(path, "controller/generated/") ||
 		(strings.HasPrefix(path, "deploy/crds/") && filepath.Base(path) != "kustomization.yaml") ||
+		strings.HasPrefix(path, "deploy/charts/egressflow/crds/") ||
 		(strings.HasPrefix(path, "controller/apis/") && strings.HasPrefix(filepath.Base(path), "zz_generated."))
 }
 

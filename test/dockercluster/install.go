@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -153,4 +155,42 @@ func (c *Cluster) InstallNamespace() string {
 		return Namespace
 	}
 	return c.namespace
+}
+
+// ChartDir is egressflow's Helm chart, relative to the repository.
+const ChartDir = "deploy/charts/egressflow"
+
+// Helm runs helm (built from the module proxy into the cache, like
+// kubectl) against the cluster and fails the test if it fails. Its own
+// repositories, cache and plugins are the test's, not the user's.
+func (c *Cluster) Helm(args ...string) string {
+	c.t.Helper()
+	bin, err := kubetest.Binary("helm")
+	if err != nil {
+		c.t.Fatalf("dockercluster: helm (make test-deps builds it): %v", err)
+	}
+	home := c.t.TempDir()
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd.Dir = mustRepoRoot(c.t)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("dockercluster: helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// HelmInstall installs the chart as release into namespace, as an
+// operator does (`helm install --create-namespace`; the CRDs come from
+// the chart's crds/), with extra helm arguments (--set, --values), and
+// waits until the workloads are Ready. The cluster's helpers follow that
+// namespace.
+func (c *Cluster) HelmInstall(release, namespace string, args ...string) {
+	c.t.Helper()
+	start := time.Now()
+	c.Helm(append([]string{"install", release, ChartDir, "--namespace", namespace, "--create-namespace"}, args...)...)
+	c.namespace = namespace
+	c.WaitInstalled()
+	c.t.Logf("dockercluster: egressflow installed in %s and Ready %v after helm install", namespace, time.Since(start).Round(time.Second))
 }

@@ -45,7 +45,7 @@ func TestAnotherNamespace(t *testing.T) {
 
 	s := newEgressScenario(t, c, offLeader(c))
 	s.expectLBIPs()
-	host, routedAt := s.announcer.Current()
+	host, _ := s.announcer.Current()
 	capture := c.External.Capture(t)
 
 	// A restart that is no uninstall: the agent on the host stopped by
@@ -65,11 +65,14 @@ func TestAnotherNamespace(t *testing.T) {
 	}
 	s.expectLBIPs()
 	t.Logf("agent on %s stopped by SIGTERM and restarted; the dataplane stayed", host.Name)
+	// (Such a restart hands no Lease over: the host may move if the
+	// restart takes longer than the Lease, as for any agent that stops.)
 
 	// A rolling update: every agent deleted through the API, one after
 	// another, each handing its Lease over for the restart grace to a
 	// successor that starts slowly (an init container sleeps 6 s) and
 	// finds its flows in place.
+	host, routedAt := s.announcer.Current()
 	rollout := time.Now()
 	c.Kubectl("patch", "-n", overlayNamespace, "daemonset/egressflow-agent", "--type=json", "-p",
 		`[{"op": "add", "path": "/spec/template/spec/initContainers", "value": [{"name": "slow-start", "image": "`+TestAppImage+
@@ -79,9 +82,9 @@ func TestAnotherNamespace(t *testing.T) {
 	t.Logf("rolled out %d agents in %v", len(c.Nodes), time.Since(rollout).Round(time.Second))
 	s.expectLBIPs()
 	if now, at := s.announcer.Current(); now != host || !at.Equal(routedAt) {
-		t.Errorf("the host moved from %s to %s during the restart and the rollout", host.Name, now.Name)
+		t.Errorf("the host moved from %s to %s during the rollout", host.Name, now.Name)
 	}
-	expectNoHostLost(t, c)
+	expectNoHostLost(t, c, rollout)
 	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
 	if flooded > 0 {
 		t.Errorf("%d pod-IP frames flooded past the external host during the restart and the rollout", flooded)

@@ -678,3 +678,17 @@ func Apply(t testing.TB, cfg *rest.Config, path string) {
 		t.Fatalf("%s: %v", path, err)
 	}
 }
+
+// Binary builds (once, then from the cache) and locates one of the
+// binaries test/tools/build-binaries.sh reports (helm, or kubectl with
+// --with-kubectl among args): a test fails rather than skips without it.
+func Binary(name string, args ...string) (string, error) {
+	bins, err := binaries(args...)
+	if err != nil {
+		return "", err
+	}
+	if bins[name] == "" {
+		return "", fmt.Errorf("build-binaries.sh did not report %s", name)
+	}
+	return bins[name], nil
+}

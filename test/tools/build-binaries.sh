@@ -3,13 +3,14 @@
 # the Go module proxy, into a cache outside the repo keyed by version:
 #   $EGRESSFLOW_CACHE/bin/kube-apiserver-<v>, kubectl-<v>   (test/tools/kube)
 #   $EGRESSFLOW_CACHE/bin/etcd-<v>                          (test/tools/etcd)
+#   $EGRESSFLOW_CACHE/bin/helm-<v>                          (test/tools/helm)
 # and, with --with-cluster, what the cluster in Docker (test/dockercluster)
 # runs besides: kubelet, kube-controller-manager, kube-scheduler, kube-proxy,
 # kubectl.
 # The versions come from the go.mod files of those two tools modules, which
 # keep k8s.io/kubernetes out of the product's go.mod. A binary already in the
 # cache is not built again (the first kube-apiserver build takes about 4
-# minutes on 2 cores). Prints `name=path` for each binary.
+# minutes on 2 cores, helm about 2). Prints `name=path` for each binary.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${EGRESSFLOW_CACHE:-$HOME/.cache/egressflow}
@@ -19,7 +20,7 @@ version_of() { # module dir, module path
   (cd "$1" && go list -m -f '{{.Version}}' "$2")
 }
 
-build() { # name, module dir, package, version
+build() { # name, module dir, package, version, [extra -ldflags]
   local out="$cache/bin/$1-$4"
   if [ ! -x "$out" ]; then
     echo "building $1 $4 (cached afterwards in $cache/bin)" >&2
@@ -29,7 +30,7 @@ build() { # name, module dir, package, version
     # a test that starts the API server) must not move each other's file.
     local tmp
     tmp=$(mktemp "$out.XXXXXX.tmp")
-    (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4" -o "$tmp" "$3") || { rm -f "$tmp"; exit 1; }
+    (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4 ${5:-}" -o "$tmp" "$3") || { rm -f "$tmp"; exit 1; }
     chmod 0755 "$tmp"
     mv "$tmp" "$out"
   fi
@@ -40,6 +41,16 @@ kube=$(version_of "$here/kube" k8s.io/kubernetes)
 etcd=$(version_of "$here/etcd" go.etcd.io/etcd/server/v3)
 build etcd "$here/etcd" go.etcd.io/etcd/server/v3 "$etcd"
 build kube-apiserver "$here/kube" k8s.io/kubernetes/cmd/kube-apiserver "$kube"
+# helm renders and lints the chart (deploy/charts/egressflow) in every
+# `go test ./...` (test/chart), and installs it in the e2e tests.
+# Stamped as helm's own release build is: its version, and the Kubernetes
+# version its client libraries speak, which `helm template` and `helm lint`
+# check a chart's kubeVersion against (without it, v1.20).
+helm=$(version_of "$here/helm" helm.sh/helm/v3)
+k8s_minor=$(version_of "$here/helm" k8s.io/client-go | cut -d. -f2)
+build helm "$here/helm" helm.sh/helm/v3/cmd/helm "$helm" "-X helm.sh/helm/v3/internal/version.version=$helm \
+-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$k8s_minor \
+-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$k8s_minor"
 for arg in "$@"; do
   case "$arg" in
   --with-kubectl)

@@ -2,7 +2,7 @@
 # Installs what the tests and the demo need on a fresh Debian machine, and
 # nothing that is already there: Open vSwitch and the network tools from
 # Debian's packages (promtool among them), then the Kubernetes binaries
-# (build-binaries.sh).
+# (build-binaries.sh), helm among them.
 # Needs root (apt-get, and later OVS and network namespaces).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
+	"github.com/egressflow/egressflow/test/dnsquery"
 )
 
 // dnsWindow is `testapp dnswindow [flags] SERVER NAME COUNT PORT`: COUNT
@@ -168,7 +168,7 @@ func (l *lookups) lookup(name string, attempts int) (netip.Addr, int, error) {
 // its reply, discarding replies to other queries.
 func (l *lookups) ask(name string) (netip.Addr, error) {
 	id := uint16(rand.Uint32())
-	query, err := aQuery(id, name)
+	query, err := dnsquery.A(id, name)
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -182,58 +182,10 @@ func (l *lookups) ask(name string) (netip.Addr, error) {
 		if err != nil {
 			return netip.Addr{}, err
 		}
-		addr, replyID, err := firstA(l.buf[:n])
+		addr, replyID, err := dnsquery.FirstA(l.buf[:n])
 		if replyID != id {
 			continue // a late reply to an earlier attempt
 		}
 		return addr, err
-	}
-}
-
-// aQuery is a DNS query for name's A records.
-func aQuery(id uint16, name string) ([]byte, error) {
-	qname, err := dnsmessage.NewName(name + ".")
-	if err != nil {
-		return nil, err
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: id, RecursionDesired: true})
-	if err := b.StartQuestions(); err != nil {
-		return nil, err
-	}
-	if err := b.Question(dnsmessage.Question{Name: qname, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}); err != nil {
-		return nil, err
-	}
-	return b.Finish()
-}
-
-// firstA returns a DNS reply's ID and its first A record.
-func firstA(reply []byte) (netip.Addr, uint16, error) {
-	var p dnsmessage.Parser
-	h, err := p.Start(reply)
-	if err != nil {
-		return netip.Addr{}, 0, err
-	}
-	if !h.Response {
-		return netip.Addr{}, 0, errors.New("not a reply")
-	}
-	if err := p.SkipAllQuestions(); err != nil {
-		return netip.Addr{}, h.ID, err
-	}
-	for {
-		ah, err := p.AnswerHeader()
-		if err != nil {
-			return netip.Addr{}, h.ID, fmt.Errorf("no A record (rcode %v): %w", h.RCode, err)
-		}
-		if ah.Type != dnsmessage.TypeA {
-			if err := p.SkipAnswer(); err != nil {
-				return netip.Addr{}, h.ID, err
-			}
-			continue
-		}
-		a, err := p.AResource()
-		if err != nil {
-			return netip.Addr{}, h.ID, err
-		}
-		return netip.AddrFrom4(a.A), h.ID, nil
 	}
 }
