@@ -80,7 +80,7 @@ func TestBinary(t *testing.T) {
 		t.Errorf("/healthz: %d %s", code, body)
 	}
 	wait.Until(t, 10*time.Second, func() error {
-		code, body, err := clitest.Scrape(nil, metricsAddr, "/metrics", kubetest.MetricsScraper.Token)
+		code, body, err := kubetest.Scrape(nil, metricsAddr, "/metrics", kubetest.MetricsScraper.Token)
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("/metrics: %d %v %s", code, err, body)
 		}
@@ -98,9 +98,7 @@ func TestBinary(t *testing.T) {
 		return nil
 	})
 
-	clitest.CheckMetricsAuth(t, nil, metricsAddr, clitest.MetricsTokens{
-		Invalid: "not-a-token", Unauthorized: kubetest.Stranger.Token, Scraper: kubetest.MetricsScraper.Token,
-	}, "egressflow_controller_leader 1")
+	kubetest.CheckMetricsAuth(t, nil, metricsAddr, kubetest.DefaultMetricsTokens, "egressflow_controller_leader 1")
 	// The health port serves the probes alone.
 	if code, body := get("/metrics"); code != http.StatusNotFound {
 		t.Errorf("/metrics on the health port: %d %.100s; want 404", code, body)

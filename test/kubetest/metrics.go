@@ -1,4 +1,4 @@
-package clitest
+package kubetest
 
 import (
 	"crypto/tls"
@@ -39,6 +39,10 @@ func Scrape(transport *http.Transport, addr, path, token string) (int, string, e
 	return resp.StatusCode, string(body), err
 }
 
+// The components' metrics (cmd/internal/cli) answer over TLS only to
+// callers the API server authenticates and authorizes: these helpers
+// scrape them as Prometheus does, and check who gets what.
+
 // MetricsTokens are the callers CheckMetricsAuth tries.
 type MetricsTokens struct {
 	// Invalid is a token the API server does not know.
@@ -49,6 +53,11 @@ type MetricsTokens struct {
 	// Scraper is a valid token of an identity bound to the scraper role.
 	Scraper string
 }
+
+// DefaultMetricsTokens are this package's: an unknown token, Stranger,
+// and MetricsScraper (whose binding deploy/monitoring/scraper-rbac.yaml
+// makes).
+var DefaultMetricsTokens = MetricsTokens{Invalid: "not-a-token", Unauthorized: Stranger.Token, Scraper: MetricsScraper.Token}
 
 // CheckMetricsAuth checks that the command's metrics address serves
 // /metrics over TLS to the scraper only: 401 with no token or an invalid
