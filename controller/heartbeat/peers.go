@@ -267,36 +267,45 @@ func (p *PeerProbe) probe(ctx context.Context) peerRound {
 // ask returns false only for a peer that answered, with its signature over
 // this question, that it cannot renew.
 func (p *PeerProbe) ask(ctx context.Context, peer Peer) bool {
+	renewing, believed := AskPeer(ctx, p.Client, p.Identity, peer)
+	return renewing || !believed
+}
+
+// AskPeer asks peer once, as id, whether it renews. believed says whether
+// an answer came that is the peer's word: about the peer, over this
+// question's nonce, signed with peer.Key. A peer without a key is not
+// asked.
+func AskPeer(ctx context.Context, client *http.Client, id *PeerIdentity, peer Peer) (renewing, believed bool) {
 	if peer.Key == nil {
-		return true
+		return false, false
 	}
-	q := PeerQuestion{From: p.Identity.Node, To: peer.Node, Nonce: make([]byte, peerNonceSize), UnixMilli: time.Now().UnixMilli()}
+	q := PeerQuestion{From: id.Node, To: peer.Node, Nonce: make([]byte, peerNonceSize), UnixMilli: time.Now().UnixMilli()}
 	if _, err := cryptorand.Read(q.Nonce); err != nil {
-		return true
+		return false, false
 	}
-	q.Signature = ed25519.Sign(p.Identity.key, questionMessage(q))
+	q.Signature = ed25519.Sign(id.key, questionMessage(q))
 	body, err := json.Marshal(q)
 	if err != nil {
-		return true
+		return false, false
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+peer.Addr.String()+PeerPath, bytes.NewReader(body))
 	if err != nil {
-		return true
+		return false, false
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := p.Client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return true
+		return false, false
 	}
 	defer resp.Body.Close()
 	var st PeerStatus
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, maxPeerMessage)).Decode(&st) != nil {
-		return true
+		return false, false
 	}
 	if st.Node != peer.Node || !ed25519.Verify(peer.Key, answerMessage(st.Node, st.Renewing, q.From, q.Nonce), st.Signature) {
-		return true // not the peer's word: believed by no one
+		return false, false // not the peer's word
 	}
-	return st.Renewing
+	return st.Renewing, true
 }
 
 // SharedOutage says whether the latest round (if it is at most two
