@@ -52,7 +52,7 @@ const (
 )
 
 // authReviewBackoff retries a review the API server failed to answer
-// (not one it refused): five tries over about 3 s, so a scrape survives an
+// (not one it refused): five tries over about 4 s, so a scrape survives an
 // API server's brief hiccup without piling up requests on a degraded one.
 var authReviewBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
 
