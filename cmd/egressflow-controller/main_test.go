@@ -27,8 +27,8 @@ import (
 // service account (kubeconfig), leader election, metrics and health on
 // loopback ports. It assigns a host, serves /readyz and /healthz in plain
 // HTTP, /metrics over TLS to the scraper alone (401 without a valid token,
-// 403 without get on /metrics), and on SIGTERM exits 0 after releasing its
-// leader Lease.
+// 403 without get on /metrics; /debug/pprof/ to whoever may get it, not
+// the scraper), and on SIGTERM exits 0 after releasing its leader Lease.
 func TestBinary(t *testing.T) {
 	bin := proc.Build(t, "cmd/egressflow-controller")
 	env := clustertest.Start(t)
@@ -50,7 +50,7 @@ func TestBinary(t *testing.T) {
 	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	controller := proc.Start(t, bin, "--kubeconfig="+kubeconfig, "--identity=cmd-test", "--pod-cidrs="+clustertest.PodCIDR,
 		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=100ms",
-		"--health-bind-address="+addr, "--metrics-bind-address="+metricsAddr)
+		"--health-bind-address="+addr, "--metrics-bind-address="+metricsAddr, "--profiling")
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
@@ -99,6 +99,16 @@ func TestBinary(t *testing.T) {
 	})
 
 	kubetest.CheckMetricsAuth(t, nil, metricsAddr, kubetest.DefaultMetricsTokens, "egressflow_controller_leader 1")
+	// pprof (--profiling) is served under the same rules, and the
+	// scraper's role does not grant it.
+	for _, c := range []struct {
+		who  kubetest.User
+		code int
+	}{{kubetest.MetricsScraper, http.StatusForbidden}, {kubetest.Admin, http.StatusOK}} {
+		if code, body, err := kubetest.Scrape(nil, metricsAddr, "/debug/pprof/cmdline", c.who.Token); err != nil || code != c.code {
+			t.Errorf("/debug/pprof/cmdline as %s: %d %v %.100s; want %d", c.who.Name, code, err, body, c.code)
+		}
+	}
 	// The health port serves the probes alone.
 	if code, body := get("/metrics"); code != http.StatusNotFound {
 		t.Errorf("/metrics on the health port: %d %.100s; want 404", code, body)
