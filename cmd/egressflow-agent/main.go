@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,14 +51,17 @@ import (
 const defaultNamespace = "egressflow-system"
 
 // The agent runs in the host's network namespace, so what it serves is on
-// the node's addresses unless bound to loopback. Its metrics (and pprof,
-// when asked for) stay on loopback by default: scraping them needs a
-// sidecar, a node-local agent or an explicit address. Its probes must be
-// reachable by the kubelet at the node's address, and say nothing but ok
-// or why not. 9101 and 9102 clash with no Kubernetes component (kube-proxy
-// uses 10249 and 10256, the node exporter 9100); each is a flag.
+// the node's addresses. Its metrics (and pprof, when asked for) are served
+// over TLS to callers the API server authenticates and authorizes
+// (cli.DelegatedAuth), as the kubelet serves its own, so that Prometheus
+// scrapes them at the node's address with its ServiceAccount token. Its
+// probes must be reachable by the kubelet at the node's address in plain
+// HTTP, and say nothing but ok or why not; beside them, the peers'
+// questions (heartbeat.PeerPath) are answered only when signed. 9101 and
+// 9102 clash with no Kubernetes component (kube-proxy uses 10249 and
+// 10256, the node exporter 9100); each is a flag.
 const (
-	defaultMetricsAddr = "127.0.0.1:9101"
+	defaultMetricsAddr = ":9101"
 	defaultHealthAddr  = ":9102"
 )
 
@@ -98,7 +102,7 @@ func run() error {
 	}
 	var (
 		kubeconfig, namespace, nodeName, bridge, ovsRundir, uplink string
-		podCIDRs, serviceCIDRs, rtTables, metricsAddr              string
+		podCIDRs, serviceCIDRs, rtTables                           string
 		dnsServers, resolvConf, egressIPUnheld                     string
 		renewInterval, leaseDuration                               = heartbeat.DefaultRenewInterval, heartbeat.DefaultLeaseDuration
 	)
@@ -124,9 +128,10 @@ func run() error {
 	restartGrace := heartbeat.DefaultRestartGrace
 	fs.DurationVar(&restartGrace, "heartbeat-restart-grace", restartGrace, "how long the last renewal of an agent whose Pod is deleted (a rolling update) is valid, so that its successor takes over without a failover")
 	podName := cli.EnvOr("POD_NAME", "")
-	fs.StringVar(&metricsAddr, "metrics-bind-address", defaultMetricsAddr, "address serving /metrics, /healthz and /readyz (and /debug/pprof/ with --profiling); empty disables")
+	var metrics cli.SecureServing
+	metrics.AddFlags(fs, defaultMetricsAddr, "address serving /metrics (and /debug/pprof/ with --profiling) over TLS, to callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview, get on the path); empty disables")
 	var healthAddr string
-	fs.StringVar(&healthAddr, "health-bind-address", defaultHealthAddr, "address serving /healthz and /readyz alone, for the kubelet's probes; empty disables")
+	fs.StringVar(&healthAddr, "health-bind-address", defaultHealthAddr, "address serving /healthz and /readyz in plain HTTP for the kubelet's probes, and the peers' signed questions on /heartbeat; empty disables (and with it the peers' questions before fencing)")
 	var ovsdbTarget string
 	fs.StringVar(&ovsdbTarget, "ovsdb", "", "Open vSwitch database (unix:PATH or tcp:HOST:PORT; default unix:<ovs-rundir>/db.sock) where the agent holds a restarting ovs-vswitchd's forwarding until its flows are replayed (other_config:flow-restore-wait); \"none\" disables the hold, and then a vswitchd restart forwards pods' packets unchanged until the agent has reconnected")
 	var coldGuard bool
@@ -136,7 +141,7 @@ func run() error {
 	dnsWhileAway := cli.EnvOr("DNS_REPLIES_WHILE_AWAY", dnsRepliesHold)
 	fs.StringVar(&dnsWhileAway, "dns-replies-while-away", dnsWhileAway, "(or DNS_REPLIES_WHILE_AWAY of the egressflow-cluster ConfigMap) what DNS replies to pods of namespaces with a dnsName rule do while this agent is away (restarting, or between its exit and its successor's first sync): \"hold\" keeps them paused for an agent that is not there, so those pods cannot resolve names until it is back (no address ever reaches a pod before the firewall can judge it); \"pass\" makes a stopping agent let them through unheld, so lookups keep working and the firewall may judge a pod's first packets to a new address late")
 	var profiling bool
-	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
+	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address, to callers allowed get on /debug/pprof/* (exposes internals; for diagnosis)")
 	var liveness agent.LivenessBounds
 	fs.DurationVar(&liveness.Sync, "liveness-sync-timeout", agent.DefaultSyncTimeout, "/healthz fails once a sync attempt has run this long (the sync loop is stuck), so that the kubelet restarts the agent: shorter may restart an agent that is only slow on an overloaded node")
 	fs.DurationVar(&liveness.Bridge, "liveness-bridge-timeout", agent.DefaultBridgeTimeout, "/healthz fails once the OpenFlow connection to the bridge has been down this long, so that the kubelet restarts the agent (which then waits for the bridge, live): it must outlast an ovs-vswitchd restart")
@@ -215,17 +220,36 @@ func run() error {
 		}
 		return fmt.Errorf("waiting for the OpenFlow connection to bridge %s", bridge)
 	}
-	cli.Serve(ctx, metricsAddr, cli.Handler(reg, live, ready, profiling), stop)
+	if metrics.BindAddress != "" {
+		auth, err := cli.NewDelegatedAuth(cfg)
+		if err != nil {
+			return err
+		}
+		certificate, err := metrics.Certificate(nodeName)
+		if err != nil {
+			return err
+		}
+		cli.ServeTLS(ctx, metrics.BindAddress, certificate, auth.Wrap(cli.MetricsHandler(reg, profiling)), stop)
+	}
 	// Beside the probes, the health address answers the peers that ask,
-	// before fencing, whether this agent can renew (heartbeat.PeerProbe);
+	// before fencing, whether this agent can renew (heartbeat.PeerProbe),
+	// when their question is signed with the key their Lease publishes;
 	// until its renewer runs, it does not know (a peer then counts it as
 	// renewing).
+	identity, err := heartbeat.NewPeerIdentity(nodeName)
+	if err != nil {
+		return err
+	}
+	var runningAgent atomic.Pointer[agent.Agent]
 	var runningRenewer atomic.Pointer[heartbeat.Renewer]
 	healthMux := http.NewServeMux()
 	healthMux.Handle("/", cli.HealthHandler(live, ready))
+	peerHandler := heartbeat.PeerHandler(identity,
+		func() bool { return runningRenewer.Load().Renewing() },
+		func(node string) ed25519.PublicKey { return runningAgent.Load().PeerKey(node) })
 	healthMux.HandleFunc(heartbeat.PeerPath, func(w http.ResponseWriter, r *http.Request) {
-		if renewer := runningRenewer.Load(); renewer != nil {
-			heartbeat.PeerHandler(nodeName, renewer).ServeHTTP(w, r)
+		if runningRenewer.Load() != nil && runningAgent.Load() != nil {
+			peerHandler.ServeHTTP(w, r)
 			return
 		}
 		http.Error(w, "not renewing yet", http.StatusServiceUnavailable)
@@ -261,7 +285,7 @@ func run() error {
 	// Set once the peer probe exists, before the agent runs.
 	var sharedOutage func() bool
 	rules := iprule.NewManager(handle)
-	metrics := agent.NewMetrics(reg)
+	agentMetrics := agent.NewMetrics(reg)
 	emitter, err := recorder(agent.CoreClientConfig(cfg), nodeName, reg)
 	if err != nil {
 		return err
@@ -287,7 +311,7 @@ func run() error {
 			LinkByName: handle.LinkByName,
 		}.Resolve,
 		Recorder: emitter,
-		Metrics:  metrics,
+		Metrics:  agentMetrics,
 		Liveness: liveness,
 	}
 	if resolverErr != nil {
@@ -308,7 +332,7 @@ func run() error {
 		go func() {
 			defer close(snoopDone)
 			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, NamesSet: a.DNSNamesSet(),
-				Timeout: dnsHoldTimeout, Metrics: metrics, Ready: func() { close(snoopReady) },
+				Timeout: dnsHoldTimeout, Metrics: agentMetrics, Ready: func() { close(snoopReady) },
 				ReleaseOnStop: dnsWhileAway == dnsRepliesPass}
 			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), hold); err != nil {
 				klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing, and DNS replies to pods of namespaces with a dnsName rule go no further")
@@ -340,9 +364,10 @@ func run() error {
 		},
 		Facts: func() heartbeat.Facts {
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
-				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(), EgressSubnets: bridgeSubnets(handle, bridge), HostAddresses: hostAddresses.Read()}
+				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(), EgressSubnets: bridgeSubnets(handle, bridge),
+				HostAddresses: hostAddresses.Read(), PeerKey: identity.PublicKey()}
 		},
-		Observe: metrics.ObserveRenewal,
+		Observe: agentMetrics.ObserveRenewal,
 	})
 	if err != nil {
 		return err
@@ -358,12 +383,14 @@ func run() error {
 
 	if port, ok := heartbeat.HealthPort(healthAddr); ok {
 		probe := &heartbeat.PeerProbe{
-			Peers:    func() []netip.AddrPort { return a.PeerHealthAddresses(port) },
+			Peers:    func() []heartbeat.Peer { return a.Peers(port) },
+			Identity: identity,
 			Renewing: renewer.Renewing,
 		}
 		go probe.Run(ctx)
 		sharedOutage = probe.SharedOutage
 	}
+	runningAgent.Store(a)
 	runningRenewer.Store(renewer)
 	running.Store(a)
 	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)

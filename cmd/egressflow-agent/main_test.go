@@ -48,10 +48,14 @@ const serviceCIDR = "10.96.0.0/16"
 
 // TestBinary builds the command and runs it as the DaemonSet does: in the
 // node's network namespace (hostNetwork), with the agent's service account
-// (kubeconfig), the node's OVS run directory, and metrics and health on a
-// loopback port. Once synced it serves /readyz and /healthz, renews a fresh
-// heartbeat Lease carrying the bridge MAC, and SNATs an EgressService's pod
-// to the LB IP (UDP and TCP), which /metrics reflects. An EgressService it
+// (kubeconfig), the node's OVS run directory, and metrics and health on
+// loopback ports. Once synced it serves /readyz and /healthz in plain
+// HTTP, /metrics over TLS to the scraper alone (401 without a valid
+// token, 403 without get on /metrics), renews a fresh heartbeat Lease
+// carrying the bridge MAC and its peer key, answers a peer's /heartbeat
+// question only when signed with the key the peer's Lease publishes, and
+// SNATs an EgressService's pod to the LB IP (UDP and TCP), which /metrics
+// reflects. An EgressService it
 // cannot program gets a Warning Event and leaves the agent healthy. While
 // ovs-vswitchd is down it is not ready, its Lease runs out and its OpenFlow
 // gauge reads 0; the process stays live (/healthz) until the bridge has
@@ -74,7 +78,7 @@ func TestBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := api.Config(kubetest.Admin)
-	for _, m := range []string{"deploy/controller/namespace.yaml", "deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml"} {
+	for _, m := range []string{"deploy/controller/namespace.yaml", "deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml", "deploy/monitoring/scraper-rbac.yaml"} {
 		kubetest.Apply(t, admin, filepath.Join(root, m))
 	}
 	kube := kubernetes.NewForConfigOrDie(admin)
@@ -118,7 +122,7 @@ func TestBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	metricsAddr := freeAddr(t, n.Netns)
+	metricsAddr, healthAddr := freeAddr(t, n.Netns), freeAddr(t, n.Netns)
 	const renew, leaseDuration = 200 * time.Millisecond, 1500 * time.Millisecond
 	// A bridge away this long makes the agent's /healthz fail.
 	const bridgeBound = 3 * time.Second
@@ -135,6 +139,7 @@ func TestBinary(t *testing.T) {
 		"--heartbeat-renew-interval=" + renew.String(),
 		"--heartbeat-lease-duration=" + leaseDuration.String(),
 		"--metrics-bind-address=" + metricsAddr,
+		"--health-bind-address=" + healthAddr,
 		"--liveness-bridge-timeout=" + bridgeBound.String(),
 		"--v=2"}
 	agent := proc.Start(t, args[0], args[1:]...)
@@ -154,7 +159,7 @@ func TestBinary(t *testing.T) {
 
 	client := topology.HTTPClient(n.Netns)
 	get := func(path string) (int, string) {
-		resp, err := client.Get("http://" + metricsAddr + path)
+		resp, err := client.Get("http://" + healthAddr + path)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -196,9 +201,9 @@ func TestBinary(t *testing.T) {
 	// metrics checks samples of /metrics; an absent sample is checked as NaN.
 	metrics := func(want map[string]func(float64) bool) func() error {
 		return func() error {
-			code, body := get("/metrics")
-			if code != http.StatusOK {
-				return fmt.Errorf("/metrics: %d %s", code, body)
+			code, body, err := kubetest.Scrape(client.Transport.(*http.Transport), metricsAddr, "/metrics", kubetest.MetricsScraper.Token)
+			if err != nil || code != http.StatusOK {
+				return fmt.Errorf("/metrics: %d %v %.200s", code, err, body)
 			}
 			for sample, ok := range want {
 				v, found := proc.Sample(body, sample)
@@ -236,6 +241,11 @@ func TestBinary(t *testing.T) {
 	}
 	until(t, timeout, status("/healthz", true))
 	until(t, timeout, lease(true))
+	kubetest.CheckMetricsAuth(t, client.Transport.(*http.Transport), metricsAddr, kubetest.DefaultMetricsTokens, "egressflow_agent_openflow_connected 1")
+	if code, _ := get("/metrics"); code != http.StatusNotFound {
+		t.Errorf("/metrics on the health port: %d, want 404", code)
+	}
+	checkPeerQuestions(t, kube, client, healthAddr, n.Name)
 
 	// An EgressService hosted here: the pod leaves with the LB IP.
 	lb := netip.MustParseAddr("192.0.2.10")
@@ -339,6 +349,11 @@ func TestBinary(t *testing.T) {
 	until(t, timeout, status("/readyz", true))
 	until(t, timeout, status("/healthz", true))
 	until(t, timeout, lease(true))
+	kubetest.CheckMetricsAuth(t, client.Transport.(*http.Transport), metricsAddr, kubetest.DefaultMetricsTokens, "egressflow_agent_openflow_connected 1")
+	if code, _ := get("/metrics"); code != http.StatusNotFound {
+		t.Errorf("/metrics on the health port: %d, want 404", code)
+	}
+	checkPeerQuestions(t, kube, client, healthAddr, n.Name)
 	for _, logged := range []string{"Connected to the bridge over OpenFlow", "Lost the OpenFlow connection to the bridge", "Reconnected to the bridge"} {
 		if !strings.Contains(agent.Output(), logged) {
 			t.Errorf("the agent's log lacks %q", logged)
@@ -649,4 +664,69 @@ func freeAddr(t *testing.T, ns string) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// checkPeerQuestions asks the agent of node, at its health address, as its
+// peers do before fencing (heartbeat.PeerProbe), through the test's Lease
+// for a peer node "peer-q" that publishes the test's key. Signed with that
+// key, the question gets the agent's answer, signed with the key its own
+// Lease publishes; unsigned, or signed with a key no Lease publishes, it
+// gets 401 and no answer; and the probe ignores an answer that does not
+// verify with the agent's published key.
+func checkPeerQuestions(t *testing.T, kube kubernetes.Interface, client *http.Client, healthAddr, node string) {
+	t.Helper()
+	ctx := context.Background()
+	peer, err := heartbeat.NewPeerIdentity("peer-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewer, err := heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{Namespace: kubetest.SystemNamespace, NodeName: peer.Node,
+		Facts: func() heartbeat.Facts { return heartbeat.Facts{PeerKey: peer.PublicKey()} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := renewer.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := heartbeat.ParsePeerKey(heartbeat.ReadFacts(l).PeerKey)
+	if key == nil {
+		t.Fatalf("the agent's Lease publishes no peer key: %v", l.Annotations)
+	}
+	addr := netip.MustParseAddrPort(healthAddr)
+	// The agent reads the peer's key from its Lease cache: the first
+	// questions may come before the watch delivers it.
+	wait.Until(t, timeout, func() error {
+		if renewing, believed := heartbeat.AskPeer(ctx, client, peer, heartbeat.Peer{Node: node, Addr: addr, Key: key}); !believed || !renewing {
+			return fmt.Errorf("signed question: renewing %v, believed %v; want a believed answer that it renews", renewing, believed)
+		}
+		return nil
+	})
+	impostor, err := heartbeat.NewPeerIdentity(peer.Node) // the peer's name, not its key
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, believed := heartbeat.AskPeer(ctx, client, impostor, heartbeat.Peer{Node: node, Addr: addr, Key: key}); believed {
+		t.Error("a question signed with a key no Lease publishes was answered")
+	}
+	resp, err := client.Post("http://"+healthAddr+heartbeat.PeerPath, "application/json",
+		strings.NewReader(`{"from":"peer-q","to":"`+node+`","nonce":"AAAAAAAAAAAAAAAAAAAAAA==","unixMilli":`+fmt.Sprint(time.Now().UnixMilli())+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("unsigned question: %d, want %d", resp.StatusCode, http.StatusUnauthorized)
+	}
+	// An answer is believed only with the agent's own key.
+	other, err := heartbeat.NewPeerIdentity(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, believed := heartbeat.AskPeer(ctx, client, peer, heartbeat.Peer{Node: node, Addr: addr, Key: heartbeat.ParsePeerKey(other.PublicKey())}); believed {
+		t.Error("the agent's answer verified with a key its Lease does not publish")
+	}
 }

@@ -38,6 +38,15 @@ const (
 	uninstallTimeout = 2 * time.Minute
 )
 
+// The metrics port serves TLS with delegated authentication and
+// authorization (cli.DelegatedAuth), as kube-controller-manager's secure
+// port does; the health port plain HTTP for the kubelet's probes, which
+// say nothing but ok or why not. Each is a flag.
+const (
+	defaultMetricsAddr = ":8443"
+	defaultHealthAddr  = ":8081"
+)
+
 func main() {
 	if err := run(); err != nil {
 		klog.ErrorS(err, "egressflow-controller failed")
@@ -49,12 +58,13 @@ func main() {
 
 func run() error {
 	var (
-		opts        cluster.Options
-		kubeconfig  string
-		podCIDRs    string
-		metricsAddr string
-		qps         float64
-		burst       int
+		opts       cluster.Options
+		kubeconfig string
+		podCIDRs   string
+		metrics    cli.SecureServing
+		healthAddr string
+		qps        float64
+		burst      int
 	)
 	fs := cli.NewFlags("egressflow-controller")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
@@ -79,11 +89,12 @@ func run() error {
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", cluster.DefaultResyncPeriod, "how often everything is re-checked (no API write when right); negative disables")
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
 	fs.DurationVar(&opts.RetryMaxDelay, "retry-max-delay", cluster.DefaultRetryMaxDelay, "cap of the retry delay")
-	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address serving /metrics, /healthz and /readyz; empty disables")
+	metrics.AddFlags(fs, defaultMetricsAddr, "address serving /metrics (and /debug/pprof/ with --profiling) over TLS, to callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview, get on the path); empty disables")
+	fs.StringVar(&healthAddr, "health-bind-address", defaultHealthAddr, "address serving /healthz and /readyz in plain HTTP, for the kubelet's probes; empty disables")
 	var uninstall bool
 	fs.BoolVar(&uninstall, "uninstall", false, "prepare egressflow's removal and exit: delete --deployment (every replica stops labelling) and remove every egress-service node label (the Helm chart's pre-delete hook)")
 	var profiling bool
-	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address (exposes internals; for diagnosis)")
+	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address, to callers allowed get on /debug/pprof/* (exposes internals; for diagnosis)")
 	fs.Float64Var(&qps, "kube-api-qps", defaultQPS, "API client requests per second")
 	fs.IntVar(&burst, "kube-api-burst", defaultBurst, "API client burst")
 	if done, err := fs.Parse(os.Args[1:]); done || err != nil {
@@ -129,6 +140,17 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cli.Serve(ctx, metricsAddr, cli.Handler(reg, c.Healthz, c.Ready, profiling), stop)
+	if metrics.BindAddress != "" {
+		auth, err := cli.NewDelegatedAuth(cfg)
+		if err != nil {
+			return err
+		}
+		certificate, err := metrics.Certificate(cli.EnvOr("POD_NAME", cli.Hostname()))
+		if err != nil {
+			return err
+		}
+		cli.ServeTLS(ctx, metrics.BindAddress, certificate, auth.Wrap(cli.MetricsHandler(reg, profiling)), stop)
+	}
+	cli.Serve(ctx, healthAddr, cli.HealthHandler(c.Healthz, c.Ready), stop)
 	return c.Run(ctx)
 }

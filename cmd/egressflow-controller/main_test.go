@@ -24,9 +24,11 @@ import (
 )
 
 // TestBinary builds the command and runs it as in a pod: the controller's
-// service account (kubeconfig), leader election, metrics and health on a
-// loopback port. It assigns a host, serves /readyz, /healthz and /metrics,
-// and on SIGTERM exits 0 after releasing its leader Lease.
+// service account (kubeconfig), leader election, metrics and health on
+// loopback ports. It assigns a host, serves /readyz and /healthz in plain
+// HTTP, /metrics over TLS to the scraper alone (401 without a valid token,
+// 403 without get on /metrics; /debug/pprof/ to whoever may get it, not
+// the scraper), and on SIGTERM exits 0 after releasing its leader Lease.
 func TestBinary(t *testing.T) {
 	bin := proc.Build(t, "cmd/egressflow-controller")
 	env := clustertest.Start(t)
@@ -35,15 +37,20 @@ func TestBinary(t *testing.T) {
 	env.CreateService(t, clustertest.Service{Namespace: ns, Name: "web", IngressIPs: []string{"192.0.2.10"},
 		Endpoints: []clustertest.Endpoint{{IP: "10.128.0.10", Node: "node-a"}}})
 	env.CreateEgressService(t, ns, "web", esv1.EgressServiceSpec{})
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Apply(t, env.Cluster.Config(kubetest.Admin), filepath.Join(root, "deploy/monitoring/scraper-rbac.yaml"))
 
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := env.Cluster.WriteKubeconfig(kubeconfig, kubetest.Controller); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	controller := proc.Start(t, bin, "--kubeconfig="+kubeconfig, "--identity=cmd-test", "--pod-cidrs="+clustertest.PodCIDR,
 		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=100ms",
-		"--metrics-bind-address="+addr)
+		"--health-bind-address="+addr, "--metrics-bind-address="+metricsAddr, "--profiling")
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
@@ -73,7 +80,10 @@ func TestBinary(t *testing.T) {
 		t.Errorf("/healthz: %d %s", code, body)
 	}
 	wait.Until(t, 10*time.Second, func() error {
-		_, body := get("/metrics")
+		code, body, err := kubetest.Scrape(nil, metricsAddr, "/metrics", kubetest.MetricsScraper.Token)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("/metrics: %d %v %s", code, err, body)
+		}
 		for _, want := range []string{"egressflow_controller_assignments_total 1", "egressflow_controller_leader 1",
 			"egressflow_controller_services_without_host 0", "egressflow_controller_event_to_status_seconds_count", "go_goroutines",
 			"egressflow_controller_services_no_matching_node 0", `egressflow_controller_failing_syncs{queue="service"} 0`,
@@ -87,6 +97,22 @@ func TestBinary(t *testing.T) {
 		}
 		return nil
 	})
+
+	kubetest.CheckMetricsAuth(t, nil, metricsAddr, kubetest.DefaultMetricsTokens, "egressflow_controller_leader 1")
+	// pprof (--profiling) is served under the same rules, and the
+	// scraper's role does not grant it.
+	for _, c := range []struct {
+		who  kubetest.User
+		code int
+	}{{kubetest.MetricsScraper, http.StatusForbidden}, {kubetest.Admin, http.StatusOK}} {
+		if code, body, err := kubetest.Scrape(nil, metricsAddr, "/debug/pprof/cmdline", c.who.Token); err != nil || code != c.code {
+			t.Errorf("/debug/pprof/cmdline as %s: %d %v %.100s; want %d", c.who.Name, code, err, body, c.code)
+		}
+	}
+	// The health port serves the probes alone.
+	if code, body := get("/metrics"); code != http.StatusNotFound {
+		t.Errorf("/metrics on the health port: %d %.100s; want 404", code, body)
+	}
 
 	if err := controller.Stop(syscall.SIGTERM); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)

@@ -25,6 +25,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -1070,15 +1071,16 @@ func leaseFactsChanged(old, new any) bool {
 	return !ok1 || !ok2 || !heartbeat.ReadFacts(o).Equal(heartbeat.ReadFacts(n))
 }
 
-// PeerHealthAddresses returns, for every other agent with a heartbeat
-// Lease in the cache, its node's first InternalIP with port: where its
-// health server answers heartbeat.PeerPath (heartbeat.PeerProbe).
-func (a *Agent) PeerHealthAddresses(port uint16) []netip.AddrPort {
+// Peers returns every other agent with a heartbeat Lease in the cache: its
+// node, its node's first InternalIP with port (where its health server
+// answers heartbeat.PeerPath) and the key its Lease publishes
+// (heartbeat.PeerProbe).
+func (a *Agent) Peers(port uint16) []heartbeat.Peer {
 	leases, err := a.leases.Leases(a.cfg.Namespace).List(labels.Everything())
 	if err != nil {
 		return nil
 	}
-	var out []netip.AddrPort
+	var out []heartbeat.Peer
 	for _, l := range leases {
 		if l.Name == a.cfg.Node.Name {
 			continue
@@ -1089,10 +1091,20 @@ func (a *Agent) PeerHealthAddresses(port uint16) []netip.AddrPort {
 		}
 		for _, addr := range node.Status.Addresses {
 			if ip, err := netip.ParseAddr(addr.Address); addr.Type == corev1.NodeInternalIP && err == nil {
-				out = append(out, netip.AddrPortFrom(ip, port))
+				out = append(out, heartbeat.Peer{Node: l.Name, Addr: netip.AddrPortFrom(ip, port), Key: heartbeat.ParsePeerKey(heartbeat.ReadFacts(l).PeerKey)})
 				break
 			}
 		}
 	}
 	return out
+}
+
+// PeerKey is the key node's agent publishes on its heartbeat Lease, as the
+// cache holds it; nil if none (heartbeat.PeerHandler).
+func (a *Agent) PeerKey(node string) ed25519.PublicKey {
+	l, err := a.leases.Leases(a.cfg.Namespace).Get(node)
+	if err != nil {
+		return nil
+	}
+	return heartbeat.ParsePeerKey(heartbeat.ReadFacts(l).PeerKey)
 }

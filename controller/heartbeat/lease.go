@@ -67,6 +67,9 @@ const (
 	// AnnotationHostAddresses are the node's host addresses,
 	// comma-separated (see Facts.HostAddresses).
 	AnnotationHostAddresses = "egressflow.io/host-addresses"
+	// AnnotationPeerKey is the agent's key in the peer protocol (see
+	// Facts.PeerKey).
+	AnnotationPeerKey = "egressflow.io/peer-key"
 )
 
 // MaxHostAddresses bounds how many host addresses one agent publishes
@@ -140,6 +143,10 @@ type Facts struct {
 	// every agent treats them as cluster-internal destinations, as it does
 	// the addresses of the Node objects. Sorted, each once.
 	HostAddresses []netip.Addr
+	// PeerKey is the public key that signs the agent's questions to its
+	// peers and its answers (PeerIdentity.PublicKey): peers believe
+	// nothing else on PeerPath.
+	PeerKey string
 }
 
 // Equal says whether f and g are the same facts. Compare Facts with it,
@@ -147,7 +154,7 @@ type Facts struct {
 // apimachinery's equality.Semantic.DeepEqual panics.
 func (f Facts) Equal(g Facts) bool {
 	return f.BridgeMAC == g.BridgeMAC && f.SyncState == g.SyncState && f.QoSRevision == g.QoSRevision &&
-		f.FirewallRevision == g.FirewallRevision && slices.Equal(f.SteerAddresses, g.SteerAddresses) &&
+		f.FirewallRevision == g.FirewallRevision && f.PeerKey == g.PeerKey && slices.Equal(f.SteerAddresses, g.SteerAddresses) &&
 		(f.FirewallUnresolvedDNS == nil) == (g.FirewallUnresolvedDNS == nil) && slices.Equal(f.FirewallUnresolvedDNS, g.FirewallUnresolvedDNS) &&
 		slices.Equal(f.EgressSubnets, g.EgressSubnets) && slices.Equal(f.HostAddresses, g.HostAddresses)
 }
@@ -184,6 +191,9 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 		}
 		a[AnnotationEgressSubnets] = strings.Join(s, ",")
 	}
+	if f.PeerKey != "" {
+		a[AnnotationPeerKey] = f.PeerKey
+	}
 	if len(f.HostAddresses) > 0 {
 		s := make([]string, len(f.HostAddresses))
 		for i, addr := range f.HostAddresses {
@@ -200,7 +210,7 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 func ReadFacts(l *coordinationv1.Lease) Facts {
 	a := l.Annotations
 	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState]), QoSRevision: a[AnnotationQoSRevision],
-		FirewallRevision: a[AnnotationFirewallRevision]}
+		FirewallRevision: a[AnnotationFirewallRevision], PeerKey: a[AnnotationPeerKey]}
 	for _, s := range strings.Split(a[AnnotationSteerAddresses], ",") {
 		if addr, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
 			f.SteerAddresses = append(f.SteerAddresses, addr)

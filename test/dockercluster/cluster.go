@@ -70,6 +70,8 @@ type Config struct {
 // Cluster is a running cluster in Docker.
 type Cluster struct {
 	t testing.TB
+	// scraperToken is ScraperToken's, once read.
+	scraperToken string
 	// Name prefixes every container, volume and network it made.
 	Name string
 	// API is the control plane; Kubeconfig an admin kubeconfig for kubectl.

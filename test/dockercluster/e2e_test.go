@@ -25,7 +25,9 @@ import (
 // on the two others reach the external host with the LB IP of each family,
 // their replies come back (the probes read the answers), a pod that is no
 // endpoint keeps its own addresses, and a capture on the external host sees
-// no endpoint's pod IP once the service has a host.
+// no endpoint's pod IP once the service has a host. Every agent serves its
+// probes on the node's address in plain HTTP, and its metrics there over
+// TLS to the PodMonitors' token alone (deploy/monitoring).
 func TestEgressServiceOnTheCluster(t *testing.T) {
 	c := Start(t, Config{Nodes: 3})
 	c.Install()
@@ -42,9 +44,13 @@ func TestEgressServiceOnTheCluster(t *testing.T) {
 
 	// The agents run hardened (deploy/agent/daemonset.yaml: no capability
 	// but NET_ADMIN, read-only root, RuntimeDefault seccomp). Their probes'
-	// port answers on the node's address; their metrics only on the node's
-	// loopback.
+	// port answers on the node's address in plain HTTP; their metrics
+	// there too, over TLS, to the scraper's token (the Secret the cluster's
+	// token controller filled for deploy/monitoring's PodMonitors): 401
+	// without a token or with one the API server does not know, 403 for a
+	// user without get on /metrics.
 	client := topology.HTTPClient(c.External.Netns)
+	tokens := kubetest.MetricsTokens{Invalid: "not-a-token", Unauthorized: kubetest.Stranger.Token, Scraper: c.ScraperToken()}
 	for _, n := range c.Nodes {
 		resp, err := client.Get("http://" + netip.AddrPortFrom(n.IP, 9102).String() + "/readyz")
 		if err != nil {
@@ -52,14 +58,10 @@ func TestEgressServiceOnTheCluster(t *testing.T) {
 		} else if resp.Body.Close(); resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: agent /readyz: %s", n.Name, resp.Status)
 		}
-		if resp, err := client.Get("http://" + netip.AddrPortFrom(n.IP, 9101).String() + "/metrics"); err == nil {
-			resp.Body.Close()
-			t.Errorf("%s: the agent's metrics answer on the node's address: %s", n.Name, resp.Status)
-		}
-		local := c.Exec(n, "bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/9101 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3`)
-		if !strings.Contains(local, "egressflow_agent_openflow_connected 1") {
-			t.Errorf("%s: the agent's metrics on the node's loopback: %.200s", n.Name, local)
-		}
+		t.Run("metrics of "+n.Name, func(t *testing.T) {
+			kubetest.CheckMetricsAuth(t, c.agentMetricsTransport(), netip.AddrPortFrom(n.IP, AgentMetricsPort).String(), tokens,
+				"egressflow_agent_openflow_connected 1")
+		})
 	}
 }
 

@@ -203,13 +203,16 @@ const apiOutage = 10 * time.Second
 
 var flowModsLine = regexp.MustCompile(`(?m)^egressflow_agent_flow_mods_total (\S+)$`)
 
-// flowMods reads every agent's egressflow_agent_flow_mods_total from its
-// node's loopback.
+// flowMods reads every agent's egressflow_agent_flow_mods_total, as
+// Prometheus scrapes it (AgentMetrics).
 func (c *Cluster) flowMods() map[string]string {
 	c.t.Helper()
 	out := map[string]string{}
 	for _, n := range c.Nodes {
-		metrics := c.Exec(n, "bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/9101 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3`)
+		metrics, err := c.AgentMetrics(n)
+		if err != nil {
+			c.t.Fatalf("%s: agent metrics: %v", n.Name, err)
+		}
 		m := flowModsLine.FindStringSubmatch(metrics)
 		if m == nil {
 			c.t.Fatalf("%s: no egressflow_agent_flow_mods_total in %.300s", n.Name, metrics)

@@ -65,6 +65,11 @@ var (
 	Agent = serviceAccount("egressflow-agent", "agent-token")
 	// Controller is the cluster component's service account.
 	Controller = serviceAccount("egressflow-controller", "controller-token")
+	// MetricsScraper is the ServiceAccount deploy/monitoring's PodMonitors
+	// scrape with (scraper-rbac.yaml binds it to egressflow-metrics-reader).
+	MetricsScraper = serviceAccount("egressflow-metrics-scraper", "metrics-scraper-token")
+	// Stranger is an authenticated user whom nothing is granted.
+	Stranger = User{Name: "stranger", Token: "stranger-token", Groups: []string{"system:authenticated"}}
 )
 
 func serviceAccount(name, token string) User {
@@ -205,7 +210,7 @@ func LaunchWith(opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	tokens := filepath.Join(dir, "tokens.csv")
-	users := append([]User{Admin, Agent, Controller}, opts.Users...)
+	users := append([]User{Admin, Agent, Controller, MetricsScraper, Stranger}, opts.Users...)
 	if opts.Cluster {
 		users = append(users, KubeControllerManager, KubeScheduler, KubeProxy)
 	}

@@ -3,6 +3,7 @@ package kubetest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -57,7 +58,7 @@ func waitBindingsEffective(ctx context.Context, client kubernetes.Interface, obj
 			continue // a role that allows nothing is effective at once
 		}
 		for _, s := range subjects {
-			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{ResourceAttributes: probe}}
+			review := &authorizationv1.SubjectAccessReview{Spec: probe}
 			switch s.Kind {
 			case rbacv1.ServiceAccountKind:
 				review.Spec.User = "system:serviceaccount:" + s.Namespace + ":" + s.Name
@@ -72,7 +73,7 @@ func waitBindingsEffective(ctx context.Context, client kubernetes.Interface, obj
 					return err
 				}
 				if !r.Status.Allowed {
-					return fmt.Errorf("%s may not yet %s %s: %s", s.Name, probe.Verb, probe.Resource, r.Status.Reason)
+					return fmt.Errorf("%s may not yet %+v%+v: %s", s.Name, probe.ResourceAttributes, probe.NonResourceAttributes, r.Status.Reason)
 				}
 				return nil
 			})
@@ -100,19 +101,27 @@ func boundRules(ctx context.Context, client kubernetes.Interface, namespace stri
 	return r.Rules, nil
 }
 
-// firstRequest is a resource request that the first resource rule allows,
-// in namespace ("" for all namespaces, which only a ClusterRoleBinding
-// grants).
-func firstRequest(rules []rbacv1.PolicyRule, namespace string) (*authorizationv1.ResourceAttributes, bool) {
+// firstRequest is a request that the first rule allows: a resource
+// request in namespace ("" for all namespaces, which only a
+// ClusterRoleBinding grants), or a non-resource one (a URL such as
+// /metrics).
+func firstRequest(rules []rbacv1.PolicyRule, namespace string) (authorizationv1.SubjectAccessReviewSpec, bool) {
 	for _, r := range rules {
-		if len(r.Verbs) == 0 || len(r.Resources) == 0 || len(r.APIGroups) == 0 {
+		if len(r.Verbs) == 0 {
+			continue
+		}
+		if len(r.NonResourceURLs) > 0 {
+			return authorizationv1.SubjectAccessReviewSpec{NonResourceAttributes: &authorizationv1.NonResourceAttributes{
+				Path: strings.TrimSuffix(r.NonResourceURLs[0], "*"), Verb: r.Verbs[0]}}, true
+		}
+		if len(r.Resources) == 0 || len(r.APIGroups) == 0 {
 			continue
 		}
 		a := &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}
 		if len(r.ResourceNames) > 0 {
 			a.Name = r.ResourceNames[0]
 		}
-		return a, true
+		return authorizationv1.SubjectAccessReviewSpec{ResourceAttributes: a}, true
 	}
-	return nil, false
+	return authorizationv1.SubjectAccessReviewSpec{}, false
 }

@@ -1,7 +1,8 @@
 // Package cli holds what egressflow's commands share: their command line
 // (pflag, component-base's logging flags, --version), environment helpers,
-// the metrics registry and the HTTP server for /metrics, /healthz and
-// /readyz. No logic of the components lives here.
+// the metrics registry, the TLS server of /metrics with delegated
+// authentication and authorization (secure.go), and the plain one of
+// /healthz and /readyz. No logic of the components lives here.
 package cli
 
 import (
@@ -9,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/pprof"
 	"net/netip"
 	"os"
 	"runtime"
@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 )
 
@@ -42,7 +41,7 @@ func NewRegistry(namespace string) *prometheus.Registry {
 	return reg
 }
 
-// ShutdownGrace bounds how long the metrics server drains on exit.
+// ShutdownGrace bounds how long a server (metrics, health) drains on exit.
 const ShutdownGrace = 5 * time.Second
 
 // EnvOr returns the environment variable name, or def when it is unset or
@@ -79,26 +78,9 @@ func ParsePrefixes(name, value string) ([]netip.Prefix, error) {
 // Check is a health check: nil means healthy.
 type Check func(*http.Request) error
 
-// Handler serves /metrics from reg and the two health endpoints, and with
-// profiling Go's /debug/pprof/ (heap, CPU, goroutines: for diagnosing a
-// running component; off by default, as it exposes internals).
-func Handler(reg *prometheus.Registry, healthz, readyz Check, profiling bool) http.Handler {
-	m := http.NewServeMux()
-	if profiling {
-		m.HandleFunc("/debug/pprof/", pprof.Index)
-		m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		m.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		m.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	m.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	handleHealth(m, healthz, readyz)
-	return m
-}
-
-// HealthHandler serves /healthz and /readyz alone: what a kubelet probes,
-// and nothing else, so it may listen on the node's addresses while the
-// metrics stay on loopback.
+// HealthHandler serves /healthz and /readyz alone, in plain HTTP, without
+// authentication: what a kubelet probes. They say nothing but ok or why
+// not, and change nothing; the metrics are served apart (ServeTLS).
 func HealthHandler(healthz, readyz Check) http.Handler {
 	m := http.NewServeMux()
 	handleHealth(m, healthz, readyz)
@@ -127,9 +109,13 @@ func Serve(ctx context.Context, addr string, handler http.Handler, failed func()
 		return
 	}
 	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	serve(ctx, srv, srv.ListenAndServe, failed)
+}
+
+func serve(ctx context.Context, srv *http.Server, listen func() error, failed func()) {
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Metrics server failed", "address", addr)
+		if err := listen(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Server failed", "address", srv.Addr)
 			failed()
 		}
 	}()

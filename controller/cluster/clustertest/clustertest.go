@@ -60,7 +60,7 @@ const PodCIDR = "10.128.0.0/14"
 // test would see the controller change anything but an EgressIP's status.
 // (The Deployment is applied for its validation by the API server; nothing
 // runs it.)
-var Manifests = []string{"deploy/controller/namespace.yaml", "deploy/controller/rbac.yaml", "deploy/controller/deployment.yaml", "deploy/agent/rbac.yaml",
+var Manifests = []string{"deploy/controller/namespace.yaml", "deploy/controller/rbac.yaml", "deploy/controller/deployment.yaml", "deploy/controller/pdb.yaml", "deploy/agent/rbac.yaml",
 	"deploy/admission/controller-egressip-policy.yaml"}
 
 // Env is a test API server with the deploy/ RBAC applied and admin clients.

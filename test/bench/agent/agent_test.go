@@ -140,9 +140,12 @@ const (
 	// latency asked for).
 	latencyGap = 20 * time.Millisecond
 	// binaryMetricsAddr is where the agent binary serves /metrics and
-	// /healthz, inside the switch's own network namespace (nothing else
-	// listens there, so a fixed port cannot clash with the host).
+	// /debug/pprof/ (over TLS, to the API server's admin), and
+	// binaryHealthAddr /readyz, inside the switch's own network namespace
+	// (nothing else listens there, so fixed ports cannot clash with the
+	// host).
 	binaryMetricsAddr = "127.0.0.1:9101"
+	binaryHealthAddr  = "127.0.0.1:9102"
 	// binarySettle is how long the binary runs after it became healthy
 	// before its resident memory is read again: long enough for the garbage
 	// collector to run after the first sync's peak.
@@ -920,7 +923,7 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods, wantFlows int, fileS
 		"--kubeconfig=" + kubeconfig, "--node-name=" + benchNode, "--namespace=" + kubetest.SystemNamespace,
 		"--bridge=" + e.sw.Bridge, "--ovs-rundir=" + e.sw.Dir, "--uplink=eth0",
 		"--pod-cidrs=" + joinPrefixes(e.podCIDRs), "--service-cidrs=" + joinPrefixes(e.serviceCIDRs),
-		"--rt-tables=" + e.rtTables, "--metrics-bind-address=" + binaryMetricsAddr, "--profiling",
+		"--rt-tables=" + e.rtTables, "--metrics-bind-address=" + binaryMetricsAddr, "--health-bind-address=" + binaryHealthAddr, "--profiling",
 		// No lookup leaves the machine: a closed port of the namespace's
 		// loopback answers every query with an error.
 		"--dns-servers=127.0.0.1:1"})
@@ -929,7 +932,10 @@ func (e *env) runBinary(b *testing.B, bin string, wantMods, wantFlows int, fileS
 
 	client := topology.HTTPClient(e.sw.Netns)
 	get := func(path string) (int, string, error) {
-		resp, err := client.Get("http://" + binaryMetricsAddr + path)
+		if strings.HasPrefix(path, "/metrics") || strings.HasPrefix(path, "/debug/") {
+			return kubetest.Scrape(client.Transport.(*http.Transport), binaryMetricsAddr, path, kubetest.Admin.Token)
+		}
+		resp, err := client.Get("http://" + binaryHealthAddr + path)
 		if err != nil {
 			return 0, "", err
 		}
