@@ -285,9 +285,13 @@ func TestAnotherNamespace(t *testing.T) {
 			}
 		}
 	}
-	for kind, n := range map[string]int{"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 2, "ClusterRole": 2, "ClusterRoleBinding": 2,
-		"Role": 2, "RoleBinding": 2, "DaemonSet": 1, "Deployment": 1, "ValidatingAdmissionPolicy": 3,
-		"ValidatingAdmissionPolicyBinding": 3, "PodMonitor": 1, "PrometheusRule": 1, "Job": 1} {
+	// The agent's and the controller's identities and permissions (each
+	// bound to system:auth-delegator for its metrics port too), the
+	// metrics scraper's (ServiceAccount, token Secret, reader role), and a
+	// PodMonitor per component.
+	for kind, n := range map[string]int{"Namespace": 1, "ServiceAccount": 3, "Secret": 1, "ConfigMap": 2, "ClusterRole": 3, "ClusterRoleBinding": 5,
+		"Role": 2, "RoleBinding": 2, "DaemonSet": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ValidatingAdmissionPolicy": 3,
+		"ValidatingAdmissionPolicyBinding": 3, "PodMonitor": 2, "PrometheusRule": 1, "Job": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
 		}
