@@ -266,25 +266,3 @@ func expectEgressflowGone(t *testing.T, c *Cluster) {
 		return nil
 	})
 }
-
-// expectNoHostLost fails the test for every HostLost Event of the
-// scenario's namespace since then: no service lost its host.
-func expectNoHostLost(t *testing.T, c *Cluster, since time.Time) {
-	t.Helper()
-	events, err := c.Kube.CoreV1().Events(scenarioNamespace).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=HostLost"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range events.Items {
-		last := e.LastTimestamp.Time // core/v1's; events.k8s.io's below
-		if e.Series != nil {
-			last = e.Series.LastObservedTime.Time
-		} else if last.IsZero() {
-			last = e.EventTime.Time
-		}
-		if last.Before(since.Truncate(time.Second)) { // LastTimestamp has whole seconds
-			continue
-		}
-		t.Errorf("%s: %s", e.Reason, e.Message)
-	}
-}

@@ -59,16 +59,7 @@ func TestHelm(t *testing.T) {
 	if history := c.Helm("history", helmRelease, "--namespace", helmNamespace); !strings.Contains(history, "Upgrade complete") {
 		t.Errorf("helm history shows no completed upgrade:\n%s", history)
 	}
-	s.expectLBIPs()
-	if now, at := s.announcer.Current(); now != host || !at.Equal(routedAt) {
-		t.Errorf("the host moved from %s to %s during the upgrade", host.Name, now.Name)
-	}
-	expectNoHostLost(t, c, upgrade)
-	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
-	if flooded > 0 {
-		t.Errorf("%d pod-IP frames flooded past the external host during the upgrade", flooded)
-	}
-	t.Logf("%d packets from the LB IPs during the upgrade, none from a pod IP", fromLB)
+	s.expectUndisturbed(t, "the upgrade", host, routedAt, upgrade, capture)
 
 	// The uninstall: the namespace stays (Helm never deletes the release's
 	// namespace), so only the workloads' deletion tells egressflow.

@@ -80,16 +80,7 @@ func TestAnotherNamespace(t *testing.T) {
 	c.Kubectl("rollout", "status", "-n", overlayNamespace, "daemonset/egressflow-agent", "--timeout=5m")
 	c.WaitInstalled()
 	t.Logf("rolled out %d agents in %v", len(c.Nodes), time.Since(rollout).Round(time.Second))
-	s.expectLBIPs()
-	if now, at := s.announcer.Current(); now != host || !at.Equal(routedAt) {
-		t.Errorf("the host moved from %s to %s during the rollout", host.Name, now.Name)
-	}
-	expectNoHostLost(t, c, rollout)
-	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
-	if flooded > 0 {
-		t.Errorf("%d pod-IP frames flooded past the external host during the restart and the rollout", flooded)
-	}
-	t.Logf("%d packets from the LB IPs during the restart and the rollout, none from a pod IP", fromLB)
+	s.expectUndisturbed(t, "the rollout (the capture spans the restart too)", host, routedAt, rollout, capture)
 
 	// The uninstall, from the overlay.
 	started := time.Now()

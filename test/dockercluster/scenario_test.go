@@ -171,3 +171,44 @@ func (s *egressScenario) failHost(t testing.TB, fault string) (failed *Node, too
 	})
 	return failed, took
 }
+
+// expectUndisturbed fails the test unless, since a change of egressflow's
+// own (a rolling update, a helm upgrade) began at since, the service kept
+// host, routed there at routedAt (the announcer never moved, no HostLost
+// Event), and the capture saw no pod IP from an endpoint nor a pod-IP
+// frame flooded past the external host; it stops the capture.
+func (s *egressScenario) expectUndisturbed(t *testing.T, during string, host *Node, routedAt, since time.Time, capture *topology.Capture) {
+	t.Helper()
+	s.expectLBIPs()
+	if now, at := s.announcer.Current(); now != host || !at.Equal(routedAt) {
+		t.Errorf("the host moved from %s to %s during %s", host.Name, now.Name, during)
+	}
+	expectNoHostLost(t, s.c, since)
+	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
+	if flooded > 0 {
+		t.Errorf("%d pod-IP frames flooded past the external host during %s", flooded, during)
+	}
+	t.Logf("%d packets from the LB IPs during %s, none from a pod IP", fromLB, during)
+}
+
+// expectNoHostLost fails the test for every HostLost Event of the
+// scenario's namespace since then: no service lost its host.
+func expectNoHostLost(t *testing.T, c *Cluster, since time.Time) {
+	t.Helper()
+	events, err := c.Kube.CoreV1().Events(scenarioNamespace).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=HostLost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		last := e.LastTimestamp.Time // core/v1's; events.k8s.io's below
+		if e.Series != nil {
+			last = e.Series.LastObservedTime.Time
+		} else if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		if last.Before(since.Truncate(time.Second)) { // LastTimestamp has whole seconds
+			continue
+		}
+		t.Errorf("%s: %s", e.Reason, e.Message)
+	}
+}
