@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"net/netip"
 	"slices"
@@ -166,11 +167,7 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 		a[AnnotationBridgeMAC] = f.BridgeMAC
 	}
 	if len(f.SteerAddresses) > 0 {
-		s := make([]string, len(f.SteerAddresses))
-		for i, addr := range f.SteerAddresses {
-			s[i] = addr.String()
-		}
-		a[AnnotationSteerAddresses] = strings.Join(s, ",")
+		a[AnnotationSteerAddresses] = joinComma(f.SteerAddresses)
 	}
 	if f.SyncState != "" {
 		a[AnnotationSyncState] = string(f.SyncState)
@@ -185,23 +182,25 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 		a[AnnotationFirewallUnresolvedDNS] = strings.Join(f.FirewallUnresolvedDNS[:min(len(f.FirewallUnresolvedDNS), MaxFirewallUnresolvedDNS)], ",")
 	}
 	if len(f.EgressSubnets) > 0 {
-		s := make([]string, len(f.EgressSubnets))
-		for i, p := range f.EgressSubnets {
-			s[i] = p.String()
-		}
-		a[AnnotationEgressSubnets] = strings.Join(s, ",")
+		a[AnnotationEgressSubnets] = joinComma(f.EgressSubnets)
 	}
 	if f.PeerKey != "" {
 		a[AnnotationPeerKey] = f.PeerKey
 	}
 	if len(f.HostAddresses) > 0 {
-		s := make([]string, len(f.HostAddresses))
-		for i, addr := range f.HostAddresses {
-			s[i] = addr.String()
-		}
-		a[AnnotationHostAddresses] = strings.Join(s, ",")
+		a[AnnotationHostAddresses] = joinComma(f.HostAddresses)
 	}
 	return a
+}
+
+// joinComma is the comma-separated text of xs, as the annotations carry
+// lists.
+func joinComma[T fmt.Stringer](xs []T) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // ReadFacts returns the facts a Lease carries. Addresses and prefixes that
