@@ -325,28 +325,8 @@ func run() error {
 	}
 	a := agent.New(agentCfg)
 	if agentCfg.DNS != nil {
-		// The DNS replies the bridge pauses (TableFirewall's snoop flows)
-		// teach the resolver what the pods are told, and go on once the
-		// flows for it are in place.
-		snoopDone, snoopReady := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(snoopDone)
-			hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, NamesSet: a.DNSNamesSet(),
-				Timeout: dnsHoldTimeout, Metrics: agentMetrics, Ready: func() { close(snoopReady) },
-				ReleaseOnStop: dnsWhileAway == dnsRepliesPass}
-			if err := agent.SnoopDNS(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"), hold); err != nil {
-				klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing, and DNS replies to pods of namespaces with a dnsName rule go no further")
-			}
-		}()
+		snoopDone := startDNSSnoop(ctx, a, resolver, agentMetrics, dnsHoldTimeout, dnsWhileAway, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
 		defer func() { stop(); <-snoopDone }()
-		// The syncs start once the replies their flows pause have someone
-		// to resume them.
-		select {
-		case <-snoopReady:
-		case <-time.After(snoopReadyTimeout):
-			klog.InfoS("Starting without the DNS snoop connection: replies to pods of namespaces with a dnsName rule wait for it", "waited", snoopReadyTimeout)
-		case <-ctx.Done():
-		}
 	}
 	hostAddresses := &agent.HostAddressReader{Handle: handle, Excluded: a.HostAddressExclusions}
 
@@ -416,6 +396,34 @@ func run() error {
 		klog.InfoS("Stopping; the dataplane stays and the heartbeat Lease runs out as usual", "reason", reason)
 	}
 	return err
+}
+
+// startDNSSnoop starts the agent's DNS snoop connection to the bridge at
+// target: the DNS replies the bridge pauses (TableFirewall's snoop flows)
+// teach the resolver what the pods are told, and go on once the flows for
+// it are in place. It returns once the connection takes the paused
+// replies (so that the syncs start only when a reply their flows pause
+// has someone to resume it), or after snoopReadyTimeout; the returned
+// channel closes when the connection ends with ctx.
+func startDNSSnoop(ctx context.Context, a *agent.Agent, resolver *dnsresolve.Resolver, metrics *agent.Metrics,
+	holdTimeout time.Duration, whileAway, target string) <-chan struct{} {
+	done, ready := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		hold := agent.DNSHold{Learn: resolver.LearnFrame, Generation: resolver.Generation, Applied: a.WaitDNSApplied, NamesSet: a.DNSNamesSet(),
+			Timeout: holdTimeout, Metrics: metrics, Ready: func() { close(ready) },
+			ReleaseOnStop: whileAway == dnsRepliesPass}
+		if err := agent.SnoopDNS(ctx, target, hold); err != nil {
+			klog.ErrorS(err, "No DNS snooping: wildcard dnsName rules will match nothing, and DNS replies to pods of namespaces with a dnsName rule go no further")
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(snoopReadyTimeout):
+		klog.InfoS("Starting without the DNS snoop connection: replies to pods of namespaces with a dnsName rule wait for it", "waited", snoopReadyTimeout)
+	case <-ctx.Done():
+	}
+	return done
 }
 
 // snoopReadyTimeout bounds how long the agent waits for its DNS snoop
