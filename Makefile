@@ -61,10 +61,11 @@ all: build
 build:
 	go build ./...
 
-## images: the egressflow image (both commands, static, FROM scratch; nothing pulled), tagged $(VERSION) and dev.
+## images: the egressflow image (both commands, static, and the build machine's nft, FROM scratch; nothing pulled), tagged $(VERSION) and dev.
 images:
-	@ctx=$$(mktemp -d); trap 'rm -rf "$$ctx"' EXIT; \
+	@set -e; ctx=$$(mktemp -d); trap 'rm -rf "$$ctx"' EXIT; \
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o "$$ctx/" ./cmd/egressflow-agent ./cmd/egressflow-controller; \
+	bash deploy/image/nft-rootfs.sh "$$ctx/nft"; \
 	cp deploy/image/Dockerfile "$$ctx/"; \
 	DOCKER_BUILDKIT=0 docker build -q -t $(IMAGE):$(VERSION) -t $(IMAGE):dev "$$ctx" >/dev/null; \
 	echo "built $(IMAGE):$(VERSION) and $(IMAGE):dev"

@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
@@ -42,6 +43,7 @@ import (
 	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/hostfirewall"
 	"github.com/egressflow/egressflow/controller/iprule"
 	"github.com/egressflow/egressflow/controller/ovsdb"
 	"github.com/egressflow/egressflow/openflow"
@@ -64,6 +66,27 @@ const (
 	defaultMetricsAddr = ":9101"
 	defaultHealthAddr  = ":9102"
 )
+
+// defaultDNSResolverPods are CoreDNS's pods (and kube-dns's before it),
+// as kubeadm, kind and most distributions deploy them.
+const defaultDNSResolverPods = "kube-system/k8s-app=kube-dns"
+
+// parseDNSResolverPods reads --dns-resolver-pods: namespace/selector, or
+// "" for none.
+func parseDNSResolverPods(s string) (dataplane.DNSResolverPods, error) {
+	if strings.TrimSpace(s) == "" {
+		return dataplane.DNSResolverPods{}, nil
+	}
+	namespace, selector, ok := strings.Cut(s, "/")
+	if !ok || namespace == "" || selector == "" {
+		return dataplane.DNSResolverPods{}, fmt.Errorf("--dns-resolver-pods %q: want namespace/label-selector, such as %s", s, defaultDNSResolverPods)
+	}
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return dataplane.DNSResolverPods{}, fmt.Errorf("--dns-resolver-pods %q: %w", s, err)
+	}
+	return dataplane.DNSResolverPods{Namespace: namespace, Selector: sel}, nil
+}
 
 // parseDNSServers reads --dns-servers: addresses, each with an optional
 // port (53 by default).
@@ -140,6 +163,8 @@ func run() error {
 	fs.DurationVar(&dnsHoldTimeout, "dns-reply-hold-timeout", dnsHoldTimeout, "how long a DNS reply to a pod of a namespace with a dnsName rule is held for the flows of its addresses at most; past it the reply goes on all the same (counted in egressflow_agent_dns_replies_total{outcome=\"timeout\"}): longer delays lookups on an agent that cannot program its bridge, shorter lets such a pod's first packets through before the firewall judges them")
 	dnsWhileAway := cli.EnvOr("DNS_REPLIES_WHILE_AWAY", dnsRepliesHold)
 	fs.StringVar(&dnsWhileAway, "dns-replies-while-away", dnsWhileAway, "(or DNS_REPLIES_WHILE_AWAY of the egressflow-cluster ConfigMap) what DNS replies to pods of namespaces with a dnsName rule do while this agent is away (restarting, or between its exit and its successor's first sync): \"hold\" keeps them paused for an agent that is not there, so those pods cannot resolve names until it is back (no address ever reaches a pod before the firewall can judge it); \"pass\" makes a stopping agent let them through unheld, so lookups keep working and the firewall may judge a pod's first packets to a new address late")
+	dnsResolverPods := cli.EnvOr("DNS_RESOLVER_PODS", defaultDNSResolverPods)
+	fs.StringVar(&dnsResolverPods, "dns-resolver-pods", dnsResolverPods, "(or DNS_RESOLVER_PODS of the egressflow-cluster ConfigMap) the cluster's DNS resolver pods, as namespace/label-selector: the DNS replies to those on this node are learned and held too while a local namespace has a dnsName rule, since such a resolver answers the pods of its own node without crossing the bridge (\"\": none; a resolver left out lets its node's pods get answers the firewall learns only from its own lookups)")
 	var profiling bool
 	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address, to callers allowed get on /debug/pprof/* (exposes internals; for diagnosis)")
 	var liveness agent.LivenessBounds
@@ -151,6 +176,9 @@ func run() error {
 
 	node := dataplane.NodeConfig{Name: nodeName}
 	var err error
+	if node.DNSResolvers, err = parseDNSResolverPods(dnsResolverPods); err != nil {
+		return err
+	}
 	if node.ClusterPodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {
 		return err
 	}
@@ -285,6 +313,10 @@ func run() error {
 	// Set once the peer probe exists, before the agent runs.
 	var sharedOutage func() bool
 	rules := iprule.NewManager(handle)
+	nft, err := hostfirewall.Interface()
+	if err != nil {
+		return err
+	}
 	agentMetrics := agent.NewMetrics(reg)
 	emitter, err := recorder(agent.CoreClientConfig(cfg), nodeName, reg)
 	if err != nil {
@@ -306,6 +338,7 @@ func run() error {
 		SharedOutage:  func() bool { return sharedOutage != nil && sharedOutage() },
 		LeaseDuration: leaseDuration,
 		Rules:         rules,
+		HostFirewall:  hostfirewall.New(nft),
 		Tables: iprule.TableResolver{
 			Files:      strings.Split(rtTables, ","),
 			LinkByName: handle.LinkByName,
@@ -380,8 +413,9 @@ func run() error {
 	defer cancel()
 	switch action, reason := decideExit(exitCtx, kube, namespace, podName, removal); action {
 	case removeDataplane:
-		klog.InfoS("egressflow is being removed: removing its flows, ip rules and forwarding hold from the node", "node", nodeName, "reason", reason)
-		if err := agent.Uninstall(exitCtx, agent.OpenFlowSwitch{Client: ofClient}, rules, forwarding); err != nil {
+		klog.InfoS("egressflow is being removed: removing its flows, ip rules, nftables table and forwarding hold from the node", "node", nodeName, "reason", reason)
+		removeHostFirewall := func(ctx context.Context) error { return hostfirewall.Remove(ctx, nft) }
+		if err := agent.Uninstall(exitCtx, agent.OpenFlowSwitch{Client: ofClient}, rules, removeHostFirewall, forwarding); err != nil {
 			klog.ErrorS(err, "Could not remove all of egressflow from the node")
 		}
 	case handOverDataplane:

@@ -730,3 +730,30 @@ func checkPeerQuestions(t *testing.T, kube kubernetes.Interface, client *http.Cl
 		t.Error("the agent's answer verified with a key its Lease does not publish")
 	}
 }
+
+// TestParseDNSResolverPods reads --dns-resolver-pods: the default selects
+// CoreDNS's pods in kube-system and no others; "" selects none; a value
+// without a namespace or with a broken selector is refused.
+func TestParseDNSResolverPods(t *testing.T) {
+	r, err := parseDNSResolverPods(defaultDNSResolverPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coredns := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns-1", Labels: map[string]string{"k8s-app": "kube-dns"}}}
+	elsewhere := coredns.DeepCopy()
+	elsewhere.Namespace = "shop"
+	other := coredns.DeepCopy()
+	other.Labels = map[string]string{"k8s-app": "metrics-server"}
+	if !r.Selects(coredns) || r.Selects(elsewhere) || r.Selects(other) {
+		t.Errorf("default %q: selects CoreDNS %v (want true), the label in shop %v, another app %v (want false)",
+			defaultDNSResolverPods, r.Selects(coredns), r.Selects(elsewhere), r.Selects(other))
+	}
+	if none, err := parseDNSResolverPods(""); err != nil || none.Selects(coredns) {
+		t.Errorf(`"": %v, selects CoreDNS %v; want no error and none`, err, none.Selects(coredns))
+	}
+	for _, bad := range []string{"k8s-app=kube-dns", "/k8s-app=kube-dns", "kube-system/", "kube-system/k8s-app==kube-dns=x"} {
+		if _, err := parseDNSResolverPods(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -125,6 +125,13 @@ type RuleSyncer interface {
 	Sync(desired []dataplane.Rule) (added, removed int, err error)
 }
 
+// HostFirewallSyncer converges the node's nftables table, which judges the
+// local pods' packets to the node's own addresses by the EgressFirewall
+// rules (hostfirewall.Syncer); it reports whether it changed the table.
+type HostFirewallSyncer interface {
+	Sync(ctx context.Context, fw dataplane.Firewall) (bool, error)
+}
+
 // Retry backoff after a failed sync: the first retry comes quickly (a
 // transient bundle error usually clears at once), later ones back off so a
 // persistent failure (OVS down) costs little; the cap keeps recovery within
@@ -170,6 +177,10 @@ type Config struct {
 	SharedOutage func() bool
 	Rules        RuleSyncer
 	Tables       dataplane.TableResolver
+	// HostFirewall, if not nil, keeps the node's nftables table equal to
+	// TableFirewall's rules, for the pods' packets to the node's own
+	// addresses, which never cross the bridge; nil: those go unjudged.
+	HostFirewall HostFirewallSyncer
 	// DNS follows the addresses of the EgressFirewall rules' DNS names
 	// (controller/dnsresolve); nil: no name is ever answered, so dnsName
 	// rules match nothing (and are reported unresolved).

@@ -28,6 +28,7 @@ import (
 	"github.com/egressflow/egressflow/controller/dnsresolve"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/hostfirewall"
 	"github.com/egressflow/egressflow/controller/iprule"
 	"github.com/egressflow/egressflow/controller/ovsdb"
 	"github.com/egressflow/egressflow/openflow"
@@ -242,6 +243,7 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 		Forwarding:   forwarding,
 		Disconnected: client.Disconnected(),
 		Rules:        iprule.NewManager(handle),
+		HostFirewall: hostfirewall.New(n.NFTables(t, hostfirewall.Family, hostfirewall.TableName)),
 		Tables:       iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
 		Metrics:      NewMetrics(reg),
 	}

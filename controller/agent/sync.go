@@ -92,7 +92,13 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		return fmt.Errorf("apply %d flow changes: %w", stream.sent, err)
 	}
 	a.ledger.Commit(diffed)
-	// The DNS replies held for these answers may go on (SnoopDNS).
+	if a.cfg.HostFirewall != nil {
+		if _, err := a.cfg.HostFirewall.Sync(ctx, a.planner.FirewallState()); err != nil {
+			return err
+		}
+	}
+	// The DNS replies held for these answers (in the flows and in the
+	// nftables table) may go on (SnoopDNS).
 	a.dnsApplied.advance(a.dnsRendered)
 	a.announceTakeovers(ctx, ports)
 	m.flowMods.Add(float64(stream.sent))

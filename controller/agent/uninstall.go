@@ -13,12 +13,12 @@ import (
 
 // Uninstall removes what egressflow holds on the node: every flow carrying
 // its cookie prefix (the pod guard among them, so the node's pods egress as
-// the CNI sends them, as before egressflow), its policy-routing rules, and
-// a hold of a restarting ovs-vswitchd it may have left. The agent runs it
+// the CNI sends them, as before egressflow), its policy-routing rules, its
+// nftables table (removeHostFirewall, if not nil), and a hold of a restarting ovs-vswitchd it may have left. The agent runs it
 // on its way out when egressflow itself is being removed (cmd/egressflow-
 // agent); a restarting agent keeps everything in place. It tries every
 // part and reports the failures together.
-func Uninstall(ctx context.Context, sw Switch, rules RuleSyncer, forwarding ForwardingGate) error {
+func Uninstall(ctx context.Context, sw Switch, rules RuleSyncer, removeHostFirewall func(context.Context) error, forwarding ForwardingGate) error {
 	var errs []error
 	var changes dataplane.Changes
 	changes.Delete = []*openflow.FlowMod{{
@@ -32,6 +32,11 @@ func Uninstall(ctx context.Context, sw Switch, rules RuleSyncer, forwarding Forw
 		errs = append(errs, fmt.Errorf("remove egressflow's ip rules: %w", err))
 	} else {
 		klog.InfoS("Removed egressflow's ip rules", "rules", removed)
+	}
+	if removeHostFirewall != nil {
+		if err := removeHostFirewall(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if forwarding != nil {
 		if err := forwarding.ReleaseForwarding(ctx); err != nil {

@@ -78,6 +78,22 @@ type NodeConfig struct {
 	// EgressIP has no held address of its family; "" is
 	// EgressIPUnheldDrop.
 	EgressIPUnheld EgressIPUnheld
+	// DNSResolvers selects the pods that answer other pods' DNS queries
+	// (the cluster's CoreDNS). Their DNS replies are learned and held too
+	// (Firewall.Resolvers); zero: none.
+	DNSResolvers DNSResolverPods
+}
+
+// DNSResolverPods selects the cluster's DNS resolver pods: those of
+// Namespace whose labels Selector matches.
+type DNSResolverPods struct {
+	Namespace string
+	Selector  labels.Selector
+}
+
+// Selects reports whether pod is one of the resolvers.
+func (r DNSResolverPods) Selects(pod *corev1.Pod) bool {
+	return r.Selector != nil && pod.Namespace == r.Namespace && r.Selector.Matches(labels.Set(pod.Labels))
 }
 
 // Cluster is the API state Compute reads. Maps are keyed by

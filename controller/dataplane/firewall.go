@@ -195,6 +195,15 @@ type Firewall struct {
 	Exempt []netip.Prefix
 	// Namespaces, sorted by Key; only those with local pods.
 	Namespaces []FirewallNamespace
+	// Resolvers are the addresses of the local DNS resolver pods
+	// (NodeConfig.DNSResolvers), sorted, whose DNS replies are snooped
+	// too when a namespace here has a dnsName rule (and not already as
+	// the pods of such a namespace): a resolver on a pod's own node
+	// answers it without crossing br-ex, but what it answers it learned
+	// from an upstream reply that does (docs/egressfirewall.md, "A
+	// resolver on the pod's own node"). None when no namespace here
+	// snoops.
+	Resolvers []netip.Addr
 	// Problems, sorted by Service (the object's key) and then as found.
 	Problems []Problem
 }
@@ -245,7 +254,42 @@ func ComputeFirewall(node NodeConfig, firewalls []*esv1.EgressFirewall, pods []*
 	for i := range out.Namespaces {
 		out.Namespaces[i].ID = takeID(taken, ServiceHash(out.Namespaces[i].Key))
 	}
+	var resolvers []*corev1.Pod
+	for _, pod := range pods {
+		if pod.Spec.NodeName == node.Name && node.DNSResolvers.Selects(pod) {
+			resolvers = append(resolvers, pod)
+		}
+	}
+	out.Resolvers = snoopedResolvers(node, resolvers, out.Namespaces)
 	return out
+}
+
+// snoopedResolvers are the addresses of the local resolver pods (of
+// resolvers) whose DNS replies are snooped by a flow of no namespace:
+// none unless some namespace snoops, and none that a snooping
+// namespace's own flows cover.
+func snoopedResolvers(node NodeConfig, resolvers []*corev1.Pod, namespaces []FirewallNamespace) []netip.Addr {
+	snooped := map[netip.Addr]bool{}
+	for _, ns := range namespaces {
+		if ns.SnoopDNS {
+			for _, a := range ns.Sources {
+				snooped[a] = true
+			}
+		}
+	}
+	if len(snooped) == 0 {
+		return nil
+	}
+	var out []netip.Addr
+	for _, pod := range resolvers {
+		for _, a := range podAddresses(pod, node.ClusterPodCIDRs) {
+			if !snooped[a] {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // firewallExemptions are the destinations TableFirewall never judges: the
@@ -488,23 +532,25 @@ func FirewallAnswers(flows []openflow.Flow) map[string][]netip.Addr {
 var resubmitQoS = []openflow.Instruction{openflow.Apply(openflow.ResubmitTable(TableQoS))}
 
 // FirewallFlows renders TableFirewall: the shared flows
-// (FirewallSharedFlows of fw.Exempt), then each namespace's
+// (FirewallSharedFlows of fw.Exempt and fw.Resolvers), then each namespace's
 // (AppendFirewallNamespace).
 func FirewallFlows(fw Firewall) []*openflow.FlowMod {
 	var buf FlowBuffer // never reset: the flows are the caller's
-	out := FirewallSharedFlows(fw.Exempt)
+	out := FirewallSharedFlows(fw.Exempt, fw.Resolvers)
 	for _, ns := range fw.Namespaces {
 		out = buf.AppendFirewallNamespace(out, ns)
 	}
 	return out
 }
 
-// FirewallSharedFlows renders the flows of TableFirewall that no object
-// owns: each exempt destination goes on to TableQoS above every rule, and
-// whatever no rule judges goes on at the bottom (the default allow).
-func FirewallSharedFlows(exempt []netip.Prefix) []*openflow.FlowMod {
+// FirewallSharedFlows renders the flows of EgressFirewall that no object
+// owns: in TableFirewall, each exempt destination goes on to TableQoS
+// above every rule, and whatever no rule judges goes on at the bottom
+// (the default allow); in TableClassify, the snoop flows of the DNS
+// replies to the local resolver pods (Firewall.Resolvers).
+func FirewallSharedFlows(exempt []netip.Prefix, resolvers []netip.Addr) []*openflow.FlowMod {
 	var buf FlowBuffer
-	var out []*openflow.FlowMod
+	out := buf.appendSnoopDNS(nil, Cookie(KindFirewallSnoop, ""), resolvers)
 	for _, p := range exempt {
 		fm := buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallExempt, resubmitQoS)
 		setIP(&fm.Match, p.Addr(), openflow.FieldNone)
@@ -561,20 +607,7 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 		dst = append(dst, fm)
 	}
 	if ns.SnoopDNS {
-		cookieSnoop := Cookie(KindFirewallSnoop, ns.Key)
-		for _, pod := range ns.Sources {
-			// UDP and TCP: a truncated answer is asked again over TCP.
-			for _, from := range []struct {
-				proto uint64
-				port  openflow.Field
-			}{{17, openflow.FieldUDPSrc}, {6, openflow.FieldTCPSrc}} {
-				fm := b.add(cookieSnoop, TableClassify, priorityFirewallSnoop, snoopDNSReply)
-				setIP(&fm.Match, pod, dstField(pod))
-				fm.Match.SetUint(openflow.FieldIPProto, from.proto)
-				fm.Match.SetUint(from.port, 53)
-				dst = append(dst, fm)
-			}
-		}
+		dst = b.appendSnoopDNS(dst, Cookie(KindFirewallSnoop, ns.Key), ns.Sources)
 	}
 	for _, rule := range ns.Rules {
 		cookie, insts := cookieAllow, allowAndCommit
@@ -606,6 +639,25 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 				m.SetUint(openflow.FieldIPProto, uint64(p.Protocol))
 				m.SetUint(portField(p.Protocol), uint64(p.Port))
 			}
+		}
+	}
+	return dst
+}
+
+// appendSnoopDNS renders into b, and appends to dst, the snoop flows of
+// the DNS replies to each of pods (KindFirewallSnoop), with cookie.
+func (b *FlowBuffer) appendSnoopDNS(dst []*openflow.FlowMod, cookie uint64, pods []netip.Addr) []*openflow.FlowMod {
+	for _, pod := range pods {
+		// UDP and TCP: a truncated answer is asked again over TCP.
+		for _, from := range []struct {
+			proto uint64
+			port  openflow.Field
+		}{{17, openflow.FieldUDPSrc}, {6, openflow.FieldTCPSrc}} {
+			fm := b.add(cookie, TableClassify, priorityFirewallSnoop, snoopDNSReply)
+			setIP(&fm.Match, pod, dstField(pod))
+			fm.Match.SetUint(openflow.FieldIPProto, from.proto)
+			fm.Match.SetUint(from.port, 53)
+			dst = append(dst, fm)
 		}
 	}
 	return dst

@@ -425,7 +425,7 @@ func TestFirewallFlowCount(t *testing.T) {
 	for i := range rules {
 		r = append(r, denyTo(cidrTo(fmt.Sprintf("198.%d.%d.0/24", i/256, i%256))))
 	}
-	shared := len(FirewallSharedFlows(firewallExemptions(n1Config)))
+	shared := len(FirewallSharedFlows(firewallExemptions(n1Config), nil))
 	count := func(rules []esv1.EgressFirewallRule, resolved map[string][]netip.Addr) int {
 		return len(FirewallFlows(ComputeFirewall(n1Config, []*esv1.EgressFirewall{egressFirewall("shop", "default", rules...)}, ps, nil, resolved))) - shared
 	}
@@ -557,5 +557,46 @@ func TestFirewallDNSKey(t *testing.T) {
 		if got := FirewallDNSKey(in); got != want {
 			t.Errorf("FirewallDNSKey(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestFirewallResolvers: the DNS replies to the node's own resolver pods
+// (kube-system's k8s-app=kube-dns here) are snooped by shared flows while
+// a namespace with local pods has a dnsName rule, and not otherwise; a
+// resolver on another node, or a pod of the label in another namespace,
+// is not one of this node's.
+func TestFirewallResolvers(t *testing.T) {
+	cfg := n1Config
+	cfg.DNSResolvers = DNSResolverPods{Namespace: "kube-system", Selector: labels.SelectorFromSet(labels.Set{"k8s-app": "kube-dns"})}
+	dnsLabels := map[string]string{"k8s-app": "kube-dns"}
+	pods := []*corev1.Pod{
+		pod("kube-system", "n1", dnsLabels, "10.244.1.53", "fd00:10:244:1::53"),
+		pod("kube-system", "n2", dnsLabels, "10.244.2.53"),
+		pod("elsewhere", "n1", dnsLabels, "10.244.1.54"),
+		pod("shop", "n1", nil, "10.244.1.5"),
+	}
+	byName := ComputeFirewall(cfg, []*esv1.EgressFirewall{egressFirewall("shop", "default", denyTo(dnsTo("blocked.example.com")))}, pods, nil, nil)
+	if got, want := byName.Resolvers, addrs("10.244.1.53", "fd00:10:244:1::53"); !slices.Equal(got, want) {
+		t.Errorf("with a dnsName rule: resolvers %v, want %v", got, want)
+	}
+	cookie := fmt.Sprintf("%#x", Cookie(KindFirewallSnoop, ""))
+	want := []string{
+		"cookie=" + cookie + ", priority=210,udp,nw_dst=10.244.1.53,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
+		"cookie=" + cookie + ", priority=210,tcp,nw_dst=10.244.1.53,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
+		"cookie=" + cookie + ", priority=210,udp6,ipv6_dst=fd00:10:244:1::53,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
+		"cookie=" + cookie + ", priority=210,tcp6,ipv6_dst=fd00:10:244:1::53,tp_src=53 actions=ct(commit,zone=61190),controller(pause),NORMAL",
+	}
+	var got []string
+	for _, f := range FirewallSharedFlows(byName.Exempt, byName.Resolvers) {
+		if c, ok := DecodeCookie(f.Cookie); ok && c.Kind == KindFirewallSnoop {
+			got = append(got, f.String())
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("resolver snoop flows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	byCIDR := ComputeFirewall(cfg, []*esv1.EgressFirewall{egressFirewall("shop", "default", denyTo(cidrTo("192.0.2.0/24")))}, pods, nil, nil)
+	if byCIDR.Resolvers != nil {
+		t.Errorf("without a dnsName rule: resolvers %v, want none", byCIDR.Resolvers)
 	}
 }

@@ -163,7 +163,7 @@ type StagePart interface {
 // sharedOf is what node's shared flows depend on in state.
 func sharedOf(node NodeConfig, state State) Shared {
 	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted, AdmittedLate: state.AdmittedLate,
-		FirewallExempt: state.Firewall.Exempt}
+		FirewallExempt: state.Firewall.Exempt, FirewallResolvers: state.Firewall.Resolvers}
 	for _, part := range state.EgressIP.Parts {
 		if len(part.Held) > 0 {
 			shared.HoldingEgressIPs++
@@ -318,6 +318,9 @@ type Shared struct {
 	// (Firewall.Exempt): the pod and service CIDRs, not the node
 	// addresses.
 	FirewallExempt []netip.Prefix
+	// FirewallResolvers are the local resolver pods whose DNS replies are
+	// snooped by no namespace's flows (Firewall.Resolvers).
+	FirewallResolvers []netip.Addr
 	// Hosting and Steering count the services the node acts on by role.
 	Hosting, Steering int
 	// HoldingEgressIPs counts the EgressIPs of which the node holds an
@@ -362,7 +365,7 @@ func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 	}
 	// The stages: a stage table without its default would drop what
 	// misses it (OpenFlow's table-miss), so they come with TableOrigin.
-	out = append(out, FirewallSharedFlows(shared.FirewallExempt)...)
+	out = append(out, FirewallSharedFlows(shared.FirewallExempt, shared.FirewallResolvers)...)
 	out = append(out, QoSSharedFlows(shared.Exempt)...)
 	// In TableOrigin the exemptions come below the in_port flows: a
 	// packet from LOCAL goes on through the stages to TableEgress, which

@@ -879,7 +879,7 @@ func (p *Planner) Acting(role Role) int { return p.acting[role] }
 // Shared returns what the shared flows depend on (SharedFlows).
 func (p *Planner) Shared() Shared {
 	return Shared{Exempt: p.exempt, Guarded: p.node.ClusterPodCIDRs, Admitted: p.Admitted(), AdmittedLate: p.AdmittedLate(),
-		FirewallExempt: p.firewallExempt, Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer],
+		FirewallExempt: p.firewallExempt, FirewallResolvers: p.firewallResolvers(), Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer],
 		HoldingEgressIPs: p.egressIPsHeld()}
 }
 
@@ -909,7 +909,7 @@ func (p *Planner) appendRules(out []Rule, s Service) []Rule {
 // State assembles the whole desired dataplane, as Compute returns it.
 func (p *Planner) State() State {
 	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted()), AdmittedLate: slices.Clone(p.AdmittedLate()),
-		Firewall: p.firewallState(), EgressIP: p.egressIPState()}
+		Firewall: p.FirewallState(), EgressIP: p.egressIPState()}
 	for _, k := range slices.Sorted(maps.Keys(p.services)) {
 		pl := p.services[k]
 		state.Problems = append(state.Problems, pl.problems...)

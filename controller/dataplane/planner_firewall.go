@@ -238,9 +238,11 @@ func (p *Planner) FirewallRules() int {
 	return n
 }
 
-// firewallState is State.Firewall, as ComputeFirewall returns it.
-func (p *Planner) firewallState() Firewall {
-	out := Firewall{Exempt: p.firewallExempt}
+// FirewallState is State.Firewall, as ComputeFirewall returns it: what
+// TableFirewall holds, and the agent's nftables table judges by
+// (controller/hostfirewall).
+func (p *Planner) FirewallState() Firewall {
+	out := Firewall{Exempt: p.firewallExempt, Resolvers: p.firewallResolvers()}
 	for _, k := range slices.Sorted(maps.Keys(p.firewalls)) {
 		pl := p.firewalls[k]
 		out.Problems = append(out.Problems, pl.problems...)
@@ -249,6 +251,25 @@ func (p *Planner) firewallState() Firewall {
 		}
 	}
 	return out
+}
+
+// firewallResolvers is Firewall.Resolvers: of the local pods of the
+// resolvers' namespace, those NodeConfig.DNSResolvers selects, unless no
+// namespace here snoops DNS replies.
+func (p *Planner) firewallResolvers() []netip.Addr {
+	var snooping []FirewallNamespace
+	for _, pl := range p.firewalls {
+		if pl.ns.SnoopDNS && len(pl.ns.Sources) > 0 {
+			snooping = append(snooping, pl.ns)
+		}
+	}
+	var resolvers []*corev1.Pod
+	for _, pod := range p.podsByNamespace[p.node.DNSResolvers.Namespace] {
+		if p.node.DNSResolvers.Selects(pod) {
+			resolvers = append(resolvers, pod)
+		}
+	}
+	return snoopedResolvers(p.node, resolvers, snooping)
 }
 
 // UnresolvedDNSName is an exact dnsName of a namespace's EgressFirewall

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
@@ -308,10 +309,13 @@ func TestPlannerMatchesCompute(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		// Each node under both choices for a selected pod whose EgressIP
 		// holds no address of its family.
+		// The resolver pods are those of namespace c labelled app=a: c has
+		// an EgressFirewall at times, whose own snoop flows then cover them.
 		var cfgs []NodeConfig
 		for _, unheld := range []EgressIPUnheld{EgressIPUnheldDrop, EgressIPUnheldNodeIP} {
 			for _, cfg := range []NodeConfig{n1Config, n2Config} {
 				cfg.EgressIPUnheld = unheld
+				cfg.DNSResolvers = DNSResolverPods{Namespace: "c", Selector: labels.SelectorFromSet(labels.Set{"app": "a"})}
 				cfgs = append(cfgs, cfg)
 			}
 		}
@@ -500,6 +504,15 @@ func TestPlannerMatchesCompute(t *testing.T) {
 						seen["a node's Lease publishing addresses before its Node exists"] = true
 					}
 				}
+				seen["a resolver pod snooped"] = seen["a resolver pod snooped"] || len(want.Firewall.Resolvers) > 0
+				for _, ns := range want.Firewall.Namespaces {
+					for _, pod := range pods {
+						if ns.SnoopDNS && pod.Spec.NodeName == cfg.Name && cfg.DNSResolvers.Selects(pod) &&
+							ns.Key == ObjectKey(APIEgressFirewall, pod.Namespace, esv1.EgressFirewallName) {
+							seen["a resolver pod left to its namespace's snoop flows"] = true
+						}
+					}
+				}
 				for _, part := range want.EgressIP.Parts {
 					seen["an EgressIP address held"] = seen["an EgressIP address held"] || len(part.Held) > 0
 					for _, pod := range part.Pods {
@@ -522,11 +535,13 @@ func TestPlannerMatchesCompute(t *testing.T) {
 			}
 		}
 	}
-	// The histories reach every case of EgressIP's part.
+	// The histories reach every case of EgressIP's part, and both of the
+	// resolver pods'.
 	for _, what := range []string{"an EgressIP address held", "a pod SNATed to an egress IP", "a pod steered to a holder",
 		"also selected by EgressIP", "is an endpoint of EgressService", "has not published its bridge MAC",
 		"a selected pod leaving through its node while unheld", "a published host address exempt",
-		"a node's Lease publishing addresses before its Node exists"} {
+		"a node's Lease publishing addresses before its Node exists",
+		"a resolver pod snooped", "a resolver pod left to its namespace's snoop flows"} {
 		if !seen[what] {
 			t.Errorf("no history reached %q", what)
 		}

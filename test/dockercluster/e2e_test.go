@@ -15,6 +15,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/hostfirewall"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
@@ -246,6 +247,9 @@ func expectEgressflowGone(t *testing.T, c *Cluster) {
 						left = append(left, fmt.Sprintf("%s ip rule %s", n.Name, line))
 					}
 				}
+			}
+			if tables := c.Exec(n, "nft", "list", "tables"); strings.Contains(tables, hostfirewall.TableName) {
+				left = append(left, fmt.Sprintf("%s nftables:\n%s", n.Name, tables))
 			}
 			if config := c.Exec(n, "ovs-vsctl", "get", "Open_vSwitch", ".", "other_config"); strings.Contains(config, "flow-restore-wait") {
 				left = append(left, fmt.Sprintf("%s other_config %s", n.Name, config))

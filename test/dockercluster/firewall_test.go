@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -43,12 +44,14 @@ const firewallWindow = 1500 * time.Millisecond
 //	2: Deny dnsName blocked.test (answered with the second IPv4 address)
 //	3: Deny the main IPv6 address
 //	4: Deny dnsName *.wild.test (x.wild.test answered with a third IPv4 address)
+//	5: Deny UDP to node 0 (by its hostname label), on a host-networked server's port
 //
 // It checks what each target answered (the probe pods' logs) and that no
 // denied packet reaches the external host (a capture): rule order, port,
 // the name and the address it resolves to, a wildcard (filled only from
 // the DNS replies the pods receive, which the bridge copies to the agent),
-// IPv6, the endpoints' allowed
+// IPv6, node 0's addresses from a pod on node 0 (the agent's nftables
+// table) and from one on node 1 (TableFirewall), the endpoints' allowed
 // packets leaving with the LB IP and their denied ones never SNATed nor
 // steered, the other namespace untouched, the status the leader writes
 // (Applied on every node) and its Event;
@@ -89,6 +92,7 @@ func TestEgressFirewall(t *testing.T) {
 	c.External.AddAddress(t, wild4)
 	first := c.External.Serve(t, extra4, extra6, wild4)
 	second := c.External.Serve(t)
+	onNode0 := c.HostNetwork(c.Nodes[0]).Serve(t) // a host-networked server of node 0
 	main4, main6 := first.Addr.Addr(), first.Addr6.Addr()
 	name := fmt.Sprintf("blocked.test:%d", first.Addr.Port())
 	wildName := fmt.Sprintf("x.wild.test:%d", first.Addr.Port())
@@ -114,6 +118,8 @@ func TestEgressFirewall(t *testing.T) {
 		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: "blocked.test"}},
 		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: main6.String() + "/128"}},
 		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: "*.wild.test"}},
+		{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{NodeSelector: &esv1.LabelSelector{
+			MatchLabels: map[string]string{corev1.LabelHostname: c.Nodes[0].Name}}}, Ports: []esv1.EgressFirewallPort{udp(onNode0.Addr.Port())}},
 	}
 	if _, err := firewalls.Create(ctx, &esv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec: esv1.EgressFirewallSpec{Egress: rules}}, metav1.CreateOptions{}); err != nil {
@@ -121,6 +127,14 @@ func TestEgressFirewall(t *testing.T) {
 	}
 	started := time.Now()
 	c.ExpectSources(probe, targets, []string{ip4, "", "", ip6, "", "", "", ""})
+	// Rule 5, from a pod on the denied node itself (its packets to the
+	// node's addresses never cross br-ex: the agent's nftables table judges
+	// them) and from a pod on another node (TableFirewall there).
+	toNode0 := []string{onNode0.Addr.String(), onNode0.Addr6.String()}
+	onOwnNode := c.RunProbePod(scenarioNamespace, "fo", c.Nodes[0], nil, toNode0...)
+	onOtherNode := c.RunProbePod(scenarioNamespace, "fp", c.Nodes[1], nil, toNode0...)
+	c.ExpectSources(onOwnNode, toNode0, []string{"", ""})
+	c.ExpectSources(onOtherNode, toNode0, []string{"", ""})
 	t.Logf("rules enforced on the probe pod within %v", time.Since(started).Round(100*time.Millisecond))
 	lb4 := lbIPs[0].String()
 	for _, ep := range s.endpoints {
@@ -166,6 +180,8 @@ func TestEgressFirewall(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.ExpectSources(probe, targets, []string{ip4, ip4, ip4, ip6, ip6, ip6, ip4, ip4})
+	c.ExpectSources(onOwnNode, toNode0, podIPs(onOwnNode))
+	c.ExpectSources(onOtherNode, toNode0, podIPs(onOtherNode))
 	for _, ep := range s.endpoints {
 		c.ExpectSources(ep, s.targets, []string{lb4, lbIPs[1].String()})
 	}
