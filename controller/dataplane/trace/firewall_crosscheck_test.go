@@ -22,7 +22,9 @@ import (
 // tracer and ofproto/trace agree on whether each generated packet is
 // dropped or let out, and on every flow it hits on the way;
 // dataplane's TestFirewallMatchesSpecification holds the tracer's answers
-// to the API's rule.
+// to the API's rule. Fragments among the packets: ofproto/trace reads
+// their ports as 0 as the tracer does, and the Deny rules with ports drop
+// them.
 func TestCrossCheckFirewallFlows(t *testing.T) {
 	b := startBridge(t)
 	t.Logf("seed %d", crossCheckSeed)
@@ -117,6 +119,35 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 		p.InPort, p.EthSrc, p.EthDst, p.SrcPort = openflow.PortLocal, randomMAC(rnd), randomMAC(rnd), 40000
 		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
 	}
+	// Fragments, first and later, whose ports the bridge reads as 0: to
+	// the destinations of the Deny rules with ports (dropped), to the
+	// address and port rule 0 allows (dropped by rule 5, as no rule
+	// without ports comes before it), to an address rule 2 allows without
+	// ports (let out), and in IPv6 to the port rule 4 allows (dropped by
+	// rule 6). Each fragment of a namespace's Deny with ports hits that
+	// rule's fragment flow.
+	fragmentsDropped := map[int]bool{} // by index in probes
+	for _, f := range []struct {
+		src, dst string
+		proto    uint8
+		port     uint16
+		dropped  bool
+	}{
+		{"10.244.1.5", "203.0.113.200", trace.ProtoSCTP, 80, true},
+		{"10.244.1.6", "203.0.113.200", trace.ProtoTCP, 8080, true},
+		{"10.244.1.8", "198.51.100.9", trace.ProtoUDP, 53, true},
+		{"10.244.1.5", "198.51.100.7", trace.ProtoTCP, 443, true},
+		{"10.244.1.6", "203.0.113.1", trace.ProtoUDP, 80, false},
+		{"fd00:10:244:1::5", "2001:db8:ff::8", trace.ProtoUDP, 53, true},
+		{"10.244.1.9", "203.0.113.200", trace.ProtoTCP, 80, false}, // free has no EgressFirewall
+	} {
+		for _, frag := range []uint8{openflow.IPFragAny, openflow.IPFragAny | openflow.IPFragLater} {
+			p := trace.Packet{InPort: openflow.PortLocal, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd),
+				Src: netip.MustParseAddr(f.src), Dst: netip.MustParseAddr(f.dst), Proto: f.proto, SrcPort: 40000, DstPort: f.port, Frag: frag}
+			fragmentsDropped[len(probes)] = f.dropped
+			probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
+		}
+	}
 	// DNS replies to pods, over UDP and TCP, in from the uplink: paused for
 	// the controller for the namespace with a dnsName rule (shop), not for
 	// another.
@@ -161,6 +192,13 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 		probes = append(probes, probe{packet: p, state: c.state})
 	}
 	results := crossCheck(t, b, flows, probes)
+	if len(results) == len(probes) {
+		for i, dropped := range fragmentsDropped {
+			if results[i].Dropped() != dropped {
+				t.Errorf("fragment %v: dropped %v, want %v:\n%v", probes[i].packet, results[i].Dropped(), dropped, results[i])
+			}
+		}
+	}
 	ends := coverage(t, flows, probes, results)
 	// Both ends, and every kind of flow, must be among the paths, or
 	// agreement proves less.

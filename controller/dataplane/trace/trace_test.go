@@ -325,3 +325,69 @@ func portsOf(r trace.Result) []uint32 {
 	}
 	return ports
 }
+
+// TestTraceFragments: an IP fragment's ports (and ICMP type) read as 0,
+// its first fragment's too, as on a bridge whose fragment handling is
+// "normal": a Deny by port lets the datagram's fragments through, and
+// only a flow on ip_frag catches them. ip_frag=yes matches first and
+// later fragments, not a whole datagram; ip_frag=later only later ones.
+func TestTraceFragments(t *testing.T) {
+	a := netip.MustParseAddr
+	byPort, err := trace.New(parseFlows(t, []string{
+		"table=0,priority=200,udp,udp_dst=5353 actions=drop",
+		"table=0,priority=200,icmp,icmp_type=8 actions=drop",
+		"table=0,priority=100,ip actions=output:2",
+		"table=0,priority=100,ipv6 actions=output:2",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withFrag, err := trace.New(parseFlows(t, []string{
+		"table=0,priority=200,udp,udp_dst=5353 actions=drop",
+		"table=0,priority=200,udp,nw_frag=yes actions=drop",
+		"table=0,priority=200,udp6,udp_dst=5353 actions=drop",
+		"table=0,priority=200,udp6,nw_frag=later actions=drop",
+		"table=0,priority=100,ip actions=output:2",
+		"table=0,priority=100,ipv6 actions=output:2",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const first, later = openflow.IPFragAny, openflow.IPFragAny | openflow.IPFragLater
+	udp := func(dst string, port uint16, frag uint8) trace.Packet {
+		return trace.Packet{InPort: 3, Src: a("10.1.1.1"), Dst: a(dst), Proto: trace.ProtoUDP, SrcPort: 40000, DstPort: port, Frag: frag}
+	}
+	udp6 := func(frag uint8) trace.Packet {
+		return trace.Packet{InPort: 3, Src: a("fd00:1::5"), Dst: a("2001:db8::9"), Proto: trace.ProtoUDP, SrcPort: 40000, DstPort: 5353, Frag: frag}
+	}
+	for _, c := range []struct {
+		name    string
+		tables  *trace.Tables
+		packet  trace.Packet
+		dropped bool
+	}{
+		{"a whole datagram to the denied port", byPort, udp("203.0.113.10", 5353, 0), true},
+		{"its first fragment passes a Deny by port", byPort, udp("203.0.113.10", 5353, first), false},
+		{"a later fragment passes a Deny by port", byPort, udp("203.0.113.10", 5353, later), false},
+		{"an ICMP fragment's type reads as 0", byPort, trace.Packet{InPort: 3, Src: a("10.1.1.1"), Dst: a("203.0.113.10"),
+			Proto: trace.ProtoICMP, ICMPType: 8, Frag: first}, false},
+		{"a whole ICMP echo request", byPort, trace.Packet{InPort: 3, Src: a("10.1.1.1"), Dst: a("203.0.113.10"),
+			Proto: trace.ProtoICMP, ICMPType: 8}, true},
+		{"ip_frag=yes drops the first fragment", withFrag, udp("203.0.113.10", 5353, first), true},
+		{"ip_frag=yes drops a later fragment", withFrag, udp("203.0.113.10", 53, later), true},
+		{"ip_frag=yes leaves a whole datagram to its port", withFrag, udp("203.0.113.10", 53, 0), false},
+		{"ip_frag=later leaves the first fragment", withFrag, udp6(first), false},
+		{"ip_frag=later drops a later fragment", withFrag, udp6(later), true},
+	} {
+		r := mustTrace(t, c.tables, c.packet, trace.Conntrack{})
+		if r.Dropped() != c.dropped {
+			t.Errorf("%s: %v dropped %v, want %v:\n%v", c.name, c.packet, r.Dropped(), c.dropped, r)
+		}
+	}
+	if s := udp("203.0.113.10", 5353, first).String(); !strings.Contains(s, ",nw_frag=first,") {
+		t.Errorf("a first fragment written %q, want nw_frag=first in it", s)
+	}
+	if s := udp6(later).String(); !strings.HasSuffix(s, ",nw_frag=later") {
+		t.Errorf("a later fragment written %q, want nw_frag=later and no ports (it has no transport header)", s)
+	}
+}
