@@ -85,11 +85,14 @@ import (
 // cannot be shown to match it, and goes on to the later rules. So a
 // fragment of protocol P to destination D is dropped if a Deny with ports
 // of P for D comes before every rule without ports that judges D, and
-// judged by the rules without ports otherwise. The cost, on the userspace
-// datapath only: fragmented datagrams to a port an Allow lets through are
-// dropped too if a Deny with ports of the same protocol covers the
-// destination (failing closed). On the kernel datapath these flows never
-// match: what they would see is reassembled first.
+// judged by the rules without ports otherwise. An IPv6 fragment after the
+// first is protocol 44 to the bridge (its Fragment header): these flows
+// drop the datagram's first fragment, without which it cannot be
+// reassembled, and the rules without ports judge the rest. The cost, on
+// the userspace datapath only: fragmented datagrams to a port an Allow
+// lets through are dropped too if a Deny with ports of the same protocol
+// covers the destination (failing closed). On the kernel datapath these
+// flows never match: what they would see is reassembled first.
 
 // Flow kinds of EgressFirewall, in TableFirewall and (snoop, inbound)
 // TableClassify.

@@ -23,6 +23,9 @@ const (
 	ProtoUDP    uint8 = 17
 	ProtoICMPv6 uint8 = 58
 	ProtoSCTP   uint8 = 132
+	// ProtoIPv6Fragment is IPv6's Fragment header: the protocol Open
+	// vSwitch reads for an IPv6 fragment after the first (Packet.Frag).
+	ProtoIPv6Fragment uint8 = 44
 )
 
 // MAC is an Ethernet address (a value, so that a Packet compares with ==).
@@ -63,8 +66,11 @@ type Packet struct {
 	// datagram, openflow.IPFragAny for its first fragment, IPFragAny |
 	// IPFragLater for a later one. Flows read a fragment's ports and ICMP
 	// type and code as 0, the first fragment's too, as a bridge whose
-	// fragment handling is "normal" (the default) does; the fields above
-	// keep what the datagram carries.
+	// fragment handling is "normal" (the default) does; and the protocol
+	// of an IPv6 fragment after the first as ProtoIPv6Fragment (44), as
+	// Open vSwitch's flow extraction does, which stops at the Fragment
+	// header of a fragment without the upper-layer header. Proto and the
+	// fields above keep what the datagram carries.
 	Frag uint8
 	// DSCP is the IP header's DSCP (6 bits, the TOS byte's upper part).
 	DSCP uint8
@@ -100,7 +106,16 @@ func (p *Packet) isIP() bool {
 
 // hasPorts reports whether the packet has a transport header of proto
 // with ports.
-func (p *Packet) hasPorts(proto uint8) bool { return p.isIP() && p.Proto == proto }
+func (p *Packet) hasPorts(proto uint8) bool { return p.isIP() && p.proto() == proto }
+
+// proto is the IP protocol as flows read it: ProtoIPv6Fragment for an
+// IPv6 fragment after the first, else Proto.
+func (p *Packet) proto() uint8 {
+	if p.ethType() == EthTypeIPv6 && p.Frag&openflow.IPFragLater != 0 {
+		return ProtoIPv6Fragment
+	}
+	return p.Proto
+}
 
 // isFragment reports whether the packet is an IP fragment, first or later.
 func (p *Packet) isFragment() bool { return p.isIP() && p.Frag&openflow.IPFragAny != 0 }
@@ -117,9 +132,9 @@ func (p *Packet) transport(v uint64) uint64 {
 // hasICMP reports whether the packet is ICMP of its family (v6: ICMPv6).
 func (p *Packet) hasICMP(v6 bool) bool {
 	if v6 {
-		return p.ethType() == EthTypeIPv6 && p.Proto == ProtoICMPv6
+		return p.ethType() == EthTypeIPv6 && p.proto() == ProtoICMPv6
 	}
-	return p.ethType() == EthTypeIPv4 && p.Proto == ProtoICMP
+	return p.ethType() == EthTypeIPv4 && p.proto() == ProtoICMP
 }
 
 // errUnmodelled marks a field the tracer does not model.
@@ -166,7 +181,7 @@ func (p *Packet) get(f openflow.Field) (value []byte, present bool, err error) {
 	case f == openflow.FieldIPv6Dst:
 		return addr(p.Dst, EthTypeIPv6)
 	case f == openflow.FieldIPProto:
-		return num(uint64(p.Proto), p.isIP())
+		return num(uint64(p.proto()), p.isIP())
 	case f == openflow.FieldIPFrag:
 		return num(uint64(p.Frag&(openflow.IPFragAny|openflow.IPFragLater)), p.isIP())
 	case f == openflow.FieldIPDSCP:
@@ -298,7 +313,7 @@ func (p Packet) String() string {
 	if v6 {
 		suffix, src, dst = "6", "ipv6_src", "ipv6_dst"
 	}
-	switch p.Proto {
+	switch p.proto() {
 	case ProtoTCP:
 		add("tcp%s", suffix)
 	case ProtoUDP:
@@ -313,9 +328,9 @@ func (p Packet) String() string {
 		fallthrough
 	default:
 		if v6 {
-			add("ipv6,nw_proto=%d", p.Proto)
+			add("ipv6,nw_proto=%d", p.proto())
 		} else {
-			add("ip,nw_proto=%d", p.Proto)
+			add("ip,nw_proto=%d", p.proto())
 		}
 	}
 	if p.Src.IsValid() {

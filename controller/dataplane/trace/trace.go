@@ -24,7 +24,8 @@
 //     ct_mark and reg0..reg15, with masks; a field the packet lacks
 //     (ip_src of an IPv6 packet) never matches; an IP fragment's ports and
 //     ICMP type and code read as 0, its first fragment's too, as on a
-//     bridge whose fragment handling is "normal" (Packet.Frag);
+//     bridge whose fragment handling is "normal", and an IPv6 fragment
+//     after the first is protocol 44, its Fragment header (Packet.Frag);
 //   - apply-actions and goto_table; a table where nothing matches drops;
 //   - output to a port, LOCAL, IN_PORT, NORMAL and CONTROLLER (output to
 //     the packet's own in_port is skipped, as Open vSwitch does);
