@@ -41,14 +41,17 @@ import (
 // to TableQoS (Allow); a packet that matches none goes on too (the
 // default allow). A node's TableFirewall therefore holds
 //
-//	Σ_namespaces (local pod addresses + Σ_rules destinations × max(1, ports))
+//	Σ_namespaces (local pod addresses
+//	    + Σ_rules destinations × (max(1, ports) + fragment protocols))
 //	  + exemptions + 2 × 2 + 1
 //
 // flows (the 2 × 2: per family, the replies' pass and the commit of what
 // no rule judged), counting a rule's destinations only in the families the
 // namespace has local pods of: a cidrSelector is one destination, a
 // dnsName one per address, a nodeSelector one per address of each
-// selected node. It grows with pods plus rules, never with pods × rules.
+// selected node. A Deny with ports has fragment protocols, the number of
+// distinct protocols among its ports (see "Fragments"); every other rule
+// has none. It grows with pods plus rules, never with pods × rules.
 // Outside it, in TableClassify, each local pod address of such a namespace
 // has an inbound commit (KindFirewallInbound) and, if the namespace has a
 // dnsName rule, a snoop flow (KindFirewallSnoop).
@@ -62,6 +65,34 @@ import (
 // save 600 of 160,871 flows (docs/egressfirewall.md, "Benchmark"). The API's ports are single ports (the seed's
 // `port: integer`), so no masked tp_dst matches are needed; a range, if the
 // API grew one, would cost at most 2 × 16 − 2 masked matches.
+//
+// # Fragments
+//
+// A rule's ports are read from the transport header, which only a
+// datagram's first IP fragment carries; and a bridge whose fragment
+// handling is "normal" (the default, which egressflow keeps) reads the
+// ports of every fragment, the first one included, as 0. On the kernel
+// datapath that does not matter here: the ct action of the classifying
+// flow reassembles a fragmented datagram before it recirculates, and the
+// rules judge the whole datagram, ports and all (as the reference relies
+// on). The userspace datapath's connection tracker hands the fragments
+// on, not the datagram: a fragment matches no flow with a port, and a
+// Deny with ports would let the whole datagram pass. So each Deny with
+// ports also drops, for each destination and each distinct protocol of
+// its ports, every fragment of that protocol to that destination
+// (ip_frag=yes, at the rule's priority, with its cookie: the denied
+// packets count them). An Allow with ports gets no such flow: a fragment
+// cannot be shown to match it, and goes on to the later rules. So a
+// fragment of protocol P to destination D is dropped if a Deny with ports
+// of P for D comes before every rule without ports that judges D, and
+// judged by the rules without ports otherwise. An IPv6 fragment after the
+// first is protocol 44 to the bridge (its Fragment header): these flows
+// drop the datagram's first fragment, without which it cannot be
+// reassembled, and the rules without ports judge the rest. The cost, on
+// the userspace datapath only: fragmented datagrams to a port an Allow
+// lets through are dropped too if a Deny with ports of the same protocol
+// covers the destination (failing closed). On the kernel datapath these
+// flows never match: what they would see is reassembled first.
 
 // Flow kinds of EgressFirewall, in TableFirewall and (snoop, inbound)
 // TableClassify.
@@ -585,7 +616,9 @@ func (FirewallNamespace) Role() Role { return RoleFirewall }
 // AppendFirewallNamespace renders ns's flows into b and appends them to
 // dst: a classifying flow per source, then for each rule a flow per
 // destination of a family the sources have, times each port (or one
-// without ports).
+// without ports), and for a Deny with ports one more per destination and
+// protocol that drops the protocol's fragments ("Fragments" in the
+// package comment).
 func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns FirewallNamespace) []*openflow.FlowMod {
 	cookieClassify := Cookie(KindFirewallClassify, ns.Key)
 	cookieDeny, cookieAllow := Cookie(KindFirewallDeny, ns.Key), Cookie(KindFirewallAllow, ns.Key)
@@ -639,6 +672,14 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 				m.SetUint(openflow.FieldIPProto, uint64(p.Protocol))
 				m.SetUint(portField(p.Protocol), uint64(p.Port))
 			}
+			if !rule.Deny {
+				continue // a fragment cannot be shown to match an Allow's ports
+			}
+			for _, proto := range ruleProtocols(rule.Ports) {
+				m := add()
+				m.SetUint(openflow.FieldIPProto, uint64(proto))
+				m.SetUintMasked(openflow.FieldIPFrag, uint64(openflow.IPFragAny), uint64(openflow.IPFragAny))
+			}
 		}
 	}
 	return dst
@@ -661,6 +702,19 @@ func (b *FlowBuffer) appendSnoopDNS(dst []*openflow.FlowMod, cookie uint64, pods
 		}
 	}
 	return dst
+}
+
+// ruleProtocols are the distinct protocols of ports (sorted, as
+// firewallPorts sorts them by protocol first): a Deny with ports drops
+// the fragments of each (see "Fragments" in the package comment).
+func ruleProtocols(ports []FirewallPort) []uint8 {
+	var out []uint8
+	for _, p := range ports {
+		if len(out) == 0 || out[len(out)-1] != p.Protocol {
+			out = append(out, p.Protocol)
+		}
+	}
+	return out
 }
 
 // portField is the destination port field of a protocol firewallProtocols

@@ -58,9 +58,12 @@ func labelledNode(name, internal, external string, l map[string]string) *corev1.
 // per address; an Allow by name (written in capitals with a final dot) on
 // two ports in both families; a Deny of the infra nodes' two addresses; a
 // Deny of everything on one SCTP port (the /0 needs no match); an Allow of
-// an IPv6 CIDR written with host bits; and nothing for the pod of another
-// node or the namespace without local pods. FirewallAnswers reads the
-// name's addresses back from the flows, and nothing else.
+// an IPv6 CIDR written with host bits; a Deny by name on three ports of
+// two protocols; and nothing for the pod of another node or the namespace
+// without local pods. Each Deny with ports has a flow per destination and
+// protocol that drops the protocol's fragments (nw_frag=yes), with the
+// rule's note; the Allows with ports have none. FirewallAnswers reads the
+// names' addresses back from the flows, and nothing else.
 func TestFirewallFlowsText(t *testing.T) {
 	nodes := []*corev1.Node{
 		labelledNode("n2", "192.0.2.12", "198.51.100.12", map[string]string{"role": "infra"}),
@@ -71,13 +74,16 @@ func TestFirewallFlowsText(t *testing.T) {
 			allowTo(dnsTo("WWW.example.com."), esv1.EgressFirewallPort{Protocol: "UDP", Port: 53}, esv1.EgressFirewallPort{Protocol: "TCP", Port: 443}),
 			denyTo(nodesTo("role", "infra")),
 			denyTo(cidrTo("0.0.0.0/0"), esv1.EgressFirewallPort{Protocol: "SCTP", Port: 9}),
-			allowTo(cidrTo("2001:db8::1/64"))),
+			allowTo(cidrTo("2001:db8::1/64")),
+			denyTo(dnsTo("blocked.example"), esv1.EgressFirewallPort{Protocol: "UDP", Port: 5353},
+				esv1.EgressFirewallPort{Protocol: "TCP", Port: 443}, esv1.EgressFirewallPort{Protocol: "UDP", Port: 53})),
 		egressFirewall("idle", "default", denyTo(cidrTo("0.0.0.0/0"))),
 	}, []*corev1.Pod{
 		pod("shop", "n1", nil, "10.244.1.5", "fd00:10:244:1::5"),
 		pod("shop", "n2", nil, "10.244.2.5"),
 		pod("idle", "n2", nil, "10.244.2.6"),
-	}, nodes, map[string][]netip.Addr{"www.example.com": addrs("203.0.113.7", "2001:db8::7", "203.0.113.7")})
+	}, nodes, map[string][]netip.Addr{"www.example.com": addrs("203.0.113.7", "2001:db8::7", "203.0.113.7"),
+		"blocked.example": addrs("203.0.113.9", "2001:db8::9")})
 	if len(fw.Problems) != 0 {
 		t.Fatalf("problems: %+v", fw.Problems)
 	}
@@ -93,6 +99,8 @@ func TestFirewallFlowsText(t *testing.T) {
 	// The name's rule flows carry it in a note: "www.example.com" in hex,
 	// padded with zeros to the action's 8-byte boundary.
 	const noteWWW = "note:77.77.77.2e.65.78.61.6d.70.6c.65.2e.63.6f.6d.00.00.00.00.00.00.00"
+	// "blocked.example", padded alike.
+	const noteBlocked = "note:62.6c.6f.63.6b.65.64.2e.65.78.61.6d.70.6c.65.00.00.00.00.00.00.00"
 	want := []string{
 		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
 		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
@@ -117,7 +125,20 @@ func TestFirewallFlowsText(t *testing.T) {
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9999,ip,reg4=" + id + ",nw_dst=192.0.2.12 actions=drop",
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9999,ip,reg4=" + id + ",nw_dst=198.51.100.12 actions=drop",
 		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9998,sctp,reg4=" + id + ",tp_dst=9 actions=drop",
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9998,sctp,reg4=" + id + ",nw_frag=yes actions=drop",
 		"cookie=" + cookie(KindFirewallAllow) + ", table=44, priority=9997,ipv6,reg4=" + id + ",ipv6_dst=2001:db8::/64 actions=ct(commit,zone=61190),resubmit(,45)",
+		// A Deny with ports also drops every fragment of each of its
+		// protocols to each destination; the Allow above gets none.
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,tcp,reg4=" + id + ",nw_dst=203.0.113.9,tp_dst=443 actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,udp,reg4=" + id + ",nw_dst=203.0.113.9,tp_dst=53 actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,udp,reg4=" + id + ",nw_dst=203.0.113.9,tp_dst=5353 actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,tcp,reg4=" + id + ",nw_dst=203.0.113.9,nw_frag=yes actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,udp,reg4=" + id + ",nw_dst=203.0.113.9,nw_frag=yes actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,tcp6,reg4=" + id + ",ipv6_dst=2001:db8::9,tp_dst=443 actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,udp6,reg4=" + id + ",ipv6_dst=2001:db8::9,tp_dst=53 actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,udp6,reg4=" + id + ",ipv6_dst=2001:db8::9,tp_dst=5353 actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,tcp6,reg4=" + id + ",ipv6_dst=2001:db8::9,nw_frag=yes actions=" + noteBlocked,
+		"cookie=" + cookie(KindFirewallDeny) + ", table=44, priority=9996,udp6,reg4=" + id + ",ipv6_dst=2001:db8::9,nw_frag=yes actions=" + noteBlocked,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("flows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -127,8 +148,9 @@ func TestFirewallFlowsText(t *testing.T) {
 		installed = append(installed, openflow.Flow{Table: fm.Table, Priority: fm.Priority, Cookie: fm.Cookie, Match: fm.Match, Instructions: fm.Instructions})
 	}
 	answers := FirewallAnswers(installed)
-	if len(answers) != 1 || !slices.Equal(answers["www.example.com"], addrs("203.0.113.7", "2001:db8::7")) {
-		t.Errorf("answers read back from the flows: %v; want www.example.com's two", answers)
+	if len(answers) != 2 || !slices.Equal(answers["www.example.com"], addrs("203.0.113.7", "2001:db8::7")) ||
+		!slices.Equal(answers["blocked.example"], addrs("203.0.113.9", "2001:db8::9")) {
+		t.Errorf("answers read back from the flows: %v; want www.example.com's two and blocked.example's two", answers)
 	}
 }
 
@@ -141,11 +163,13 @@ func firewallPipeline(t *testing.T, flows []*openflow.FlowMod) *trace.Tables {
 }
 
 // firewallPacket is what the specification judges: the addresses, the
-// protocol and the destination port.
+// protocol, the destination port, and whether the packet is an IP
+// fragment, and one after the first.
 type firewallPacket struct {
-	src, dst netip.Addr
-	proto    uint8
-	port     uint16
+	src, dst        netip.Addr
+	proto           uint8
+	port            uint16
+	fragment, later bool
 }
 
 // firewallSpec is the API's rule, written from the seed and the issue and
@@ -157,6 +181,15 @@ type firewallPacket struct {
 // InternalIP or ExternalIP of a node the selector picks) and ports (any,
 // with none listed) match decides: Deny drops it. Everything else is
 // allowed. It reports whether the packet is allowed.
+//
+// A fragment is judged as docs/egressfirewall.md's "Fragments" says for a
+// bridge whose connection tracker hands on fragments (the userspace
+// datapath, which the tracer models): its ports are unknown, so a rule
+// with ports matches it only if it is a Deny with a port of the
+// fragment's protocol (failing closed), and a rule without ports as any
+// packet. An IPv6 fragment after the first has no known protocol either
+// (the bridge reads its Fragment header's): no rule with ports matches
+// it.
 func firewallSpec(node string, clusterCIDRs []netip.Prefix, fws []*esv1.EgressFirewall, pods []*corev1.Pod, nodes []*corev1.Node,
 	resolved map[string][]netip.Addr, p firewallPacket) bool {
 	for _, c := range clusterCIDRs {
@@ -208,7 +241,11 @@ func firewallSpec(node string, clusterCIDRs []netip.Prefix, fws []*esv1.EgressFi
 			}
 			ports := len(r.Ports) == 0
 			for _, port := range r.Ports {
-				if protocols[port.Protocol] == p.proto && uint16(port.Port) == p.port {
+				switch {
+				case protocols[port.Protocol] != p.proto:
+				case !p.fragment && uint16(port.Port) == p.port:
+					ports = true
+				case p.fragment && r.Type == esv1.EgressFirewallRuleDeny && !(p.later && p.dst.Is6()):
 					ports = true
 				}
 			}
@@ -222,9 +259,9 @@ func firewallSpec(node string, clusterCIDRs []netip.Prefix, fws []*esv1.EgressFi
 
 // TestFirewallMatchesSpecification traces random packets through the
 // rendered TableFirewall of random objects, pods, nodes and DNS answers,
-// and compares whether each is dropped with firewallSpec. The tracer also
-// fails on two flows of one priority matching one packet, which would make
-// OVS's choice undefined.
+// and compares whether each is dropped with firewallSpec: whole, and as
+// an IP fragment. The tracer also fails on two flows of one priority
+// matching one packet, which would make OVS's choice undefined.
 func TestFirewallMatchesSpecification(t *testing.T) {
 	r := rand.New(rand.NewPCG(19, 1))
 	namespaces := []string{"a", "b", "c"}
@@ -257,6 +294,7 @@ func TestFirewallMatchesSpecification(t *testing.T) {
 		return esv1.EgressFirewallDestination{NodeSelector: &s}
 	}
 	denied, allowed := 0, 0
+	fragDenied, fragOnlyDenied, fragAllowed := 0, 0, 0
 	for round := range 300 {
 		var fws []*esv1.EgressFirewall
 		for _, ns := range namespaces {
@@ -379,14 +417,42 @@ func TestFirewallMatchesSpecification(t *testing.T) {
 				} else {
 					denied++
 				}
+				// The same datagram in fragments: the first fragment or
+				// a later one, whose ports the bridge reads as 0.
+				frag := packet
+				frag.Frag = []uint8{openflow.IPFragAny, openflow.IPFragAny | openflow.IPFragLater}[r.IntN(2)]
+				res, err = tables.Trace(frag, trace.Conntrack{})
+				if err != nil {
+					t.Fatalf("round %d: %+v, a fragment: %v", round, p, err)
+				}
+				fp := p
+				fp.fragment, fp.later = true, frag.Frag&openflow.IPFragLater != 0
+				gotFrag, wantFrag := len(res.Emits) == 1, firewallSpec("n1", clusterCIDRs, fws, pods, nodes, resolved, fp)
+				if gotFrag != wantFrag {
+					t.Fatalf("round %d: a fragment (%#x) %v -> %v proto %d port %d: allowed %v, want %v\nobjects: %s\nresolved %v\npath:\n%v",
+						round, frag.Frag, src, dst, p.proto, p.port, gotFrag, wantFrag, describeFirewalls(fws, pods, nodes), resolved, res)
+				}
+				switch {
+				case !gotFrag && got:
+					fragOnlyDenied++
+				case !gotFrag:
+					fragDenied++
+				default:
+					fragAllowed++
+				}
 			}
 		}
 	}
-	t.Logf("%d packets denied, %d allowed", denied, allowed)
+	t.Logf("%d packets denied, %d allowed; in fragments, %d denied as the whole datagram is, %d denied though the whole datagram is allowed, %d allowed",
+		denied, allowed, fragDenied, fragOnlyDenied, fragAllowed)
 	// A comparison that never sees a drop (or never an allowed packet)
-	// proves little.
+	// proves little; nor one whose fragments are never dropped for a Deny
+	// with ports alone.
 	if denied < 1000 || allowed < 1000 {
 		t.Errorf("%d packets denied and %d allowed; want many of both", denied, allowed)
+	}
+	if fragDenied < 1000 || fragAllowed < 1000 || fragOnlyDenied < 100 {
+		t.Errorf("fragments: %d denied, %d denied though the datagram is allowed, %d allowed; want many of each", fragDenied, fragOnlyDenied, fragAllowed)
 	}
 }
 
@@ -411,10 +477,11 @@ func describeFirewalls(fws []*esv1.EgressFirewall, pods []*corev1.Pod, nodes []*
 }
 
 // TestFirewallFlowCount checks the growth docs/egressfirewall.md states:
-// local pod addresses plus, per rule, destinations × ports, never pods ×
-// rules. 100 pods under 1,000 CIDR rules cost 1,100 flows; 10 names of 3
-// addresses with 2 ports each cost 60; and the exemptions and default
-// come on top.
+// local pod addresses plus, per rule, destinations × ports (plus, for a
+// Deny with ports, destinations × its protocols), never pods × rules. 100
+// pods under 1,000 CIDR rules cost 1,100 flows; 10 names of 3 addresses
+// allowed on 2 ports each cost 60, denied on 3 ports of 2 protocols 150;
+// and the exemptions and default come on top.
 func TestFirewallFlowCount(t *testing.T) {
 	const pods, rules = 100, 1000
 	var ps []*corev1.Pod
@@ -444,6 +511,16 @@ func TestFirewallFlowCount(t *testing.T) {
 	// too (DNS replies over UDP and over TCP).
 	if got, want := count(r, resolved), 4*pods+10*3*2; got != want {
 		t.Errorf("10 names × 3 addresses × 2 ports: %d flows, want %d (4 × pods + names × addresses × ports)", got, want)
+	}
+	// The same names denied on three ports of two protocols: each address
+	// has a flow per port and, for a Deny, one per protocol for the
+	// fragments.
+	for i := range r {
+		r[i] = denyTo(r[i].To, esv1.EgressFirewallPort{Protocol: "TCP", Port: 443}, esv1.EgressFirewallPort{Protocol: "UDP", Port: 443},
+			esv1.EgressFirewallPort{Protocol: "UDP", Port: 53})
+	}
+	if got, want := count(r, resolved), 4*pods+10*3*(3+2); got != want {
+		t.Errorf("10 names × 3 addresses, Deny on 3 ports of 2 protocols: %d flows, want %d (4 × pods + names × addresses × (ports + protocols))", got, want)
 	}
 }
 

@@ -22,7 +22,9 @@ import (
 // tracer and ofproto/trace agree on whether each generated packet is
 // dropped or let out, and on every flow it hits on the way;
 // dataplane's TestFirewallMatchesSpecification holds the tracer's answers
-// to the API's rule.
+// to the API's rule. Fragments among the packets: ofproto/trace reads
+// their ports as 0 as the tracer does, and the Deny rules with ports drop
+// them.
 func TestCrossCheckFirewallFlows(t *testing.T) {
 	b := startBridge(t)
 	t.Logf("seed %d", crossCheckSeed)
@@ -53,6 +55,7 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 		}}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "bank", Name: "default"}, Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{
 			rule(true, esv1.EgressFirewallDestination{CIDRSelector: "198.51.100.0/24"}, port("UDP", 53)),
+			rule(true, esv1.EgressFirewallDestination{CIDRSelector: "2001:db8:fe::/64"}, port("UDP", 53)),
 		}}},
 	}
 	pod := func(ns string, ips ...string) *corev1.Pod {
@@ -113,8 +116,50 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 		{Src: netip.MustParseAddr("10.244.1.5"), Dst: netip.MustParseAddr("203.0.113.200"), Proto: trace.ProtoSCTP, DstPort: 80},
 		{Src: netip.MustParseAddr("10.244.1.6"), Dst: netip.MustParseAddr("203.0.113.200"), Proto: trace.ProtoTCP, DstPort: 80},
 		{Src: netip.MustParseAddr("10.244.1.8"), Dst: netip.MustParseAddr("198.51.100.9"), Proto: trace.ProtoUDP, DstPort: 53},
+		{Src: netip.MustParseAddr("fd00:10:244:1::8"), Dst: netip.MustParseAddr("2001:db8:fe::1"), Proto: trace.ProtoUDP, DstPort: 53},
 	} {
 		p.InPort, p.EthSrc, p.EthDst, p.SrcPort = openflow.PortLocal, randomMAC(rnd), randomMAC(rnd), 40000
+		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
+	}
+	// Fragments, first and later, whose ports the bridge reads as 0: to
+	// the destinations of the Deny rules with ports (dropped), to the
+	// address and port rule 0 allows (dropped by rule 5, as no rule
+	// without ports comes before it), to an address rule 2 allows without
+	// ports (let out), and in IPv6 to the port rule 4 allows (dropped by
+	// rule 6). Each fragment of a namespace's Deny with ports hits that
+	// rule's fragment flow; but an IPv6 fragment after the first is
+	// protocol 44 to the bridge, which no such flow names: bank's goes on
+	// (its first fragment, dropped, is what its destination cannot do
+	// without).
+	fragmentsDropped := map[int]bool{} // by index in probes
+	const first, later = openflow.IPFragAny, openflow.IPFragAny | openflow.IPFragLater
+	for _, f := range []struct {
+		src, dst string
+		proto    uint8
+		port     uint16
+		frag     uint8
+		dropped  bool
+	}{
+		{"10.244.1.5", "203.0.113.200", trace.ProtoSCTP, 80, first, true},
+		{"10.244.1.5", "203.0.113.200", trace.ProtoSCTP, 80, later, true},
+		{"10.244.1.6", "203.0.113.200", trace.ProtoTCP, 8080, first, true},
+		{"10.244.1.6", "203.0.113.200", trace.ProtoTCP, 8080, later, true},
+		{"10.244.1.8", "198.51.100.9", trace.ProtoUDP, 53, first, true},
+		{"10.244.1.8", "198.51.100.9", trace.ProtoUDP, 53, later, true},
+		{"fd00:10:244:1::8", "2001:db8:fe::1", trace.ProtoUDP, 53, first, true},
+		{"fd00:10:244:1::8", "2001:db8:fe::1", trace.ProtoUDP, 53, later, false},
+		{"10.244.1.5", "198.51.100.7", trace.ProtoTCP, 443, first, true},
+		{"10.244.1.5", "198.51.100.7", trace.ProtoTCP, 443, later, true},
+		{"10.244.1.6", "203.0.113.1", trace.ProtoUDP, 80, first, false},
+		{"10.244.1.6", "203.0.113.1", trace.ProtoUDP, 80, later, false},
+		{"fd00:10:244:1::5", "2001:db8:ff::8", trace.ProtoUDP, 53, first, true},
+		{"fd00:10:244:1::5", "2001:db8:ff::8", trace.ProtoUDP, 53, later, true},
+		{"10.244.1.9", "203.0.113.200", trace.ProtoTCP, 80, first, false}, // free has no EgressFirewall
+		{"10.244.1.9", "203.0.113.200", trace.ProtoTCP, 80, later, false},
+	} {
+		p := trace.Packet{InPort: openflow.PortLocal, EthSrc: randomMAC(rnd), EthDst: randomMAC(rnd),
+			Src: netip.MustParseAddr(f.src), Dst: netip.MustParseAddr(f.dst), Proto: f.proto, SrcPort: 40000, DstPort: f.port, Frag: f.frag}
+		fragmentsDropped[len(probes)] = f.dropped
 		probes = append(probes, probe{packet: p, state: openflow.CTStateTrk | openflow.CTStateNew})
 	}
 	// DNS replies to pods, over UDP and TCP, in from the uplink: paused for
@@ -161,6 +206,13 @@ func TestCrossCheckFirewallFlows(t *testing.T) {
 		probes = append(probes, probe{packet: p, state: c.state})
 	}
 	results := crossCheck(t, b, flows, probes)
+	if len(results) == len(probes) {
+		for i, dropped := range fragmentsDropped {
+			if results[i].Dropped() != dropped {
+				t.Errorf("fragment %v: dropped %v, want %v:\n%v", probes[i].packet, results[i].Dropped(), dropped, results[i])
+			}
+		}
+	}
 	ends := coverage(t, flows, probes, results)
 	// Both ends, and every kind of flow, must be among the paths, or
 	// agreement proves less.

@@ -23,6 +23,9 @@ const (
 	ProtoUDP    uint8 = 17
 	ProtoICMPv6 uint8 = 58
 	ProtoSCTP   uint8 = 132
+	// ProtoIPv6Fragment is IPv6's Fragment header: the protocol Open
+	// vSwitch reads for an IPv6 fragment after the first (Packet.Frag).
+	ProtoIPv6Fragment uint8 = 44
 )
 
 // MAC is an Ethernet address (a value, so that a Packet compares with ==).
@@ -59,6 +62,16 @@ type Packet struct {
 	SrcPort, DstPort uint16
 	// ICMPType and ICMPCode are ICMP's or ICMPv6's.
 	ICMPType, ICMPCode uint8
+	// Frag are the packet's IP fragment bits (ip_frag): 0 for a whole
+	// datagram, openflow.IPFragAny for its first fragment, IPFragAny |
+	// IPFragLater for a later one. Flows read a fragment's ports and ICMP
+	// type and code as 0, the first fragment's too, as a bridge whose
+	// fragment handling is "normal" (the default) does; and the protocol
+	// of an IPv6 fragment after the first as ProtoIPv6Fragment (44), as
+	// Open vSwitch's flow extraction does, which stops at the Fragment
+	// header of a fragment without the upper-layer header. Proto and the
+	// fields above keep what the datagram carries.
+	Frag uint8
 	// DSCP is the IP header's DSCP (6 bits, the TOS byte's upper part).
 	DSCP uint8
 	// PktMark is the packet's mark (pkt_mark, skb_mark in the datapath).
@@ -93,14 +106,35 @@ func (p *Packet) isIP() bool {
 
 // hasPorts reports whether the packet has a transport header of proto
 // with ports.
-func (p *Packet) hasPorts(proto uint8) bool { return p.isIP() && p.Proto == proto }
+func (p *Packet) hasPorts(proto uint8) bool { return p.isIP() && p.proto() == proto }
+
+// proto is the IP protocol as flows read it: ProtoIPv6Fragment for an
+// IPv6 fragment after the first, else Proto.
+func (p *Packet) proto() uint8 {
+	if p.ethType() == EthTypeIPv6 && p.Frag&openflow.IPFragLater != 0 {
+		return ProtoIPv6Fragment
+	}
+	return p.Proto
+}
+
+// isFragment reports whether the packet is an IP fragment, first or later.
+func (p *Packet) isFragment() bool { return p.isIP() && p.Frag&openflow.IPFragAny != 0 }
+
+// transport is a transport field's value as flows read it: v, or 0 for a
+// fragment (Frag).
+func (p *Packet) transport(v uint64) uint64 {
+	if p.isFragment() {
+		return 0
+	}
+	return v
+}
 
 // hasICMP reports whether the packet is ICMP of its family (v6: ICMPv6).
 func (p *Packet) hasICMP(v6 bool) bool {
 	if v6 {
-		return p.ethType() == EthTypeIPv6 && p.Proto == ProtoICMPv6
+		return p.ethType() == EthTypeIPv6 && p.proto() == ProtoICMPv6
 	}
-	return p.ethType() == EthTypeIPv4 && p.Proto == ProtoICMP
+	return p.ethType() == EthTypeIPv4 && p.proto() == ProtoICMP
 }
 
 // errUnmodelled marks a field the tracer does not model.
@@ -147,29 +181,31 @@ func (p *Packet) get(f openflow.Field) (value []byte, present bool, err error) {
 	case f == openflow.FieldIPv6Dst:
 		return addr(p.Dst, EthTypeIPv6)
 	case f == openflow.FieldIPProto:
-		return num(uint64(p.Proto), p.isIP())
+		return num(uint64(p.proto()), p.isIP())
+	case f == openflow.FieldIPFrag:
+		return num(uint64(p.Frag&(openflow.IPFragAny|openflow.IPFragLater)), p.isIP())
 	case f == openflow.FieldIPDSCP:
 		return num(uint64(p.DSCP), p.isIP())
 	case f == openflow.FieldTCPSrc:
-		return num(uint64(p.SrcPort), p.hasPorts(ProtoTCP))
+		return num(p.transport(uint64(p.SrcPort)), p.hasPorts(ProtoTCP))
 	case f == openflow.FieldTCPDst:
-		return num(uint64(p.DstPort), p.hasPorts(ProtoTCP))
+		return num(p.transport(uint64(p.DstPort)), p.hasPorts(ProtoTCP))
 	case f == openflow.FieldUDPSrc:
-		return num(uint64(p.SrcPort), p.hasPorts(ProtoUDP))
+		return num(p.transport(uint64(p.SrcPort)), p.hasPorts(ProtoUDP))
 	case f == openflow.FieldUDPDst:
-		return num(uint64(p.DstPort), p.hasPorts(ProtoUDP))
+		return num(p.transport(uint64(p.DstPort)), p.hasPorts(ProtoUDP))
 	case f == openflow.FieldSCTPSrc:
-		return num(uint64(p.SrcPort), p.hasPorts(ProtoSCTP))
+		return num(p.transport(uint64(p.SrcPort)), p.hasPorts(ProtoSCTP))
 	case f == openflow.FieldSCTPDst:
-		return num(uint64(p.DstPort), p.hasPorts(ProtoSCTP))
+		return num(p.transport(uint64(p.DstPort)), p.hasPorts(ProtoSCTP))
 	case f == openflow.FieldICMPv4Type:
-		return num(uint64(p.ICMPType), p.hasICMP(false))
+		return num(p.transport(uint64(p.ICMPType)), p.hasICMP(false))
 	case f == openflow.FieldICMPv4Code:
-		return num(uint64(p.ICMPCode), p.hasICMP(false))
+		return num(p.transport(uint64(p.ICMPCode)), p.hasICMP(false))
 	case f == openflow.FieldICMPv6Type:
-		return num(uint64(p.ICMPType), p.hasICMP(true))
+		return num(p.transport(uint64(p.ICMPType)), p.hasICMP(true))
 	case f == openflow.FieldICMPv6Code:
-		return num(uint64(p.ICMPCode), p.hasICMP(true))
+		return num(p.transport(uint64(p.ICMPCode)), p.hasICMP(true))
 	case f == openflow.FieldPktMark:
 		return num(uint64(p.PktMark), true)
 	case f == openflow.FieldCTState:
@@ -243,7 +279,8 @@ func (p *Packet) set(f openflow.Field, value, mask []byte) error {
 
 // String writes the packet as the flow ofproto/trace takes
 // (`ovs-appctl ofproto/trace br-ex <flow>`): metadata, protocol, addresses,
-// ports. Registers and conntrack fields are written only when set.
+// fragment bits, ports (none for a later fragment). Registers and
+// conntrack fields are written only when set.
 func (p Packet) String() string {
 	var f []string
 	add := func(format string, args ...any) { f = append(f, fmt.Sprintf(format, args...)) }
@@ -276,7 +313,7 @@ func (p Packet) String() string {
 	if v6 {
 		suffix, src, dst = "6", "ipv6_src", "ipv6_dst"
 	}
-	switch p.Proto {
+	switch p.proto() {
 	case ProtoTCP:
 		add("tcp%s", suffix)
 	case ProtoUDP:
@@ -291,9 +328,9 @@ func (p Packet) String() string {
 		fallthrough
 	default:
 		if v6 {
-			add("ipv6,nw_proto=%d", p.Proto)
+			add("ipv6,nw_proto=%d", p.proto())
 		} else {
-			add("ip,nw_proto=%d", p.Proto)
+			add("ip,nw_proto=%d", p.proto())
 		}
 	}
 	if p.Src.IsValid() {
@@ -304,6 +341,15 @@ func (p Packet) String() string {
 	}
 	add("nw_tos=%d", p.DSCP<<2)
 	switch {
+	case p.Frag&openflow.IPFragLater != 0:
+		add("nw_frag=later")
+	case p.Frag&openflow.IPFragAny != 0:
+		add("nw_frag=first")
+	}
+	switch {
+	case p.Frag&openflow.IPFragLater != 0:
+		// A later fragment has no transport header (ofproto/trace refuses
+		// one's ports); a first fragment's are written as it carries them.
 	case p.hasPorts(ProtoTCP), p.hasPorts(ProtoUDP), p.hasPorts(ProtoSCTP):
 		name := map[uint8]string{ProtoTCP: "tcp", ProtoUDP: "udp", ProtoSCTP: "sctp"}[p.Proto]
 		add("%s_src=%d,%s_dst=%d", name, p.SrcPort, name, p.DstPort)

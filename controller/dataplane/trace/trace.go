@@ -19,10 +19,13 @@
 // future flow it cannot model is noticed rather than mis-traced. Modelled:
 //
 //   - matches on in_port, eth_src, eth_dst, eth_type, ip_src, ip_dst,
-//     ipv6_src, ipv6_dst, ip_proto, ip_dscp, TCP, UDP and SCTP ports,
-//     ICMP and ICMPv6 type and code, pkt_mark, ct_state, ct_zone, ct_mark
-//     and reg0..reg15, with masks; a field the packet lacks (ip_src of an
-//     IPv6 packet) never matches;
+//     ipv6_src, ipv6_dst, ip_proto, ip_frag, ip_dscp, TCP, UDP and SCTP
+//     ports, ICMP and ICMPv6 type and code, pkt_mark, ct_state, ct_zone,
+//     ct_mark and reg0..reg15, with masks; a field the packet lacks
+//     (ip_src of an IPv6 packet) never matches; an IP fragment's ports and
+//     ICMP type and code read as 0, its first fragment's too, as on a
+//     bridge whose fragment handling is "normal", and an IPv6 fragment
+//     after the first is protocol 44, its Fragment header (Packet.Frag);
 //   - apply-actions and goto_table; a table where nothing matches drops;
 //   - output to a port, LOCAL, IN_PORT, NORMAL and CONTROLLER (output to
 //     the packet's own in_port is skipped, as Open vSwitch does);
@@ -46,6 +49,11 @@
 // package's cross-check (crosscheck_test.go) holds the tracer to
 // ofproto/trace on a real bridge for hundreds of generated packets through
 // egressflow's flows and a hand-written table of the rest.
+//
+// A fragment stays a fragment across a recirculation, as the userspace
+// datapath's connection tracker hands on the fragments of a datagram it
+// has tracked. The kernel datapath's reassembles them first: to trace
+// that, trace the whole datagram (Frag 0).
 package trace
 
 import (

@@ -325,3 +325,76 @@ func portsOf(r trace.Result) []uint32 {
 	}
 	return ports
 }
+
+// TestTraceFragments: an IP fragment's ports (and ICMP type) read as 0,
+// its first fragment's too, as on a bridge whose fragment handling is
+// "normal": a Deny by port lets the datagram's fragments through, and
+// only a flow on ip_frag catches them. ip_frag=yes matches first and
+// later fragments, not a whole datagram; ip_frag=later only later ones.
+// An IPv6 fragment after the first reads as protocol 44 (the Fragment
+// header), as Open vSwitch extracts it: a flow on UDP misses it.
+func TestTraceFragments(t *testing.T) {
+	a := netip.MustParseAddr
+	byPort, err := trace.New(parseFlows(t, []string{
+		"table=0,priority=200,udp,udp_dst=5353 actions=drop",
+		"table=0,priority=200,icmp,icmp_type=8 actions=drop",
+		"table=0,priority=100,ip actions=output:2",
+		"table=0,priority=100,ipv6 actions=output:2",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withFrag, err := trace.New(parseFlows(t, []string{
+		"table=0,priority=200,udp,udp_dst=5353 actions=drop",
+		"table=0,priority=200,udp,nw_frag=yes actions=drop",
+		"table=0,priority=200,udp6,udp_dst=5353 actions=drop",
+		"table=0,priority=200,udp6,nw_frag=yes actions=drop",
+		"table=0,priority=150,ipv6,nw_proto=44,nw_frag=later actions=output:3",
+		"table=0,priority=100,ip actions=output:2",
+		"table=0,priority=100,ipv6 actions=output:2",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const first, later = openflow.IPFragAny, openflow.IPFragAny | openflow.IPFragLater
+	udp := func(dst string, port uint16, frag uint8) trace.Packet {
+		return trace.Packet{InPort: 1, Src: a("10.1.1.1"), Dst: a(dst), Proto: trace.ProtoUDP, SrcPort: 40000, DstPort: port, Frag: frag}
+	}
+	udp6 := func(frag uint8) trace.Packet {
+		return trace.Packet{InPort: 1, Src: a("fd00:1::5"), Dst: a("2001:db8::9"), Proto: trace.ProtoUDP, SrcPort: 40000, DstPort: 5353, Frag: frag}
+	}
+	for _, c := range []struct {
+		name   string
+		tables *trace.Tables
+		packet trace.Packet
+		path   string
+		ports  []uint32
+	}{
+		{"a whole datagram to the denied port", byPort, udp("203.0.113.10", 5353, 0), "0/200", nil},
+		{"its first fragment passes a Deny by port", byPort, udp("203.0.113.10", 5353, first), "0/100", []uint32{2}},
+		{"a later fragment passes a Deny by port", byPort, udp("203.0.113.10", 5353, later), "0/100", []uint32{2}},
+		{"an ICMP fragment's type reads as 0", byPort, trace.Packet{InPort: 1, Src: a("10.1.1.1"), Dst: a("203.0.113.10"),
+			Proto: trace.ProtoICMP, ICMPType: 8, Frag: first}, "0/100", []uint32{2}},
+		{"a whole ICMP echo request", byPort, trace.Packet{InPort: 1, Src: a("10.1.1.1"), Dst: a("203.0.113.10"),
+			Proto: trace.ProtoICMP, ICMPType: 8}, "0/200", nil},
+		{"ip_frag=yes drops the first fragment", withFrag, udp("203.0.113.10", 5353, first), "0/200", nil},
+		{"ip_frag=yes drops a later IPv4 fragment, still UDP", withFrag, udp("203.0.113.10", 53, later), "0/200", nil},
+		{"ip_frag=yes leaves a whole datagram to its port", withFrag, udp("203.0.113.10", 53, 0), "0/100", []uint32{2}},
+		{"udp6 and ip_frag=yes drop the first IPv6 fragment", withFrag, udp6(first), "0/200", nil},
+		{"a later IPv6 fragment is protocol 44, not UDP", withFrag, udp6(later), "0/150", []uint32{3}},
+	} {
+		r := mustTrace(t, c.tables, c.packet, trace.Conntrack{})
+		if path(r) != c.path || fmtPorts(portsOf(r)) != fmtPorts(c.ports) {
+			t.Errorf("%s: %v: path %q to %v, want %q to %v:\n%v", c.name, c.packet, path(r), fmtPorts(portsOf(r)), c.path, fmtPorts(c.ports), r)
+		}
+	}
+	if s := udp("203.0.113.10", 5353, first).String(); !strings.Contains(s, ",udp,") || !strings.Contains(s, ",nw_frag=first,udp_src=40000,udp_dst=5353") {
+		t.Errorf("a first fragment written %q, want udp, nw_frag=first and the ports it carries", s)
+	}
+	if s := udp("203.0.113.10", 5353, later).String(); !strings.Contains(s, ",udp,") || !strings.HasSuffix(s, ",nw_frag=later") {
+		t.Errorf("a later IPv4 fragment written %q, want udp, nw_frag=later and no ports (it has no transport header)", s)
+	}
+	if s := udp6(later).String(); !strings.Contains(s, ",ipv6,nw_proto=44,") || !strings.HasSuffix(s, ",nw_frag=later") {
+		t.Errorf("a later IPv6 fragment written %q, want protocol 44, nw_frag=later and no ports", s)
+	}
+}

@@ -274,8 +274,12 @@ func fwNodeAddresses() int { return 1 + 2*fwOtherNodes }
 // not from controller/dataplane:
 //
 //	TableFirewall = Σ_namespaces (local pod addresses
-//	                  + Σ_rules destinations in the pods' families × max(1, ports))
-//	                + exemptions + 1
+//	                  + Σ_rules destinations in the pods' families
+//	                      × (max(1, ports) + fragment protocols))
+//	                + exemptions + 2 × 2 + 1
+//
+// where a Deny with ports has a fragment protocol per distinct protocol of
+// its ports, and every other rule none.
 type fwCount struct {
 	// addresses are the local pod addresses of namespaces with an
 	// EgressFirewall: a classifying flow each in TableFirewall, an inbound
@@ -284,10 +288,14 @@ type fwCount struct {
 	// namespaces with a dnsName rule in TableClassify: two each, DNS
 	// replies over UDP and over TCP.
 	addresses, snooped int
-	// ruleFlows is Σ rules destinations × max(1, ports); deny and allow
-	// split it by the rule's type, cidr, dns and nodes by its destination.
+	// ruleFlows is Σ rules destinations × (max(1, ports) + fragment
+	// protocols); deny and allow split it by the rule's type, cidr, dns
+	// and nodes by its destination.
 	ruleFlows, deny, allow int
 	cidr, dns, nodes       int
+	// fragments are the rule flows that drop fragments: Σ over the Deny
+	// rules with ports, destinations × distinct protocols of the ports.
+	fragments int
 	// portExtra are the rule flows beyond one per destination: Σ
 	// destinations × (ports − 1), the destination × port product.
 	portExtra int
@@ -360,11 +368,17 @@ func countFirewall(firewalls []*esv1.EgressFirewall, podsOf func(namespace strin
 				counter = &c.nodes
 			}
 			ports := map[esv1.EgressFirewallPort]bool{}
+			protocols := map[string]bool{}
 			for _, p := range r.Ports {
 				ports[p] = true
+				protocols[p.Protocol] = true
 			}
 			d, p := inFamilies(dsts), len(ports)
 			flows := d * max(1, p)
+			if r.Type == esv1.EgressFirewallRuleDeny {
+				c.fragments += d * len(protocols)
+				flows += d * len(protocols)
+			}
 			c.ruleFlows += flows
 			*counter += flows
 			if r.Type == esv1.EgressFirewallRuleDeny {
@@ -377,7 +391,7 @@ func countFirewall(firewalls []*esv1.EgressFirewall, podsOf func(namespace strin
 			}
 			if d > 1 && p > 1 {
 				c.crossRules++
-				c.crossFlows += flows
+				c.crossFlows += d * p
 				c.conjunctive += d + p + 1
 			}
 		}
@@ -567,10 +581,10 @@ func BenchmarkAgentFirewall(b *testing.B) {
 	}
 	flowFile := ovstest.WriteFlowFile(b, flowSet)
 	out("flow set: %d flows, of which %d in TableFirewall; written to %s for ovs-ofctl", wantFlows, tableFW, flowFile)
-	out("  TableFirewall = pod addresses %d (classify) + Σ rules destinations x max(1, ports) %d + exemptions %d + replies and commits 4 + default 1 = %d (the formula; the agent's first bundle and the bridge agree)",
+	out("  TableFirewall = pod addresses %d (classify) + Σ rules destinations x (max(1, ports) + fragment protocols) %d + exemptions %d + replies and commits 4 + default 1 = %d (the formula; the agent's first bundle and the bridge agree)",
 		count.addresses, count.ruleFlows, fwExempt, wantTable)
-	out("  rule flows by destination: cidrSelector %d, dnsName %d, nodeSelector %d; by verdict: deny %d, allow %d; beyond one per destination (ports) %d",
-		count.cidr, count.dns, count.nodes, count.deny, count.allow, count.portExtra)
+	out("  rule flows by destination: cidrSelector %d, dnsName %d, nodeSelector %d; by verdict: deny %d, allow %d; beyond one per destination (ports) %d; dropping fragments (Deny with ports) %d",
+		count.cidr, count.dns, count.nodes, count.deny, count.allow, count.portExtra, count.fragments)
 	out("  rules with several destinations and several ports: %d, costing %d flows as destinations x ports, %d as conjunctive matches",
 		count.crossRules, count.crossFlows, count.conjunctive)
 	out("  outside TableFirewall: a late admission per pod address %d (TableEgress) + an inbound commit per pod address %d and two DNS snoop flows (UDP, TCP) per pod address of a namespace with a dnsName rule %d (TableClassify) + %d shared",
@@ -678,8 +692,9 @@ func BenchmarkAgentFirewall(b *testing.B) {
 	row("flows in the full set", strconv.Itoa(wantFlows))
 	row("  of which in TableFirewall (= the formula's prediction)", strconv.Itoa(tableFW))
 	row("    classifying: local pod addresses", strconv.Itoa(count.addresses))
-	row("    rules: Σ destinations x max(1, ports)", strconv.Itoa(count.ruleFlows))
+	row("    rules: Σ destinations x (max(1, ports) + fragment protocols)", strconv.Itoa(count.ruleFlows))
 	row("      of which beyond one per destination (ports)", strconv.Itoa(count.portExtra))
+	row("      of which dropping fragments (Deny with ports)", strconv.Itoa(count.fragments))
 	row("  late admissions, TableEgress: local pod addresses", strconv.Itoa(count.addresses))
 	row("informer sync of the agent, median (s)", secs(median(agentInformers)))
 	row("full sync, agent: sync start to Healthy, median (s)", secs(syncMed))
