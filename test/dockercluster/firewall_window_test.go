@@ -70,8 +70,9 @@ type windowResult struct {
 // node's snoop flows turned to copying (the agent before the hold): that
 // count is logged, not judged.
 //
-// Not here: a resolver on the pod's own node (its replies never cross
-// br-ex, issue 34 item 2).
+// Last, the same through a resolver pod on the pod's own node (testapp
+// dnsforward), whose answers reach the pod without crossing br-ex: held,
+// then, for comparison, with the resolver's snoop flows removed.
 func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 	ctx := context.Background()
 	node := c.Nodes[len(c.Nodes)-1]
@@ -101,13 +102,14 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 	const (
 		exact, wildcard, wildName = "exact.test", "*.window.test", "a.window.test"
 		restart, copied           = "restart.test", "copied.test"
+		viaResolver, unlearned    = "resolver.test", "unlearned.test"
 	)
 	firewalls := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressFirewalls(windowNamespace)
 	deny := func(name string) esv1.EgressFirewallRule {
 		return esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: name}}
 	}
 	if _, err := firewalls.Create(ctx, &esv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Name: "default"},
-		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{deny(exact), deny(wildcard), deny(restart), deny(copied)}}},
+		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{deny(exact), deny(wildcard), deny(restart), deny(copied), deny(viaResolver), deny(unlearned)}}},
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,16 +127,17 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 	key := dataplane.ObjectKey(dataplane.APIEgressFirewall, windowNamespace, esv1.EgressFirewallName)
 	externalMAC := c.ExternalMAC()
 
-	// phase runs one pod's lookups of name, whose answers rotate over
-	// addrs: prepare runs once the pod's DNS replies are snooped on its
-	// node, during once its lookups have begun.
-	phase := func(index int, label, name string, addrs []netip.Addr, attempts int, prepare func(pod *corev1.Pod), during func(pod *corev1.Pod)) windowResult {
+	// phase runs one pod's lookups of name at server, whose answers rotate
+	// over addrs: prepare runs once the pod's DNS replies are snooped on
+	// its node, during once its lookups have begun.
+	external := netip.AddrPortFrom(c.DNSAddr, 53)
+	phase := func(index int, label string, server netip.AddrPort, name string, addrs []netip.Addr, attempts int, prepare func(pod *corev1.Pod), during func(pod *corev1.Pod)) windowResult {
 		t.Helper()
 		rotate(name, addrs)
 		gate := fmt.Sprintf("go%d.gate.test", index)
 		pod := c.runWindowPod(fmt.Sprintf("window-%d", index), node,
 			"--go="+gate, "--linger=10m", "--timeout=500ms", fmt.Sprintf("--attempts=%d", attempts),
-			netip.AddrPortFrom(c.DNSAddr, 53).String(), name, strconv.Itoa(windowLookups), "9")
+			server.String(), name, strconv.Itoa(windowLookups), "9")
 		defer func() {
 			_ = c.Kube.CoreV1().Pods(windowNamespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}()
@@ -217,9 +220,9 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 		return r
 	}
 	const attempts = 4
-	held := func(index int, label, name string, addrs []netip.Addr) {
+	held := func(index int, label string, server netip.AddrPort, name string, addrs []netip.Addr, prepare func(pod *corev1.Pod)) {
 		t.Helper()
-		r := phase(index, label, name, addrs, attempts, nil, nil)
+		r := phase(index, label, server, name, addrs, attempts, prepare, nil)
 		if r.reached != 0 {
 			t.Errorf("window %s: %d packets reached a denied address; want 0", label, r.reached)
 		}
@@ -233,8 +236,8 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 			t.Errorf("window %s: the Deny flows counted %d packets; want at least the %d datagrams sent", label, r.denied, r.sent)
 		}
 	}
-	held(0, "held, exact name", exact, pool(0))
-	held(1, "held, wildcard", wildName, pool(1))
+	held(0, "held, exact name", external, exact, pool(0), nil)
+	held(1, "held, wildcard", external, wildName, pool(1), nil)
 
 	// Across a restart: the node's agent is deleted as a rolling update
 	// deletes it, once the lookups are under way. Replies paused while no
@@ -243,7 +246,7 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 	// resumes them.
 	var deleted time.Time
 	lastWords := make(chan string, 1)
-	restarted := phase(2, "held, across an agent restart", restart, pool(2), 120, nil, func(pod *corev1.Pod) {
+	restarted := phase(2, "held, across an agent restart", external, restart, pool(2), 120, nil, func(pod *corev1.Pod) {
 		wait.UntilEvery(t, windowPhaseTimeout, 50*time.Millisecond, func() error {
 			if !strings.Contains(c.podLog(pod), "dnswindow progress lookups=") {
 				return fmt.Errorf("the pod's lookups have not reached 100")
@@ -299,7 +302,7 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 
 	// For comparison: the node's snoop flows copying the replies and
 	// letting them go on at once, as the agent did before the hold.
-	phase(3, "copied (no hold), exact name", copied, pool(3), attempts, func(pod *corev1.Pod) {
+	phase(3, "copied (no hold), exact name", external, copied, pool(3), attempts, func(pod *corev1.Pod) {
 		for _, fm := range dataplane.SnoopCopyingFlowMods() {
 			text, ok := strings.CutPrefix(fm.String(), "modify ")
 			if !ok {
@@ -312,6 +315,72 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 			t.Fatalf("the snoop flows of %s still hold the replies:\n%s", windowNamespace, flows)
 		}
 	}, nil)
+
+	// A resolver on the pod's own node, as CoreDNS with its forward plugin
+	// (and no cache): its answers reach the pod through the node's pod
+	// bridge, never through br-ex; its own upstream's replies cross br-ex,
+	// and are snooped and held as the resolver pod's (the agent's default
+	// --dns-resolver-pods selects it). After the copied phase the node's
+	// namespace snoop flows copy; the resolver's are the agent's own, and
+	// the pod's are not on the replies' way.
+	resolver := c.runResolverPod(node, external)
+	resolverAddr := netip.AddrPortFrom(netip.MustParseAddr(podIPs(resolver)[0]), 53)
+	resolverSnooped := func(pod *corev1.Pod) {
+		wait.Until(t, convergeTimeout, func() error {
+			flows := c.nodeFlows(node, dataplane.TableClassify, dataplane.Cookie(dataplane.KindFirewallSnoop, ""))
+			if !strings.Contains(flows, "nw_dst="+resolverAddr.Addr().String()+",") || !strings.Contains(flows, "pause") {
+				return fmt.Errorf("no holding snoop flow for the resolver %s on %s:\n%s", resolverAddr.Addr(), node.Name, flows)
+			}
+			return nil
+		})
+	}
+	held(4, "held, resolver on the pod's own node", resolverAddr, viaResolver, pool(4), resolverSnooped)
+	// For comparison: the same without the resolver's snoop flows (the
+	// agent before it learned the resolvers' replies).
+	phase(5, "resolver on the pod's own node, its replies not learned", resolverAddr, unlearned, pool(5), attempts, func(pod *corev1.Pod) {
+		resolverSnooped(pod)
+		c.Exec(node, "ovs-ofctl", "-O", "OpenFlow15", "del-flows", "br-ex",
+			fmt.Sprintf("table=%d,cookie=0x%x/-1", dataplane.TableClassify, dataplane.Cookie(dataplane.KindFirewallSnoop, "")))
+	}, nil)
+}
+
+// runResolverPod runs testapp dnsforward, forwarding to upstream, as a
+// resolver pod of the cluster (kube-system, k8s-app=kube-dns) on node, and
+// returns it once it takes queries.
+func (c *Cluster) runResolverPod(node *Node, upstream netip.AddrPort) *corev1.Pod {
+	c.t.Helper()
+	ctx := context.Background()
+	const namespace, name = "kube-system", "window-resolver"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"k8s-app": "kube-dns"}},
+		Spec: corev1.PodSpec{
+			NodeName:                      node.Name,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "dnsforward", Image: TestAppImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/testapp", "dnsforward"}, Args: []string{upstream.String()},
+			}},
+		},
+	}
+	if _, err := c.Kube.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		_ = c.Kube.CoreV1().Pods(namespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+	var running *corev1.Pod
+	wait.Until(c.t, readyTimeout, func() error {
+		p, err := c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.PodIPs) < 1 || !strings.Contains(c.podLog(p), "dnsforward listening") {
+			return fmt.Errorf("resolver pod: %s, IPs %v", p.Status.Phase, p.Status.PodIPs)
+		}
+		running = p
+		return nil
+	})
+	return running
 }
 
 // runWindowPod runs testapp dnswindow with args in a pod of the window

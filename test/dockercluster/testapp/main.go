@@ -17,6 +17,9 @@
 //     at SERVER over UDP COUNT times and, the moment each answer arrives,
 //     sends a UDP datagram to its first address on PORT: a client that
 //     connects as soon as it has an address (dnswindow.go).
+//   - `testapp dnsforward UPSTREAM` is a DNS resolver pod: it forwards each
+//     UDP query on port 53 to UPSTREAM and relays the reply, as CoreDNS's
+//     forward plugin does without its cache (dnsforward.go).
 package main
 
 import (
@@ -34,7 +37,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] TARGET... | dnswindow [flags] SERVER NAME COUNT PORT")
+		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] TARGET... | dnswindow [flags] SERVER NAME COUNT PORT | dnsforward [--listen ADDR] UPSTREAM")
 		os.Exit(2)
 	}
 	var err error
@@ -47,6 +50,8 @@ func main() {
 		err = probe(os.Args[2:])
 	case "dnswindow":
 		err = dnsWindow(os.Args[2:])
+	case "dnsforward":
+		err = dnsForward(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
