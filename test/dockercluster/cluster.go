@@ -238,6 +238,15 @@ func (c *Cluster) writeNodeFiles(dir string) error {
 	if err := copyFile(filepath.Join(root, "test", "dockercluster", "node-setup.sh"), filepath.Join(dir, "node-setup.sh"), 0o755); err != nil {
 		return err
 	}
+	// The node recipe operators run (deploy/node), which node-setup.sh runs.
+	if err := os.MkdirAll(filepath.Join(dir, "node"), 0o755); err != nil {
+		return err
+	}
+	for _, script := range []string{"br-ex.sh", "cold-guard.sh"} {
+		if err := copyFile(filepath.Join(root, "deploy", "node", script), filepath.Join(dir, "node", script), 0o755); err != nil {
+			return err
+		}
+	}
 	return os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(kubeletConfig), 0o644)
 }
 

@@ -6,6 +6,8 @@
 #   off a Linux bridge (Debian's bridge CNI plugin, no masquerade) and reach
 #   br-ex through the host stack, routed, as a host-gw CNI delivers them.
 # Then containerd, the kubelet and kube-proxy start, detached.
+# br-ex and the cold guard come from the node recipe operators run
+# (deploy/node: br-ex.sh, cold-guard.sh, copied to /egressflow/node).
 # Inputs: /egressflow (read-only: binaries, kubeconfigs, image tarballs) and
 # the environment: NODE_NAME, POD_CIDR4, POD_CIDR6, CLUSTER_CIDRS,
 # SERVICE_CIDRS, PEER_ROUTES ("cidr=via ..." for the other nodes' pod
@@ -27,34 +29,23 @@ sysctl -qw net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0
 sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
   net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
 
-# Open vSwitch, and br-ex over eth0 with eth0's MAC, addresses and routes.
+# Open vSwitch, then br-ex over eth0 by the node recipe operators run
+# (deploy/node/br-ex.sh), on the userspace datapath: these machines have no
+# openvswitch kernel module.
 /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-ovs-vswitchd
 /usr/share/openvswitch/scripts/ovs-ctl start --no-ovsdb-server
-mac=$(cat /sys/class/net/eth0/address)
-v4=$(ip -4 -o addr show dev eth0 scope global | awk '{print $4; exit}')
-v6=$(ip -6 -o addr show dev eth0 scope global | awk '{print $4; exit}')
-gw4=$(ip -4 route show default | awk '{print $3; exit}')
-gw6=$(ip -6 route show default | awk '{print $3; exit}')
-ovs-vsctl --may-exist add-br br-ex -- set bridge br-ex datapath_type=netdev \
-  protocols=OpenFlow13,OpenFlow15 other-config:hwaddr="$mac"
-ovs-vsctl --may-exist add-port br-ex eth0 -- set interface eth0 ofport_request=1
-ip addr flush dev eth0 scope global
-ip link set br-ex up
-ip addr add "$v4" dev br-ex
-ip -6 addr add "$v6" dev br-ex nodad
-ip route replace default via "$gw4" dev br-ex
-ip -6 route replace default via "$gw6" dev br-ex
-# OVS reads eth0 through a packet socket; the kernel must not also take its
-# frames (every reply would arrive twice).
-nft add table netdev egressflow-guard
-nft add chain netdev egressflow-guard in "{ type filter hook ingress device eth0 priority 0; policy drop; }"
+export EGRESSFLOW_NODE_ENV=none UPLINK=eth0 BRIDGE=br-ex DATAPATH=netdev
+bash /egressflow/node/br-ex.sh >&2
+v4=$(ip -4 -o addr show dev br-ex scope global | awk '{print $4; exit}')
+v6=$(ip -6 -o addr show dev br-ex scope global | awk '{print $4; exit}')
 
 # A node with egressflow installed boots with its cold guard in place
 # before the kubelet starts any pod: after a reboot the pods may start
-# before the agent does (README, "Installing egressflow").
+# before the agent does (README, "Installing egressflow"). The recipe's
+# deploy/node/cold-guard.sh, as its systemd unit runs it.
 if [ -n "${EGRESSFLOW_COLD_GUARD:-}" ]; then
-  /egressflow/egressflow-agent --cold-guard --node-name="$NODE_NAME" --bridge=br-ex --uplink=eth0 \
-    --ovs-rundir=/var/run/openvswitch --pod-cidrs="$CLUSTER_CIDRS" --service-cidrs="$SERVICE_CIDRS"
+  EGRESSFLOW_AGENT=/egressflow/egressflow-agent POD_CIDRS="$CLUSTER_CIDRS" \
+    bash /egressflow/node/cold-guard.sh
 fi
 
 # The pod network: a Linux bridge per node, routes to the other nodes'.

@@ -23,6 +23,8 @@ command -v iptables >/dev/null || missing+=(iptables)
 command -v make >/dev/null || missing+=(make)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v nft >/dev/null || missing+=(nftables)
+# systemd-analyze verifies deploy/node's units (test/noderecipe).
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 # promtool checks and unit-tests deploy/monitoring's alerts
 # (cmd/internal/monitoring); Debian ships it in the prometheus package.
 command -v promtool >/dev/null || missing+=(prometheus)
