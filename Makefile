@@ -61,13 +61,21 @@ all: build
 build:
 	go build ./...
 
-## images: the egressflow image (both commands, static, and the build machine's nft, FROM scratch; nothing pulled), tagged $(VERSION) and dev.
+## images: the egressflow image (both commands, static, and the build machine's nft, FROM scratch; nothing pulled), tagged $(VERSION) and dev,
+## with the OCI labels (version, revision, source, created).
 images:
 	@set -e; ctx=$$(mktemp -d); trap 'rm -rf "$$ctx"' EXIT; \
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o "$$ctx/" ./cmd/egressflow-agent ./cmd/egressflow-controller; \
 	bash deploy/image/nft-rootfs.sh "$$ctx/nft"; \
 	cp deploy/image/Dockerfile "$$ctx/"; \
-	DOCKER_BUILDKIT=0 docker build -q -t $(IMAGE):$(VERSION) -t $(IMAGE):dev "$$ctx" >/dev/null; \
+	DOCKER_BUILDKIT=0 docker build -q -t $(IMAGE):$(VERSION) -t $(IMAGE):dev \
+		--label org.opencontainers.image.title=egressflow \
+		--label org.opencontainers.image.description="egressflow's agent and controller: the Kubernetes egress APIs on Open vSwitch" \
+		--label org.opencontainers.image.version=$(VERSION) \
+		--label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		--label org.opencontainers.image.source=https://$(MODULE) \
+		--label org.opencontainers.image.created=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+		"$$ctx" >/dev/null; \
 	echo "built $(IMAGE):$(VERSION) and $(IMAGE):dev"
 
 ## generate: deepcopy, clientset, informers, listers and apply configurations from controller/apis.
