@@ -61,22 +61,37 @@ all: build
 build:
 	go build ./...
 
-## images: the egressflow image (both commands, static, and the build machine's nft, FROM scratch; nothing pulled), tagged $(VERSION) and dev,
-## with the OCI labels (version, revision, source, created).
+# IMAGE_ARCHS are the architectures `make images` builds. The build
+# machine's own (HOST_ARCH) is tagged $(VERSION) and dev, for the nodes
+# here; each is also tagged $(VERSION)-<arch>. The tests ask for the
+# machine's own only: each further architecture costs a cross-build of
+# both commands and its nft packages' download (cached).
+IMAGE_ARCHS ?= amd64 arm64
+HOST_ARCH := $(shell go env GOARCH)
+
+## images: the egressflow image for each of IMAGE_ARCHS (both commands, static, and Debian's nft
+## for that architecture, FROM scratch; nothing pulled from a registry), tagged $(VERSION)-<arch>,
+## and $(VERSION) and dev for the build machine's own; with the OCI labels (version, revision,
+## source, created).
 images:
-	@set -e; ctx=$$(mktemp -d); trap 'rm -rf "$$ctx"' EXIT; \
-	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o "$$ctx/" ./cmd/egressflow-agent ./cmd/egressflow-controller; \
-	bash deploy/image/nft-rootfs.sh "$$ctx/nft"; \
-	cp deploy/image/Dockerfile "$$ctx/"; \
-	DOCKER_BUILDKIT=0 docker build -q -t $(IMAGE):$(VERSION) -t $(IMAGE):dev \
-		--label org.opencontainers.image.title=egressflow \
-		--label org.opencontainers.image.description="egressflow's agent and controller: the Kubernetes egress APIs on Open vSwitch" \
-		--label org.opencontainers.image.version=$(VERSION) \
-		--label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
-		--label org.opencontainers.image.source=https://$(MODULE) \
-		--label org.opencontainers.image.created=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
-		"$$ctx" >/dev/null; \
-	echo "built $(IMAGE):$(VERSION) and $(IMAGE):dev"
+	@set -e; work=$$(mktemp -d); trap 'rm -rf "$$work"' EXIT; \
+	for arch in $(IMAGE_ARCHS); do \
+		ctx="$$work/$$arch"; mkdir -p "$$ctx"; \
+		CGO_ENABLED=0 GOARCH=$$arch go build -trimpath -ldflags '$(LDFLAGS)' -o "$$ctx/" ./cmd/egressflow-agent ./cmd/egressflow-controller; \
+		bash deploy/image/nft-rootfs.sh "$$ctx/nft" $$arch; \
+		cp deploy/image/Dockerfile "$$ctx/"; \
+		tags="-t $(IMAGE):$(VERSION)-$$arch"; \
+		if [ "$$arch" = "$(HOST_ARCH)" ]; then tags="$$tags -t $(IMAGE):$(VERSION) -t $(IMAGE):dev"; else tags="$$tags -t $(IMAGE):dev-$$arch"; fi; \
+		DOCKER_BUILDKIT=0 docker build -q --platform linux/$$arch $$tags \
+			--label org.opencontainers.image.title=egressflow \
+			--label org.opencontainers.image.description="egressflow's agent and controller: the Kubernetes egress APIs on Open vSwitch" \
+			--label org.opencontainers.image.version=$(VERSION) \
+			--label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+			--label org.opencontainers.image.source=https://$(MODULE) \
+			--label org.opencontainers.image.created=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+			"$$ctx" >/dev/null; \
+		echo "built $(IMAGE):$(VERSION)-$$arch"; \
+	done
 
 ## generate: deepcopy, clientset, informers, listers and apply configurations from controller/apis.
 generate:

@@ -3,17 +3,23 @@
 package dockercluster
 
 import (
+	"debug/elf"
 	"encoding/json"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/egressflow/egressflow/test/kubetest"
 )
 
-// TestImage builds the image as an operator does (make images) and reads
-// it back: the OCI labels name the version `git describe` gives (the one
-// the binaries print with --version) and the commit, and the nft binary
-// the agent's nftables table needs runs inside it, FROM scratch as it is.
+// TestImage builds the images as an operator does (make images: amd64 and
+// arm64) and reads them back: the OCI labels name the version `git
+// describe` gives (the one the binaries print with --version) and the
+// commit, and the nft binary the agent's nftables table needs runs inside
+// the machine's own, FROM scratch as it is. The other architecture's image,
+// which this machine cannot run, says it is that architecture's, and so
+// do the ELF headers of its commands, its nft and its dynamic loader.
 func TestImage(t *testing.T) {
 	root, err := kubetest.RepoRoot()
 	if err != nil {
@@ -62,5 +68,44 @@ func TestImage(t *testing.T) {
 	nft, err := run("docker", "run", "--rm", "--entrypoint", "/usr/sbin/nft", EgressflowImage, "--version")
 	if err != nil || !strings.HasPrefix(nft, "nftables v1.") {
 		t.Errorf("nft in the image: %q, %v; want nftables v1.x", nft, err)
+	}
+
+	other := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+	for arch, machine := range other {
+		if arch == runtime.GOARCH {
+			continue
+		}
+		image := "egressflow:" + strings.TrimSpace(version) + "-" + arch
+		got, err := run("docker", "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image)
+		if err != nil || strings.TrimSpace(got) != "linux/"+arch {
+			t.Errorf("%s: platform %q, %v; want linux/%s", image, strings.TrimSpace(got), err, arch)
+			continue
+		}
+		container, err := run("docker", "create", image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		container = strings.TrimSpace(container)
+		t.Cleanup(func() { _, _ = run("docker", "rm", container) })
+		dir := t.TempDir()
+		for _, path := range []string{"/egressflow-agent", "/egressflow-controller", "/usr/sbin/nft", "/lib/ld-linux-aarch64.so.1", "/lib64/ld-linux-x86-64.so.2"} {
+			if (strings.Contains(path, "aarch64") && arch != "arm64") || (strings.Contains(path, "x86-64") && arch != "amd64") {
+				continue
+			}
+			local := filepath.Join(dir, filepath.Base(path))
+			if _, err := run("docker", "cp", "-L", container+":"+path, local); err != nil {
+				t.Errorf("%s: %v", image, err)
+				continue
+			}
+			f, err := elf.Open(local)
+			if err != nil {
+				t.Errorf("%s %s: %v", image, path, err)
+				continue
+			}
+			if f.Machine != machine {
+				t.Errorf("%s %s: ELF machine %v, want %v", image, path, f.Machine, machine)
+			}
+			f.Close()
+		}
 	}
 }

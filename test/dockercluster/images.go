@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -53,7 +54,9 @@ func prepareAssets(dir string) (*assets, error) {
 			}
 		}
 	}
-	if _, err := run("make", "-C", root, "images"); err != nil {
+	// The machine's own architecture only: the nodes run it (TestImage
+	// builds every one).
+	if _, err := run("make", "-C", root, "images", "IMAGE_ARCHS="+runtime.GOARCH); err != nil {
 		return nil, err
 	}
 	// The agent's binary itself, for the nodes' boot (--cold-guard).

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +102,7 @@ func (c *Cluster) previousRelease() string {
 		c.t.Fatal(err)
 	}
 	repository, tag, _ := strings.Cut(previousImage, ":")
-	if out, err := run("make", "-C", dir, "images", "IMAGE="+repository, "VERSION="+strings.TrimSpace(version)); err != nil {
+	if out, err := run("make", "-C", dir, "images", "IMAGE="+repository, "VERSION="+strings.TrimSpace(version), "IMAGE_ARCHS="+runtime.GOARCH); err != nil {
 		c.t.Fatalf("make images of HEAD~1: %v\n%s", err, out)
 	}
 	if tag != "dev" {
