@@ -193,6 +193,20 @@ func (e *env) addPod(n *topology.Node, name string) *topology.Pod {
 	return pod
 }
 
+// labelNode sets the labels of n's Node object.
+func (e *env) labelNode(n *topology.Node, labels map[string]string) {
+	e.t.Helper()
+	ctx := context.Background()
+	node, err := e.admin.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	node.Labels = labels
+	if _, err := e.admin.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // runningAgent is an agent started by startAgent.
 type runningAgent struct {
 	*Agent

@@ -280,14 +280,7 @@ func TestAgentEgressFirewall(t *testing.T) {
 	e.expectSourceAt(app, "tcp", internet4, app.IP)
 
 	// n2 labelled infra: rule 2 denies its addresses.
-	node, err := e.admin.Kube.CoreV1().Nodes().Get(ctx, n2.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Labels = map[string]string{"role": "infra"}
-	if _, err := e.admin.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.labelNode(n2, map[string]string{"role": "infra"})
 	e.expectPing(app, n2.IP, false)
 	e.expectPing(app, n2.IP6, false)
 	e.expectPing(open, n2.IP, true) // open has no firewall

@@ -57,14 +57,7 @@ func TestAgentFirewallOwnNode(t *testing.T) {
 	e.admin.CreatePod(t, "open", open, nil)
 	nodeHost := &topology.Host{Name: n1.Name, Netns: n1.Netns, IP: n1.IP, IP6: n1.IP6}
 	server := nodeHost.Serve(t)
-	node, err := e.admin.Kube.CoreV1().Nodes().Get(ctx, n1.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Labels = map[string]string{"role": "self"}
-	if _, err := e.admin.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.labelNode(n1, map[string]string{"role": "self"})
 	e.startAgent(n1).waitHealthy(t)
 
 	// Before: everything reaches the node.
