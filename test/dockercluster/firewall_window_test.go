@@ -64,7 +64,7 @@ type windowResult struct {
 // UDP datagram to each answer the moment it arrives, windowLookups times.
 // The external host, to which the nodes route every address of the pools,
 // must receive none of those datagrams: for an exact name, for a wildcard,
-// and with the pod's node's agent deleted (as a rolling update does)
+// over TCP (a connection per lookup), and with the pod's node's agent deleted (as a rolling update does)
 // while the lookups run, whose replies paused while no agent was there are
 // lost and asked again. Then, for comparison, the same lookups with the
 // node's snoop flows turned to copying (the agent before the hold): that
@@ -103,13 +103,14 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 		exact, wildcard, wildName = "exact.test", "*.window.test", "a.window.test"
 		restart, copied           = "restart.test", "copied.test"
 		viaResolver, unlearned    = "resolver.test", "unlearned.test"
+		overTCP                   = "tcp.test"
 	)
 	firewalls := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressFirewalls(windowNamespace)
 	deny := func(name string) esv1.EgressFirewallRule {
 		return esv1.EgressFirewallRule{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{DNSName: name}}
 	}
 	if _, err := firewalls.Create(ctx, &esv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Name: "default"},
-		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{deny(exact), deny(wildcard), deny(restart), deny(copied), deny(viaResolver), deny(unlearned)}}},
+		Spec: esv1.EgressFirewallSpec{Egress: []esv1.EgressFirewallRule{deny(exact), deny(wildcard), deny(restart), deny(copied), deny(viaResolver), deny(unlearned), deny(overTCP)}}},
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -129,15 +130,16 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 
 	// phase runs one pod's lookups of name at server, whose answers rotate
 	// over addrs: prepare runs once the pod's DNS replies are snooped on
-	// its node, during once its lookups have begun.
+	// its node, during once its lookups have begun; flags go to testapp
+	// dnswindow.
 	external := netip.AddrPortFrom(c.DNSAddr, 53)
-	phase := func(index int, label string, server netip.AddrPort, name string, addrs []netip.Addr, attempts int, prepare func(pod *corev1.Pod), during func(pod *corev1.Pod)) windowResult {
+	phase := func(index int, label string, server netip.AddrPort, name string, addrs []netip.Addr, attempts int, prepare func(pod *corev1.Pod), during func(pod *corev1.Pod), flags ...string) windowResult {
 		t.Helper()
 		rotate(name, addrs)
 		gate := fmt.Sprintf("go%d.gate.test", index)
+		args := append([]string{"--go=" + gate, "--linger=10m", "--timeout=500ms", fmt.Sprintf("--attempts=%d", attempts)}, flags...)
 		pod := c.runWindowPod(fmt.Sprintf("window-%d", index), node,
-			"--go="+gate, "--linger=10m", "--timeout=500ms", fmt.Sprintf("--attempts=%d", attempts),
-			server.String(), name, strconv.Itoa(windowLookups), "9")
+			append(args, server.String(), name, strconv.Itoa(windowLookups), "9")...)
 		defer func() {
 			_ = c.Kube.CoreV1().Pods(windowNamespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}()
@@ -220,9 +222,9 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 		return r
 	}
 	const attempts = 4
-	held := func(index int, label string, server netip.AddrPort, name string, addrs []netip.Addr, prepare func(pod *corev1.Pod)) {
+	held := func(index int, label string, server netip.AddrPort, name string, addrs []netip.Addr, prepare func(pod *corev1.Pod), flags ...string) {
 		t.Helper()
-		r := phase(index, label, server, name, addrs, attempts, prepare, nil)
+		r := phase(index, label, server, name, addrs, attempts, prepare, nil, flags...)
 		if r.reached != 0 {
 			t.Errorf("window %s: %d packets reached a denied address; want 0", label, r.reached)
 		}
@@ -238,6 +240,7 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 	}
 	held(0, "held, exact name", external, exact, pool(0), nil)
 	held(1, "held, wildcard", external, wildName, pool(1), nil)
+	held(6, "held, over TCP", external, overTCP, pool(6), nil, "--tcp")
 
 	// Across a restart: the node's agent is deleted as a rolling update
 	// deletes it, once the lookups are under way. Replies paused while no

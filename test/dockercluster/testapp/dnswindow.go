@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -19,7 +21,8 @@ import (
 )
 
 // dnsWindow is `testapp dnswindow [flags] SERVER NAME COUNT PORT`: COUNT
-// lookups of NAME's A record at SERVER (host:port) over UDP, one after
+// lookups of NAME's A record at SERVER (host:port) over UDP (or, with
+// --tcp, over a TCP connection per attempt), one after
 // the other, and the moment each answer arrives a datagram to the
 // answer's first address on PORT, from one socket. A lookup unanswered
 // within --timeout is asked again with a new ID, as a stub resolver does,
@@ -40,6 +43,7 @@ func dnsWindow(args []string) error {
 	timeout := fs.Duration("timeout", 500*time.Millisecond, "how long one attempt waits for its reply")
 	attempts := fs.Int("attempts", 4, "attempts per lookup")
 	gate := fs.String("go", "", "a name whose A record, once it has one, starts the lookups")
+	overTCP := fs.Bool("tcp", false, "ask over TCP, a connection per attempt (as a resolver does after a truncated answer), instead of UDP")
 	linger := fs.Duration("linger", 0, "how long to stay after the summary (or until SIGTERM), so that the pod stays and its flows with it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -70,7 +74,7 @@ func dnsWindow(args []string) error {
 		return err
 	}
 	defer out.Close()
-	l := &lookups{conn: dns, timeout: *timeout, buf: make([]byte, 1500)}
+	l := &lookups{conn: dns, server: server, tcp: *overTCP, timeout: *timeout, buf: make([]byte, 1500)}
 	if *gate != "" {
 		until := time.Now().Add(gateTimeout)
 		for {
@@ -143,9 +147,12 @@ func dnsWindow(args []string) error {
 // seconds of the pod's start.
 const gateTimeout = 5 * time.Minute
 
-// lookups asks one server over one connected UDP socket.
+// lookups asks one server over one connected UDP socket, or over a TCP
+// connection per query.
 type lookups struct {
 	conn    *net.UDPConn
+	server  netip.AddrPort
+	tcp     bool
 	timeout time.Duration
 	buf     []byte
 }
@@ -172,6 +179,9 @@ func (l *lookups) ask(name string) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
+	if l.tcp {
+		return l.askTCP(id, query)
+	}
 	if _, err := l.conn.Write(query); err != nil {
 		return netip.Addr{}, err
 	}
@@ -188,4 +198,32 @@ func (l *lookups) ask(name string) (netip.Addr, error) {
 		}
 		return addr, err
 	}
+}
+
+// askTCP sends query over a new TCP connection, each message after its
+// length in two bytes, and reads the reply within the timeout.
+func (l *lookups) askTCP(id uint16, query []byte) (netip.Addr, error) {
+	conn, err := net.DialTimeout("tcp", l.server.String(), l.timeout)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(l.timeout))
+	framed := binary.BigEndian.AppendUint16(nil, uint16(len(query)))
+	if _, err := conn.Write(append(framed, query...)); err != nil {
+		return netip.Addr{}, err
+	}
+	var length [2]byte
+	if _, err := io.ReadFull(conn, length[:]); err != nil {
+		return netip.Addr{}, err
+	}
+	reply := make([]byte, binary.BigEndian.Uint16(length[:]))
+	if _, err := io.ReadFull(conn, reply); err != nil {
+		return netip.Addr{}, err
+	}
+	addr, replyID, err := dnsquery.FirstA(reply)
+	if err == nil && replyID != id {
+		err = fmt.Errorf("reply ID %d, want %d", replyID, id)
+	}
+	return addr, err
 }
