@@ -126,7 +126,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	}
 	dir := t.TempDir()
 	var err error
-	if c.assets, err = prepareAssets(dir); err != nil {
+	if c.assets, err = clusterAssets(dir); err != nil {
 		t.Fatalf("dockercluster: %v", err)
 	}
 	t.Logf("dockercluster: images and binaries ready after %v", time.Since(started).Round(time.Second))

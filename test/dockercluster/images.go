@@ -2,11 +2,13 @@ package dockercluster
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/egressflow/egressflow/test/kubetest"
 )
@@ -26,6 +28,54 @@ const (
 type assets struct {
 	dir       string // on the host
 	nodeImage string // the node containers' image tag
+}
+
+// shared are the assets of every cluster of this test process, built once
+// (prepareAssets) in a directory of their own, which TestMain removes.
+var shared struct {
+	once   sync.Once
+	dir    string
+	assets *assets
+	err    error
+}
+
+// clusterAssets puts the process's assets into dir, a cluster's own
+// directory, building them on the first call: hard links, so that each
+// cluster after the first starts without building or saving an image.
+func clusterAssets(dir string) (*assets, error) {
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "egressflow-assets-"); shared.err == nil {
+			shared.assets, shared.err = prepareAssets(shared.dir)
+		}
+	})
+	if shared.err != nil {
+		return nil, shared.err
+	}
+	err := filepath.WalkDir(shared.dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(shared.dir, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		return os.Link(path, target)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("link the assets into %s: %w", dir, err)
+	}
+	return &assets{dir: dir, nodeImage: shared.assets.nodeImage}, nil
+}
+
+// removeSharedAssets removes the process's assets, if it built them.
+func removeSharedAssets() {
+	if shared.dir != "" {
+		_ = os.RemoveAll(shared.dir)
+	}
 }
 
 // prepareAssets builds what is missing (the node image, the Kubernetes
