@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,7 +108,7 @@ func TestAgentFirewallOwnNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if tables := n1.Exec(t, "nft", "list", "tables"); strings.Contains(tables, hostfirewall.TableName) {
+	if tables := n1.Exec(t, "nft", "list", "tables"); slices.Contains(strings.Split(tables, "\n"), "table "+string(hostfirewall.Family)+" "+hostfirewall.TableName) {
 		t.Errorf("after Remove, the node still has egressflow's table:\n%s", tables)
 	}
 }
