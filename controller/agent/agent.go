@@ -126,10 +126,11 @@ type RuleSyncer interface {
 }
 
 // HostFirewallSyncer converges the node's nftables table, which judges the
-// local pods' packets to the node's own addresses by the EgressFirewall
-// rules (hostfirewall.Syncer); it reports whether it changed the table.
+// local pods' packets to the node's own addresses (local) by the
+// EgressFirewall rules (hostfirewall.Syncer); it reports whether it
+// changed the table.
 type HostFirewallSyncer interface {
-	Sync(ctx context.Context, fw dataplane.Firewall) (bool, error)
+	Sync(ctx context.Context, fw dataplane.Firewall, local []netip.Addr) (bool, error)
 }
 
 // Retry backoff after a failed sync: the first retry comes quickly (a

@@ -93,7 +93,7 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 	}
 	a.ledger.Commit(diffed)
 	if a.cfg.HostFirewall != nil {
-		if _, err := a.cfg.HostFirewall.Sync(ctx, a.planner.FirewallState()); err != nil {
+		if _, err := a.cfg.HostFirewall.Sync(ctx, a.planner.FirewallState(), a.planner.OwnAddresses()); err != nil {
 			return err
 		}
 	}

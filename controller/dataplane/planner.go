@@ -53,6 +53,8 @@ type Planner struct {
 	// nodeNames are the names of the Node objects: only their agents'
 	// host addresses are exempt.
 	nodeNames map[string]bool
+	// ownNodeAddresses are the addresses of this node's Node object.
+	ownNodeAddresses []netip.Addr
 	// hostAddresses are the host addresses each agent publishes, by node
 	// name, with the annotation they were read from.
 	hostAddresses map[string]publishedAddresses
@@ -396,10 +398,22 @@ func (p *Planner) SetNodes(nodes []*corev1.Node) (exemptChanged bool, firewalls 
 	firewalls = p.setFirewallNodes(nodes)
 	p.nodeExempt = exemptions(p.node, nodes)
 	clear(p.nodeNames)
+	p.ownNodeAddresses = nil
 	for _, n := range nodes {
 		p.nodeNames[n.Name] = true
+		if n.Name == p.node.Name {
+			p.ownNodeAddresses = endpoints.NodeAddresses(n)
+		}
 	}
 	return p.updateExempt(), firewalls
+}
+
+// OwnAddresses are this node's addresses, sorted: its Node object's and
+// the host addresses its agent publishes on its Lease.
+func (p *Planner) OwnAddresses() []netip.Addr {
+	out := slices.Concat(p.ownNodeAddresses, p.hostAddresses[p.node.Name].addrs)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // publishedAddresses are one agent's host addresses and the annotation

@@ -757,3 +757,22 @@ func TestPlannerOwnMACChangesNothing(t *testing.T) {
 		t.Errorf("the other host's MAC changed: %v re-rendered, want shop/web-n2", changed)
 	}
 }
+
+// TestPlannerOwnAddresses: this node's addresses are its Node object's and
+// those its own Lease publishes, never another node's, and follow both.
+func TestPlannerOwnAddresses(t *testing.T) {
+	p := NewPlanner(n1Config, tables)
+	p.SetNodes([]*corev1.Node{node("n1", "172.18.0.11"), node("n2", "172.18.0.12")})
+	p.SetLeases(map[string]*coordinationv1.Lease{
+		"n1": publishingLease("02:00:00:00:00:01", "fd00:192:168:77::5,192.168.77.5"),
+		"n2": publishingLease("02:00:00:00:00:02", "192.168.77.6"),
+	})
+	if got, want := p.OwnAddresses(), addrs("172.18.0.11", "192.168.77.5", "fd00:192:168:77::5"); !slices.Equal(got, want) {
+		t.Errorf("own addresses %v, want %v", got, want)
+	}
+	p.SetNodes([]*corev1.Node{node("n1", "172.18.1.11")})
+	p.SetLeases(map[string]*coordinationv1.Lease{"n1": publishingLease("02:00:00:00:00:01", "")})
+	if got, want := p.OwnAddresses(), addrs("172.18.1.11"); !slices.Equal(got, want) {
+		t.Errorf("readdressed, nothing published: own addresses %v, want %v", got, want)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,7 +46,8 @@ func NamespaceChain(id uint32) string { return "namespace-" + strconv.FormatUint
 // the bridge answers or floods them itself).
 var exemptIPv6 = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
 
-// Table fills tx with the whole of egressflow's table for fw: the table
+// Table fills tx with the whole of egressflow's table for fw on a node
+// whose own addresses are local: the table
 // added and deleted first, so that the transaction replaces whatever was
 // there (nft's idiom for "create or replace" without `destroy`, which
 // Debian 12's nft 1.0.6 lacks), then
@@ -60,9 +62,13 @@ var exemptIPv6 = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustPa
 //     accept (Allow) or counter drop (Deny). What no rule judges returns to
 //     the base chain, whose policy is accept: no match allows.
 //
-// Namespaces without a rule that has a destination still get their chain
-// (empty), so that a listing shows every namespace the node judges.
-func Table(tx *knftables.Transaction, fw dataplane.Firewall) {
+// The input hook sees only packets to the node's own addresses, so a
+// destination that holds none of local can never match there: it is left
+// out, and so are a rule left without destinations and a namespace left
+// without rules (no chain, no jump). The table holds what concerns the
+// node (a nodeSelector of it, a cidrSelector that covers it), and does not
+// change when a rule elsewhere does, a dnsName's answers above all.
+func Table(tx *knftables.Transaction, fw dataplane.Firewall, local []netip.Addr) {
 	tx.Add(&knftables.Table{})
 	tx.Delete(&knftables.Table{})
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo("egressflow-agent: EgressFirewall for pods' packets to their own node")})
@@ -85,14 +91,8 @@ func Table(tx *knftables.Transaction, fw dataplane.Firewall) {
 	}
 	for _, ns := range fw.Namespaces {
 		chain := NamespaceChain(ns.ID)
-		tx.Add(&knftables.Chain{Name: chain, Comment: knftables.PtrTo(ns.Key)})
 		src4, src6 := addrsByFamily(ns.Sources)
-		if len(src4) > 0 {
-			base("ip saddr " + addrSet(src4) + " jump " + chain)
-		}
-		if len(src6) > 0 {
-			base("ip6 saddr " + addrSet(src6) + " jump " + chain)
-		}
+		var rules []*knftables.Rule
 		for _, rule := range ns.Rules {
 			verdict := "accept"
 			if rule.Deny {
@@ -102,7 +102,7 @@ func Table(tx *knftables.Transaction, fw dataplane.Firewall) {
 			if len(rule.Ports) > 0 {
 				ports = " meta l4proto . th dport " + portSet(rule.Ports)
 			}
-			d4, d6 := byFamily(rule.Destinations)
+			d4, d6 := byFamily(holdingAny(rule.Destinations, local))
 			for _, fam := range []struct {
 				match string
 				dsts  []netip.Prefix
@@ -111,14 +111,38 @@ func Table(tx *knftables.Transaction, fw dataplane.Firewall) {
 				if len(fam.dsts) == 0 || len(fam.srcs) == 0 {
 					continue // as TableFirewall: only the families the namespace's pods have
 				}
-				tx.Add(&knftables.Rule{
+				rules = append(rules, &knftables.Rule{
 					Chain:   chain,
 					Rule:    fam.match + prefixSet(fam.dsts) + ports + " " + verdict,
 					Comment: knftables.PtrTo("rule " + strconv.Itoa(rule.Index)),
 				})
 			}
 		}
+		if len(rules) == 0 {
+			continue
+		}
+		tx.Add(&knftables.Chain{Name: chain, Comment: knftables.PtrTo(ns.Key)})
+		if len(src4) > 0 {
+			base("ip saddr " + addrSet(src4) + " jump " + chain)
+		}
+		if len(src6) > 0 {
+			base("ip6 saddr " + addrSet(src6) + " jump " + chain)
+		}
+		for _, r := range rules {
+			tx.Add(r)
+		}
 	}
+}
+
+// holdingAny are the prefixes that hold at least one of addrs.
+func holdingAny(prefixes []netip.Prefix, addrs []netip.Addr) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range prefixes {
+		if slices.ContainsFunc(addrs, p.Contains) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // byFamily splits prefixes into IPv4 and IPv6, keeping their order.
@@ -203,11 +227,12 @@ func Interface() (knftables.Interface, error) {
 	return nft, nil
 }
 
-// Sync replaces the table with fw's when it differs from the last one
-// applied, and reports whether it ran a transaction.
-func (s *Syncer) Sync(ctx context.Context, fw dataplane.Firewall) (bool, error) {
+// Sync replaces the table with fw's on a node whose own addresses are
+// local when it differs from the last one applied, and reports whether it
+// ran a transaction.
+func (s *Syncer) Sync(ctx context.Context, fw dataplane.Firewall, local []netip.Addr) (bool, error) {
 	tx := s.nft.NewTransaction()
-	Table(tx, fw)
+	Table(tx, fw, local)
 	text := tx.String()
 	if text == s.applied {
 		return false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,9 +29,14 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
+// local are the own addresses of the node of twoNamespaces.
+var local = addrs("172.18.0.11", "fd00:172:18::11")
+
 // twoNamespaces is a node's TableFirewall with a dual-stack namespace whose
-// rules have ports, no ports, both families and one family, and an
-// IPv4-only namespace with one IPv6 rule (which it has no pod to judge).
+// rules have ports, no ports, both families and one family, and a rule
+// that covers none of the node's addresses; an IPv4-only namespace with
+// one IPv6 rule (which it has no pod to judge); and a namespace whose one
+// rule covers none of the node's addresses.
 var twoNamespaces = dataplane.Firewall{
 	Exempt: prefixes("10.96.0.0/12", "10.244.0.0/16", "fd00:10:244::/48"),
 	Namespaces: []dataplane.FirewallNamespace{
@@ -41,14 +47,18 @@ var twoNamespaces = dataplane.Firewall{
 				{Index: 1, Deny: true, Destinations: prefixes("172.18.0.0/24")},
 				// rule 2 was skipped for a problem
 				{Index: 3, Deny: true, Destinations: prefixes("::/0"), Ports: []dataplane.FirewallPort{{Protocol: 132, Port: 9}}},
+				{Index: 4, Deny: true, Destinations: prefixes("192.0.2.0/24", "198.51.100.7/32")},
 			}},
 		{Key: "EgressFirewall/v4only/default", ID: 2, Sources: addrs("10.244.1.9"),
 			Rules: []dataplane.FirewallRule{{Index: 0, Deny: true, Destinations: prefixes("fd00:172:18::11/128")}}},
+		{Key: "EgressFirewall/elsewhere/default", ID: 3, Sources: addrs("10.244.1.10"),
+			Rules: []dataplane.FirewallRule{{Index: 0, Deny: true, Destinations: prefixes("203.0.113.0/24")}}},
 	},
 }
 
 // TestTable compares the transaction with the table written out by hand
-// from the rules above.
+// from the rules above: shop's rules 0, 1 and 3 (rule 4 covers no address
+// of the node's), and no chain for v4only or elsewhere.
 func TestTable(t *testing.T) {
 	want := strings.Join([]string{
 		`add table inet egressflow`,
@@ -66,22 +76,24 @@ func TestTable(t *testing.T) {
 		`add rule inet egressflow namespace-1 ip6 daddr { fd00:172:18::11 } meta l4proto . th dport { 6 . 22, 17 . 53 } accept comment "rule 0"`,
 		`add rule inet egressflow namespace-1 ip daddr { 172.18.0.0/24 } counter drop comment "rule 1"`,
 		`add rule inet egressflow namespace-1 ip6 daddr { ::/0 } meta l4proto . th dport { 132 . 9 } counter drop comment "rule 3"`,
-		`add chain inet egressflow namespace-2 { comment "EgressFirewall/v4only/default" ; }`,
-		`add rule inet egressflow pods-to-node ip saddr { 10.244.1.9 } jump namespace-2`,
 	}, "\n") + "\n"
 	tx := knftables.NewFake(Family, TableName).NewTransaction()
-	Table(tx, twoNamespaces)
+	Table(tx, twoNamespaces, local)
 	if got := tx.String(); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 }
 
-// TestSyncRunsOnChange checks that Sync replaces the table when the
-// desired state changes, and runs nothing when it does not.
+// TestSyncRunsOnChange checks that Sync replaces the table when what
+// concerns the node changes, and runs nothing when it does not: a new
+// address of a rule that covers none of the node's changes nothing.
 func TestSyncRunsOnChange(t *testing.T) {
 	fake := knftables.NewFake(Family, TableName)
 	s := New(fake)
 	ctx := context.Background()
+	elsewhereGrew := twoNamespaces
+	elsewhereGrew.Namespaces = slices.Clone(twoNamespaces.Namespaces)
+	elsewhereGrew.Namespaces[2].Rules = []dataplane.FirewallRule{{Index: 0, Deny: true, Destinations: prefixes("203.0.113.0/24", "203.0.114.9/32")}}
 	for i, step := range []struct {
 		fw      dataplane.Firewall
 		wantRun bool
@@ -90,9 +102,10 @@ func TestSyncRunsOnChange(t *testing.T) {
 		{dataplane.Firewall{}, false},
 		{twoNamespaces, true},
 		{twoNamespaces, false},
+		{elsewhereGrew, false},
 		{dataplane.Firewall{}, true},
 	} {
-		ran, err := s.Sync(ctx, step.fw)
+		ran, err := s.Sync(ctx, step.fw, local)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -114,7 +127,7 @@ func TestSyncRunsOnChange(t *testing.T) {
 // image carries: the syntax the unit test pins down is one nft takes.
 func TestTableAcceptedByNFT(t *testing.T) {
 	tx := knftables.NewFake(Family, TableName).NewTransaction()
-	Table(tx, twoNamespaces)
+	Table(tx, twoNamespaces, local)
 	script := tx.String()
 	// One namespace for both: the load, then the listing of what it made.
 	cmd := exec.Command("unshare", "--net", "sh", "-c", "nft -f - && nft list table inet egressflow")
@@ -123,7 +136,7 @@ func TestTableAcceptedByNFT(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nft -f: %v\n%s\nscript:\n%s", err, out, script)
 	}
-	for _, want := range []string{"chain namespace-1", "chain namespace-2", "tcp . 22", "counter packets 0 bytes 0 drop"} {
+	for _, want := range []string{"chain namespace-1", "tcp . 22", "counter packets 0 bytes 0 drop"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the kernel's table lacks %q:\n%s", want, out)
 		}
