@@ -113,9 +113,17 @@ func (c *Cluster) previousRelease() string {
 		c.t.Fatal(err)
 	}
 	for _, n := range c.Nodes {
-		c.docker("cp", tarball, n.Container+":/tmp/previous.tar")
-		c.Exec(n, "ctr", "-n", "k8s.io", "images", "import", "/tmp/previous.tar")
-		c.Exec(n, "rm", "/tmp/previous.tar")
+		f, err := os.Open(tarball)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		imp := exec.Command("docker", "exec", "-i", n.Container, "ctr", "-n", "k8s.io", "images", "import", "-")
+		imp.Stdin = f
+		out, err := imp.CombinedOutput()
+		f.Close()
+		if err != nil {
+			c.t.Fatalf("import %s on %s: %v\n%s", previousImage, n.Name, err, out)
+		}
 	}
 	c.t.Logf("previous commit %s built as %s and imported on every node", strings.TrimSpace(version), previousImage)
 	return dir
