@@ -47,10 +47,10 @@ func NamespaceChain(id uint32) string { return "namespace-" + strconv.FormatUint
 var exemptIPv6 = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
 
 // Table fills tx with the whole of egressflow's table for fw on a node
-// whose own addresses are local: the table
-// added and deleted first, so that the transaction replaces whatever was
-// there (nft's idiom for "create or replace" without `destroy`, which
-// Debian 12's nft 1.0.6 lacks), then
+// whose own addresses are local: the table added and deleted first, so
+// that the transaction replaces whatever was there (nft's idiom for
+// "create or replace" without `destroy`, which Debian 12's nft 1.0.6
+// lacks), then
 //   - the base chain pods-to-node (filter, input): a packet of the reply
 //     direction of a connection the node opened passes (the node's probes
 //     of its pods), as do the link-local and multicast IPv6 destinations
