@@ -259,6 +259,11 @@ type Agent struct {
 	// the resolver nothing (DNSNamesSet).
 	dnsNamed     chan struct{}
 	dnsNamedOnce sync.Once
+	// hostFirewallCurrent: Config.HostFirewall took the firewall parts as
+	// they are, for the own addresses hostFirewallLocal; a recompute that
+	// changes an EgressFirewall's part clears it. Owned by the worker.
+	hostFirewallCurrent bool
+	hostFirewallLocal   []netip.Addr
 
 	// Owned by the single worker.
 	planner *dataplane.Planner

@@ -92,10 +92,8 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		return fmt.Errorf("apply %d flow changes: %w", stream.sent, err)
 	}
 	a.ledger.Commit(diffed)
-	if a.cfg.HostFirewall != nil {
-		if _, err := a.cfg.HostFirewall.Sync(ctx, a.planner.FirewallState(), a.planner.OwnAddresses()); err != nil {
-			return err
-		}
+	if err := a.syncHostFirewall(ctx); err != nil {
+		return err
 	}
 	// The DNS replies held for these answers (in the flows and in the
 	// nftables table) may go on (SnoopDNS).
@@ -121,6 +119,25 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		return err
 	}
 	a.ledger.Flushed()
+	return nil
+}
+
+// syncHostFirewall hands Config.HostFirewall the firewall parts and the
+// node's own addresses when either changed since it last took them: the
+// whole desired table is rendered only then, not on every sync (an
+// EgressService's, an EgressIP's or a Lease's renewal leaves it alone).
+func (a *Agent) syncHostFirewall(ctx context.Context) error {
+	if a.cfg.HostFirewall == nil {
+		return nil
+	}
+	local := a.planner.OwnAddresses()
+	if a.hostFirewallCurrent && slices.Equal(local, a.hostFirewallLocal) {
+		return nil
+	}
+	if _, err := a.cfg.HostFirewall.Sync(ctx, a.planner.FirewallState(), local); err != nil {
+		return err
+	}
+	a.hostFirewallCurrent, a.hostFirewallLocal = true, local
 	return nil
 }
 
@@ -291,6 +308,9 @@ func (a *Agent) recompute(ctx context.Context) error {
 			a.dnsRendered = a.cfg.DNS.Generation()
 			changed = append(changed, a.planner.SetResolved(a.cfg.DNS.Snapshot())...)
 		}
+	}
+	if slices.ContainsFunc(changed, func(k string) bool { return strings.HasPrefix(k, firewallKeyPrefix) }) {
+		a.hostFirewallCurrent = false
 	}
 	// EgressIP's parts are recomputed once, from every input above.
 	changed = append(changed, a.planner.TakeEgressIPChanges()...)
