@@ -284,7 +284,10 @@ func run() error {
 	})
 	cli.Serve(ctx, healthAddr, healthMux, stop)
 
-	ofClient, err := dialBridge(ctx, bridge, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
+	// The bridge's management socket: the agent's connection and the DNS
+	// snoop's.
+	mgmt := "unix:" + filepath.Join(ovsRundir, bridge+".mgmt")
+	ofClient, err := dialBridge(ctx, bridge, mgmt)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting
@@ -358,7 +361,7 @@ func run() error {
 	}
 	a := agent.New(agentCfg)
 	if agentCfg.DNS != nil {
-		snoopDone := startDNSSnoop(ctx, a, resolver, agentMetrics, dnsHoldTimeout, dnsWhileAway, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
+		snoopDone := startDNSSnoop(ctx, a, resolver, agentMetrics, dnsHoldTimeout, dnsWhileAway, mgmt)
 		defer func() { stop(); <-snoopDone }()
 	}
 	hostAddresses := &agent.HostAddressReader{Handle: handle, Excluded: a.HostAddressExclusions}
