@@ -67,6 +67,56 @@ const (
 	defaultHealthAddr  = ":9102"
 )
 
+// healthHandler serves the kubelet's probes (live, ready) and, on
+// heartbeat.PeerPath, the peers' signed questions, which it answers once
+// both the agent and its renewer run.
+func healthHandler(live, ready func(*http.Request) error, identity *heartbeat.PeerIdentity,
+	running *atomic.Pointer[agent.Agent], renewer *atomic.Pointer[heartbeat.Renewer]) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", cli.HealthHandler(live, ready))
+	peers := heartbeat.PeerHandler(identity,
+		func() bool { return renewer.Load().Renewing() },
+		func(node string) ed25519.PublicKey { return running.Load().PeerKey(node) })
+	mux.HandleFunc(heartbeat.PeerPath, func(w http.ResponseWriter, r *http.Request) {
+		if renewer.Load() != nil && running.Load() != nil {
+			peers.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "not renewing yet", http.StatusServiceUnavailable)
+	})
+	return mux
+}
+
+// nodeConfig reads the flags that describe the node (--node-name,
+// --pod-cidrs, --service-cidrs, --egressip-unheld, --dns-resolver-pods)
+// into its dataplane.NodeConfig, and refuses the required ones missing
+// (--uplink among them).
+func nodeConfig(nodeName, uplink, podCIDRs, serviceCIDRs, egressIPUnheld, dnsResolverPods string) (dataplane.NodeConfig, error) {
+	node := dataplane.NodeConfig{Name: nodeName}
+	var err error
+	if node.DNSResolvers, err = parseDNSResolverPods(dnsResolverPods); err != nil {
+		return node, err
+	}
+	if node.ClusterPodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {
+		return node, err
+	}
+	if node.ServiceCIDRs, err = cli.ParsePrefixes("service-cidrs", serviceCIDRs); err != nil {
+		return node, err
+	}
+	if node.EgressIPUnheld, err = dataplane.ParseEgressIPUnheld(egressIPUnheld); err != nil {
+		return node, fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
+	}
+	switch {
+	case nodeName == "":
+		return node, errors.New("--node-name (or NODE_NAME) is required")
+	case uplink == "":
+		return node, errors.New("--uplink is required: the bridge port that leads out of the node")
+	case len(node.ClusterPodCIDRs) == 0:
+		return node, errors.New("--pod-cidrs is required: without it every address would count as a pod")
+	}
+	return node, nil
+}
+
 // defaultDNSResolverPods are CoreDNS's pods (and kube-dns's before it),
 // as kubeadm, kind and most distributions deploy them.
 const defaultDNSResolverPods = "kube-system/k8s-app=kube-dns"
@@ -174,29 +224,10 @@ func run() error {
 		return err
 	}
 
-	node := dataplane.NodeConfig{Name: nodeName}
-	var err error
-	if node.DNSResolvers, err = parseDNSResolverPods(dnsResolverPods); err != nil {
+	node, err := nodeConfig(nodeName, uplink, podCIDRs, serviceCIDRs, egressIPUnheld, dnsResolverPods)
+	if err != nil {
 		return err
 	}
-	if node.ClusterPodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {
-		return err
-	}
-	if node.ServiceCIDRs, err = cli.ParsePrefixes("service-cidrs", serviceCIDRs); err != nil {
-		return err
-	}
-	if node.EgressIPUnheld, err = dataplane.ParseEgressIPUnheld(egressIPUnheld); err != nil {
-		return fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
-	}
-	switch {
-	case nodeName == "":
-		return errors.New("--node-name (or NODE_NAME) is required")
-	case uplink == "":
-		return errors.New("--uplink is required: the bridge port that leads out of the node")
-	case len(node.ClusterPodCIDRs) == 0:
-		return errors.New("--pod-cidrs is required: without it every address would count as a pod")
-	}
-
 	if coldGuard {
 		return guardCold(node, bridge, ovsRundir, uplink)
 	}
@@ -268,21 +299,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var runningAgent atomic.Pointer[agent.Agent]
 	var runningRenewer atomic.Pointer[heartbeat.Renewer]
-	healthMux := http.NewServeMux()
-	healthMux.Handle("/", cli.HealthHandler(live, ready))
-	peerHandler := heartbeat.PeerHandler(identity,
-		func() bool { return runningRenewer.Load().Renewing() },
-		func(node string) ed25519.PublicKey { return runningAgent.Load().PeerKey(node) })
-	healthMux.HandleFunc(heartbeat.PeerPath, func(w http.ResponseWriter, r *http.Request) {
-		if runningRenewer.Load() != nil && runningAgent.Load() != nil {
-			peerHandler.ServeHTTP(w, r)
-			return
-		}
-		http.Error(w, "not renewing yet", http.StatusServiceUnavailable)
-	})
-	cli.Serve(ctx, healthAddr, healthMux, stop)
+	cli.Serve(ctx, healthAddr, healthHandler(live, ready, identity, &running, &runningRenewer), stop)
 
 	// The bridge's management socket: the agent's connection and the DNS
 	// snoop's.
@@ -406,7 +424,6 @@ func run() error {
 		go probe.Run(ctx)
 		sharedOutage = probe.SharedOutage
 	}
-	runningAgent.Store(a)
 	runningRenewer.Store(renewer)
 	running.Store(a)
 	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)
@@ -423,16 +440,22 @@ func run() error {
 		}
 	case handOverDataplane:
 		passDNSReplies(exitCtx, ofClient, dnsWhileAway)
-		if err := renewer.Handover(exitCtx, restartGrace); err != nil {
-			klog.ErrorS(err, "Could not hand the heartbeat Lease over to the restarted agent")
-		} else {
-			klog.InfoS("Pod deleted: heartbeat Lease extended for the successor", "pod", podName, "grace", restartGrace, "reason", reason)
-		}
+		handOverLease(exitCtx, renewer, restartGrace, podName, reason)
 	default:
 		passDNSReplies(exitCtx, ofClient, dnsWhileAway)
 		klog.InfoS("Stopping; the dataplane stays and the heartbeat Lease runs out as usual", "reason", reason)
 	}
 	return err
+}
+
+// handOverLease extends the heartbeat Lease of an agent whose Pod was
+// deleted (a rolling update) by grace, for its successor.
+func handOverLease(ctx context.Context, renewer *heartbeat.Renewer, grace time.Duration, podName, reason string) {
+	if err := renewer.Handover(ctx, grace); err != nil {
+		klog.ErrorS(err, "Could not hand the heartbeat Lease over to the restarted agent")
+		return
+	}
+	klog.InfoS("Pod deleted: heartbeat Lease extended for the successor", "pod", podName, "grace", grace, "reason", reason)
 }
 
 // startDNSSnoop starts the agent's DNS snoop connection to the bridge at
