@@ -352,7 +352,6 @@ func noDNSWindow(t *testing.T, c *Cluster, dns *dnstest.Server) {
 // returns it once it takes queries.
 func (c *Cluster) runResolverPod(node *Node, upstream netip.AddrPort) *corev1.Pod {
 	c.t.Helper()
-	ctx := context.Background()
 	const namespace, name = "kube-system", "window-resolver"
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"k8s-app": "kube-dns"}},
@@ -365,32 +364,21 @@ func (c *Cluster) runResolverPod(node *Node, upstream netip.AddrPort) *corev1.Po
 			}},
 		},
 	}
-	if _, err := c.Kube.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
 	c.t.Cleanup(func() {
 		_ = c.Kube.CoreV1().Pods(namespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	})
-	var running *corev1.Pod
-	wait.Until(c.t, readyTimeout, func() error {
-		p, err := c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+	return c.runPod(pod, 1, func(p *corev1.Pod) error {
+		if !strings.Contains(c.podLog(p), "dnsforward listening") {
+			return fmt.Errorf("resolver pod %s does not take queries yet", p.Name)
 		}
-		if p.Status.Phase != corev1.PodRunning || len(p.Status.PodIPs) < 1 || !strings.Contains(c.podLog(p), "dnsforward listening") {
-			return fmt.Errorf("resolver pod: %s, IPs %v", p.Status.Phase, p.Status.PodIPs)
-		}
-		running = p
 		return nil
 	})
-	return running
 }
 
 // runWindowPod runs testapp dnswindow with args in a pod of the window
 // namespace on node, and returns it once it runs, with its addresses.
 func (c *Cluster) runWindowPod(name string, node *Node, args ...string) *corev1.Pod {
 	c.t.Helper()
-	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: windowNamespace, Name: name},
 		Spec: corev1.PodSpec{
@@ -403,22 +391,7 @@ func (c *Cluster) runWindowPod(name string, node *Node, args ...string) *corev1.
 			}},
 		},
 	}
-	if _, err := c.Kube.CoreV1().Pods(windowNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
-	var running *corev1.Pod
-	wait.Until(c.t, readyTimeout, func() error {
-		p, err := c.Kube.CoreV1().Pods(windowNamespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if p.Status.Phase != corev1.PodRunning || len(p.Status.PodIPs) < 1 {
-			return fmt.Errorf("pod %s/%s: %s, IPs %v", windowNamespace, name, p.Status.Phase, p.Status.PodIPs)
-		}
-		running = p
-		return nil
-	})
-	return running
+	return c.runPod(pod, 1, nil)
 }
 
 // podLog is pod's whole log ("" when it cannot be read).

@@ -63,7 +63,6 @@ func (c *Cluster) CreateLoadBalancer(namespace, name string, selector map[string
 // (testapp probe) and returns it once it runs, with its addresses.
 func (c *Cluster) RunProbePod(namespace, name string, node *Node, labels map[string]string, targets ...string) *corev1.Pod {
 	c.t.Helper()
-	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 		Spec: corev1.PodSpec{
@@ -75,17 +74,31 @@ func (c *Cluster) RunProbePod(namespace, name string, node *Node, labels map[str
 			}},
 		},
 	}
-	if _, err := c.Kube.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	return c.runPod(pod, 2, nil)
+}
+
+// runPod creates pod and returns it once it runs with at least ips
+// addresses and, if ready is not nil, ready accepts it.
+func (c *Cluster) runPod(pod *corev1.Pod, ips int, ready func(*corev1.Pod) error) *corev1.Pod {
+	c.t.Helper()
+	ctx := context.Background()
+	pods := c.Kube.CoreV1().Pods(pod.Namespace)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 	var running *corev1.Pod
 	wait.Until(c.t, readyTimeout, func() error {
-		p, err := c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if p.Status.Phase != corev1.PodRunning || len(p.Status.PodIPs) < 2 {
-			return fmt.Errorf("pod %s/%s: %s, IPs %v", namespace, name, p.Status.Phase, p.Status.PodIPs)
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.PodIPs) < ips {
+			return fmt.Errorf("pod %s/%s: %s, IPs %v", p.Namespace, p.Name, p.Status.Phase, p.Status.PodIPs)
+		}
+		if ready != nil {
+			if err := ready(p); err != nil {
+				return err
+			}
 		}
 		running = p
 		return nil
