@@ -54,9 +54,17 @@ func (c *Cluster) InstallFrom(dir, namespace string) {
 // returns the overlay's directory, for InstallFrom and UninstallFrom.
 func (c *Cluster) Overlay(namespace string, values map[string]string) string {
 	c.t.Helper()
+	return c.overlayOf(filepath.Join(mustRepoRoot(c.t), "deploy"), namespace, values, "")
+}
+
+// overlayOf is Overlay of the kustomization in deploy (this tree's deploy/
+// or another release's), with its image set to image ("": as it is), as
+// an overlay's `images:` entry sets it.
+func (c *Cluster) overlayOf(deploy, namespace string, values map[string]string, image string) string {
+	c.t.Helper()
 	dir := c.t.TempDir()
 	// Kustomize takes a base only by a path relative to the overlay.
-	base, err := filepath.Rel(dir, filepath.Join(mustRepoRoot(c.t), "deploy"))
+	base, err := filepath.Rel(dir, deploy)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -65,6 +73,10 @@ func (c *Cluster) Overlay(namespace string, values map[string]string) string {
 		lines = append(lines, "namespace: "+namespace)
 	}
 	lines = append(lines, "resources:", "- "+base)
+	if image != "" {
+		name, tag, _ := strings.Cut(image, ":")
+		lines = append(lines, "images:", "- name: egressflow", "  newName: "+name, "  newTag: "+tag)
+	}
 	if len(values) > 0 {
 		lines = append(lines, "configMapGenerator:", "- name: egressflow-cluster", "  namespace: "+Namespace, "  behavior: merge", "  literals:")
 		for _, k := range slices.Sorted(maps.Keys(values)) {

@@ -134,22 +134,8 @@ func (c *Cluster) previousRelease() string {
 // does, and returns its objects as YAML documents.
 func (c *Cluster) renderRelease(deploy, image string) []string {
 	c.t.Helper()
-	overlay := c.t.TempDir()
-	base, err := filepath.Rel(overlay, deploy)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	name, tag, _ := strings.Cut(image, ":")
-	kustomization := strings.Join([]string{
-		"apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
-		"resources:", "- " + base,
-		"images:", "- name: egressflow", "  newName: " + name, "  newTag: " + tag,
-	}, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		c.t.Fatal(err)
-	}
 	var docs []string
-	for _, doc := range strings.Split(c.Kubectl("kustomize", overlay), "\n---\n") {
+	for _, doc := range strings.Split(c.Kubectl("kustomize", c.overlayOf(deploy, "", nil, image)), "\n---\n") {
 		if strings.TrimSpace(doc) != "" {
 			docs = append(docs, doc)
 		}
