@@ -67,7 +67,7 @@ build:
 # machine's own only: each further architecture costs a cross-build of
 # both commands and its nft packages' download (cached).
 IMAGE_ARCHS ?= amd64 arm64
-HOST_ARCH := $(shell go env GOARCH)
+HOST_ARCH = $(shell go env GOARCH)
 
 ## images: the egressflow image for each of IMAGE_ARCHS (both commands, static, and Debian's nft
 ## for that architecture, FROM scratch; nothing pulled from a registry), tagged $(VERSION)-<arch>,
