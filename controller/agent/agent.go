@@ -341,39 +341,6 @@ func New(cfg Config) *Agent {
 		reported: map[string][]dataplane.Problem{},
 		liveness: newLiveness(cfg.Clock, cfg.Liveness),
 	}
-	// Each handler marks the EgressService an object feeds (if any), or
-	// sets its changed flag (if any), and asks for a sync, on every add and
-	// delete, and on updates for which relevant says something the
-	// dataplane reads changed (nil: any).
-	handler := func(keyOf func(obj any) string, relevant func(old, new any) bool, changed *atomic.Bool, seen *revisionWatermark) cache.ResourceEventHandler {
-		mark := func(obj any) {
-			if key := keyOf(obj); key != "" {
-				a.markDirty(key)
-			}
-			if changed != nil {
-				changed.Store(true)
-			}
-			// After the mark: a sync that reads the watermark then takes
-			// the dirty keys has taken in what the watermark says.
-			if seen != nil {
-				seen.observe(obj)
-			}
-			a.queue.Add(syncKey)
-		}
-		return cache.ResourceEventHandlerFuncs{
-			AddFunc: mark,
-			UpdateFunc: func(old, new any) {
-				if relevant != nil && !relevant(old, new) {
-					return
-				}
-				if keyOf(old) != keyOf(new) { // an EndpointSlice relabelled
-					mark(old)
-				}
-				mark(new)
-			},
-			DeleteFunc: mark,
-		}
-	}
 	esInformer := a.esFactory.K8s().V1().EgressServices().Informer()
 	a.qosInformer = a.esFactory.K8s().V1().EgressQoSes().Informer()
 	a.firewallInformer = a.esFactory.K8s().V1().EgressFirewalls().Informer()
@@ -421,7 +388,7 @@ func New(cfg Config) *Agent {
 		// The registration has synced once this handler has seen every
 		// object of the initial list, so the first sync's dirty set is
 		// complete.
-		registration, err := h.informer.AddEventHandler(handler(h.keyOf, h.relevant, h.changed, h.seen))
+		registration, err := h.informer.AddEventHandler(a.eventHandler(h.keyOf, h.relevant, h.changed, h.seen))
 		if err != nil {
 			panic(err) // only fails once the informer has stopped
 		}
@@ -444,6 +411,41 @@ func New(cfg Config) *Agent {
 		cfg.Metrics.firewallDenied.setSwitch(cfg.Switch)
 	}
 	return a
+}
+
+// eventHandler marks the EgressService an object feeds (keyOf; "": none),
+// or sets its changed flag (if any), and asks for a sync, on every add and
+// delete, and on updates for which relevant says something the dataplane
+// reads changed (nil: any); seen, if not nil, follows the objects'
+// revisions.
+func (a *Agent) eventHandler(keyOf func(obj any) string, relevant func(old, new any) bool, changed *atomic.Bool, seen *revisionWatermark) cache.ResourceEventHandler {
+	mark := func(obj any) {
+		if key := keyOf(obj); key != "" {
+			a.markDirty(key)
+		}
+		if changed != nil {
+			changed.Store(true)
+		}
+		// After the mark: a sync that reads the watermark then takes
+		// the dirty keys has taken in what the watermark says.
+		if seen != nil {
+			seen.observe(obj)
+		}
+		a.queue.Add(syncKey)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: mark,
+		UpdateFunc: func(old, new any) {
+			if relevant != nil && !relevant(old, new) {
+				return
+			}
+			if keyOf(old) != keyOf(new) { // an EndpointSlice relabelled
+				mark(old)
+			}
+			mark(new)
+		},
+		DeleteFunc: mark,
+	}
 }
 
 // Run starts the informers, waits for them, and syncs until ctx ends.
