@@ -177,10 +177,6 @@ func (p *Planner) replanEgressIPs() {
 		return
 	}
 	in.stale = false
-	type podAddr struct {
-		pod  *corev1.Pod
-		addr netip.Addr
-	}
 	// The owner's name, by pod and address: each pod's own (two pods never
 	// share an address for long, but a pod the kubelet has not reported
 	// finished yet may still hold its successor's).
@@ -208,27 +204,7 @@ func (p *Planner) replanEgressIPs() {
 		if pl.nsSel == nil {
 			continue
 		}
-		// Its pods: those of the namespaces it selects, in the
-		// namespaces' order (the order does not matter: every address is
-		// decided by the first object in precedence order).
-		var mine []podAddr
-		for _, ns := range namespaces {
-			nsLabels, known := in.namespaces[ns]
-			if !known || !pl.nsSel.Matches(nsLabels) {
-				continue
-			}
-			for _, pod := range in.clusterPods[ns] {
-				if !pl.podSel.Matches(labels.Set(pod.Labels)) {
-					continue
-				}
-				for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {
-					if pl.families[family(addr)] {
-						mine = append(mine, podAddr{pod, addr})
-					}
-				}
-			}
-		}
-		for _, pa := range mine {
+		for _, pa := range in.selectedBy(pl, namespaces, p.node.ClusterPodCIDRs) {
 			local := pa.pod.Spec.NodeName == p.node.Name
 			pk := podAddrKey{pa.pod.Namespace, pa.pod.Name, pa.addr}
 			if owner := owned[pk]; owner != "" {
@@ -272,6 +248,49 @@ func (p *Planner) replanEgressIPs() {
 		}
 	}
 
+	if in.take(parts, problems, selected) {
+		// The pod guard admits none of them, and their Network-mode
+		// routes are withheld.
+		p.admittedStale = true
+	}
+}
+
+// podAddr is one address of a pod.
+type podAddr struct {
+	pod  *corev1.Pod
+	addr netip.Addr
+}
+
+// selectedBy are the addresses (of its families, in cidrs) of the pods pl
+// selects: those of the namespaces it selects, in the order of namespaces
+// (the order does not matter: every address is decided by the first
+// object in precedence order).
+func (in *egressIPInputs) selectedBy(pl *plannedEgressIP, namespaces []string, cidrs []netip.Prefix) []podAddr {
+	var mine []podAddr
+	for _, ns := range namespaces {
+		nsLabels, known := in.namespaces[ns]
+		if !known || !pl.nsSel.Matches(nsLabels) {
+			continue
+		}
+		for _, pod := range in.clusterPods[ns] {
+			if !pl.podSel.Matches(labels.Set(pod.Labels)) {
+				continue
+			}
+			for _, addr := range podAddresses(pod, cidrs) {
+				if pl.families[family(addr)] {
+					mine = append(mine, podAddr{pod, addr})
+				}
+			}
+		}
+	}
+	return mine
+}
+
+// take makes parts (empty ones left out), problems and the local selected
+// pod addresses the current ones, marks in changed every key whose part
+// or problems differ from before, and reports whether the selected
+// addresses changed.
+func (in *egressIPInputs) take(parts map[string]*EgressIPPart, problems map[string][]Problem, selected []netip.Addr) bool {
 	// What changed, by key: parts gone, parts new or different, problems.
 	for k := range in.parts {
 		if _, ok := parts[k]; !ok {
@@ -307,12 +326,9 @@ func (p *Planner) replanEgressIPs() {
 	in.parts, in.problems = next, problems
 	slices.SortFunc(selected, netip.Addr.Compare)
 	selected = slices.Compact(selected)
-	if !slices.Equal(selected, in.selected) {
-		// The pod guard admits none of them, and their Network-mode
-		// routes are withheld.
-		p.admittedStale = true
-	}
+	selectedChanged := !slices.Equal(selected, in.selected)
 	in.selected = selected
+	return selectedChanged
 }
 
 // egressIPState is State.EgressIP, as ComputeEgressIP returns it.
