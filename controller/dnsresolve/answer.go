@@ -121,64 +121,11 @@ func parseAnswer(msg []byte, id uint16, q dnsmessage.Question) (answer, error) {
 		return answer{}, rcodeError{h.RCode}
 	}
 
-	var records []record
-	for {
-		rh, err := p.AnswerHeader()
-		if errors.Is(err, dnsmessage.ErrSectionDone) {
-			break
-		}
-		if err != nil {
-			return answer{}, fmt.Errorf("malformed answer section: %w", err)
-		}
-		rec := record{owner: strings.ToLower(rh.Name.String()), ttl: ttlOf(rh.TTL)}
-		switch {
-		case rh.Class != dnsmessage.ClassINET:
-			err = p.SkipAnswer()
-		case rh.Type == dnsmessage.TypeA && q.Type == dnsmessage.TypeA:
-			var body dnsmessage.AResource
-			if body, err = p.AResource(); err == nil {
-				rec.addr = netip.AddrFrom4(body.A)
-				records = append(records, rec)
-			}
-		case rh.Type == dnsmessage.TypeAAAA && q.Type == dnsmessage.TypeAAAA:
-			var body dnsmessage.AAAAResource
-			if body, err = p.AAAAResource(); err == nil {
-				rec.addr = netip.AddrFrom16(body.AAAA)
-				records = append(records, rec)
-			}
-		case rh.Type == dnsmessage.TypeCNAME:
-			var body dnsmessage.CNAMEResource
-			if body, err = p.CNAMEResource(); err == nil {
-				rec.target = strings.ToLower(body.CNAME.String())
-				records = append(records, rec)
-			}
-		default:
-			err = p.SkipAnswer()
-		}
-		if err != nil {
-			return answer{}, fmt.Errorf("malformed answer section: %w", err)
-		}
+	records, err := answerRecords(&p, q.Type)
+	if err != nil {
+		return answer{}, err
 	}
-
-	// Follow the chain: each step is a CNAME owned by the current name. A
-	// name with a CNAME has no other data (RFC 1034 §3.6.2), so addresses
-	// count only at the name the chain ends on. A chain longer than the
-	// records (a loop) ends where it stands, with no address.
-	current := strings.ToLower(q.Name.String())
-	chainTTL := time.Duration(math.MaxInt64)
-	for range len(records) + 1 {
-		next := ""
-		for _, rec := range records {
-			if rec.owner == current && rec.target != "" {
-				next, chainTTL = rec.target, min(chainTTL, rec.ttl)
-				break
-			}
-		}
-		if next == "" {
-			break
-		}
-		current = next
-	}
+	current, chainTTL := followCNAMEs(records, strings.ToLower(q.Name.String()))
 	var addrs []addrTTL
 	for _, rec := range records {
 		if rec.owner == current && rec.addr.IsValid() {
@@ -194,29 +141,105 @@ func parseAnswer(msg []byte, id uint16, q dnsmessage.Question) (answer, error) {
 		return ans, nil
 	}
 
-	ans := answer{negative: true, nxdomain: h.RCode == dnsmessage.RCodeNameError, ttl: unknownTTL}
+	ttl, err := negativeTTL(&p, chainTTL)
+	if err != nil {
+		return answer{}, err
+	}
+	return answer{negative: true, nxdomain: h.RCode == dnsmessage.RCodeNameError, ttl: ttl}, nil
+}
+
+// answerRecords reads the answer section at p: the addresses of qtype and
+// the CNAMEs, of class IN; every other record is skipped.
+func answerRecords(p *dnsmessage.Parser, qtype dnsmessage.Type) ([]record, error) {
+	var records []record
+	for {
+		rh, err := p.AnswerHeader()
+		if errors.Is(err, dnsmessage.ErrSectionDone) {
+			return records, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("malformed answer section: %w", err)
+		}
+		rec := record{owner: strings.ToLower(rh.Name.String()), ttl: ttlOf(rh.TTL)}
+		switch {
+		case rh.Class != dnsmessage.ClassINET:
+			err = p.SkipAnswer()
+		case rh.Type == dnsmessage.TypeA && qtype == dnsmessage.TypeA:
+			var body dnsmessage.AResource
+			if body, err = p.AResource(); err == nil {
+				rec.addr = netip.AddrFrom4(body.A)
+				records = append(records, rec)
+			}
+		case rh.Type == dnsmessage.TypeAAAA && qtype == dnsmessage.TypeAAAA:
+			var body dnsmessage.AAAAResource
+			if body, err = p.AAAAResource(); err == nil {
+				rec.addr = netip.AddrFrom16(body.AAAA)
+				records = append(records, rec)
+			}
+		case rh.Type == dnsmessage.TypeCNAME:
+			var body dnsmessage.CNAMEResource
+			if body, err = p.CNAMEResource(); err == nil {
+				rec.target = strings.ToLower(body.CNAME.String())
+				records = append(records, rec)
+			}
+		default:
+			err = p.SkipAnswer()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("malformed answer section: %w", err)
+		}
+	}
+}
+
+// followCNAMEs follows the chain from name: each step is a CNAME owned by
+// the current name. A name with a CNAME has no other data (RFC 1034
+// §3.6.2), so addresses count only at the name the chain ends on, which it
+// returns with the least TTL along the chain. A chain longer than the
+// records (a loop) ends where it stands, with no address.
+func followCNAMEs(records []record, name string) (string, time.Duration) {
+	current := name
+	chainTTL := time.Duration(math.MaxInt64)
+	for range len(records) + 1 {
+		next := ""
+		for _, rec := range records {
+			if rec.owner == current && rec.target != "" {
+				next, chainTTL = rec.target, min(chainTTL, rec.ttl)
+				break
+			}
+		}
+		if next == "" {
+			break
+		}
+		current = next
+	}
+	return current, chainTTL
+}
+
+// negativeTTL is how long a negative answer holds, from the authority
+// section at p: the least of each SOA's TTL and minimum, and of chainTTL;
+// unknownTTL without an SOA.
+func negativeTTL(p *dnsmessage.Parser, chainTTL time.Duration) (time.Duration, error) {
+	ttl := unknownTTL
 	for {
 		rh, err := p.AuthorityHeader()
 		if errors.Is(err, dnsmessage.ErrSectionDone) {
-			break
+			return ttl, nil
 		}
 		if err != nil {
-			return answer{}, fmt.Errorf("malformed authority section: %w", err)
+			return 0, fmt.Errorf("malformed authority section: %w", err)
 		}
 		if rh.Type != dnsmessage.TypeSOA || rh.Class != dnsmessage.ClassINET {
 			if err := p.SkipAuthority(); err != nil {
-				return answer{}, fmt.Errorf("malformed authority section: %w", err)
+				return 0, fmt.Errorf("malformed authority section: %w", err)
 			}
 			continue
 		}
 		soa, err := p.SOAResource()
 		if err != nil {
-			return answer{}, fmt.Errorf("malformed authority section: %w", err)
+			return 0, fmt.Errorf("malformed authority section: %w", err)
 		}
-		ttl := min(ttlOf(rh.TTL), ttlOf(soa.MinTTL), chainTTL)
-		if ans.ttl == unknownTTL || ttl < ans.ttl {
-			ans.ttl = ttl
+		if t := min(ttlOf(rh.TTL), ttlOf(soa.MinTTL), chainTTL); ttl == unknownTTL || t < ttl {
+			ttl = t
 		}
 	}
-	return ans, nil
 }
