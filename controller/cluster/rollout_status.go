@@ -291,6 +291,30 @@ type rolloutRecord struct {
 	warned       bool
 }
 
+// track follows the object's verdict v at now: it reports whether the
+// Pending Warning is due (the current generation has waited warning), or
+// else in how long it will be (0: not), and whether v ends a wait with
+// the generation applied.
+func (rec *rolloutRecord) track(v rolloutVerdict, now time.Time, warning time.Duration) (warn, appliedNow bool, warnIn time.Duration) {
+	if !v.waiting() {
+		appliedNow = !rec.pendingSince.IsZero() && rec.generation == v.generation && v.isApplied()
+		rec.generation, rec.pendingSince, rec.warned = v.generation, time.Time{}, false
+		return false, appliedNow, 0
+	}
+	if rec.pendingSince.IsZero() || rec.generation != v.generation {
+		rec.generation, rec.pendingSince, rec.warned = v.generation, now, false
+	}
+	if rec.warned {
+		return false, false, 0
+	}
+	waited := now.Sub(rec.pendingSince)
+	if waited >= warning {
+		rec.warned = true
+		return true, false, 0
+	}
+	return false, false, warning - waited
+}
+
 func newRolloutTerm[T rolloutObject](queue workqueue.TypedRateLimitingInterface[string]) *rolloutTerm[T] {
 	return &rolloutTerm[T]{queue: queue, pending: sets.New[string](), records: map[string]*rolloutRecord{},
 		written: map[string]T{}, refused: map[string]string{}, states: map[string]string{}}
@@ -374,20 +398,7 @@ func (r *rollout[T]) sync(ctx context.Context, t *term, key string) error {
 	if refused {
 		return nil // the API server refuses this object's status as it is
 	}
-	var (
-		v    rolloutVerdict
-		seen seenGeneration
-	)
-	if misnamed {
-		v = misnamedVerdict(obj, r.kind, r.name)
-	} else {
-		seen = r.tracker.observe(obj, r.c.opts.Clock.Now())
-		live := r.liveNodes(t)
-		v = evaluateRollout(obj, seen.rv, r.tracker.watermarksOf(live), r.api.problems(obj, r.c.clusterPodCIDRs(t)))
-		if r.nodeNotes != nil {
-			v.nodeNotes = r.notes.of(key, live)
-		}
-	}
+	v, seen := r.verdict(t, key, obj, misnamed)
 
 	now := r.c.opts.Clock.Now()
 	s.mu.Lock()
@@ -396,25 +407,10 @@ func (r *rollout[T]) sync(ctx context.Context, t *term, key string) error {
 		rec = &rolloutRecord{}
 		s.records[key] = rec
 	}
-	var warnIn time.Duration
-	warn, appliedNow := false, false
-	switch {
-	case !v.waiting():
+	if !v.waiting() {
 		s.pending.Delete(key)
-		appliedNow = !rec.pendingSince.IsZero() && rec.generation == v.generation && v.isApplied()
-		rec.generation, rec.pendingSince, rec.warned = v.generation, time.Time{}, false
-	default:
-		if rec.pendingSince.IsZero() || rec.generation != v.generation {
-			rec.generation, rec.pendingSince, rec.warned = v.generation, now, false
-		}
-		if !rec.warned {
-			if waited := now.Sub(rec.pendingSince); waited >= r.pendingWarning {
-				warn, rec.warned = true, true
-			} else {
-				warnIn = r.pendingWarning - waited
-			}
-		}
 	}
+	warn, appliedNow, warnIn := rec.track(v, now, r.pendingWarning)
 	pendingSince := rec.pendingSince
 	s.mu.Unlock()
 	if warnIn > 0 {
@@ -463,6 +459,23 @@ func (r *rollout[T]) sync(ctx context.Context, t *term, key string) error {
 		logger.Info(r.kind+" pending for long", "generation", v.generation, "since", pendingSince, "lagging", len(v.lagging))
 	}
 	return nil
+}
+
+// verdict is what obj's status must say: for an object of another name,
+// that it is refused; otherwise where its generation (seen, as the
+// tracker observed it) is applied among the live nodes, with its rules'
+// problems and the nodes' notes.
+func (r *rollout[T]) verdict(t *term, key string, obj T, misnamed bool) (rolloutVerdict, seenGeneration) {
+	if misnamed {
+		return misnamedVerdict(obj, r.kind, r.name), seenGeneration{}
+	}
+	seen := r.tracker.observe(obj, r.c.opts.Clock.Now())
+	live := r.liveNodes(t)
+	v := evaluateRollout(obj, seen.rv, r.tracker.watermarksOf(live), r.api.problems(obj, r.c.clusterPodCIDRs(t)))
+	if r.nodeNotes != nil {
+		v.nodeNotes = r.notes.of(key, live)
+	}
+	return v, seen
 }
 
 // report sends the Events of a status change: from obj's status (before
