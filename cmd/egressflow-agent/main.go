@@ -65,7 +65,15 @@ const defaultNamespace = "egressflow-system"
 const (
 	defaultMetricsAddr = ":9101"
 	defaultHealthAddr  = ":9102"
+	// defaultProbeAddr is UDP, beside the health port's TCP.
+	defaultProbeAddr = ":9102"
 )
+
+// handoverPropagation is how long an agent that handed its Lease over for
+// a restart keeps answering probes: long enough for the cluster
+// component's watch to see the handover before the probes go silent
+// (milliseconds), so that the restart moves nothing. It delays the exit.
+const handoverPropagation = 300 * time.Millisecond
 
 // healthHandler serves the kubelet's probes (live, ready) and, on
 // heartbeat.PeerPath, the peers' signed questions, which it answers once
@@ -203,6 +211,8 @@ func run() error {
 	podName := cli.EnvOr("POD_NAME", "")
 	var metrics cli.SecureServing
 	metrics.AddFlags(fs, defaultMetricsAddr, "address serving /metrics (and /debug/pprof/ with --profiling) over TLS, to callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview, get on the path); empty disables")
+	var probeAddr string
+	fs.StringVar(&probeAddr, "probe-bind-address", defaultProbeAddr, "UDP address where the agent answers the cluster component's probes and its peers' (fast failover: the node fails over within a second of its death); empty disables, and the node is then judged by its heartbeat Lease alone")
 	var healthAddr string
 	fs.StringVar(&healthAddr, "health-bind-address", defaultHealthAddr, "address serving /healthz and /readyz in plain HTTP for the kubelet's probes, and the peers' signed questions on /heartbeat; empty disables (and with it the peers' questions before fencing)")
 	var ovsdbTarget string
@@ -301,6 +311,13 @@ func run() error {
 	}
 	var runningRenewer atomic.Pointer[heartbeat.Renewer]
 	cli.Serve(ctx, healthAddr, healthHandler(live, ready, identity, &running, &runningRenewer), stop)
+	responder, err := listenProbes(probeAddr, &running)
+	if err != nil {
+		return err
+	}
+	if responder != nil {
+		defer responder.Close()
+	}
 
 	// The bridge's management socket: the agent's connection and the DNS
 	// snoop's.
@@ -368,6 +385,9 @@ func run() error {
 		Metrics:  agentMetrics,
 		Liveness: liveness,
 	}
+	if responder != nil {
+		agentCfg.ProbeLost = responder.Lost
+	}
 	if resolverErr != nil {
 		klog.ErrorS(resolverErr, "No DNS resolver: EgressFirewall's dnsName rules will match nothing")
 	} else {
@@ -399,7 +419,7 @@ func run() error {
 		Facts: func() heartbeat.Facts {
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
 				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(), EgressSubnets: bridgeSubnets(handle, bridge),
-				HostAddresses: hostAddresses.Read(), PeerKey: identity.PublicKey()}
+				HostAddresses: hostAddresses.Read(), PeerKey: identity.PublicKey(), ProbeAddress: probeAddress(a, responder)}
 		},
 		Observe: agentMetrics.ObserveRenewal,
 	})
@@ -441,11 +461,43 @@ func run() error {
 	case handOverDataplane:
 		passDNSReplies(exitCtx, ofClient, dnsWhileAway)
 		handOverLease(exitCtx, renewer, restartGrace, podName, reason)
+		if responder != nil {
+			time.Sleep(handoverPropagation)
+		}
 	default:
 		passDNSReplies(exitCtx, ofClient, dnsWhileAway)
 		klog.InfoS("Stopping; the dataplane stays and the heartbeat Lease runs out as usual", "reason", reason)
 	}
 	return err
+}
+
+// listenProbes opens the probe protocol's socket at addr (nil without
+// one): it answers at once, and pings as a witness only the agents that
+// the running agent knows as peers.
+func listenProbes(addr string, running *atomic.Pointer[agent.Agent]) (*heartbeat.Responder, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	responder, err := heartbeat.ListenResponder(addr, heartbeat.ResponderConfig{
+		AllowTarget: func(target netip.AddrPort) bool {
+			a := running.Load()
+			return a != nil && a.IsProbePeer(target)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = responder.Serve() }()
+	return responder, nil
+}
+
+// probeAddress is the probe address a publishes (none without a
+// responder).
+func probeAddress(a *agent.Agent, responder *heartbeat.Responder) netip.AddrPort {
+	if responder == nil {
+		return netip.AddrPort{}
+	}
+	return a.ProbeAddress(responder.Addr().Port())
 }
 
 // handOverLease extends the heartbeat Lease of an agent whose Pod was

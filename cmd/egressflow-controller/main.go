@@ -80,6 +80,7 @@ func run() error {
 	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", cluster.DefaultLeaseDuration, "how long a leader Lease lasts unrenewed: the longest gap after a leader crashes")
 	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", cluster.DefaultRenewDeadline, "how long the leader retries renewing before it stops leading (< lease duration)")
 	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", cluster.DefaultRetryPeriod, "how often replicas try to acquire or renew the leader Lease")
+	fs.StringVar(&opts.ProbeBindAddress, "probe-bind-address", cluster.DefaultProbeBindAddress, "UDP address from which the leader probes the agents (\""+cluster.NoProbes+"\": no probes, agents are judged by their heartbeat Leases alone and fail over after the Lease duration)")
 	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs; endpoints outside them are host-networked and ignored (empty: every endpoint counts)")
 	var egressIPUnheld string
 	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(dataplane.EgressIPUnheldDrop)), "the agents' choice for a selected pod whose EgressIP has no held address of its family (\"drop\" or \"node-ip\"; EGRESSIP_UNHELD of the egressflow-cluster ConfigMap): the EgressIP's Assigned condition says when pods leave through their nodes")

@@ -176,8 +176,14 @@ type Config struct {
 	// cluster, whose component then holds every assignment, so a Lease
 	// that ran out does not fence the node.
 	SharedOutage func() bool
-	Rules        RuleSyncer
-	Tables       dataplane.TableResolver
+	// ProbeLost, if not nil, says whether the probe protocol has found
+	// this node cut off, or stalled for long enough to have been judged
+	// dead, and why (heartbeat.Responder.Lost, given ProbePeers): the node
+	// is fenced as when its Lease has run out, and unfenced once the
+	// probes are back and its caches have caught up.
+	ProbeLost func(ctx context.Context, peers []netip.AddrPort) (bool, string)
+	Rules     RuleSyncer
+	Tables    dataplane.TableResolver
 	// HostFirewall, if not nil, keeps the node's nftables table equal to
 	// TableFirewall's rules, for the pods' packets to the node's own
 	// addresses, which never cross the bridge; nil: those go unjudged.
@@ -286,8 +292,15 @@ type Agent struct {
 	// cachesSynced: the informers have listed the cluster, the worker runs
 	// and the cold guard is no longer needed.
 	cachesSynced atomic.Bool
-	// leaseLapsed: the heartbeat Lease has run out (watchFence).
-	leaseLapsed atomic.Bool
+	// mustFence: the heartbeat Lease has run out, or the probe protocol
+	// found the node cut off (watchFence).
+	mustFence atomic.Bool
+	// probeCut: the probe protocol found the node cut off or stalled; it
+	// stays set until the node is fenced and the probes are back.
+	probeCut atomic.Bool
+	// fenced mirrors the planner's fence for the watchFence goroutine
+	// (the planner belongs to the sync loop).
+	fenced atomic.Bool
 	// fencePending: the Lease is renewed again but the node is still
 	// fenced, until its caches have caught up (rechecked every
 	// fenceRecheckInterval).
@@ -547,17 +560,18 @@ func (a *Agent) watchDNS(ctx context.Context) {
 }
 
 // fenceCheckInterval is how often the agent checks whether its heartbeat
-// Lease has run out: a cut-off host stops SNATing at most this long after
-// the cluster component may have given its services to another node. A
-// check is a clock read.
-const fenceCheckInterval = 100 * time.Millisecond
+// Lease has run out or its probes have stopped: part of the time a
+// cut-off holder takes to fence itself, which must end before the cluster
+// component gives its addresses away (heartbeat.FenceIntervals). A check
+// is a clock read, and while the probes are away a ping to a few peers.
+const fenceCheckInterval = 50 * time.Millisecond
 
 // watchFence follows the heartbeat: when the Lease runs out unrenewed (the
 // node is cut off from the API server, or its dataplane is unhealthy), and
 // when it is renewed again, it asks for a sync, which fences or unfences
 // the node.
 func (a *Agent) watchFence(ctx context.Context) {
-	if a.cfg.LastRenewed == nil || a.cfg.LeaseDuration <= 0 {
+	if (a.cfg.LastRenewed == nil || a.cfg.LeaseDuration <= 0) && a.cfg.ProbeLost == nil {
 		return
 	}
 	ticker := time.NewTicker(fenceCheckInterval)
@@ -571,10 +585,13 @@ func (a *Agent) watchFence(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		last := a.cfg.LastRenewed()
-		lapsed := !last.IsZero() && time.Since(last) > a.cfg.LeaseDuration
+		lapsed := false
+		if a.cfg.LastRenewed != nil && a.cfg.LeaseDuration > 0 {
+			last := a.cfg.LastRenewed()
+			lapsed = !last.IsZero() && time.Since(last) > a.cfg.LeaseDuration
+		}
 		outage := false
-		if lapsed && !a.planner.Fenced() && a.cfg.SharedOutage != nil {
+		if lapsed && !a.fenced.Load() && a.cfg.SharedOutage != nil {
 			if a.cfg.SharedOutage() {
 				outageSeen = time.Now()
 			}
@@ -593,7 +610,10 @@ func (a *Agent) watchFence(ctx context.Context) {
 		} else if sharedOutage && !lapsed {
 			sharedOutage = false
 		}
-		changed := a.leaseLapsed.Swap(lapsed) != lapsed
+		if a.probeLost(ctx) {
+			lapsed = true
+		}
+		changed := a.mustFence.Swap(lapsed) != lapsed
 		// While renewed but still fenced, each sync lists the
 		// EgressServices from the API server: not more than once per
 		// fenceRecheckInterval.
@@ -603,6 +623,25 @@ func (a *Agent) watchFence(ctx context.Context) {
 			a.queue.Add(syncKey)
 		}
 	}
+}
+
+// probeLost asks the probe protocol whether the node is cut off, and
+// latches the answer until the node has fenced: a stall that ended before
+// the next sync must still fence.
+func (a *Agent) probeLost(ctx context.Context) bool {
+	if a.cfg.ProbeLost == nil {
+		return false
+	}
+	lost, why := a.cfg.ProbeLost(ctx, a.ProbePeers())
+	switch {
+	case lost:
+		if !a.probeCut.Swap(true) {
+			klog.InfoS("Probes lost: fencing", "node", a.cfg.Node.Name, "reason", why)
+		}
+	case a.probeCut.Load() && a.fenced.Load():
+		a.probeCut.Store(false)
+	}
+	return a.probeCut.Load()
 }
 
 // sharedOutageEvidenceLag is how long after the first peer renews again
@@ -1116,6 +1155,44 @@ func (a *Agent) Peers(port uint16) []heartbeat.Peer {
 		}
 	}
 	return out
+}
+
+// ProbePeers returns the probe addresses (heartbeat.Facts.ProbeAddress) of
+// every other agent with a heartbeat Lease in the cache that publishes one.
+func (a *Agent) ProbePeers() []netip.AddrPort {
+	leases, err := a.leases.Leases(a.cfg.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []netip.AddrPort
+	for _, l := range leases {
+		if addr := heartbeat.ReadFacts(l).ProbeAddress; l.Name != a.cfg.Node.Name && addr.IsValid() {
+			out = append(out, addr)
+		}
+	}
+	return out
+}
+
+// IsProbePeer says whether addr is another agent's probe address: the only
+// targets this agent pings as a witness (heartbeat.ResponderConfig).
+func (a *Agent) IsProbePeer(addr netip.AddrPort) bool {
+	return slices.Contains(a.ProbePeers(), addr)
+}
+
+// ProbeAddress is where this agent answers the probe protocol, at port:
+// its Node's first InternalIP, as its peers reach it (Peers); invalid
+// while the Node is not in the cache.
+func (a *Agent) ProbeAddress(port uint16) netip.AddrPort {
+	node, err := a.nodes.Get(a.cfg.Node.Name)
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	for _, addr := range node.Status.Addresses {
+		if ip, err := netip.ParseAddr(addr.Address); addr.Type == corev1.NodeInternalIP && err == nil {
+			return netip.AddrPortFrom(ip, port)
+		}
+	}
+	return netip.AddrPort{}
 }
 
 // PeerKey is the key node's agent publishes on its heartbeat Lease, as the

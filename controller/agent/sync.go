@@ -428,10 +428,11 @@ func cachedObject[T any](key, prefix string, get func(namespace, name string) (*
 // hosts a service the cluster has moved meanwhile. It returns the keys
 // whose part changed.
 func (a *Agent) fence(ctx context.Context) []string {
-	lapsed := a.leaseLapsed.Load()
+	lapsed := a.mustFence.Load()
 	switch {
 	case lapsed && !a.planner.Fenced():
-		klog.InfoS("Heartbeat Lease ran out: fenced, hosting no service until it is renewed", "node", a.cfg.Node.Name)
+		klog.InfoS("Heartbeat Lease ran out or probes lost: fenced, hosting nothing until they are back", "node", a.cfg.Node.Name)
+		a.fenced.Store(true)
 		return a.planner.SetFenced(true)
 	case !lapsed && a.planner.Fenced():
 		if err := a.cacheCaughtUp(ctx); err != nil {
@@ -441,6 +442,7 @@ func (a *Agent) fence(ctx context.Context) []string {
 		}
 		a.fencePending.Store(false)
 		klog.InfoS("Heartbeat renewed and caches current: unfenced", "node", a.cfg.Node.Name)
+		a.fenced.Store(false)
 		return a.planner.SetFenced(false)
 	}
 	return nil

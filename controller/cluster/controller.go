@@ -73,6 +73,8 @@ type Controller struct {
 	// judge decides which agents are dead from the Lease renewals observed
 	// (heartbeat.Judge). Every replica feeds it, leading or not, so that a
 	// replica that takes over knows how long each agent has been silent.
+	// probes are the agents' probe addresses (probe.go).
+	probes      probeAgents
 	judgeMu     sync.Mutex
 	judge       *heartbeat.Judge
 	lastVerdict heartbeat.Verdict

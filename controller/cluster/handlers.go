@@ -221,6 +221,7 @@ func (c *Controller) onLease(obj any) {
 		r.observeAgent(t, l.Name, facts)
 	}
 	c.leaseSubnetsObserved(l, false)
+	c.probes.observe(l, false)
 	c.judgeMu.Lock()
 	changed := c.judge.Observe(c.opts.Clock.Now(), l)
 	c.judgeMu.Unlock()
@@ -241,6 +242,7 @@ func (c *Controller) onLeaseDelete(obj any) {
 			r.forgetAgent(l.Name)
 		}
 		c.leaseSubnetsObserved(l, true)
+		c.probes.observe(l, true)
 	}
 	if t := c.term.Load(); t != nil {
 		c.judgeLiveness(t)

@@ -78,6 +78,7 @@ func (c *Controller) lead(ctx context.Context) {
 	run(c.opts.ServiceWorkers, c.processService)
 	run(c.opts.NodeWorkers, c.processNode)
 	run(1, c.processLiveness)
+	wg.Go(func() { c.runProber(ctx, t) })
 	run(c.opts.EgressIPWorkers, c.processEgressIP)
 	for _, r := range c.rollouts {
 		run(r.workerCount(), r.process)

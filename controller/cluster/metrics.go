@@ -30,6 +30,9 @@ type metrics struct {
 	// Liveness judgement (heartbeat.Judge).
 	agentsBlind prometheus.Gauge
 	deathsHeld  prometheus.Gauge
+	// probeVerdicts counts the probe protocol's changes of an agent's
+	// reachability, by verdict.
+	probeVerdicts *prometheus.CounterVec
 	// EgressQoS and EgressFirewall status.
 	qosStates       *prometheus.GaugeVec
 	qosApplied      prometheus.Histogram
@@ -102,6 +105,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressflow_controller_failovers_held",
 			Help: "Agents whose Lease ran out but whose failover the disruption rule holds back (one is let through per heartbeat.DefaultDisruptedFailoverInterval).",
 		}),
+		probeVerdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_controller_probe_verdicts_total",
+			Help: "Changes of an agent's reachability by the leader's probes (heartbeat.Prober), by verdict: unreachable (the leader and a witness could not reach it: it is failed over, unless the disruption rule holds it back) or reachable (it answers again).",
+		}, []string{"verdict"}),
 		qosStates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_egressqos",
 			Help: "EgressQoS objects (named default) by state, their Ready reason: applied (on every live agent's node), pending (some agent has not applied the current generation), invalid (a rule cannot be applied; the others are), unknown (resourceVersion not an etcd revision). 0 on a replica that does not lead.",
@@ -161,7 +168,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
-			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.qosStates, m.qosApplied,
+			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.probeVerdicts, m.qosStates, m.qosApplied,
 			m.firewallStates, m.firewallApplied, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
 	}
 	return m
@@ -199,6 +206,15 @@ func (m *metrics) synced(queue string, key any, err error, now time.Time) {
 
 // stoppedLeading forgets the failing keys: their retries ended with the
 // term, and the next leader syncs every object again.
+// observeProbe counts a probe verdict.
+func (m *metrics) observeProbe(reachable bool) {
+	verdict := "unreachable"
+	if reachable {
+		verdict = "reachable"
+	}
+	m.probeVerdicts.WithLabelValues(verdict).Inc()
+}
+
 func (m *metrics) stoppedLeading() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

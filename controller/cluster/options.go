@@ -109,6 +109,13 @@ const (
 )
 
 // Options configure a Controller. Zero fields take the defaults above.
+// DefaultProbeBindAddress lets the system pick the probe socket's port:
+// the agents answer to whatever address asks. NoProbes turns probing off.
+const (
+	DefaultProbeBindAddress = ":0"
+	NoProbes                = "none"
+)
+
 type Options struct {
 	// Namespace holds agent Leases and the leader Lease.
 	Namespace string
@@ -131,6 +138,10 @@ type Options struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// ProbeBindAddress is the leader's UDP socket for the probe protocol
+	// (heartbeat.Prober): DefaultProbeBindAddress when empty, NoProbes to
+	// judge agents by their Leases alone.
+	ProbeBindAddress string
 
 	// PodCIDRs are the cluster network. Endpoint addresses outside them are
 	// host-networked and do not make a Service eligible. Empty: every
@@ -168,6 +179,7 @@ func (o *Options) setDefaults() error {
 	setDefault(&o.LeaseDuration, DefaultLeaseDuration)
 	setDefault(&o.RenewDeadline, DefaultRenewDeadline)
 	setDefault(&o.RetryPeriod, DefaultRetryPeriod)
+	setDefault(&o.ProbeBindAddress, DefaultProbeBindAddress)
 	setDefault(&o.ServiceWorkers, DefaultServiceWorkers)
 	setDefault(&o.NodeWorkers, DefaultNodeWorkers)
 	setDefault(&o.QoSWorkers, DefaultQoSWorkers)

@@ -52,7 +52,7 @@ const (
 	// DefaultDisruptionWindow: deaths within this window count together
 	// towards the disruption rule. It spans the spread of the renewals
 	// (one interval) with room for a slow API server.
-	DefaultDisruptionWindow = 10 * time.Second
+	DefaultDisruptionWindow = 2 * DefaultRenewInterval
 	// DefaultDisruptedFailoverInterval: in a disruption, one more dead node
 	// is failed over per this interval, the longest dead first (a real mass
 	// loss recovers, slowly; kube-controller-manager's secondary eviction
@@ -103,6 +103,9 @@ type Judge struct {
 	sightSince, lostSight time.Time
 	// startRef is the newest renewal time among the Leases first listed.
 	startRef time.Time
+	// unreachable are the agents the probe protocol cannot reach (Prober),
+	// and since when: dead at once, whatever their Leases say.
+	unreachable map[string]time.Time
 	// holdingSince is when the disruption rule began holding deaths back
 	// (zero while it holds none); lastHeldRelease is when it last let one
 	// through.
@@ -126,7 +129,7 @@ func NewJudge(cfg JudgeConfig) *Judge {
 	if cfg.DisruptedFailoverInterval <= 0 {
 		cfg.DisruptedFailoverInterval = DefaultDisruptedFailoverInterval
 	}
-	return &Judge{cfg: cfg, leases: map[string]observation{}, dead: map[string]time.Time{}}
+	return &Judge{cfg: cfg, leases: map[string]observation{}, dead: map[string]time.Time{}, unreachable: map[string]time.Time{}}
 }
 
 // Observe records agent Lease l as the reader sees it at now (an add or an
@@ -164,9 +167,47 @@ func (j *Judge) Observe(now time.Time, l *coordinationv1.Lease) bool {
 		j.startRef = o.renewed
 	}
 	j.lastObserved = now
+	if _, cut := j.unreachable[l.Name]; cut {
+		return sooner || sightReturned // a renewal does not answer the probes
+	}
 	_, wasDead := j.dead[l.Name]
 	delete(j.dead, l.Name)
 	return sooner || wasDead || sightReturned
+}
+
+// Unreachable records that the probe protocol cannot reach the agent of
+// name since now (Prober): it is due to die at the next judgement, whatever
+// its Lease says and even while the reader is blind to renewals (the probes
+// do not go through the API server). The disruption rule still applies.
+func (j *Judge) Unreachable(name string, now time.Time) {
+	if _, ok := j.unreachable[name]; !ok {
+		j.unreachable[name] = now
+	}
+}
+
+// Reachable records that the probe protocol reaches the agent of name
+// again: it lives again if its Lease is valid. It returns whether that
+// brings a dead agent back.
+func (j *Judge) Reachable(name string, now time.Time) bool {
+	if _, ok := j.unreachable[name]; !ok {
+		return false
+	}
+	delete(j.unreachable, name)
+	if _, dead := j.dead[name]; !dead {
+		return false
+	}
+	if o, ok := j.leases[name]; ok && o.valid && now.Before(j.deadline(o)) {
+		delete(j.dead, name)
+		return true
+	}
+	return false
+}
+
+// ForgetProbes drops every probe verdict, when the prober that made them
+// stops (the reader no longer leads). Agents dead by them stay dead until
+// they renew.
+func (j *Judge) ForgetProbes() {
+	clear(j.unreachable)
 }
 
 // Forget drops the Lease of name (deleted): its agent is neither alive nor
@@ -174,6 +215,7 @@ func (j *Judge) Observe(now time.Time, l *coordinationv1.Lease) bool {
 func (j *Judge) Forget(name string) {
 	delete(j.leases, name)
 	delete(j.dead, name)
+	delete(j.unreachable, name)
 }
 
 // AliveAgents returns the agents that have a Lease and are not judged dead.
@@ -211,6 +253,10 @@ func (j *Judge) Judge(now time.Time) Verdict {
 	var due []candidate
 	for name, o := range j.leases {
 		if _, dead := j.dead[name]; dead {
+			continue
+		}
+		if cut, ok := j.unreachable[name]; ok {
+			due = append(due, candidate{name, cut})
 			continue
 		}
 		deadline := j.deadline(o)

@@ -26,7 +26,16 @@ func TestDisrupted(t *testing.T) {
 	}
 }
 
-// agents simulates agents renewing 3 s Leases every second, staggered
+// The simulation's timings: agents renewing 3 s Leases every second,
+// judged with a Judge scaled to them. The rules are the same at every
+// scale; the defaults (10 s and 40 s) only stretch the simulation.
+const (
+	simLease = 3 * time.Second
+)
+
+var simJudge = JudgeConfig{BlindAfter: 1500 * time.Millisecond, DisruptionWindow: 10 * time.Second, DisruptedFailoverInterval: 10 * time.Second}
+
+// agents simulates agents renewing simLease Leases every second, staggered
 // over the second, and a reader that observes them after a watch delay.
 type agents struct {
 	t0    time.Time
@@ -40,7 +49,7 @@ type agents struct {
 }
 
 func newAgents(n int) *agents {
-	a := &agents{t0: time.Unix(1_800_000_000, 0), judge: NewJudge(JudgeConfig{}), renewing: map[string]time.Duration{}, leases: map[string]*coordinationv1.Lease{}, dead: map[string]time.Time{}}
+	a := &agents{t0: time.Unix(1_800_000_000, 0), judge: NewJudge(simJudge), renewing: map[string]time.Duration{}, leases: map[string]*coordinationv1.Lease{}, dead: map[string]time.Time{}}
 	for i := range n {
 		a.renewing[fmt.Sprintf("node-%d", i)] = (time.Duration(i) * time.Second / time.Duration(n)).Truncate(10 * time.Millisecond)
 	}
@@ -49,7 +58,7 @@ func newAgents(n int) *agents {
 
 func renewedLease(name string, renewed time.Time) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{AnnotationDuration: DefaultLeaseDuration.String()}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{AnnotationDuration: simLease.String()}},
 		Spec:       coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renewed}},
 	}
 }
@@ -114,8 +123,8 @@ func TestJudgeFailsOverOneDeadAgentAtItsExpiry(t *testing.T) {
 		t.Fatalf("dead: %v, want node-1", got)
 	}
 	lastRenewal := a.t0.Add(9*time.Second + phase)
-	if at := a.dead["node-1"]; at.Before(lastRenewal.Add(DefaultLeaseDuration)) || at.After(lastRenewal.Add(DefaultLeaseDuration+10*time.Millisecond)) {
-		t.Errorf("node-1 judged dead at +%v after its last renewal, want its Lease duration %v", at.Sub(lastRenewal), DefaultLeaseDuration)
+	if at := a.dead["node-1"]; at.Before(lastRenewal.Add(simLease)) || at.After(lastRenewal.Add(simLease+10*time.Millisecond)) {
+		t.Errorf("node-1 judged dead at +%v after its last renewal, want its Lease duration %v", at.Sub(lastRenewal), simLease)
 	}
 }
 
@@ -144,7 +153,7 @@ func TestJudgeMovesNothingAcrossAnAPIServerOutage(t *testing.T) {
 	}
 	// Sight returned with the first renewal after 20 s (node-0's, at
 	// 20 s + its phase 0).
-	if at, want := a.dead["node-2"], a.t0.Add(20*time.Second+DefaultLeaseDuration); at.Before(want) || at.After(want.Add(10*time.Millisecond)) {
+	if at, want := a.dead["node-2"], a.t0.Add(20*time.Second+simLease); at.Before(want) || at.After(want.Add(10*time.Millisecond)) {
 		t.Errorf("node-2 judged dead at %v, want a Lease duration after sight returned (%v)", at.Sub(a.t0), want.Sub(a.t0))
 	}
 }
@@ -163,7 +172,7 @@ func TestJudgeSurvivesAStalledWatch(t *testing.T) {
 // together: they are given a Lease duration. One that ran out long before
 // the others (its node died before) is dead at once.
 func TestJudgeStartingAfterAnOutage(t *testing.T) {
-	j := NewJudge(JudgeConfig{})
+	j := NewJudge(simJudge)
 	now := time.Unix(1_800_000_000, 0)
 	j.Observe(now, renewedLease("a", now.Add(-12*time.Second)))
 	j.Observe(now, renewedLease("b", now.Add(-11500*time.Millisecond)))
@@ -172,7 +181,7 @@ func TestJudgeStartingAfterAnOutage(t *testing.T) {
 	if !slices.Equal(v.Died, []string{"old"}) {
 		t.Fatalf("died at start: %v, want old", v.Died)
 	}
-	if want := now.Add(DefaultLeaseDuration); !v.Next.Equal(want) {
+	if want := now.Add(simLease); !v.Next.Equal(want) {
 		t.Errorf("next judgement at %v, want %v", v.Next.Sub(now), want.Sub(now))
 	}
 	// b renews; a does not: a dies a Lease duration after the start.
@@ -181,7 +190,7 @@ func TestJudgeStartingAfterAnOutage(t *testing.T) {
 		t.Fatalf("died before the grace ended: %v", v.Died)
 	}
 	j.Observe(now.Add(2*time.Second), renewedLease("b", now.Add(2*time.Second)))
-	if v := j.Judge(now.Add(DefaultLeaseDuration)); !slices.Equal(v.Died, []string{"a"}) {
+	if v := j.Judge(now.Add(simLease)); !slices.Equal(v.Died, []string{"a"}) {
 		t.Fatalf("died at the end of the grace: %v, want a", v.Died)
 	}
 }
@@ -203,7 +212,7 @@ func TestJudgeHoldsAMassDeath(t *testing.T) {
 	if v.Held != 1 {
 		t.Errorf("held %d, want 1", v.Held)
 	}
-	a.run(9*time.Second, 9*time.Second+DefaultDisruptedFailoverInterval, nil)
+	a.run(9*time.Second, 9*time.Second+simJudge.DisruptedFailoverInterval, nil)
 	if got := len(a.dead); got != 6 {
 		t.Fatalf("%d dead after one disrupted failover interval, want 6", got)
 	}

@@ -14,23 +14,27 @@ import (
 )
 
 const (
-	// DefaultRenewInterval is how often an agent renews its Lease. Shorter
-	// notices a dead agent sooner but costs one API write per node per
-	// interval (see the package doc for the 5,000-node figures).
-	DefaultRenewInterval = 1 * time.Second
-	// DefaultLeaseDuration is how long a renewal is valid. It bounds failover
-	// time after an agent dies; three renewal intervals tolerate two lost or
-	// late renewals (API server hiccups, GC pauses) before a live node is
-	// declared dead.
-	DefaultLeaseDuration = 3 * time.Second
+	// DefaultRenewInterval is how often an agent renews its Lease, as the
+	// kubelet renews its node Lease: one API write per node per interval
+	// (500 writes/s at 5,000 nodes), and one watch event per write to the
+	// cluster component. Fast failover does not come from the Lease but
+	// from the probe protocol; the Lease is the slow path (a node cut off
+	// from the API server only, an agent whose probes no one answers) and
+	// carries the facts. Shorter finds those sooner at a higher write rate.
+	DefaultRenewInterval = 10 * time.Second
+	// DefaultLeaseDuration is how long a renewal is valid, as kubelet's
+	// node Lease (40 s): four renewal intervals, so that three lost or late
+	// renewals (API server hiccups) do not declare a live node dead.
+	DefaultLeaseDuration = 40 * time.Second
 	// DefaultRestartGrace is how long the last renewal of an agent that
 	// stops for a restart (its Pod deleted through the API: a rolling
-	// update) is valid: long enough for its successor to start, sync and
-	// renew (a few seconds with the image on the node), so that a rollout
-	// moves no service; a successor that never comes delays the failover
-	// by this much instead of DefaultLeaseDuration. A node that dies, or
-	// shuts down (the kubelet stops its pods without deleting them), still
-	// fails over after DefaultLeaseDuration.
+	// update) is valid at least: long enough for its successor to start,
+	// sync and renew (a few seconds with the image on the node), so that a
+	// rollout moves no service. While it runs, the probe protocol's
+	// observer does not judge the node (AnnotationRestarting); a successor
+	// that never comes fails the node over when the renewal runs out. A
+	// node that dies, or shuts down (the kubelet stops its pods without
+	// deleting them), fails over by the probes, at once.
 	DefaultRestartGrace = 20 * time.Second
 )
 
@@ -71,7 +75,20 @@ const (
 	// AnnotationPeerKey is the agent's key in the peer protocol (see
 	// Facts.PeerKey).
 	AnnotationPeerKey = "egressflow.io/peer-key"
+	// AnnotationProbeAddress is where the agent answers the probe protocol
+	// (see Facts.ProbeAddress).
+	AnnotationProbeAddress = "egressflow.io/probe-address"
+	// AnnotationRestarting marks the last renewal of an agent that stops
+	// for a restart (Renewer.Handover): the observer of the probe protocol
+	// does not judge its silence until the successor renews.
+	AnnotationRestarting = "egressflow.io/restarting"
 )
+
+// Restarting says whether l is the handover of an agent that stopped for a
+// restart, not yet renewed by its successor.
+func Restarting(l *coordinationv1.Lease) bool {
+	return l.Annotations[AnnotationRestarting] == "true"
+}
 
 // MaxHostAddresses bounds how many host addresses one agent publishes
 // (Facts.HostAddresses), the lowest first: enough for a node's InternalIPs,
@@ -148,6 +165,11 @@ type Facts struct {
 	// peers and its answers (PeerIdentity.PublicKey): peers believe
 	// nothing else on PeerPath.
 	PeerKey string
+	// ProbeAddress is where the agent answers the probe protocol (UDP): the
+	// cluster component probes it there, and peers ask it whether they are
+	// cut off. Invalid (not published) for an agent that does not answer,
+	// which the cluster component then judges by its Lease alone.
+	ProbeAddress netip.AddrPort
 }
 
 // Equal says whether f and g are the same facts. Compare Facts with it,
@@ -157,7 +179,7 @@ func (f Facts) Equal(g Facts) bool {
 	return f.BridgeMAC == g.BridgeMAC && f.SyncState == g.SyncState && f.QoSRevision == g.QoSRevision &&
 		f.FirewallRevision == g.FirewallRevision && f.PeerKey == g.PeerKey && slices.Equal(f.SteerAddresses, g.SteerAddresses) &&
 		(f.FirewallUnresolvedDNS == nil) == (g.FirewallUnresolvedDNS == nil) && slices.Equal(f.FirewallUnresolvedDNS, g.FirewallUnresolvedDNS) &&
-		slices.Equal(f.EgressSubnets, g.EgressSubnets) && slices.Equal(f.HostAddresses, g.HostAddresses)
+		slices.Equal(f.EgressSubnets, g.EgressSubnets) && slices.Equal(f.HostAddresses, g.HostAddresses) && f.ProbeAddress == g.ProbeAddress
 }
 
 // annotations returns the annotations that carry f and d.
@@ -190,6 +212,9 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 	if len(f.HostAddresses) > 0 {
 		a[AnnotationHostAddresses] = joinComma(f.HostAddresses)
 	}
+	if f.ProbeAddress.IsValid() {
+		a[AnnotationProbeAddress] = f.ProbeAddress.String()
+	}
 	return a
 }
 
@@ -216,6 +241,9 @@ func ReadFacts(l *coordinationv1.Lease) Facts {
 		}
 	}
 	f.EgressSubnets = ParseEgressSubnets(a[AnnotationEgressSubnets])
+	if ap, err := netip.ParseAddrPort(a[AnnotationProbeAddress]); err == nil && ap.Port() != 0 && !ap.Addr().IsUnspecified() {
+		f.ProbeAddress = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
 	f.HostAddresses = parseHostAddresses(a[AnnotationHostAddresses])
 	if v, ok := a[AnnotationFirewallUnresolvedDNS]; ok {
 		f.FirewallUnresolvedDNS = parseUnresolvedDNS(v)

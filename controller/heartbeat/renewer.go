@@ -68,6 +68,12 @@ type Renewer struct {
 	renewed atomic.Int64
 	// failing: the last renewal attempt failed or was skipped.
 	failing atomic.Bool
+	// lastFacts are the facts of the last successful write, and lastWrite
+	// when it started.
+	lastFacts Facts
+	lastWrite time.Time
+	// handingOver: the write under way is Handover's.
+	handingOver bool
 }
 
 // Renewing says whether the agent renews: its last attempt succeeded
@@ -115,23 +121,53 @@ func NewRenewer(client coordinationclient.LeasesGetter, cfg RenewerConfig) (*Ren
 	return &Renewer{cfg: cfg, leases: client}, nil
 }
 
-// Run renews the Lease at once and then every RenewInterval until ctx ends.
-// Failed renewals are logged and retried at the next tick; Run returns only
-// ctx's error. The Lease is left to expire on return, unless Handover
-// extends it for a restart.
+// FactsCheckInterval is how often the renewer asks for the facts between
+// renewals, and MinFactsWriteInterval how soon after a write a change of
+// them is written: a changed fact (the sync state, a watermark, an
+// address) reaches the readers within about FactsCheckInterval, not at the
+// next renewal, while a fact that keeps changing (EgressQoS objects under
+// churn move the watermark) costs at most one write per
+// MinFactsWriteInterval. Asking costs a few netlink reads on the node.
+const (
+	FactsCheckInterval    = 500 * time.Millisecond
+	MinFactsWriteInterval = time.Second
+)
+
+// Run renews the Lease at once and then every RenewInterval until ctx
+// ends, and writes sooner when the facts change. Failed renewals are
+// logged and retried at the next tick; Run returns only ctx's error. The
+// Lease is left to expire on return, unless Handover extends it for a
+// restart.
 func (r *Renewer) Run(ctx context.Context) error {
 	ticker := r.cfg.Clock.NewTicker(r.cfg.RenewInterval)
 	defer ticker.Stop()
+	facts := r.cfg.Clock.NewTicker(FactsCheckInterval)
+	defer facts.Stop()
+	renew := true
 	for {
-		if err := r.RenewOnce(ctx); err != nil && ctx.Err() == nil {
-			klog.FromContext(ctx).Error(err, "Heartbeat not renewed", "node", r.cfg.NodeName)
+		if renew {
+			if err := r.RenewOnce(ctx); err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "Heartbeat not renewed", "node", r.cfg.NodeName)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ticker.C():
+			renew = true
+		case <-facts.C():
+			renew = r.factsChanged()
 		}
 	}
+}
+
+// factsChanged says whether the facts differ from those last written, and
+// the last write is at least MinFactsWriteInterval old.
+func (r *Renewer) factsChanged() bool {
+	if r.cfg.Facts == nil || r.last == nil || r.cfg.Clock.Since(r.lastWrite) < MinFactsWriteInterval {
+		return false
+	}
+	return !r.cfg.Facts().Equal(r.lastFacts)
 }
 
 // Handover renews the Lease one last time, valid for grace rather than
@@ -139,10 +175,15 @@ func (r *Renewer) Run(ctx context.Context) error {
 // keeps the node's services while the successor starts, whose first
 // renewal shortens it again. Like every renewal it is skipped while the
 // dataplane is unhealthy. Call it once Run has returned.
+//
+// The Lease also says that the agent is restarting (AnnotationRestarting),
+// so that the observer of the probe protocol does not judge its silence
+// meanwhile; the successor's first renewal removes the mark.
 func (r *Renewer) Handover(ctx context.Context, grace time.Duration) error {
 	saved := r.cfg.LeaseDuration
 	r.cfg.LeaseDuration = max(grace, saved)
-	defer func() { r.cfg.LeaseDuration = saved }()
+	r.handingOver = true
+	defer func() { r.cfg.LeaseDuration, r.handingOver = saved, false }()
 	return r.RenewOnce(ctx)
 }
 
@@ -169,6 +210,7 @@ func (r *Renewer) RenewOnce(ctx context.Context) error {
 		err = r.write(ctx, facts)
 	}
 	if err == nil {
+		r.lastFacts, r.lastWrite = facts, started
 		r.renewed.Store(started.UnixNano())
 		r.observe(RenewalOK)
 	} else {
@@ -228,13 +270,17 @@ func (r *Renewer) desired(base *coordinationv1.Lease, facts Facts) *coordination
 	// true until this agent's first sync replaces it. Dropping it would flip every
 	// EgressQoS and EgressFirewall to Pending and back on each agent
 	// restart: two status writes per object per node in a rolling update.
-	for _, k := range []string{AnnotationBridgeMAC, AnnotationSteerAddresses, AnnotationSyncState, AnnotationEgressSubnets, AnnotationHostAddresses} {
+	for _, k := range []string{AnnotationBridgeMAC, AnnotationSteerAddresses, AnnotationSyncState, AnnotationEgressSubnets, AnnotationHostAddresses,
+		AnnotationProbeAddress, AnnotationRestarting} {
 		delete(l.Annotations, k)
 	}
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
 	maps.Copy(l.Annotations, facts.annotations(r.cfg.LeaseDuration))
+	if r.handingOver {
+		l.Annotations[AnnotationRestarting] = "true"
+	}
 	holder := r.cfg.NodeName
 	seconds := durationSeconds(r.cfg.LeaseDuration)
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != holder || l.Spec.AcquireTime == nil {

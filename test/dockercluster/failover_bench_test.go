@@ -18,47 +18,123 @@ import (
 	"github.com/egressflow/egressflow/test/wait"
 )
 
-// BenchmarkFailover (make bench-failover): per iteration, the host loses
-// power (docker kill; the node is then started again and rejoins) and the
-// next host freezes (docker pause, then unpause), while the endpoints on
-// the other nodes send in both families every 50 ms. It reports the time
-// from each fault to the first LB-IP packet through the new host (p50, p99,
-// max) and the pod-IP packets the external host received (goal: none). The EgressService keeps off the leading
-// controller's node, so that what is measured is the agents' Lease, not
-// leader election.
+// BenchmarkFailover (make bench-failover): the two liveness protocols side
+// by side on one cluster: first the Lease alone (agents renewing every
+// second for 3 s, no probes: the protocol before the probes, set through
+// the flags), then the default (10 s renewals, and the probes). Per round
+// and protocol, the host loses power (docker kill; the node is then started
+// again and rejoins) and the next host freezes (docker pause, then
+// unpause), while the endpoints on the other nodes send in both families
+// every 50 ms. It reports, per protocol and fault, the time from the fault
+// to the first LB-IP packet through the new host (p50, p99, max), and the
+// pod-IP frames that other nodes steered towards the dead host and the
+// segment flooded past the external host; a pod-IP packet the external
+// host received fails it. The EgressService keeps off the leading
+// controller's node, so that what is measured is the agents' liveness, not
+// leader election. -benchtime Nx gives N rounds per protocol.
 func BenchmarkFailover(b *testing.B) {
+	rounds := 0
+	for b.Loop() { // the rounds are counted here and run below, per protocol
+		rounds++
+	}
 	start := time.Now()
 	c := Start(b, Config{Nodes: 3})
 	c.Install()
 	bringUp := time.Since(start)
 	s := newEgressScenario(b, c, offLeader(c))
 	s.expectLBIPs()
-	capture := c.External.Capture(b)
-	faults := map[string][]time.Duration{}
-	for b.Loop() {
-		killed, took := s.failHost(b, "kill")
-		faults["kill"] = append(faults["kill"], took)
-		c.RestartNode(killed)
-		frozen, took := s.failHost(b, "pause")
-		faults["pause"] = append(faults["pause"], took)
-		c.docker("unpause", frozen.Container)
-		c.waitAgentRenewing(frozen)
-	}
-	b.StopTimer()
-	received, flooded := s.checkNoPodIP(b, capture.Stop())
 	b.Logf("cluster bring-up before the rounds (cached; BenchmarkBringUp measures fresh and cached): %v", bringUp.Round(time.Second))
-	for _, fault := range []string{"kill", "pause"} {
-		d := faults[fault]
-		slices.Sort(d)
-		p50, p99, worst := d[len(d)/2], d[min(len(d)-1, len(d)*99/100)], d[len(d)-1]
-		b.Logf("docker %s of the host, %d rounds: fault -> first LB-IP packet through the new host p50 %v, p99 %v, max %v",
-			fault, len(d), p50.Round(time.Millisecond), p99.Round(time.Millisecond), worst.Round(time.Millisecond))
-		b.ReportMetric(float64(p50.Milliseconds()), fault+"-p50-ms")
-		b.ReportMetric(float64(p99.Milliseconds()), fault+"-p99-ms")
-		b.ReportMetric(float64(worst.Milliseconds()), fault+"-max-ms")
+	for _, protocol := range []string{"lease-only", "probes"} {
+		c.setLivenessProtocol(protocol)
+		s.expectLBIPs()
+		capture := c.External.Capture(b)
+		faults := map[string][]time.Duration{}
+		for range rounds {
+			killed, took := s.failHost(b, "kill")
+			faults["kill"] = append(faults["kill"], took)
+			c.RestartNode(killed)
+			frozen, took := s.failHost(b, "pause")
+			faults["pause"] = append(faults["pause"], took)
+			c.docker("unpause", frozen.Container)
+			c.waitAgentRenewing(frozen)
+		}
+		received, flooded := s.checkNoPodIP(b, capture.Stop())
+		for _, fault := range []string{"kill", "pause"} {
+			d := faults[fault]
+			slices.Sort(d)
+			p50, p99, worst := d[len(d)/2], d[min(len(d)-1, len(d)*99/100)], d[len(d)-1]
+			b.Logf("%s: docker %s of the host, %d rounds: fault -> first LB-IP packet through the new host p50 %v, p99 %v, max %v",
+				protocol, fault, len(d), p50.Round(time.Millisecond), p99.Round(time.Millisecond), worst.Round(time.Millisecond))
+			b.ReportMetric(float64(p50.Milliseconds()), protocol+"-"+fault+"-p50-ms")
+			b.ReportMetric(float64(p99.Milliseconds()), protocol+"-"+fault+"-p99-ms")
+			b.ReportMetric(float64(worst.Milliseconds()), protocol+"-"+fault+"-max-ms")
+		}
+		b.Logf("%s: %d packets from the LB IPs; pod-IP frames steered towards a dead host and flooded past the external host: %d", protocol, received, flooded)
+		b.ReportMetric(float64(flooded), protocol+"-flooded-past-frames")
 	}
-	b.Logf("%d packets from the LB IPs; pod-IP frames steered towards a dead host and flooded past the external host: %d (a pod-IP packet it received fails the benchmark above)", received, flooded)
-	b.ReportMetric(float64(flooded), "flooded-past-frames")
+}
+
+// setLivenessProtocol configures the installed agents and controller for
+// protocol and waits for the rollouts: "lease-only" is the heartbeat Lease
+// alone, renewed every second for 3 s, with no probes; "probes" is the
+// default. A rolling update moves no host.
+func (c *Cluster) setLivenessProtocol(protocol string) {
+	c.t.Helper()
+	agentFlags := map[string]string{"--probe-bind-address": "", "--heartbeat-renew-interval": "", "--heartbeat-lease-duration": ""}
+	controllerFlags := map[string]string{"--probe-bind-address": ""}
+	if protocol == "lease-only" {
+		agentFlags = map[string]string{"--probe-bind-address": "=", "--heartbeat-renew-interval": "=1s", "--heartbeat-lease-duration": "=3s"}
+		controllerFlags = map[string]string{"--probe-bind-address": "=none"}
+	}
+	ctx := context.Background()
+	withFlags := func(args []string, flags map[string]string) []string {
+		args = slices.DeleteFunc(args, func(arg string) bool {
+			name, _, _ := strings.Cut(arg, "=")
+			_, ours := flags[name]
+			return ours
+		})
+		for name, value := range flags {
+			if value != "" {
+				args = append(args, name+value)
+			}
+		}
+		return args
+	}
+	daemonSets := c.Kube.AppsV1().DaemonSets(Namespace)
+	ds, err := daemonSets.Get(ctx, "egressflow-agent", metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ds.Spec.Template.Spec.Containers[0].Args = withFlags(ds.Spec.Template.Spec.Containers[0].Args, agentFlags)
+	if _, err := daemonSets.Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	deployments := c.Kube.AppsV1().Deployments(Namespace)
+	d, err := deployments.Get(ctx, "egressflow-controller", metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	d.Spec.Template.Spec.Containers[0].Args = withFlags(d.Spec.Template.Spec.Containers[0].Args, controllerFlags)
+	if _, err := deployments.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	wait.Until(c.t, installTimeout, func() error {
+		ds, err := daemonSets.Get(ctx, "egressflow-agent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ds.Status.ObservedGeneration < ds.Generation || ds.Status.UpdatedNumberScheduled != ds.Status.DesiredNumberScheduled || int(ds.Status.NumberReady) != len(c.Nodes) {
+			return fmt.Errorf("agent rollout: %d updated, %d ready of %d", ds.Status.UpdatedNumberScheduled, ds.Status.NumberReady, len(c.Nodes))
+		}
+		d, err := deployments.Get(ctx, "egressflow-controller", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != 2 || d.Status.AvailableReplicas != 2 || d.Status.Replicas != 2 {
+			return fmt.Errorf("controller rollout: %d updated, %d available of 2", d.Status.UpdatedReplicas, d.Status.AvailableReplicas)
+		}
+		return nil
+	})
 }
 
 // waitAgentRenewing waits until n's agent has renewed its Lease after now:

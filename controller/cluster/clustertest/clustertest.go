@@ -579,6 +579,8 @@ type Agent struct {
 	unresolvedDNS                 atomic.Pointer[[]string]
 	cancel                        context.CancelFunc
 	done                          chan struct{}
+	// probes answers the probe protocol (StartProbedAgent), nil if not.
+	probes *ProbeRelay
 }
 
 // SetQoSRevision makes the agent publish rv as its EgressQoS watermark
@@ -623,16 +625,37 @@ func (e *Env) StartAgentEvery(t testing.TB, node string, renew, expire time.Dura
 // from its first renewal on.
 func (e *Env) StartAgentWith(t testing.TB, node string, renew, expire time.Duration, subnets ...string) *Agent {
 	t.Helper()
-	client := kubernetes.NewForConfigOrDie(e.Cluster.Config(kubetest.Agent))
-	ctx, cancel := context.WithCancel(context.Background())
-	a := &Agent{Node: node, cancel: cancel, done: make(chan struct{})}
+	a := &Agent{Node: node}
 	if len(subnets) > 0 {
 		a.SetEgressSubnets(subnets...)
 	}
+	return e.startAgent(t, a, renew, expire)
+}
+
+// StartProbedAgent is StartAgentEvery whose agent also answers the probe
+// protocol (a real heartbeat.Responder on loopback) through a ProbeRelay
+// (Probes), and publishes the relay's address as its probe address.
+func (e *Env) StartProbedAgent(t testing.TB, node string, renew, expire time.Duration) *Agent {
+	t.Helper()
+	return e.startAgent(t, &Agent{Node: node, probes: StartProbeRelay(t)}, renew, expire)
+}
+
+// Probes is the agent's probe relay (StartProbedAgent); nil otherwise.
+func (a *Agent) Probes() *ProbeRelay { return a.probes }
+
+func (e *Env) startAgent(t testing.TB, a *Agent, renew, expire time.Duration) *Agent {
+	t.Helper()
+	client := kubernetes.NewForConfigOrDie(e.Cluster.Config(kubetest.Agent))
+	node := a.Node
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel, a.done = cancel, make(chan struct{})
 	r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
 		Namespace: kubetest.SystemNamespace, NodeName: node, RenewInterval: renew, LeaseDuration: expire,
 		Facts: func() heartbeat.Facts {
 			f := heartbeat.Facts{SyncState: heartbeat.SyncStateSynced}
+			if a.probes != nil {
+				f.ProbeAddress = a.probes.Addr()
+			}
 			if rv := a.qosRevision.Load(); rv != nil {
 				f.QoSRevision = *rv
 			}
