@@ -205,7 +205,7 @@ func run() error {
 	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(dataplane.EgressIPUnheldDrop)), "what a selected pod's egress does while its EgressIP has no held address of its family: \"drop\" (fail closed: no packet leaves with another source than the egress IP) or \"node-ip\" (as OVN-Kubernetes: it leaves as the node's other pods do, with their source address); one value for the whole cluster (EGRESSIP_UNHELD of the egressflow-cluster ConfigMap)")
 	fs.StringVar(&rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
 	fs.DurationVar(&renewInterval, "heartbeat-renew-interval", renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
-	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time after this agent or its dataplane dies")
+	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time of a node cut off from the API server alone, or whose agent answers no probe (--probe-bind-address empty)")
 	restartGrace := heartbeat.DefaultRestartGrace
 	fs.DurationVar(&restartGrace, "heartbeat-restart-grace", restartGrace, "how long the last renewal of an agent whose Pod is deleted (a rolling update) is valid, so that its successor takes over without a failover")
 	podName := cli.EnvOr("POD_NAME", "")
@@ -472,7 +472,9 @@ func run() error {
 }
 
 // listenProbes opens the probe protocol's socket at addr (nil without
-// one): it answers at once, and pings as a witness only the agents that
+// one). It answers while the running agent is live and its dataplane
+// healthy, as the Lease is renewed (a wedged agent, or a bridge away past
+// the grace, answers no more), and pings as a witness only the agents that
 // the running agent knows as peers.
 func listenProbes(addr string, running *atomic.Pointer[agent.Agent]) (*heartbeat.Responder, error) {
 	if addr == "" {
@@ -482,6 +484,11 @@ func listenProbes(addr string, running *atomic.Pointer[agent.Agent]) (*heartbeat
 		AllowTarget: func(target netip.AddrPort) bool {
 			a := running.Load()
 			return a != nil && a.IsProbePeer(target)
+		},
+		Healthy: func() bool {
+			a := running.Load()
+			ctx := context.Background()
+			return a != nil && a.Live(ctx) == nil && a.Healthy(ctx) == nil
 		},
 	})
 	if err != nil {

@@ -47,7 +47,8 @@ const probeFailoverBound = 3 * time.Second
 //     resumed judges no one dead;
 //   - an API server outage of 10 s moves nothing;
 //   - dead to the probes while its Lease is still valid, it fails over
-//     within probeFailoverBound, and the Event says the host was lost;
+//     within probeFailoverBound, and the Event says the host was lost as
+//     unreachable;
 //   - answering again, it stays a candidate, and the host stays put.
 func TestProbeProtocol(t *testing.T) {
 	bin := proc.Build(t, "cmd/egressflow-controller")
@@ -140,11 +141,11 @@ func TestProbeProtocol(t *testing.T) {
 	t.Logf("host %s dead to the probes: %s hosts %v later", first, second, time.Since(died).Round(time.Millisecond))
 	wait.Until(t, 5*time.Second, func() error {
 		for _, e := range env.Events(t, ns, "web") {
-			if e.Reason == "HostLost" && strings.Contains(e.Message, "host "+first+" lost") {
+			if e.Reason == "HostLost" && strings.Contains(e.Message, "host "+first+" lost (AgentUnreachable)") {
 				return nil
 			}
 		}
-		return fmt.Errorf("no HostLost Event for %s", first)
+		return fmt.Errorf("no HostLost Event for %s as AgentUnreachable", first)
 	})
 	lease, err := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace).Get(context.Background(), first, metav1.GetOptions{})
 	if err != nil || !heartbeat.Fresh(lease, time.Now()) {

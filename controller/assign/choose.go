@@ -18,8 +18,20 @@ type Node struct {
 	Labels map[string]string
 	// Ready is the Node's Ready condition being True.
 	Ready bool
-	// AgentAlive is the node agent's heartbeat Lease being fresh.
+	// AgentAlive is the node agent being judged alive (heartbeat.Judge).
 	AgentAlive bool
+	// AgentUnreachable: the agent is judged dead by the probes, not (only)
+	// by its Lease.
+	AgentUnreachable bool
+}
+
+// agentProblem is why a node whose agent is judged dead is not a
+// candidate: the probes' verdict when they made it, else the Lease's.
+func agentProblem(unreachable bool) NodeProblem {
+	if unreachable {
+		return NodeAgentUnreachable
+	}
+	return NodeAgentLeaseExpired
 }
 
 // NodeReady says whether a Node's Ready condition is True.
@@ -40,7 +52,7 @@ func (el Eligibility) Check(n *Node) NodeProblem {
 	case !n.Ready:
 		return NodeNotReady
 	case !n.AgentAlive:
-		return NodeAgentLeaseExpired
+		return agentProblem(n.AgentUnreachable)
 	case el.Selector != nil && !el.Selector.Matches(labels.Set(n.Labels)):
 		return NodeNotSelected
 	case el.LocalNodes != nil && !el.LocalNodes[n.Name]:

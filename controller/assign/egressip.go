@@ -69,8 +69,9 @@ type EgressNode struct {
 	Name string
 	// Ready is the Node's Ready condition being True.
 	Ready bool
-	// AgentAlive is the node agent's heartbeat Lease being judged alive.
-	AgentAlive bool
+	// AgentAlive is the node agent being judged alive (heartbeat.Judge),
+	// and AgentUnreachable that the probes judged it dead.
+	AgentAlive, AgentUnreachable bool
 	// Subnets are the subnets the node's agent last published
 	// (heartbeat.Facts.EgressSubnets); nil when it published none.
 	Subnets []netip.Prefix
@@ -269,7 +270,7 @@ func holderProblem(nodes EgressNodes, node string, a netip.Addr) NodeProblem {
 	case !n.Ready:
 		return NodeNotReady
 	case !n.AgentAlive:
-		return NodeAgentLeaseExpired
+		return agentProblem(n.AgentUnreachable)
 	case !n.InSubnet(a):
 		return NodeNotInSubnet
 	}

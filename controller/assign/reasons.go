@@ -14,6 +14,9 @@ const (
 	// NodeAgentLeaseExpired: the node agent's heartbeat Lease is missing or
 	// expired.
 	NodeAgentLeaseExpired NodeProblem = "AgentLeaseExpired"
+	// NodeAgentUnreachable: the leader's probes and a witness's cannot
+	// reach the node agent (heartbeat.Prober), whatever its Lease says.
+	NodeAgentUnreachable NodeProblem = "AgentUnreachable"
 	// NodeNotSelected: the node does not match spec.nodeSelector.
 	NodeNotSelected NodeProblem = "NotSelected"
 	// NodeNoLocalEndpoint: externalTrafficPolicy is Local and the node runs
@@ -29,6 +32,7 @@ var nodeProblemText = []struct {
 }{
 	{NodeNotReady, "are not Ready"},
 	{NodeAgentLeaseExpired, "have no fresh agent Lease"},
+	{NodeAgentUnreachable, "do not answer the liveness probes"},
 	{NodeNotSelected, "do not match nodeSelector"},
 	{NodeNoLocalEndpoint, "run no endpoint (externalTrafficPolicy Local)"},
 }

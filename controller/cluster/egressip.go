@@ -304,8 +304,10 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 	nodes, _ := c.nodeLister.List(labels.Everything())
 	t.state.mu.Lock()
 	alive := make(map[string]bool, len(nodes))
+	unreachable := make(map[string]bool)
 	for _, n := range nodes {
 		alive[n.Name] = t.state.alive[n.Name]
+		unreachable[n.Name] = t.state.unreachable[n.Name]
 	}
 	t.state.mu.Unlock()
 	view := assign.EgressNodes{Assignable: map[string]*assign.EgressNode{}, Exists: c.nodeExists, Addresses: map[netip.Addr]string{}}
@@ -316,7 +318,7 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 		if !assign.EgressAssignable(n) {
 			continue
 		}
-		en := &assign.EgressNode{Name: n.Name, Ready: assign.NodeReady(n), AgentAlive: alive[n.Name]}
+		en := &assign.EgressNode{Name: n.Name, Ready: assign.NodeReady(n), AgentAlive: alive[n.Name], AgentUnreachable: unreachable[n.Name]}
 		if l, err := c.leaseLister.Leases(c.opts.Namespace).Get(n.Name); err == nil {
 			en.Subnets = heartbeat.ReadFacts(l).EgressSubnets
 		}
@@ -442,7 +444,7 @@ func (c *Controller) egressNodeAddressesChanged(t *term, old, cur []netip.Addr) 
 }
 
 // noteUnreachable counts an egress node that holds addresses becoming
-// unreachable (cause NodeNotReady or AgentLeaseExpired).
+// unreachable (cause NodeNotReady, AgentLeaseExpired or AgentUnreachable).
 func (c *Controller) noteUnreachable(t *term, node string, cause assign.NodeProblem) {
 	t.eips.mu.Lock()
 	holds := t.eips.load[node] > 0
@@ -454,10 +456,7 @@ func (c *Controller) noteUnreachable(t *term, node string, cause assign.NodeProb
 
 // egressLivenessChanged feeds a change of an agent's liveness (judged in
 // judgeLiveness) to the EgressIP assignment.
-func (c *Controller) egressLivenessChanged(t *term, node string, alive bool) {
-	if !alive {
-		c.noteUnreachable(t, node, assign.NodeAgentLeaseExpired)
-	}
+func (c *Controller) egressLivenessChanged(t *term, node string) {
 	c.egressNodeChanged(t, node, c.isEgressNode(node))
 }
 

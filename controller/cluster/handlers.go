@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"maps"
+	"slices"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -256,7 +257,7 @@ func (c *Controller) judgeLiveness(t *term) {
 	now := c.opts.Clock.Now()
 	c.judgeMu.Lock()
 	v := c.judge.Judge(now)
-	alive := c.judge.AliveAgents()
+	alive, unreachable := c.judge.AliveAgents(), c.judge.UnreachableAgents()
 	c.judgeMu.Unlock()
 	c.noteJudgement(klog.Background(), v)
 	if !v.Next.IsZero() {
@@ -264,10 +265,12 @@ func (c *Controller) judgeLiveness(t *term) {
 	}
 
 	t.state.mu.Lock()
-	var changed []string
+	// died are the nodes whose agent was alive and is not; changed those
+	// whose liveness or its cause changed.
+	var changed, died []string
 	for node := range t.state.alive {
 		if !alive[node] {
-			changed = append(changed, node)
+			changed, died = append(changed, node), append(died, node)
 			delete(t.state.alive, node)
 		}
 	}
@@ -277,10 +280,28 @@ func (c *Controller) judgeLiveness(t *term) {
 			t.state.alive[node] = true
 		}
 	}
+	for node := range t.state.unreachable {
+		if !unreachable[node] && !slices.Contains(changed, node) {
+			changed = append(changed, node)
+		}
+	}
+	for node := range unreachable {
+		if !t.state.unreachable[node] && !slices.Contains(changed, node) {
+			changed = append(changed, node)
+		}
+	}
+	t.state.unreachable = unreachable
 	t.state.mu.Unlock()
+	for _, node := range died {
+		cause := assign.NodeAgentLeaseExpired
+		if unreachable[node] {
+			cause = assign.NodeAgentUnreachable
+		}
+		c.noteUnreachable(t, node, cause)
+	}
 	for _, node := range changed {
 		c.nodeChanged(t, node)
-		c.egressLivenessChanged(t, node, alive[node])
+		c.egressLivenessChanged(t, node)
 		for _, r := range c.rollouts {
 			r.agentLivenessChanged(t, node)
 		}

@@ -60,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_failovers_total",
-			Help: "Services whose host stopped being a candidate, by cause (AgentLeaseExpired, NodeNotReady, NodeDeleted, NotSelected, NoLocalEndpoint).",
+			Help: "Services whose host stopped being a candidate, by cause (AgentLeaseExpired, AgentUnreachable, NodeNotReady, NodeDeleted, NotSelected, NoLocalEndpoint).",
 		}, []string{"cause"}),
 		eventToStatus: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressflow_controller_event_to_status_seconds",
@@ -139,7 +139,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		eipNodeUnreachable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_egressip_node_unreachable_total",
-			Help: "Egress nodes that became unreachable while holding EgressIP addresses, by cause (AgentLeaseExpired, NodeNotReady).",
+			Help: "Egress nodes that became unreachable while holding EgressIP addresses, by cause (AgentLeaseExpired, AgentUnreachable, NodeNotReady).",
 		}, []string{"cause"}),
 		eipRebalances: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressflow_controller_egressip_rebalance_total",
@@ -154,7 +154,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	// exists before the first failure.
 	setStates(m.qosStates, nil)
 	setStates(m.firewallStates, nil)
-	for _, cause := range []string{"AgentLeaseExpired", "NodeNotReady"} {
+	for _, cause := range []string{"AgentLeaseExpired", "AgentUnreachable", "NodeNotReady"} {
 		m.eipNodeUnreachable.WithLabelValues(cause)
 	}
 	for _, state := range []string{"held", "unheld"} {

@@ -41,8 +41,10 @@ type state struct {
 	actual   map[string]*nodeLabels
 	carriers map[string]sets.Set[string]
 
-	// alive is agent liveness per node, from the heartbeat Leases.
-	alive map[string]bool
+	// alive is agent liveness per node, from the heartbeat Leases and the
+	// probes; unreachable are the nodes the probes judged dead.
+	alive       map[string]bool
+	unreachable map[string]bool
 	// view is the candidacy input of every node, rebuilt when dirty.
 	view      map[string]*assign.Node
 	viewDirty bool

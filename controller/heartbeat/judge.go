@@ -229,6 +229,16 @@ func (j *Judge) AliveAgents() map[string]bool {
 	return out
 }
 
+// UnreachableAgents returns the agents the probes cannot reach
+// (Unreachable), dead or held back by the disruption rule.
+func (j *Judge) UnreachableAgents() map[string]bool {
+	out := make(map[string]bool, len(j.unreachable))
+	for name := range j.unreachable {
+		out[name] = true
+	}
+	return out
+}
+
 // Verdict is the outcome of a Judge's pass.
 type Verdict struct {
 	// Died are the agents judged dead in this pass.

@@ -340,3 +340,60 @@ func TestJudgeProbeVerdicts(t *testing.T) {
 		t.Errorf("died after the probes were forgotten: %v", v.Died)
 	}
 }
+
+// TestResponderUnhealthy: an agent whose dataplane is unhealthy answers
+// for UnhealthyGrace, then no more, and the observer judges it
+// unreachable; healthy again, it answers at once.
+func TestResponderUnhealthy(t *testing.T) {
+	n := startProbeNet(t, "a", "b", "c")
+	var mu sync.Mutex
+	healthy := true
+	sick, err := ListenResponder("127.0.0.1:0", ResponderConfig{UnhealthyGrace: 300 * time.Millisecond, Healthy: func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return healthy
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sick.Serve() }()
+	defer sick.Close()
+	var targets []ProbeTarget
+	for name, r := range n.agents {
+		targets = append(targets, ProbeTarget{Node: name, Addr: r.Addr(), Interval: DefaultHolderProbeInterval})
+	}
+	n.prober.SetTargets(append(targets, ProbeTarget{Node: "sick", Addr: sick.Addr(), Interval: DefaultHolderProbeInterval}))
+	time.Sleep(3 * DefaultHolderProbeInterval)
+	mu.Lock()
+	healthy = false
+	mu.Unlock()
+	turned := time.Now()
+	r := n.waitReport(t, "sick", 5*time.Second)
+	if r.reachable || r.at.Sub(turned) < 300*time.Millisecond {
+		t.Fatalf("report %+v %v after the dataplane turned unhealthy: want unreachable, after the grace", r, r.at.Sub(turned))
+	}
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(n.reported()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := n.reported(); len(got) != 2 || !got[1].reachable {
+		t.Fatalf("reports %+v: want sick reachable again", got)
+	}
+}
+
+// TestResponderLostNeedsAPeerThatAnswered: an agent none of whose peers
+// has ever answered (UDP between the nodes filtered) does not fence when
+// its probes stop: the peers' silence proves nothing.
+func TestResponderLostNeedsAPeerThatAnswered(t *testing.T) {
+	n := startProbeNet(t, "a")
+	a := n.agents["a"]
+	time.Sleep(3 * DefaultHolderProbeInterval)
+	n.prober.SetTargets(nil)
+	time.Sleep(FenceIntervals*DefaultHolderProbeInterval + DefaultHolderProbeInterval)
+	if lost, why := a.Lost(context.Background(), deadAddresses(t, 2)); lost {
+		t.Fatalf("lost with peers that never answered: %s", why)
+	}
+}

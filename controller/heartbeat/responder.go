@@ -42,6 +42,15 @@ const (
 	// request before it answers probeNack. It pings twice within it, so
 	// that one lost datagram does not make a nack.
 	WitnessTimeout = 150 * time.Millisecond
+	// DefaultUnhealthyGrace is how long an agent whose dataplane is
+	// unhealthy (ResponderConfig.Healthy: the bridge away, syncs failing)
+	// still answers pings; past it, it answers none, and the observer
+	// fails its node over as a dead one's. It spans an ovs-vswitchd
+	// restart, after which the agent replays its flows within
+	// milliseconds, as the Lease of the protocol before the probes did
+	// (3 s). Shorter moves the addresses of a node whose switch restarts;
+	// longer keeps them on a node that cannot forward for longer.
+	DefaultUnhealthyGrace = 3 * time.Second
 )
 
 // maxProbeDatagram bounds what the read loops accept: a probe message,
@@ -54,6 +63,12 @@ type ResponderConfig struct {
 	// pinged: an agent is a witness only for its peers, not a reflector
 	// towards any address. Nil allows every target.
 	AllowTarget func(netip.AddrPort) bool
+	// Healthy, if not nil, says whether the agent's dataplane works: once
+	// it has said no for UnhealthyGrace without a break, the agent
+	// answers no ping until it says yes again. Nil is always healthy.
+	Healthy func() bool
+	// UnhealthyGrace defaults to DefaultUnhealthyGrace.
+	UnhealthyGrace time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.WithDelayedExecution
 }
@@ -79,6 +94,13 @@ type Responder struct {
 	// called, when it last asked the peers, and whether they were silent.
 	lastCall, lastCheck time.Time
 	lastCut             bool
+	// peerAnswered: some peer has answered a ping of this agent's, ever.
+	// Until one has, peers that do not answer prove nothing (UDP between
+	// the nodes may be filtered), and Lost does not fence for them.
+	peerAnswered bool
+	// unhealthySince is when Healthy began saying no (zero while it says
+	// yes).
+	unhealthySince time.Time
 }
 
 // relay is a ping request this agent serves as a witness.
@@ -101,6 +123,9 @@ func ListenResponder(addr string, cfg ResponderConfig) (*Responder, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.UnhealthyGrace <= 0 {
+		cfg.UnhealthyGrace = DefaultUnhealthyGrace
 	}
 	return &Responder{cfg: cfg, conn: conn, relays: map[uint64]*relay{}, checks: map[uint64]*peerCheck{}}, nil
 }
@@ -144,7 +169,9 @@ func (r *Responder) handle(m probeMessage, fromAddr netip.Addr, from netip.AddrP
 			r.lastObserved, r.interval = r.cfg.Clock.Now(), m.interval
 			r.mu.Unlock()
 		}
-		r.send(probeMessage{kind: probeAck, token: m.token}, from)
+		if r.answering() {
+			r.send(probeMessage{kind: probeAck, token: m.token}, from)
+		}
 	case probePingRequest:
 		if r.cfg.AllowTarget != nil && !r.cfg.AllowTarget(m.target) {
 			return
@@ -160,10 +187,31 @@ func (r *Responder) handle(m probeMessage, fromAddr netip.Addr, from netip.AddrP
 			return
 		}
 		if c, ok := r.checks[m.token]; ok {
+			r.peerAnswered = true
 			c.answer()
 		}
 		r.mu.Unlock()
 	}
+}
+
+// answering says whether the agent answers pings: it is healthy, or has
+// been unhealthy for less than the grace.
+func (r *Responder) answering() bool {
+	if r.cfg.Healthy == nil {
+		return true
+	}
+	healthy := r.cfg.Healthy()
+	now := r.cfg.Clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case healthy:
+		r.unhealthySince = time.Time{}
+		return true
+	case r.unhealthySince.IsZero():
+		r.unhealthySince = now
+	}
+	return now.Sub(r.unhealthySince) < r.cfg.UnhealthyGrace
 }
 
 // witness pings m's target on behalf of asker, twice within
@@ -219,7 +267,9 @@ func (r *Responder) send(m probeMessage, to netip.AddrPort) {
 //
 // Probes that stop while peers answer mean the observer is away (it
 // stalled, or a new one is being elected): nothing moves then, so the
-// agent does not fence. Peers are asked at most once per FenceIntervals
+// agent does not fence. Nor does it while no peer has ever answered it:
+// the peers' silence then says more about a filter between the nodes
+// than about this node. Peers are asked at most once per FenceIntervals
 // intervals while the probes stay away; the answer holds meanwhile.
 func (r *Responder) Lost(ctx context.Context, peers []netip.AddrPort) (bool, string) {
 	now := r.cfg.Clock.Now()
@@ -248,6 +298,8 @@ func (r *Responder) Lost(ctx context.Context, peers []netip.AddrPort) (bool, str
 	if recheck {
 		cut = !r.reachAny(ctx, peers)
 		r.mu.Lock()
+		// Silent peers prove nothing before one has ever answered.
+		cut = cut && r.peerAnswered
 		r.lastCheck, r.lastCut = r.cfg.Clock.Now(), cut
 		r.mu.Unlock()
 	}
