@@ -421,7 +421,8 @@ func run() error {
 				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(), EgressSubnets: bridgeSubnets(handle, bridge),
 				HostAddresses: hostAddresses.Read(), PeerKey: identity.PublicKey(), ProbeAddress: probeAddress(a, responder)}
 		},
-		Observe: agentMetrics.ObserveRenewal,
+		Observe:   agentMetrics.ObserveRenewal,
+		PeerFacts: true,
 	})
 	if err != nil {
 		return err

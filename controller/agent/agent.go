@@ -42,7 +42,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -222,10 +221,17 @@ type Agent struct {
 	services         corelisters.ServiceLister
 	endpointSlices   cache.Indexer
 	nodes            corelisters.NodeLister
-	leases           coordinationlisters.LeaseLister
-	pods             corelisters.PodLister
-	kubeFactory      informers.SharedInformerFactory
-	leaseFactory     informers.SharedInformerFactory
+	// leases are the peers' peer-facts Leases; heartbeatLeases their
+	// heartbeat Leases, read only while readingHeartbeats (peerleases.go).
+	leases, heartbeatLeases coordinationlisters.LeaseLister
+	pods                    corelisters.PodLister
+	kubeFactory             informers.SharedInformerFactory
+	leaseFactory            informers.SharedInformerFactory
+	heartbeatFactory        informers.SharedInformerFactory
+	// heartbeatLeasesStop stops the heartbeat Lease informer, once no
+	// peer needs it; readingHeartbeats says whether it still runs.
+	heartbeatLeasesStop chan struct{}
+	readingHeartbeats   atomic.Bool
 	podFactory       informers.SharedInformerFactory
 	esFactory        esinformers.SharedInformerFactory
 	synced           []cache.InformerSynced
@@ -336,11 +342,9 @@ func New(cfg Config) *Agent {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressflow-agent"}),
 		kubeFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
 			informers.WithTransform(slim)),
-		leaseFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
-			informers.WithNamespace(cfg.Namespace), informers.WithTransform(slim),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = heartbeat.LeaseLabel + "=" + heartbeat.LeaseLabelValue
-			})),
+		leaseFactory:        leaseFactory(cfg, heartbeat.PeerFactsLabelValue),
+		heartbeatFactory:    leaseFactory(cfg, heartbeat.LeaseLabelValue),
+		heartbeatLeasesStop: make(chan struct{}),
 		esFactory: esinformers.NewSharedInformerFactoryWithOptions(listingEgress{cfg.Egress}, cfg.Resync,
 			esinformers.WithTransform(slim)),
 		// Every pod of the cluster: the pod guard admits the node's own,
@@ -364,6 +368,8 @@ func New(cfg Config) *Agent {
 	}
 	nodeInformer := a.kubeFactory.Core().V1().Nodes().Informer()
 	leaseInformer := a.leaseFactory.Coordination().V1().Leases().Informer()
+	heartbeatInformer := a.heartbeatFactory.Coordination().V1().Leases().Informer()
+	a.readingHeartbeats.Store(true)
 	podInformer := a.podFactory.Core().V1().Pods().Informer()
 	eipInformer := a.esFactory.K8s().V1().EgressIPs().Informer()
 	namespaceInformer := a.kubeFactory.Core().V1().Namespaces().Informer()
@@ -390,6 +396,7 @@ func New(cfg Config) *Agent {
 		// published facts.
 		{nodeInformer, noKey, nodeViewChanged, nil, nil},
 		{leaseInformer, noKey, leaseFactsChanged, nil, nil},
+		{heartbeatInformer, noKey, leaseFactsChanged, nil, nil},
 		// Kubelets update a pod's status on every probe and container
 		// change; the pod guard reads its labels, phase and addresses.
 		{podInformer, noKey, podAdmissionChanged, &a.podsChanged, nil},
@@ -416,6 +423,7 @@ func New(cfg Config) *Agent {
 	a.endpointSlices = sliceInformer.GetIndexer()
 	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
 	a.leases = a.leaseFactory.Coordination().V1().Leases().Lister()
+	a.heartbeatLeases = a.heartbeatFactory.Coordination().V1().Leases().Lister()
 	a.pods = a.podFactory.Core().V1().Pods().Lister()
 	if cfg.Metrics != nil && cfg.Switch != nil {
 		connected := cfg.Switch.Connected
@@ -477,6 +485,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	defer a.queue.ShutDown()
 	a.kubeFactory.Start(ctx.Done())
 	a.leaseFactory.Start(ctx.Done())
+	a.heartbeatFactory.Start(mergeDone(ctx.Done(), a.heartbeatLeasesStop))
 	a.esFactory.Start(ctx.Done())
 	a.podFactory.Start(ctx.Done())
 	go a.holdOnDisconnect(ctx)
@@ -484,6 +493,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 		go a.watchDNS(ctx)
 	}
 	go a.watchFence(ctx)
+	go a.retireHeartbeatLeases(ctx)
 	go a.watchBridge(ctx)
 	if err := a.guardCold(ctx); err != nil {
 		klog.ErrorS(err, "Could not guard a fresh bridge before the first sync; retrying on reconnection", "node", a.cfg.Node.Name)
@@ -1129,44 +1139,37 @@ func leaseFactsChanged(old, new any) bool {
 	return !ok1 || !ok2 || !heartbeat.ReadFacts(o).Equal(heartbeat.ReadFacts(n))
 }
 
-// Peers returns every other agent with a heartbeat Lease in the cache: its
-// node, its node's first InternalIP with port (where its health server
-// answers heartbeat.PeerPath) and the key its Lease publishes
+// Peers returns every other agent whose facts are in the cache
+// (peerLeases): its node, its node's first InternalIP with port (where its
+// health server answers heartbeat.PeerPath) and the key it publishes
 // (heartbeat.PeerProbe).
 func (a *Agent) Peers(port uint16) []heartbeat.Peer {
-	leases, err := a.leases.Leases(a.cfg.Namespace).List(labels.Everything())
+	leases, err := a.peerLeases()
 	if err != nil {
 		return nil
 	}
 	var out []heartbeat.Peer
-	for _, l := range leases {
-		if l.Name == a.cfg.Node.Name {
+	for name, l := range leases {
+		if name == a.cfg.Node.Name {
 			continue
 		}
-		node, err := a.nodes.Get(l.Name) // Leases are named after their node
-		if err != nil {
-			continue
-		}
-		for _, addr := range node.Status.Addresses {
-			if ip, err := netip.ParseAddr(addr.Address); addr.Type == corev1.NodeInternalIP && err == nil {
-				out = append(out, heartbeat.Peer{Node: l.Name, Addr: netip.AddrPortFrom(ip, port), Key: heartbeat.ParsePeerKey(heartbeat.ReadFacts(l).PeerKey)})
-				break
-			}
+		if ip, ok := a.internalIP(name); ok {
+			out = append(out, heartbeat.Peer{Node: name, Addr: netip.AddrPortFrom(ip, port), Key: heartbeat.ParsePeerKey(heartbeat.ReadFacts(l).PeerKey)})
 		}
 	}
 	return out
 }
 
 // ProbePeers returns the probe addresses (heartbeat.Facts.ProbeAddress) of
-// every other agent with a heartbeat Lease in the cache that publishes one.
+// every other agent whose facts are in the cache and publish one.
 func (a *Agent) ProbePeers() []netip.AddrPort {
-	leases, err := a.leases.Leases(a.cfg.Namespace).List(labels.Everything())
+	leases, err := a.peerLeases()
 	if err != nil {
 		return nil
 	}
 	var out []netip.AddrPort
-	for _, l := range leases {
-		if addr := heartbeat.ReadFacts(l).ProbeAddress; l.Name != a.cfg.Node.Name && addr.IsValid() {
+	for name, l := range leases {
+		if addr := heartbeat.ReadFacts(l).ProbeAddress; name != a.cfg.Node.Name && addr.IsValid() {
 			out = append(out, addr)
 		}
 	}
@@ -1183,24 +1186,31 @@ func (a *Agent) IsProbePeer(addr netip.AddrPort) bool {
 // its Node's first InternalIP, as its peers reach it (Peers); invalid
 // while the Node is not in the cache.
 func (a *Agent) ProbeAddress(port uint16) netip.AddrPort {
-	node, err := a.nodes.Get(a.cfg.Node.Name)
-	if err != nil {
-		return netip.AddrPort{}
-	}
-	for _, addr := range node.Status.Addresses {
-		if ip, err := netip.ParseAddr(addr.Address); addr.Type == corev1.NodeInternalIP && err == nil {
-			return netip.AddrPortFrom(ip, port)
-		}
+	if ip, ok := a.internalIP(a.cfg.Node.Name); ok {
+		return netip.AddrPortFrom(ip, port)
 	}
 	return netip.AddrPort{}
 }
 
-// PeerKey is the key node's agent publishes on its heartbeat Lease, as the
-// cache holds it; nil if none (heartbeat.PeerHandler).
-func (a *Agent) PeerKey(node string) ed25519.PublicKey {
-	l, err := a.leases.Leases(a.cfg.Namespace).Get(node)
+// internalIP is the first InternalIP of the Node named name in the cache.
+func (a *Agent) internalIP(name string) (netip.Addr, bool) {
+	node, err := a.nodes.Get(name)
 	if err != nil {
-		return nil
+		return netip.Addr{}, false
 	}
-	return heartbeat.ParsePeerKey(heartbeat.ReadFacts(l).PeerKey)
+	for _, addr := range node.Status.Addresses {
+		if ip, err := netip.ParseAddr(addr.Address); addr.Type == corev1.NodeInternalIP && err == nil {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// PeerKey is the key node's agent publishes, as the cache holds it
+// (peerLeases); nil if none (heartbeat.PeerHandler).
+func (a *Agent) PeerKey(node string) ed25519.PublicKey {
+	if l := a.peerLease(node); l != nil {
+		return heartbeat.ParsePeerKey(heartbeat.ReadFacts(l).PeerKey)
+	}
+	return nil
 }

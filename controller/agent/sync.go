@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -218,13 +217,9 @@ func (a *Agent) recompute(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	leaseList, err := a.leases.Leases(a.cfg.Namespace).List(labels.Everything())
+	leases, err := a.peerLeases()
 	if err != nil {
 		return err
-	}
-	leases := make(map[string]*coordinationv1.Lease, len(leaseList))
-	for _, l := range leaseList {
-		leases[l.Name] = l
 	}
 	// The shared flows are diffed on every sync: the exemptions need no
 	// keys.

@@ -18,6 +18,15 @@
 // MinFactsWriteInterval), not at the next renewal. Readers need nothing but
 // the Lease.
 //
+// The cluster component alone watches the heartbeat Leases. What agents
+// read of each other (Facts.Peer: bridge MAC, host addresses, peer key,
+// probe address) each agent also writes to its peer-facts Lease
+// (PeerFactsLeaseName, "<node>.facts", labelled LeaseLabel=
+// PeerFactsLabelValue), only when it changes, and agents watch those: a
+// renewal reaches no agent. An agent reads its peers' heartbeat Leases
+// too only while some live agent publishes no peer-facts Lease (an older
+// version, during an upgrade).
+//
 // Spec.RenewTime is the renewal instant (microsecond precision) and
 // Spec.LeaseDurationSeconds the validity in whole seconds, rounded up, for
 // kubectl and other Lease readers; the exact validity is also written to
@@ -106,10 +115,10 @@
 //	                             100       1,000      5,000   (no holder)
 //
 // Each Lease write is one watch event to each replica of the cluster
-// component, and to every agent, which watches its peers' Leases for their
-// facts: that fan-out (nodes² / 10 events per second in all) is the
-// protocol's largest cost at scale. A probe costs the observer a 34-byte
-// datagram each way and no API call.
+// component, and to no agent: agents watch the peer-facts Leases, written
+// only when a node's bridge MAC, host addresses, key or probe address
+// change (a node's start, an address added). A probe costs the observer a
+// 34-byte datagram each way and no API call.
 //
 // Failover time after a holder dies is about DeadIntervals holder
 // intervals plus a witness's answer and the new holder's sync (well under

@@ -39,6 +39,9 @@ type RenewerConfig struct {
 	// Observe, if not nil, is told the result of every renewal attempt
 	// (for metrics).
 	Observe func(RenewalResult)
+	// PeerFacts: also keep the node's peer-facts Lease (peerfacts.go)
+	// equal to the peer part of the facts.
+	PeerFacts bool
 }
 
 // RenewalResult is how one attempt to renew the Lease ended.
@@ -74,6 +77,8 @@ type Renewer struct {
 	lastWrite time.Time
 	// handingOver: the write under way is Handover's.
 	handingOver bool
+	// peerFacts writes the peer-facts Lease (RenewerConfig.PeerFacts).
+	peerFacts peerFactsWriter
 }
 
 // Renewing says whether the agent renews: its last attempt succeeded
@@ -167,7 +172,8 @@ func (r *Renewer) factsChanged() bool {
 	if r.cfg.Facts == nil || r.last == nil || r.cfg.Clock.Since(r.lastWrite) < MinFactsWriteInterval {
 		return false
 	}
-	return !r.cfg.Facts().Equal(r.lastFacts)
+	facts := r.cfg.Facts()
+	return !facts.Equal(r.lastFacts) || (r.cfg.PeerFacts && !(r.peerFacts.known && facts.Peer().Equal(r.peerFacts.written)))
 }
 
 // Handover renews the Lease one last time, valid for grace rather than
@@ -208,6 +214,13 @@ func (r *Renewer) RenewOnce(ctx context.Context) error {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		r.last = nil // someone else wrote or deleted it: read it back once
 		err = r.write(ctx, facts)
+	}
+	if err == nil && r.cfg.PeerFacts {
+		// Only a live agent's facts are its peers' concern; a failure is
+		// retried at the next check of the facts.
+		if perr := r.peerFacts.write(ctx, r, facts); perr != nil {
+			klog.FromContext(ctx).Error(perr, "Peer facts not written", "node", r.cfg.NodeName)
+		}
 	}
 	if err == nil {
 		r.lastFacts, r.lastWrite = facts, started

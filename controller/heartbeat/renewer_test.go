@@ -3,6 +3,7 @@ package heartbeat_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -270,4 +271,75 @@ func TestRenewalResults(t *testing.T) {
 	if !slices.Equal(results, want) {
 		t.Errorf("observed %v, want %v", results, want)
 	}
+}
+
+// TestRenewerPeerFacts: with PeerFacts, the renewer keeps the node's
+// peer-facts Lease equal to the peer part of its facts, on a real API
+// server: written with the first renewal, not written again by renewals or
+// by a change of a fact no peer reads (the sync state), written within
+// FactsCheckInterval of a change of one they read (the MAC), between
+// renewals.
+func TestRenewerPeerFacts(t *testing.T) {
+	env := clustertest.Start(t)
+	ctx := context.Background()
+	agent := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	var current atomic.Pointer[heartbeat.Facts]
+	current.Store(&heartbeat.Facts{BridgeMAC: "02:00:00:00:00:0a", SyncState: heartbeat.SyncStateSyncing, HostAddresses: []netip.Addr{netip.MustParseAddr("172.18.0.10")}})
+	r, err := heartbeat.NewRenewer(agent.CoordinationV1(), heartbeat.RenewerConfig{
+		Namespace: kubetest.SystemNamespace, NodeName: "node-a",
+		RenewInterval: 300 * time.Millisecond, LeaseDuration: time.Minute,
+		Facts:     func() heartbeat.Facts { return *current.Load() },
+		PeerFacts: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	leases := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace)
+	peer := func() *coordinationv1.Lease {
+		l, err := leases.Get(ctx, "node-a.facts", metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return l
+	}
+	wait.Until(t, 10*time.Second, func() error {
+		if peer() == nil {
+			return errors.New("no peer-facts Lease yet")
+		}
+		return nil
+	})
+	first := peer()
+	if node, ok := heartbeat.PeerFactsNode(first); !ok || node != "node-a" {
+		t.Errorf("PeerFactsNode: %q, %v", node, ok)
+	}
+	f := heartbeat.ReadFacts(first)
+	if f.BridgeMAC != "02:00:00:00:00:0a" || len(f.HostAddresses) != 1 || f.SyncState != "" {
+		t.Errorf("peer facts %+v: want the MAC and host address, and no sync state", f)
+	}
+	// Renewals, and a change only the cluster component reads.
+	next := *current.Load()
+	next.SyncState = heartbeat.SyncStateSynced
+	current.Store(&next)
+	time.Sleep(5 * 300 * time.Millisecond)
+	if got := peer(); got.ResourceVersion != first.ResourceVersion {
+		t.Errorf("peer-facts Lease written again without a change of the peer facts: %v -> %v", first.ResourceVersion, got.ResourceVersion)
+	}
+	hb, err := leases.Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil || heartbeat.ReadFacts(hb).SyncState != heartbeat.SyncStateSynced {
+		t.Errorf("heartbeat Lease: %v; want the new sync state", err)
+	}
+	// A change the peers read.
+	next.BridgeMAC = "02:00:00:00:00:0b"
+	current.Store(&next)
+	wait.Until(t, 10*time.Second, func() error {
+		if got := heartbeat.ReadFacts(peer()).BridgeMAC; got != "02:00:00:00:00:0b" {
+			return fmt.Errorf("peer-facts MAC %q", got)
+		}
+		return nil
+	})
 }

@@ -60,14 +60,27 @@ func expectAdmissionPolicies(t *testing.T, c *Cluster) {
 			t.Logf("%s: refused: %v", what, err)
 		}
 	}
-	for _, name := range []string{other.Name, "egressflow-controller"} {
+	// Each agent keeps its peer-facts Lease beside its heartbeat Lease.
+	wait.Until(t, convergeTimeout, func() error {
+		for _, n := range []*Node{self, other} {
+			l, err := c.Kube.CoordinationV1().Leases(c.InstallNamespace()).Get(ctx, n.Name+".facts", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if l.Labels["egressflow.io/heartbeat"] != "node-facts" || l.Annotations["egressflow.io/bridge-mac"] == "" {
+				return fmt.Errorf("peer-facts Lease of %s: labels %v, annotations %v", n.Name, l.Labels, l.Annotations)
+			}
+		}
+		return nil
+	})
+	for _, name := range []string{other.Name, other.Name + ".facts", "egressflow-controller"} {
 		l, err := leases.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
 		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-		refused("agent on "+self.Name+" renews Lease "+name, err, fmt.Sprintf("may write only its own heartbeat Lease %q, not %q", self.Name, name))
+		refused("agent on "+self.Name+" renews Lease "+name, err, fmt.Sprintf("may write only its own heartbeat Lease %q and peer-facts Lease %q, not %q", self.Name, self.Name+".facts", name))
 		// RBAC grants no delete: refused before admission.
 		refused("agent on "+self.Name+" deletes Lease "+name, leases.Delete(ctx, name, metav1.DeleteOptions{}), "forbidden")
 	}
