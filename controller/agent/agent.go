@@ -232,9 +232,9 @@ type Agent struct {
 	// peer needs it; readingHeartbeats says whether it still runs.
 	heartbeatLeasesStop chan struct{}
 	readingHeartbeats   atomic.Bool
-	podFactory       informers.SharedInformerFactory
-	esFactory        esinformers.SharedInformerFactory
-	synced           []cache.InformerSynced
+	podFactory          informers.SharedInformerFactory
+	esFactory           esinformers.SharedInformerFactory
+	synced              []cache.InformerSynced
 
 	dirtyMu sync.Mutex
 	// dirty holds the keys of the EgressServices whose inputs changed since
