@@ -92,9 +92,10 @@ func (a *Agent) peerLease(node string) *coordinationv1.Lease {
 }
 
 // retireHeartbeatLeases stops the heartbeat Lease informer once every
-// valid heartbeat Lease of an existing node has a peer-facts Lease beside
-// it (or its node's name is too long to have one, which keeps the
-// heartbeat Leases read).
+// heartbeat Lease of an existing node has a peer-facts Lease beside it (or
+// its node's name is too long to have one, which keeps the heartbeat
+// Leases read). A Lease that ran out counts too: an older agent that is
+// down now may come back.
 func (a *Agent) retireHeartbeatLeases(ctx context.Context) {
 	ticker := time.NewTicker(heartbeatRetireCheck)
 	defer ticker.Stop()
@@ -114,16 +115,15 @@ func (a *Agent) retireHeartbeatLeases(ctx context.Context) {
 	}
 }
 
-// needHeartbeatLeases says whether some live agent on an existing node has
-// no peer-facts Lease.
+// needHeartbeatLeases says whether some agent on an existing node has no
+// peer-facts Lease.
 func (a *Agent) needHeartbeatLeases() bool {
 	beats, err := a.heartbeatLeases.Leases(a.cfg.Namespace).List(labels.Everything())
 	if err != nil {
 		return true
 	}
-	now := time.Now()
 	for _, l := range beats {
-		if _, err := a.nodes.Get(l.Name); err != nil || !heartbeat.Fresh(l, now) {
+		if _, err := a.nodes.Get(l.Name); err != nil {
 			continue
 		}
 		name, ok := heartbeat.PeerFactsLeaseName(l.Name)

@@ -167,13 +167,14 @@ func (r *Renewer) Run(ctx context.Context) error {
 }
 
 // factsChanged says whether the facts differ from those last written, and
-// the last write is at least MinFactsWriteInterval old.
+// the last write is at least MinFactsWriteInterval old. (The peer facts
+// are a part of them: their Lease is written with the heartbeat's, and a
+// failed write of it is retried with the next renewal.)
 func (r *Renewer) factsChanged() bool {
 	if r.cfg.Facts == nil || r.last == nil || r.cfg.Clock.Since(r.lastWrite) < MinFactsWriteInterval {
 		return false
 	}
-	facts := r.cfg.Facts()
-	return !facts.Equal(r.lastFacts) || (r.cfg.PeerFacts && !(r.peerFacts.known && facts.Peer().Equal(r.peerFacts.written)))
+	return !r.cfg.Facts().Equal(r.lastFacts)
 }
 
 // Handover renews the Lease one last time, valid for grace rather than
@@ -217,7 +218,7 @@ func (r *Renewer) RenewOnce(ctx context.Context) error {
 	}
 	if err == nil && r.cfg.PeerFacts {
 		// Only a live agent's facts are its peers' concern; a failure is
-		// retried at the next check of the facts.
+		// retried with the next write of the heartbeat.
 		if perr := r.peerFacts.write(ctx, r, facts); perr != nil {
 			klog.FromContext(ctx).Error(perr, "Peer facts not written", "node", r.cfg.NodeName)
 		}

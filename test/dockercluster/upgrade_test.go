@@ -3,6 +3,7 @@
 package dockercluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -82,28 +83,30 @@ func TestUpgrade(t *testing.T) {
 	}, "deployment/egressflow-controller")
 }
 
-// previousRelease checks the previous commit (HEAD's first parent) out
+// previousRelease checks the previous commit (HEAD's first parent, or the
+// revision UPGRADE_FROM names: the release an upgrade starts from) out
 // into a directory of the test's and builds its image as previousImage
 // with that tree's own `make images`, imports it on every node, and
 // returns the directory.
 func (c *Cluster) previousRelease() string {
 	c.t.Helper()
 	root := mustRepoRoot(c.t)
+	revision := cmp.Or(os.Getenv("UPGRADE_FROM"), "HEAD~1")
 	dir := filepath.Join(c.t.TempDir(), "previous")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
-	archive := exec.Command("sh", "-c", "git -C \"$1\" archive HEAD~1 | tar -x -C \"$2\"", "sh", root, dir)
+	archive := exec.Command("sh", "-c", "git -C \"$1\" archive \"$3\" | tar -x -C \"$2\"", "sh", root, dir, revision)
 	if out, err := archive.CombinedOutput(); err != nil {
-		c.t.Fatalf("check out HEAD~1: %v\n%s", err, out)
+		c.t.Fatalf("check out %s: %v\n%s", revision, err, out)
 	}
-	version, err := run("git", "-C", root, "describe", "--tags", "--always", "HEAD~1")
+	version, err := run("git", "-C", root, "describe", "--tags", "--always", revision)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	repository, tag, _ := strings.Cut(previousImage, ":")
 	if out, err := run("make", "-C", dir, "images", "IMAGE="+repository, "VERSION="+strings.TrimSpace(version), "IMAGE_ARCHS="+runtime.GOARCH); err != nil {
-		c.t.Fatalf("make images of HEAD~1: %v\n%s", err, out)
+		c.t.Fatalf("make images of %s: %v\n%s", revision, err, out)
 	}
 	if tag != "dev" {
 		c.t.Fatalf("previousImage %s: make images tags :dev", previousImage)
