@@ -180,7 +180,7 @@ type Config struct {
 	// dead, and why (heartbeat.Responder.Lost, given ProbePeers): the node
 	// is fenced as when its Lease has run out, and unfenced once the
 	// probes are back and its caches have caught up.
-	ProbeLost func(ctx context.Context, peers []netip.AddrPort) (bool, string)
+	ProbeLost func(ctx context.Context, peers func() []netip.AddrPort) (bool, string)
 	Rules     RuleSyncer
 	Tables    dataplane.TableResolver
 	// HostFirewall, if not nil, keeps the node's nftables table equal to
@@ -642,7 +642,7 @@ func (a *Agent) probeLost(ctx context.Context) bool {
 	if a.cfg.ProbeLost == nil {
 		return false
 	}
-	lost, why := a.cfg.ProbeLost(ctx, a.ProbePeers())
+	lost, why := a.cfg.ProbeLost(ctx, a.ProbePeers)
 	switch {
 	case lost:
 		if !a.probeCut.Swap(true) {
@@ -1169,7 +1169,7 @@ func (a *Agent) ProbePeers() []netip.AddrPort {
 	}
 	var out []netip.AddrPort
 	for name, l := range leases {
-		if addr := heartbeat.ReadFacts(l).ProbeAddress; name != a.cfg.Node.Name && addr.IsValid() {
+		if addr := heartbeat.ProbeAddress(l); name != a.cfg.Node.Name && addr.IsValid() {
 			out = append(out, addr)
 		}
 	}

@@ -43,7 +43,7 @@ func (p *probeAgents) observe(l *coordinationv1.Lease, deleted bool) {
 	if p.agents == nil {
 		p.agents = map[string]probeAgent{}
 	}
-	addr := heartbeat.ReadFacts(l).ProbeAddress
+	addr := heartbeat.ProbeAddress(l)
 	if deleted || !addr.IsValid() {
 		delete(p.agents, l.Name)
 		return

@@ -84,6 +84,16 @@ const (
 	AnnotationRestarting = "egressflow.io/restarting"
 )
 
+// ProbeAddress reads Facts.ProbeAddress alone from l (invalid if l
+// publishes none), for readers that need nothing else of the facts.
+func ProbeAddress(l *coordinationv1.Lease) netip.AddrPort {
+	ap, err := netip.ParseAddrPort(l.Annotations[AnnotationProbeAddress])
+	if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
 // Restarting says whether l is the handover of an agent that stopped for a
 // restart, not yet renewed by its successor.
 func Restarting(l *coordinationv1.Lease) bool {
@@ -241,9 +251,7 @@ func ReadFacts(l *coordinationv1.Lease) Facts {
 		}
 	}
 	f.EgressSubnets = ParseEgressSubnets(a[AnnotationEgressSubnets])
-	if ap, err := netip.ParseAddrPort(a[AnnotationProbeAddress]); err == nil && ap.Port() != 0 && !ap.Addr().IsUnspecified() {
-		f.ProbeAddress = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	}
+	f.ProbeAddress = ProbeAddress(l)
 	f.HostAddresses = parseHostAddresses(a[AnnotationHostAddresses])
 	if v, ok := a[AnnotationFirewallUnresolvedDNS]; ok {
 		f.FirewallUnresolvedDNS = parseUnresolvedDNS(v)

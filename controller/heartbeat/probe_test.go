@@ -247,7 +247,7 @@ func TestResponderLost(t *testing.T) {
 	peers := []netip.AddrPort{n.agents["b"].Addr(), n.agents["c"].Addr()}
 	ctx := context.Background()
 	time.Sleep(3 * DefaultHolderProbeInterval)
-	if lost, why := a.Lost(ctx, peers); lost {
+	if lost, why := a.Lost(ctx, func() []netip.AddrPort { return peers }); lost {
 		t.Fatalf("lost while probed: %s", why)
 	}
 	// The observer goes away (stops probing a): the peers answer, so a
@@ -255,7 +255,7 @@ func TestResponderLost(t *testing.T) {
 	n.prober.SetTargets(nil)
 	for range 10 {
 		time.Sleep(DefaultHolderProbeInterval / 2)
-		if lost, why := a.Lost(ctx, peers); lost {
+		if lost, why := a.Lost(ctx, func() []netip.AddrPort { return peers }); lost {
 			t.Fatalf("lost with the observer away and the peers answering: %s", why)
 		}
 	}
@@ -263,7 +263,7 @@ func TestResponderLost(t *testing.T) {
 	// is cut off.
 	dead := deadAddresses(t, 2)
 	time.Sleep(FenceIntervals * DefaultHolderProbeInterval)
-	lost, why := a.Lost(ctx, dead)
+	lost, why := a.Lost(ctx, func() []netip.AddrPort { return dead })
 	if !lost {
 		t.Fatal("not lost with neither the observer nor any peer answering")
 	}
@@ -273,11 +273,11 @@ func TestResponderLost(t *testing.T) {
 	// DeadIntervals intervals.
 	n.prober.SetTargets([]ProbeTarget{{Node: "a", Addr: a.Addr(), Interval: DefaultHolderProbeInterval}})
 	time.Sleep(2 * DefaultHolderProbeInterval)
-	if lost, why := a.Lost(ctx, peers); lost {
+	if lost, why := a.Lost(ctx, func() []netip.AddrPort { return peers }); lost {
 		t.Fatalf("lost once probed again: %s", why)
 	}
 	time.Sleep(DeadIntervals * DefaultHolderProbeInterval)
-	if lost, why := a.Lost(ctx, peers); !lost {
+	if lost, why := a.Lost(ctx, func() []netip.AddrPort { return peers }); !lost {
 		t.Fatal("not lost after a stall of DeadIntervals intervals")
 	} else {
 		t.Logf("stalled: %s", why)
@@ -393,7 +393,38 @@ func TestResponderLostNeedsAPeerThatAnswered(t *testing.T) {
 	time.Sleep(3 * DefaultHolderProbeInterval)
 	n.prober.SetTargets(nil)
 	time.Sleep(FenceIntervals*DefaultHolderProbeInterval + DefaultHolderProbeInterval)
-	if lost, why := a.Lost(context.Background(), deadAddresses(t, 2)); lost {
+	if lost, why := a.Lost(context.Background(), func() []netip.AddrPort { return deadAddresses(t, 2) }); lost {
 		t.Fatalf("lost with peers that never answered: %s", why)
+	}
+}
+
+// TestResponderLearnsItsPeersAnswer: an agent that hears its observer
+// pings its peers by itself, so that a cut later finds it knowing that
+// they can answer: cut off from observer and peers alike, it is lost
+// without ever having asked them before.
+func TestResponderLearnsItsPeersAnswer(t *testing.T) {
+	n := startProbeNet(t, "a", "b")
+	a := n.agents["a"]
+	peers := []netip.AddrPort{n.agents["b"].Addr()}
+	ctx := context.Background()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if lost, why := a.Lost(ctx, func() []netip.AddrPort { return peers }); lost {
+			t.Fatalf("lost while probed: %s", why)
+		}
+		a.mu.Lock()
+		learnt := a.peerAnswered
+		a.mu.Unlock()
+		if learnt {
+			break
+		}
+		time.Sleep(DefaultHolderProbeInterval / 2)
+	}
+	// Cut: the observer and the peer go silent together.
+	n.prober.SetTargets(nil)
+	_ = n.agents["b"].Close()
+	time.Sleep(FenceIntervals*DefaultHolderProbeInterval + DefaultHolderProbeInterval)
+	if lost, _ := a.Lost(ctx, func() []netip.AddrPort { return peers }); !lost {
+		t.Fatal("not lost, cut off from observer and peers, after its peer had answered once")
 	}
 }

@@ -42,6 +42,12 @@ const (
 	// request before it answers probeNack. It pings twice within it, so
 	// that one lost datagram does not make a nack.
 	WitnessTimeout = 150 * time.Millisecond
+	// peerBaselineInterval is how often an agent that hears its observer
+	// pings its peers until one has answered: so that it knows, before it
+	// ever needs to, that its peers can answer at all (Lost trusts their
+	// silence only then). A few datagrams per interval, and none once a
+	// peer has answered.
+	peerBaselineInterval = 5 * time.Second
 	// DefaultUnhealthyGrace is how long an agent whose dataplane is
 	// unhealthy (ResponderConfig.Healthy: the bridge away, syncs failing)
 	// still answers pings; past it, it answers none, and the observer
@@ -92,8 +98,8 @@ type Responder struct {
 	checks map[uint64]*peerCheck
 	// lastCall, lastCheck and lastCut are Lost's memory: when it was last
 	// called, when it last asked the peers, and whether they were silent.
-	lastCall, lastCheck time.Time
-	lastCut             bool
+	lastCall, lastCheck, lastBaseline time.Time
+	lastCut                           bool
 	// peerAnswered: some peer has answered a ping of this agent's, ever.
 	// Until one has, peers that do not answer prove nothing (UDP between
 	// the nodes may be filtered), and Lost does not fence for them.
@@ -252,7 +258,7 @@ func (r *Responder) send(m probeMessage, to netip.AddrPort) {
 // Lost says whether the agent must fence itself by the probe protocol,
 // and why. The agent calls it periodically (every FenceIntervals'th of the
 // shortest probe interval or more often); peers lists the probe addresses
-// of other agents. Before the first probe of an observer it says no: the
+// of other agents, called only when they are asked. Before the first probe of an observer it says no: the
 // cluster component does not probe this agent (an older one, or none
 // leads), and the Lease alone counts. After that, it says yes when
 //
@@ -271,7 +277,7 @@ func (r *Responder) send(m probeMessage, to netip.AddrPort) {
 // the peers' silence then says more about a filter between the nodes
 // than about this node. Peers are asked at most once per FenceIntervals
 // intervals while the probes stay away; the answer holds meanwhile.
-func (r *Responder) Lost(ctx context.Context, peers []netip.AddrPort) (bool, string) {
+func (r *Responder) Lost(ctx context.Context, peers func() []netip.AddrPort) (bool, string) {
 	now := r.cfg.Clock.Now()
 	r.mu.Lock()
 	last, interval, lastCall := r.lastObserved, r.interval, r.lastCall
@@ -288,15 +294,25 @@ func (r *Responder) Lost(ctx context.Context, peers []netip.AddrPort) (bool, str
 	if silence <= bound {
 		r.mu.Lock()
 		r.lastCut = false
+		baseline := !r.peerAnswered && now.Sub(r.lastBaseline) >= peerBaselineInterval
+		if baseline {
+			r.lastBaseline = now
+		}
 		r.mu.Unlock()
+		if baseline {
+			go r.reachAny(ctx, peers()) // an answer sets peerAnswered
+		}
 		return false, ""
 	}
 	r.mu.Lock()
 	recheck := now.Sub(r.lastCheck) >= bound
 	cut := r.lastCut
 	r.mu.Unlock()
+	asked := 0
 	if recheck {
-		cut = !r.reachAny(ctx, peers)
+		addrs := peers()
+		asked = min(len(addrs), PeerCheckPeers)
+		cut = !r.reachAny(ctx, addrs)
 		r.mu.Lock()
 		// Silent peers prove nothing before one has ever answered.
 		cut = cut && r.peerAnswered
@@ -304,7 +320,7 @@ func (r *Responder) Lost(ctx context.Context, peers []netip.AddrPort) (bool, str
 		r.mu.Unlock()
 	}
 	if cut {
-		return true, fmt.Sprintf("no probe from the cluster component for %v, and none of %d peers answers: this node is cut off", silence.Round(time.Millisecond), min(len(peers), PeerCheckPeers))
+		return true, fmt.Sprintf("no probe from the cluster component for %v, and none of %d peers answers: this node is cut off", silence.Round(time.Millisecond), asked)
 	}
 	return false, ""
 }

@@ -214,18 +214,9 @@ func TestHostPartition(t *testing.T) {
 	}
 	capture = c.External.Capture(t)
 	c.docker(append([]string{"kill"}, victims...)...)
-	killed := time.Now()
-	took = 0
-	wait.Until(t, convergeTimeout, func() error {
-		if h := s.host(); h != survivor {
-			return fmt.Errorf("the LB IPs go to %v, want the survivor %s", h, survivor.Name)
-		}
-		for _, lb := range lbIPs {
-			first, ok := s.server.FirstFrom(lb, killed)
-			if !ok {
-				return fmt.Errorf("no packet from %s since the kill", lb)
-			}
-			took = max(took, first.Sub(killed))
+	took = s.awaitLBIPs(t, time.Now(), func(host *Node) error {
+		if host != survivor {
+			return fmt.Errorf("the LB IPs go to %v, want the survivor %s", host, survivor.Name)
 		}
 		return nil
 	})

@@ -156,20 +156,34 @@ func (s *egressScenario) failHost(t testing.TB, fault string) (failed *Node, too
 	if fault == "pause" {
 		t.Cleanup(func() { _, _ = run("docker", "unpause", failed.Container) })
 	}
-	wait.Until(t, convergeTimeout, func() error {
-		if s.host() == failed {
+	took = s.awaitLBIPs(t, at, func(host *Node) error {
+		if host == failed {
 			return fmt.Errorf("the LB IPs still go to %s", failed.Name)
+		}
+		return nil
+	})
+	return failed, took
+}
+
+// awaitLBIPs waits until the LB IPs are routed to a host that routed
+// accepts and the external host has received a packet from each since
+// at, and returns the time from at to the later of the two first packets.
+func (s *egressScenario) awaitLBIPs(t testing.TB, at time.Time, routed func(host *Node) error) (took time.Duration) {
+	t.Helper()
+	wait.Until(t, convergeTimeout, func() error {
+		if err := routed(s.host()); err != nil {
+			return err
 		}
 		for _, lb := range lbIPs {
 			first, ok := s.server.FirstFrom(lb, at)
 			if !ok {
-				return fmt.Errorf("no packet from %s since the fault", lb)
+				return fmt.Errorf("no packet from %s since %v", lb, at.Format(time.StampMilli))
 			}
 			took = max(took, first.Sub(at))
 		}
 		return nil
 	})
-	return failed, took
+	return took
 }
 
 // failHostWithin is failHost for a test: it fails the test unless the
