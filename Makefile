@@ -213,8 +213,10 @@ bench-restart: test-deps
 
 ## bench-failover: on the cluster in Docker, its bring-up fresh (every image and Kubernetes
 ## binary built again) and cached, then 10 rounds each of docker kill and docker pause
-## of the host under traffic: fault -> first LB-IP packet through the new host, pod-IP packets;
-## then 10 rounds of docker kill of the node that runs both the leader and the host.
+## of the host under traffic, with the Lease-only liveness (1 s renewals, 3 s Leases, no
+## probes) and then the default (probes) side by side: fault -> first LB-IP packet through
+## the new host, pod-IP frames flooded; then 10 rounds of docker kill of the node that runs
+## both the leader and the host.
 bench-failover: test-deps
 	BRINGUP_FRESH=1 go test -tags e2e -run '^$$' -bench BenchmarkBringUp -benchtime 1x -timeout 60m ./test/dockercluster
 	go test -tags e2e -run '^$$' -bench BenchmarkBringUp -benchtime 1x -timeout 60m ./test/dockercluster
