@@ -105,8 +105,8 @@ func (e *env) externalNeighbour(addr netip.Addr) string {
 // take and release pods; that an older EgressIP keeps a pod a newer one
 // also selects; that an EgressService endpoint leaves with its LB IP; and
 // that deleting the object leaves no EgressIP flow. A capture on the
-// external host sees no packet from a selected pod's IP while it is
-// selected.
+// external host, from when both pods first leave with the egress IPs,
+// sees no packet from a selected pod's IP while it is selected.
 func TestAgentEgressIP(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
@@ -131,6 +131,13 @@ func TestAgentEgressIP(t *testing.T) {
 		PodSelector:       esv1.LabelSelector{MatchLabels: web},
 	}
 	e.setEgressIP("billing", spec, map[netip.Addr]string{egressIP4: n1.Name, egressIP6: n2.Name})
+	// Until the agents have seen the new EgressIP, its pods still leave
+	// with their own addresses, as before it existed: the capture that
+	// must see none starts once both leave with both egress IPs.
+	for _, p := range []*topology.Pod{a, b} {
+		e.expectSource(p, "udp", egressIP4)
+		e.expectSource(p, "udp", egressIP6)
+	}
 
 	capture := e.topo.External.Capture(t)
 	for _, network := range []string{"udp", "tcp"} {
