@@ -63,6 +63,7 @@ func BenchmarkFailover(b *testing.B) {
 			killed, took := s.failHost(b, "kill")
 			faults["kill"] = append(faults["kill"], took)
 			c.RestartNode(killed)
+			c.waitAgentRenewing(killed) // a candidate again before the next fault
 			s.keepOffLeader(b)
 			frozen, took := s.failHost(b, "pause")
 			faults["pause"] = append(faults["pause"], took)
