@@ -339,8 +339,3 @@ func (p *Prober) answer(m probeMessage) (string, bool) {
 	}
 	return "", false
 }
-
-// Addr is the observer's local socket address.
-func (p *Prober) Addr() netip.AddrPort {
-	return p.conn.LocalAddr().(*net.UDPAddr).AddrPort()
-}
