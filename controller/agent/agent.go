@@ -224,7 +224,8 @@ type Agent struct {
 	// leases are the peers' peer-facts Leases; heartbeatLeases their
 	// heartbeat Leases, read only while readingHeartbeats (peerleases.go).
 	leases, heartbeatLeases coordinationlisters.LeaseLister
-	pods                    corelisters.PodLister
+	// podScope holds the pods the agent reads (podscope.go).
+	podScope                podScope
 	kubeFactory             informers.SharedInformerFactory
 	leaseFactory            informers.SharedInformerFactory
 	heartbeatFactory        informers.SharedInformerFactory
@@ -232,7 +233,7 @@ type Agent struct {
 	// peer needs it; readingHeartbeats says whether it still runs.
 	heartbeatLeasesStop chan struct{}
 	readingHeartbeats   atomic.Bool
-	podFactory          informers.SharedInformerFactory
+	ownPodFactory       informers.SharedInformerFactory
 	esFactory           esinformers.SharedInformerFactory
 	synced              []cache.InformerSynced
 
@@ -347,11 +348,10 @@ func New(cfg Config) *Agent {
 		heartbeatLeasesStop: make(chan struct{}),
 		esFactory: esinformers.NewSharedInformerFactoryWithOptions(listingEgress{cfg.Egress}, cfg.Resync,
 			esinformers.WithTransform(slim)),
-		// Every pod of the cluster: the pod guard admits the node's own,
-		// and an EgressIP's holder SNATs the pods it selects wherever they
-		// run.
-		podFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
-			informers.WithTransform(slim)),
+		// The node's pods, which the pod guard admits and the EgressQoS,
+		// EgressFirewall and EgressIP flows classify; the pods of held
+		// EgressIPs are watched apart (podScope).
+		ownPodFactory: ownPodFactory(cfg),
 		dirty:    map[string]bool{},
 		planner:  dataplane.NewPlanner(cfg.Node, cfg.Tables),
 		ledger:   dataplane.NewLedger(),
@@ -370,7 +370,7 @@ func New(cfg Config) *Agent {
 	leaseInformer := a.leaseFactory.Coordination().V1().Leases().Informer()
 	heartbeatInformer := a.heartbeatFactory.Coordination().V1().Leases().Informer()
 	a.readingHeartbeats.Store(true)
-	podInformer := a.podFactory.Core().V1().Pods().Informer()
+	podInformer := a.ownPodFactory.Core().V1().Pods().Informer()
 	eipInformer := a.esFactory.K8s().V1().EgressIPs().Informer()
 	namespaceInformer := a.kubeFactory.Core().V1().Namespaces().Informer()
 	noKey := func(any) string { return "" } // read on every sync
@@ -424,7 +424,9 @@ func New(cfg Config) *Agent {
 	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
 	a.leases = a.leaseFactory.Coordination().V1().Leases().Lister()
 	a.heartbeatLeases = a.heartbeatFactory.Coordination().V1().Leases().Lister()
-	a.pods = a.podFactory.Core().V1().Pods().Lister()
+	a.podScope = podScope{cfg: cfg, own: a.ownPodFactory.Core().V1().Pods().Lister(),
+		handler: a.eventHandler(noKey, podAdmissionChanged, &a.podsChanged, nil),
+		holder:  map[dataplane.PodWatch]*podWatch{}}
 	if cfg.Metrics != nil && cfg.Switch != nil {
 		connected := cfg.Switch.Connected
 		cfg.Metrics.isConnected.Store(&connected)
@@ -487,7 +489,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.leaseFactory.Start(ctx.Done())
 	a.heartbeatFactory.Start(mergeDone(ctx.Done(), a.heartbeatLeasesStop))
 	a.esFactory.Start(ctx.Done())
-	a.podFactory.Start(ctx.Done())
+	a.ownPodFactory.Start(ctx.Done())
 	go a.holdOnDisconnect(ctx)
 	if a.cfg.DNS != nil {
 		go a.watchDNS(ctx)
@@ -542,6 +544,14 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	// resourceVersion is the watermark's floor.
 	a.qosSeen.observeRevision(a.qosInformer.LastSyncResourceVersion())
 	a.firewallSeen.observeRevision(a.firewallInformer.LastSyncResourceVersion())
+	// A restarted holder must not drop the SNAT of the pods it serves:
+	// the first sync waits for their watches too.
+	if _, err := a.setHolderWatches(ctx); err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), a.podScope.synced) {
+		return errors.New("the held EgressIPs' pod caches did not sync")
+	}
 	a.cachesSynced.Store(true)
 	klog.InfoS("Caches synced; starting the node sync", "node", a.cfg.Node.Name)
 	// Handlers have marked every object so far; the first sync reads them

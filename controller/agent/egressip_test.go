@@ -3,20 +3,25 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/events"
+	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/topology"
 )
 
@@ -107,6 +112,60 @@ func (e *env) externalNeighbour(addr netip.Addr) string {
 // that deleting the object leaves no EgressIP flow. A capture on the
 // external host, from when both pods first leave with the egress IPs,
 // sees no packet from a selected pod's IP while it is selected.
+// podRequest is what one request for pods asked the API server.
+type podRequest struct {
+	Namespace, LabelSelector, FieldSelector string
+	Watch                                   bool
+}
+
+// podRequests records an agent's requests for pods.
+type podRequests struct {
+	mu   sync.Mutex
+	seen []podRequest
+}
+
+// client is a Kubernetes client of cfg that records its pod requests in r.
+func (r *podRequests) client(t testing.TB, cfg *rest.Config) kubernetes.Interface {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if path := strings.Split(strings.Trim(req.URL.Path, "/"), "/"); path[len(path)-1] == "pods" {
+				q := req.URL.Query()
+				seen := podRequest{LabelSelector: q.Get("labelSelector"), FieldSelector: q.Get("fieldSelector"), Watch: q.Get("watch") == "true"}
+				if i := slices.Index(path, "namespaces"); i >= 0 && i+1 < len(path) {
+					seen.Namespace = path[i+1]
+				}
+				r.mu.Lock()
+				r.seen = append(r.seen, seen)
+				r.mu.Unlock()
+			}
+			return next.RoundTrip(req)
+		})
+	})
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
+}
+
+// all returns the distinct requests so far.
+func (r *podRequests) all() []podRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []podRequest
+	for _, s := range r.seen {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
 func TestAgentEgressIP(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
@@ -119,10 +178,14 @@ func TestAgentEgressIP(t *testing.T) {
 	_ = esv1.AddToScheme(scheme)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	// What each agent asks the API server about pods.
+	asked := map[string]*podRequests{}
 	for _, n := range e.topo.Nodes {
 		emitter := events.New(e.agentKube.CoreV1(), scheme, events.Options{Component: "egressflow-agent", Host: n.Name, QPS: 10, Burst: 10})
 		go emitter.Run(ctx)
-		e.startAgent(n, func(c *Config) { c.Recorder = emitter }).waitHealthy(t)
+		asked[n.Name] = &podRequests{}
+		kube := asked[n.Name].client(t, e.admin.Cluster.Config(kubetest.Agent))
+		e.startAgent(n, func(c *Config) { c.Recorder = emitter; c.Kube = kube }).waitHealthy(t)
 	}
 	e.labelNamespace(map[string]string{"team": "billing"})
 	spec := esv1.EgressIPSpec{
@@ -281,6 +344,30 @@ func TestAgentEgressIP(t *testing.T) {
 	e.createEgressService("web", []netip.Addr{lb}, esv1.EgressServiceSpec{}, n1.Name, a)
 	e.expectSource(a, "udp", lb)
 	e.expectSource(b, "udp", egressIP4)
+
+	// Each agent asked for its node's pods, and for the pods of what it
+	// held (n1: billing's app=web pods; n2: also a-newer's, every pod of
+	// the namespace), never for every pod of the cluster.
+	holderWatch := func(selector string) podRequest {
+		return podRequest{Namespace: "shop", LabelSelector: selector, Watch: true}
+	}
+	for node, want := range map[string][]podRequest{
+		n1.Name: {holderWatch("app=web")},
+		n2.Name: {holderWatch("app=web"), holderWatch("")},
+	} {
+		seen := asked[node].all()
+		own := podRequest{FieldSelector: "spec.nodeName=" + node, Watch: true}
+		for _, r := range append(want, own) {
+			if !slices.Contains(seen, r) {
+				t.Errorf("%s's agent never watched %+v; it asked for %+v", node, r, seen)
+			}
+		}
+		for _, r := range seen {
+			if (r.Watch && r != own && !slices.Contains(want, r)) || (r.Namespace == "" && r.FieldSelector == "") {
+				t.Errorf("%s's agent asked for pods it serves none of: %+v", node, r)
+			}
+		}
+	}
 
 	// Deleted: no EgressIP flow is left on either node, and the pods leave
 	// as they are.

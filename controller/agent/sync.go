@@ -209,6 +209,31 @@ func (a *Agent) takePrefetched(ctx context.Context) *bridgeRead {
 	return r
 }
 
+// egressIPObjects are the EgressIPs and namespaces as setHolderWatches
+// read them.
+type egressIPObjects struct {
+	eips       []*esv1.EgressIP
+	namespaces []*corev1.Namespace
+}
+
+// setHolderWatches reads the EgressIPs and namespaces and makes the
+// podScope's holder watches those they ask for; a stopped watch counts as
+// a pod change.
+func (a *Agent) setHolderWatches(ctx context.Context) (egressIPObjects, error) {
+	eips, err := a.egressIPs.List(labels.Everything())
+	if err != nil {
+		return egressIPObjects{}, err
+	}
+	namespaces, err := a.namespaces.List(labels.Everything())
+	if err != nil {
+		return egressIPObjects{}, err
+	}
+	if a.podScope.set(ctx, dataplane.HolderPodWatches(a.cfg.Node.Name, eips, namespaces)) {
+		a.podsChanged.Store(true)
+	}
+	return egressIPObjects{eips, namespaces}, nil
+}
+
 // recompute feeds the planner the dirty services' inputs, the nodes,
 // Leases and local Pods and the fence, and marks what changed as
 // unapplied.
@@ -224,30 +249,29 @@ func (a *Agent) recompute(ctx context.Context) error {
 	// The shared flows are diffed on every sync: the exemptions need no
 	// keys.
 	_, changed := a.planner.SetNodes(nodes)
+	if a.egressIPsChanged.Load() || a.namespacesChanged.Load() {
+		eipsChanged, namespacesChanged := a.egressIPsChanged.Swap(false), a.namespacesChanged.Swap(false)
+		in, err := a.setHolderWatches(ctx)
+		if err != nil {
+			a.egressIPsChanged.Store(eipsChanged)
+			a.namespacesChanged.Store(namespacesChanged)
+			return err
+		}
+		if eipsChanged {
+			a.planner.SetEgressIPs(in.eips)
+		}
+		if namespacesChanged {
+			a.planner.SetNamespaces(in.namespaces)
+		}
+	}
 	if a.podsChanged.Swap(false) {
-		pods, err := a.pods.List(labels.Everything())
+		pods, err := a.podScope.list()
 		if err != nil {
 			a.podsChanged.Store(true)
 			return err
 		}
 		changed = append(changed, a.planner.SetLocalPods(pods)...)
 		a.planner.SetClusterPods(pods)
-	}
-	if a.egressIPsChanged.Swap(false) {
-		eips, err := a.egressIPs.List(labels.Everything())
-		if err != nil {
-			a.egressIPsChanged.Store(true)
-			return err
-		}
-		a.planner.SetEgressIPs(eips)
-	}
-	if a.namespacesChanged.Swap(false) {
-		namespaces, err := a.namespaces.List(labels.Everything())
-		if err != nil {
-			a.namespacesChanged.Store(true)
-			return err
-		}
-		a.planner.SetNamespaces(namespaces)
 	}
 	changed = append(changed, a.planner.SetLeases(leases)...)
 	changed = append(changed, a.fence(ctx)...)

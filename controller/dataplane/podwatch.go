@@ -1,0 +1,83 @@
+package dataplane
+
+import (
+	"cmp"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+)
+
+// PodWatch is a set of pods an agent lists and watches beside its own
+// node's: those of Namespace ("": every namespace) that the label
+// selector Selector ("": every pod) selects.
+type PodWatch struct {
+	Namespace string
+	Selector  string
+}
+
+// MaxHolderPodWatches bounds the watches HolderPodWatches asks for. Past
+// it, the holder watches each distinct podSelector across the cluster
+// and ignores the pods of namespaces it does not serve. A watch per
+// namespace brings the holder only the pods it serves but holds one
+// stream each; the API server serves at most a few hundred streams on
+// one connection (HTTP/2's concurrent-stream limit), and each stream
+// costs it a watcher. 64 namespaces per holder covers an EgressIP per
+// team or per application; an EgressIP over every namespace costs the
+// holder every pod its podSelector selects.
+const MaxHolderPodWatches = 64
+
+// HolderPodWatches are what node's agent must watch, beyond its own
+// node's pods, to SNAT the pods of the EgressIPs it holds (whose status
+// names it for one of their addresses): for each, its podSelector in
+// every namespace its namespaceSelector selects. They are sorted and
+// without repeats; more than MaxHolderPodWatches collapse to one
+// cluster-wide watch per distinct podSelector. EgressIPs whose selectors
+// do not parse select nothing.
+func HolderPodWatches(node string, eips []*esv1.EgressIP, namespaces []*corev1.Namespace) []PodWatch {
+	want := map[PodWatch]bool{}
+	selectors := map[string]bool{}
+	for _, eip := range eips {
+		if !holds(node, eip) {
+			continue
+		}
+		nsSel, podSel, err := egressIPSelectors(eip)
+		if err != nil {
+			continue
+		}
+		selectors[podSel.String()] = true
+		for _, ns := range namespaces {
+			if nsSel.Matches(labels.Set(ns.Labels)) {
+				want[PodWatch{Namespace: ns.Name, Selector: podSel.String()}] = true
+			}
+		}
+	}
+	if len(want) > MaxHolderPodWatches {
+		clear(want)
+		for s := range selectors {
+			want[PodWatch{Selector: s}] = true
+		}
+	}
+	out := make([]PodWatch, 0, len(want))
+	for w := range want {
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(a, b PodWatch) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
+	})
+	return out
+}
+
+// holds reports whether node holds one of eip's addresses.
+func holds(node string, eip *esv1.EgressIP) bool {
+	for _, family := range egressIPHolders(eip) {
+		for _, h := range family {
+			if h.node == node {
+				return true
+			}
+		}
+	}
+	return false
+}
