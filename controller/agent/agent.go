@@ -225,10 +225,10 @@ type Agent struct {
 	// heartbeat Leases, read only while readingHeartbeats (peerleases.go).
 	leases, heartbeatLeases coordinationlisters.LeaseLister
 	// podScope holds the pods the agent reads (podscope.go).
-	podScope                podScope
-	kubeFactory             informers.SharedInformerFactory
-	leaseFactory            informers.SharedInformerFactory
-	heartbeatFactory        informers.SharedInformerFactory
+	podScope         podScope
+	kubeFactory      informers.SharedInformerFactory
+	leaseFactory     informers.SharedInformerFactory
+	heartbeatFactory informers.SharedInformerFactory
 	// heartbeatLeasesStop stops the heartbeat Lease informer, once no
 	// peer needs it; readingHeartbeats says whether it still runs.
 	heartbeatLeasesStop chan struct{}
@@ -352,11 +352,11 @@ func New(cfg Config) *Agent {
 		// EgressFirewall and EgressIP flows classify; the pods of held
 		// EgressIPs are watched apart (podScope).
 		ownPodFactory: ownPodFactory(cfg),
-		dirty:    map[string]bool{},
-		planner:  dataplane.NewPlanner(cfg.Node, cfg.Tables),
-		ledger:   dataplane.NewLedger(),
-		reported: map[string][]dataplane.Problem{},
-		liveness: newLiveness(cfg.Clock, cfg.Liveness),
+		dirty:         map[string]bool{},
+		planner:       dataplane.NewPlanner(cfg.Node, cfg.Tables),
+		ledger:        dataplane.NewLedger(),
+		reported:      map[string][]dataplane.Problem{},
+		liveness:      newLiveness(cfg.Clock, cfg.Liveness),
 	}
 	esInformer := a.esFactory.K8s().V1().EgressServices().Informer()
 	a.qosInformer = a.esFactory.K8s().V1().EgressQoSes().Informer()
