@@ -44,7 +44,7 @@ FUZZTIME_LONG ?= 10m
 DIFF_FLOWS_LONG ?= 50000
 
 .PHONY: images all build generate manifests lint chart-check test test-deps demo fuzz-smoke fuzz \
-	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-egressip bench-restart bench-failover e2e clean
+	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-egressip bench-restart bench-failover bench-scale e2e clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
 # the cluster up until Ctrl-C; `make test` runs it that way, as a test.
@@ -197,6 +197,12 @@ bench-qos: test-deps
 ## bench-firewall: the agent's EgressFirewall at 100 namespaces x 1,000 rules x 50 pods, all on one node (worst case).
 bench-firewall: test-deps
 	bash test/bench/firewall.sh
+
+## bench-scale: 5,000 nodes (kwok), 150,000 pods, 10,000 EgressServices and 1,000 EgressIPs against a
+## real API server, the real controller, each liveness protocol on its own control plane: API and etcd
+## write rates, Lease events per agent, assignment time and writes, controller CPU and memory, failover.
+bench-scale: test-deps
+	bash test/bench/scale.sh
 
 ## bench-egressip: EgressIP, as three tables: the assignment (bench-egressip-assign); the agent
 ## with 10,000 selected pods on one holder (full sync against ovs-ofctl --bundle, restart,

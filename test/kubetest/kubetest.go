@@ -92,6 +92,8 @@ type Cluster struct {
 	URL string
 	// Kubeconfig is a kubeconfig file for the admin user (for kubectl).
 	Kubeconfig string
+	// EtcdURL is etcd's plain-HTTP client address (its /metrics too).
+	EtcdURL string
 
 	caData []byte
 	procs  []*process
@@ -194,6 +196,7 @@ func LaunchWith(opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	c.EtcdURL = etcdURL
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
 	if err := c.start("etcd", bins["etcd"],
 		"--data-dir="+filepath.Join(dir, "etcd"),

@@ -6,7 +6,8 @@
 #   $EGRESSFLOW_CACHE/bin/helm-<v>                          (test/tools/helm)
 # and, with --with-cluster, what the cluster in Docker (test/dockercluster)
 # runs besides: kubelet, kube-controller-manager, kube-scheduler, kube-proxy,
-# kubectl.
+# kubectl; with --with-kwok, kwok (test/tools/kwok), which make bench-scale
+# runs as the kubelets of thousands of simulated nodes.
 # The versions come from the go.mod files of those two tools modules, which
 # keep k8s.io/kubernetes out of the product's go.mod. A binary already in the
 # cache is not built again (the first kube-apiserver build takes about 4
@@ -55,6 +56,8 @@ for arg in "$@"; do
   case "$arg" in
   --with-kubectl)
     build kubectl "$here/kube" k8s.io/kubernetes/cmd/kubectl "$kube" ;;
+  --with-kwok)
+    build kwok "$here/kwok" sigs.k8s.io/kwok/cmd/kwok "$(version_of "$here/kwok" sigs.k8s.io/kwok)" ;;
   --with-cluster)
     for cmd in kubectl kubelet kube-controller-manager kube-scheduler kube-proxy; do
       build "$cmd" "$here/kube" "k8s.io/kubernetes/cmd/$cmd" "$kube"

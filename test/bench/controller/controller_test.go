@@ -26,7 +26,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -301,43 +300,17 @@ type agentSet struct {
 }
 
 func startAgents(b *testing.B, env *clustertest.Env, nodes []string, renew, expire time.Duration, facts heartbeat.Facts) *agentSet {
-	client := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
-	a := &agentSet{cancels: map[string]context.CancelFunc{}}
-	renewers := make([]*heartbeat.Renewer, len(nodes))
-	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
-		r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
-			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: renew, LeaseDuration: expire,
-			Facts: func() heartbeat.Facts { return facts },
-		})
-		if err != nil {
-			return err
-		}
-		renewers[i] = r
-		return r.RenewOnce(context.Background())
-	})
-	for i, r := range renewers {
-		ctx, cancel := context.WithCancel(context.Background())
-		a.cancels[nodes[i]] = cancel
-		// Spread the renewals over the interval, as independent agents are.
-		delay := time.Duration(rand.Int64N(int64(renew)))
-		a.wg.Go(func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			_ = r.Run(ctx)
-		})
+	return startLivenessAgents(b, env, nodes, livenessProtocol{renew: renew, expire: expire}, func(int) heartbeat.Facts { return facts }).agentSet
+}
+
+// stopAll stops every agent and waits for them.
+func (a *agentSet) stopAll() {
+	a.mu.Lock()
+	for _, c := range a.cancels {
+		c()
 	}
-	b.Cleanup(func() {
-		a.mu.Lock()
-		for _, c := range a.cancels {
-			c()
-		}
-		a.mu.Unlock()
-		a.wg.Wait()
-	})
-	return a
+	a.mu.Unlock()
+	a.wg.Wait()
 }
 
 func (a *agentSet) stop(node string) {
@@ -393,17 +366,7 @@ func watchHosts(b *testing.B, env *clustertest.Env) *holderWatch {
 
 // waitAll waits until n services have a host and returns when the last got it.
 func (w *holderWatch) waitAll(b *testing.B, n int) time.Time {
-	waitFor(b, "every service has a host", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		count := 0
-		for _, h := range w.holder {
-			if h != "" {
-				count++
-			}
-		}
-		return count == n
-	})
+	waitFor(b, "every service has a host", func() bool { return w.held() == n })
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var last time.Time
@@ -413,6 +376,19 @@ func (w *holderWatch) waitAll(b *testing.B, n int) time.Time {
 		}
 	}
 	return last
+}
+
+// held counts the objects that have a holder.
+func (w *holderWatch) held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	count := 0
+	for _, h := range w.holder {
+		if h != "" {
+			count++
+		}
+	}
+	return count
 }
 
 func (w *holderWatch) load(nodes []string) []int {

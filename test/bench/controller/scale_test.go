@@ -1,0 +1,668 @@
+package controller
+
+// BenchmarkScale is the cluster at Kubernetes' scalability envelope against
+// a real API server and etcd (test/kubetest), once per liveness protocol,
+// each on a control plane of its own, and prints one table with the two
+// side by side. The workload, by default: 5,000 nodes (100 of them
+// egress-assignable), 150,000 pods, 10,000 EgressServices (with their
+// LoadBalancer Services and EndpointSlices) and 1,000 EgressIPs, each
+// selecting the pods of one namespace. kwok (-kwok) plays the kubelets: it
+// keeps the nodes Ready, renews their node Leases and runs the pods. Every
+// node has an agent's liveness: a heartbeat.Renewer, and under the probes
+// protocol a heartbeat.Responder on loopback and a peer-facts Lease. The
+// real controller binary assigns everything. Measured:
+//
+//   - the agents' API writes per node per 10 s, over the steady window;
+//   - the API server's requests and writes per second and etcd's puts per
+//     second, from their /metrics, over the steady window: every client's,
+//     kwok's kubelet work included;
+//   - the Lease events one agent's Lease watch receives per second (and, by
+//     multiplication, what the nodes' agents receive together);
+//   - time from the controller's start to every EgressService hosted and
+//     every EgressIP held, and the controller's writes per assignment
+//     (from the API server's request counts by resource);
+//   - the controller's CPU time for the assignment and its CPU use over the
+//     steady window, and its peak resident memory;
+//   - one host's agent stopped (renewals and probe answers at once, as at a
+//     power loss): time until every service it hosted has another host.
+//
+// Run it with make bench-scale (test/bench/scale.sh builds kwok and the
+// controller).
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/proc"
+	"github.com/egressflow/egressflow/test/wait"
+)
+
+var (
+	scaleNodes       = flag.Int("scale-nodes", 5000, "nodes, each with an agent's liveness (BenchmarkScale)")
+	scaleEgressNodes = flag.Int("scale-egress-nodes", 100, "of them, egress-assignable nodes, which hold the EgressIPs (BenchmarkScale)")
+	scalePods        = flag.Int("scale-pods", 150000, "pods, spread over the nodes and over one namespace per EgressIP (BenchmarkScale)")
+	scaleServices    = flag.Int("scale-services", 10000, "EgressServices, each with a LoadBalancer Service and an EndpointSlice (BenchmarkScale)")
+	scaleEgressIPs   = flag.Int("scale-egressips", 1000, "EgressIPs of one address, each selecting one namespace's pods (BenchmarkScale)")
+	// The steady window: longer averages more renewals (10 s apart under
+	// the probes protocol) at the cost of the bench's time.
+	scaleWindow    = flag.Duration("scale-window", 60*time.Second, "steady state over which rates are measured (BenchmarkScale)")
+	scaleProtocols = flag.String("scale-protocols", "lease-only,probes", "liveness protocols measured, in order (BenchmarkScale)")
+	kwokBin        = flag.String("kwok", "", "kwok binary playing the kubelets (empty: nodes are marked Ready once, pods stay Pending, no node Leases)")
+	controllerBin  = flag.String("controller-bin", "", "egressflow-controller binary (empty: built by the bench)")
+	// At 150,000 pods, kwok runs them minutes after they are created.
+	scaleWait = flag.Duration("scale-wait", 30*time.Minute, "bound of each wait of BenchmarkScale")
+	// An assignment that has not finished in this long is reported as
+	// it stands.
+	scaleAssignLimit = flag.Duration("scale-assign-limit", 5*time.Minute, "bound of the assignment (BenchmarkScale)")
+)
+
+// scalePoll is how often a wait that lists every node or pod lists them
+// again: each list of 150,000 pods is itself a load on the API server.
+const scalePoll = 5 * time.Second
+
+// kwokNodeAnnotation marks the nodes kwok manages.
+const kwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// livenessProtocol is how the agents show they are alive.
+type livenessProtocol struct {
+	name          string
+	renew, expire time.Duration
+	// peerFacts: the agents write peer-facts Leases, which their peers
+	// watch instead of the heartbeat Leases.
+	peerFacts bool
+	// probes: the agents answer the controller's probes.
+	probes bool
+}
+
+var livenessProtocols = []livenessProtocol{
+	// Before probes: 1 s renewals and 3 s Leases, which every agent watched.
+	{name: "lease-only", renew: time.Second, expire: 3 * time.Second},
+	{name: "probes", renew: heartbeat.DefaultRenewInterval, expire: heartbeat.DefaultLeaseDuration, peerFacts: true, probes: true},
+}
+
+// scaleResult is one protocol's column.
+type scaleResult struct {
+	protocol                                 string
+	agentWritesPerNode10s                    float64
+	agentRefusedPerNode10s                   float64 // of those writes
+	apiRequests, apiWrites, etcdPuts         float64 // per second
+	leaseEventsPerAgent                      float64 // per second
+	assigned                                 bool
+	hosted, held                             int
+	assignServices, assignEgressIPs          time.Duration
+	writesPerAssignment                      float64
+	assignCPU                                time.Duration
+	steadyCPU                                float64 // cores
+	peakRSS                                  int64   // bytes
+	failover                                 time.Duration
+	failoverServices                         int
+	setupNodes, setupPods, setupServicesEIPs time.Duration
+}
+
+func BenchmarkScale(b *testing.B) {
+	waitLimit = *scaleWait
+	bin := *controllerBin
+	if bin == "" {
+		bin = proc.Build(b, "cmd/egressflow-controller")
+	}
+	fmt.Printf("scale bench: %d nodes (%d egress-assignable), %d pods, %d EgressServices, %d EgressIPs; kwok: %v; steady window %v\n",
+		*scaleNodes, *scaleEgressNodes, *scalePods, *scaleServices, *scaleEgressIPs, *kwokBin != "", *scaleWindow)
+	var results []scaleResult
+	for _, p := range livenessProtocols {
+		if !slices.Contains(strings.Split(*scaleProtocols, ","), p.name) {
+			continue
+		}
+		b.Run(p.name, func(b *testing.B) { results = append(results, runScale(b, bin, p)) })
+	}
+	printScaleTable(results)
+}
+
+func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
+	ctx := context.Background()
+	res := scaleResult{protocol: p.name}
+	out := func(format string, args ...any) { fmt.Printf("[%s] "+format+"\n", append([]any{p.name}, args...)...) }
+	env := clustertest.Start(b)
+	dir := b.TempDir()
+	if *kwokBin != "" {
+		kubeconfig := filepath.Join(dir, "kwok.kubeconfig")
+		if err := env.Cluster.WriteKubeconfig(kubeconfig, kubetest.Admin); err != nil {
+			b.Fatal(err)
+		}
+		proc.Start(b, *kwokBin, "--kubeconfig="+kubeconfig, "--manage-all-nodes=false",
+			"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake", "--node-lease-duration-seconds=40",
+			"--cidr=10.64.0.0/10", "--config=kwok-stages.yaml")
+	}
+
+	// Nodes, Ready (kwok's, or once here).
+	t0 := time.Now()
+	nodes := make([]string, *scaleNodes)
+	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
+		nodes[i] = fmt.Sprintf("node-%05d", i)
+		labels := map[string]string{}
+		if i < *scaleEgressNodes {
+			labels[assign.EgressAssignableLabel] = ""
+		}
+		n, err := env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: nodes[i], Labels: labels, Annotations: map[string]string{kwokNodeAnnotation: "fake"}},
+			Spec:       corev1.NodeSpec{PodCIDR: fmt.Sprintf("10.%d.%d.0/24", 64+i/256, i%256)},
+		}, metav1.CreateOptions{})
+		if err != nil || *kwokBin != "" {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		_, err = env.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if *kwokBin != "" {
+		waitFor(b, "kwok made every node Ready", func() bool { return readyNodes(b, env) == len(nodes) })
+	}
+	res.setupNodes = time.Since(t0)
+	out("setup: %d nodes Ready in %v", len(nodes), res.setupNodes.Round(time.Second))
+
+	// Pods, over one namespace per EgressIP.
+	t0 = time.Now()
+	podNamespaces := max(*scaleEgressIPs, 1)
+	wait.Parallel(b, podNamespaces, *setupWorkers, func(i int) error {
+		_, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("pods-%04d", i), Labels: map[string]string{"bench.egressflow.io/egressip": strconv.Itoa(i)}}}, metav1.CreateOptions{})
+		return err
+	})
+	wait.Parallel(b, *scalePods, *setupWorkers, func(i int) error {
+		ns := fmt.Sprintf("pods-%04d", i%podNamespaces)
+		_, err := env.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%06d", i), Labels: map[string]string{"app": "bench"}},
+			Spec: corev1.PodSpec{NodeName: nodes[i%len(nodes)], Containers: []corev1.Container{{Name: "app", Image: "bench"}},
+				Tolerations: []corev1.Toleration{{Key: kwokNodeAnnotation, Operator: corev1.TolerationOpExists}}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	if *kwokBin != "" {
+		waitFor(b, "kwok ran every pod", func() bool { return runningPods(b, env) == *scalePods })
+	}
+	res.setupPods = time.Since(t0)
+	out("setup: %d pods created and Running (kwok: %v) in %v", *scalePods, *kwokBin != "", res.setupPods.Round(time.Second))
+
+	// EgressServices and EgressIPs.
+	t0 = time.Now()
+	for ns := 0; ns*servicesPerNamespace < *scaleServices; ns++ {
+		if _, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%02d", ns)}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	keys := make([]string, *scaleServices)
+	wait.Parallel(b, len(keys), *setupWorkers, func(i int) error {
+		ns, name := fmt.Sprintf("bench-%02d", i/servicesPerNamespace), fmt.Sprintf("svc-%05d", i)
+		keys[i] = ns + "/" + name
+		return createService(ctx, env, ns, name, i, nodes)
+	})
+	eips := make([]string, *scaleEgressIPs)
+	wait.Parallel(b, len(eips), *setupWorkers, func(i int) error {
+		eips[i] = fmt.Sprintf("eip-%04d", i)
+		_, err := env.ES.K8sV1().EgressIPs().Create(ctx, &esv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: eips[i]},
+			Spec: esv1.EgressIPSpec{EgressIPs: []string{fmt.Sprintf("198.19.%d.%d", i/250, 1+i%250)},
+				NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"bench.egressflow.io/egressip": strconv.Itoa(i)}}}},
+			metav1.CreateOptions{})
+		return err
+	})
+	res.setupServicesEIPs = time.Since(t0)
+	out("setup: %d EgressServices (Services, slices) and %d EgressIPs in %v", len(keys), len(eips), res.setupServicesEIPs.Round(time.Second))
+	hosts := watchHosts(b, env)
+	held := watchEgressIPs(b, env)
+
+	// The agents' liveness starts once the cluster is set up: at 5,000
+	// nodes, 1 s renewals leave the API server little room for anything
+	// else, and the setup is the same for both protocols.
+	subnets := heartbeat.ParseEgressSubnets(benchSubnet)
+	agents := startLivenessAgents(b, env, nodes, p, func(i int) heartbeat.Facts {
+		f := heartbeat.Facts{SyncState: heartbeat.SyncStateSynced}
+		if i < *scaleEgressNodes {
+			f.EgressSubnets = subnets
+		}
+		return f
+	})
+	out("setup: %d agents' liveness started", len(nodes))
+
+	// The controller binary, as in production but for its probe address.
+	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
+	if err := env.Cluster.WriteKubeconfig(kubeconfig, kubetest.Controller); err != nil {
+		b.Fatal(err)
+	}
+	probeAddr := "none"
+	if p.probes {
+		probeAddr = "127.0.0.1:0"
+	}
+	before := apiRequestCounts(b, env)
+	startAt := time.Now()
+	controller := proc.Start(b, bin, "--kubeconfig="+kubeconfig, "--namespace="+kubetest.SystemNamespace, "--identity=scale",
+		"--pod-cidrs="+clustertest.PodCIDR, "--probe-bind-address="+probeAddr, "--health-bind-address=", "--metrics-bind-address=")
+	pid := controller.Cmd.Process.Pid
+	// The API server may refuse so many renewals that the controller
+	// never sees every node alive: the assignment is given a bound, and
+	// what it reached by then is the result.
+	for time.Since(startAt) < *scaleAssignLimit && (hosts.held() < len(keys) || held.held() < len(eips)) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	res.hosted, res.held = hosts.held(), held.held()
+	res.assigned = res.hosted == len(keys) && res.held == len(eips)
+	if res.assigned {
+		res.assignServices, res.assignEgressIPs = hosts.lastChange(keys).Sub(startAt), held.lastChange(eips).Sub(startAt)
+		waitFor(b, "the controller's writes settle", settled(b, env))
+	}
+	res.assignCPU = processCPU(b, pid)
+	after := apiRequestCounts(b, env)
+	controllerWrites := after.delta(before, "egressservices", "status") + after.delta(before, "egressips", "") + after.delta(before, "nodes", "")
+	res.writesPerAssignment = controllerWrites / float64(max(res.hosted+res.held, 1))
+	out("assignment: %d of %d services hosted (the last %v after the controller started), %d of %d EgressIPs held (%v); %.0f writes, %.2f per assignment",
+		res.hosted, len(keys), res.assignServices.Round(time.Millisecond), res.held, len(eips), res.assignEgressIPs.Round(time.Millisecond),
+		controllerWrites, res.writesPerAssignment)
+
+	// The steady state.
+	watchLabel := heartbeat.LeaseLabelValue
+	if p.peerFacts {
+		watchLabel = heartbeat.PeerFactsLabelValue
+	}
+	leaseEvents := countLeaseEvents(b, env, watchLabel)
+	startEvents, startAgentWrites, startRefused := leaseEvents.Load(), agents.writes.Load(), agents.refused.Load()
+	startAPI, startEtcd, startCPU := apiRequestCounts(b, env), etcdPuts(b, env), processCPU(b, pid)
+	windowStart := time.Now()
+	time.Sleep(*scaleWindow)
+	window := time.Since(windowStart).Seconds()
+	endAPI := apiRequestCounts(b, env)
+	res.apiRequests = endAPI.total(startAPI, false) / window
+	res.apiWrites = endAPI.total(startAPI, true) / window
+	res.etcdPuts = (etcdPuts(b, env) - startEtcd) / window
+	res.leaseEventsPerAgent = float64(leaseEvents.Load()-startEvents) / window
+	res.agentWritesPerNode10s = float64(agents.writes.Load()-startAgentWrites) / float64(len(nodes)) / window * 10
+	res.agentRefusedPerNode10s = float64(agents.refused.Load()-startRefused) / float64(len(nodes)) / window * 10
+	res.steadyCPU = (processCPU(b, pid) - startCPU).Seconds() / window
+	out("steady: %.0f API requests/s, %.0f writes/s, %.0f etcd puts/s; agents %.2f writes per node per 10 s (%.2f refused); one agent's Lease watch %.1f events/s",
+		res.apiRequests, res.apiWrites, res.etcdPuts, res.agentWritesPerNode10s, res.agentRefusedPerNode10s, res.leaseEventsPerAgent)
+
+	res.peakRSS = processPeakRSS(b, pid)
+	if !res.assigned {
+		out("failover: not measured, the assignment did not finish")
+		return res
+	}
+	// One host's agent stops.
+	victim, moved := hosts.nodeWith(5)
+	stoppedAt := time.Now()
+	agents.stop(victim)
+	waitFor(b, "the victim's services moved", func() bool { return hosts.movedAway(moved, victim) })
+	res.failover, res.failoverServices = hosts.lastChange(moved).Sub(stoppedAt), len(moved)
+	out("failover: the %d services of %s have new hosts %v after its agent stopped", len(moved), victim, res.failover.Round(time.Millisecond))
+	return res
+}
+
+func printScaleTable(results []scaleResult) {
+	if len(results) == 0 {
+		return
+	}
+	row := func(name string, cell func(r scaleResult) string) {
+		fmt.Printf("| %s |", name)
+		for _, r := range results {
+			fmt.Printf(" %s |", cell(r))
+		}
+		fmt.Println()
+	}
+	fmt.Printf("\n| %d nodes, %d pods, %d EgressServices, %d EgressIPs |", *scaleNodes, *scalePods, *scaleServices, *scaleEgressIPs)
+	for _, r := range results {
+		fmt.Printf(" %s |", r.protocol)
+	}
+	fmt.Printf("\n|---|%s\n", strings.Repeat("---|", len(results)))
+	f := func(format string, v func(r scaleResult) float64) func(r scaleResult) string {
+		return func(r scaleResult) string { return fmt.Sprintf(format, v(r)) }
+	}
+	d := func(v func(r scaleResult) time.Duration) func(r scaleResult) string {
+		return func(r scaleResult) string { return v(r).Round(time.Millisecond).String() }
+	}
+	row("agents' API writes per node per 10 s", f("%.2f", func(r scaleResult) float64 { return r.agentWritesPerNode10s }))
+	row("of which refused or failed (429 when overloaded)", f("%.2f", func(r scaleResult) float64 { return r.agentRefusedPerNode10s }))
+	row("API server requests/s, every client (steady)", f("%.0f", func(r scaleResult) float64 { return r.apiRequests }))
+	row("API server writes/s, every client (steady)", f("%.0f", func(r scaleResult) float64 { return r.apiWrites }))
+	row("etcd puts/s (steady)", f("%.0f", func(r scaleResult) float64 { return r.etcdPuts }))
+	row("Lease events/s one agent receives", f("%.1f", func(r scaleResult) float64 { return r.leaseEventsPerAgent }))
+	row("the same, × nodes: Lease events/s to all agents", f("%.0f", func(r scaleResult) float64 { return r.leaseEventsPerAgent * float64(*scaleNodes) }))
+	assignedIn := func(at func(r scaleResult) time.Duration, done func(r scaleResult) int, of int) func(r scaleResult) string {
+		return func(r scaleResult) string {
+			if done(r) < of {
+				return fmt.Sprintf("%d of %d after %v", done(r), of, *scaleAssignLimit)
+			}
+			return at(r).Round(time.Millisecond).String()
+		}
+	}
+	row("controller start → every EgressService hosted", assignedIn(func(r scaleResult) time.Duration { return r.assignServices },
+		func(r scaleResult) int { return r.hosted }, *scaleServices))
+	row("controller start → every EgressIP held", assignedIn(func(r scaleResult) time.Duration { return r.assignEgressIPs },
+		func(r scaleResult) int { return r.held }, *scaleEgressIPs))
+	row("controller writes per assignment", f("%.2f", func(r scaleResult) float64 { return r.writesPerAssignment }))
+	row("controller CPU time for the assignment", d(func(r scaleResult) time.Duration { return r.assignCPU }))
+	row("controller CPU, steady (cores)", f("%.3f", func(r scaleResult) float64 { return r.steadyCPU }))
+	row("controller peak RSS (MiB)", f("%.0f", func(r scaleResult) float64 { return float64(r.peakRSS) / (1 << 20) }))
+	row("a host's agent stops → its services hosted elsewhere", func(r scaleResult) string {
+		if !r.assigned {
+			return "not measured (assignment unfinished)"
+		}
+		return fmt.Sprintf("%v (%d services)", r.failover.Round(time.Millisecond), r.failoverServices)
+	})
+}
+
+// agentLiveness runs each node's liveness as its agent would: a Renewer,
+// and under the probes protocol a Responder on loopback; writes counts
+// their API writes.
+type agentLiveness struct {
+	*agentSet
+	// writes are their API writes; refused, those the API server
+	// refused (429 when overloaded) or that failed.
+	writes, refused atomic.Int64
+}
+
+// startLivenessAgents starts the liveness of nodes' agents under p, the
+// agent of nodes[i] publishing facts(i) (and its probe address).
+func startLivenessAgents(b *testing.B, env *clustertest.Env, nodes []string, p livenessProtocol, facts func(i int) heartbeat.Facts) *agentLiveness {
+	a := &agentLiveness{agentSet: &agentSet{cancels: map[string]context.CancelFunc{}}}
+	cfg := env.Cluster.Config(kubetest.Agent)
+	// Each real agent has a client of its own; one shared rate limit would
+	// cap their renewals together.
+	cfg.QPS = -1
+	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := next.RoundTrip(req)
+			if req.Method != http.MethodGet {
+				a.writes.Add(1)
+				if err != nil || resp.StatusCode >= 400 {
+					a.refused.Add(1)
+				}
+			}
+			return resp, err
+		})
+	})
+	client := kubernetes.NewForConfigOrDie(cfg)
+	renewers := make([]*heartbeat.Renewer, len(nodes))
+	responders := make([]*heartbeat.Responder, len(nodes))
+	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
+		f := facts(i)
+		if p.probes {
+			r, err := heartbeat.ListenResponder("127.0.0.1:0", heartbeat.ResponderConfig{})
+			if err != nil {
+				return err
+			}
+			responders[i] = r
+			f.ProbeAddress = r.Addr()
+		}
+		r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
+			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: p.renew, LeaseDuration: p.expire,
+			PeerFacts: p.peerFacts, Facts: func() heartbeat.Facts { return f },
+		})
+		if err != nil {
+			return err
+		}
+		renewers[i] = r
+		return r.RenewOnce(context.Background())
+	})
+	for i, r := range renewers {
+		ctx, cancel := context.WithCancel(context.Background())
+		responder := responders[i]
+		a.cancels[nodes[i]] = func() {
+			cancel()
+			if responder != nil {
+				_ = responder.Close()
+			}
+		}
+		if responder != nil {
+			go func() { _ = responder.Serve() }()
+		}
+		// Spread the renewals over the interval, as independent agents are.
+		delay := time.Duration(rand.Int64N(int64(p.renew)))
+		a.wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			_ = r.Run(ctx)
+		})
+	}
+	b.Cleanup(a.stopAll)
+	return a
+}
+
+// countLeaseEvents watches what an agent watches of the Leases (those
+// labelled heartbeat.LeaseLabel=value) and counts the events after the
+// initial list.
+func countLeaseEvents(b *testing.B, env *clustertest.Env, value string) *atomic.Int64 {
+	var n atomic.Int64
+	f := informers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent)), 0,
+		informers.WithNamespace(kubetest.SystemNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = heartbeat.LeaseLabel + "=" + value }))
+	count := func(any) { n.Add(1) }
+	registration, err := f.Coordination().V1().Leases().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: count, UpdateFunc: func(_, l any) { count(l) }, DeleteFunc: count})
+	if err != nil {
+		b.Fatal(err)
+	}
+	stop := make(chan struct{})
+	f.Start(stop)
+	cache.WaitForCacheSync(stop, registration.HasSynced)
+	n.Store(0) // the initial list is not an event
+	b.Cleanup(func() { close(stop); f.Shutdown() })
+	return &n
+}
+
+// readyNodes counts the Ready nodes, scalePoll after it was last called.
+func readyNodes(b *testing.B, env *clustertest.Env) int {
+	time.Sleep(scalePoll)
+	n := 0
+	listPaged(b, func(o metav1.ListOptions) (string, error) {
+		list, err := env.Kube.CoreV1().Nodes().List(context.Background(), o)
+		if err != nil {
+			return "", err
+		}
+		for _, node := range list.Items {
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					n++
+				}
+			}
+		}
+		return list.Continue, nil
+	})
+	return n
+}
+
+// runningPods counts the Running pods with an address, scalePoll after it
+// was last called.
+func runningPods(b *testing.B, env *clustertest.Env) int {
+	time.Sleep(scalePoll)
+	n := 0
+	listPaged(b, func(o metav1.ListOptions) (string, error) {
+		o.FieldSelector = "status.phase=Running"
+		list, err := env.Kube.CoreV1().Pods("").List(context.Background(), o)
+		if err != nil {
+			return "", err
+		}
+		for _, pod := range list.Items {
+			if pod.Status.PodIP != "" {
+				n++
+			}
+		}
+		return list.Continue, nil
+	})
+	return n
+}
+
+// listPaged calls page with 5,000-object pages until it returns no
+// continue token.
+func listPaged(b *testing.B, page func(metav1.ListOptions) (string, error)) {
+	o := metav1.ListOptions{Limit: 5000}
+	for {
+		next, err := page(o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if next == "" {
+			return
+		}
+		o.Continue = next
+	}
+}
+
+// settled returns a condition that holds once no egressservices, egressips
+// or nodes write has reached the API server for quietPeriod.
+func settled(b *testing.B, env *clustertest.Env) func() bool {
+	last, since := -1.0, time.Now()
+	return func() bool {
+		c := apiRequestCounts(b, env)
+		n := c.delta(nil, "egressservices", "status") + c.delta(nil, "egressips", "") + c.delta(nil, "nodes", "")
+		if n != last {
+			last, since = n, time.Now()
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+		return time.Since(since) > 2*quietPeriod
+	}
+}
+
+// requestCounts is apiserver_request_total summed by verb, resource and
+// subresource.
+type requestCounts map[[3]string]float64
+
+// writeVerbs are the verbs apiserver_request_total gives writes.
+var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}
+
+// delta is the writes to resource/subresource since before (nil: ever).
+func (c requestCounts) delta(before requestCounts, resource, subresource string) float64 {
+	sum := 0.0
+	for k, v := range c {
+		if k[1] == resource && k[2] == subresource && slices.Contains(writeVerbs, k[0]) {
+			sum += v - before[k]
+		}
+	}
+	return sum
+}
+
+// total is every request (writes only: writes) since before.
+func (c requestCounts) total(before requestCounts, writes bool) float64 {
+	sum := 0.0
+	for k, v := range c {
+		if !writes || slices.Contains(writeVerbs, k[0]) {
+			sum += v - before[k]
+		}
+	}
+	return sum
+}
+
+// apiRequestCounts reads the API server's request counters.
+func apiRequestCounts(b *testing.B, env *clustertest.Env) requestCounts {
+	body, err := env.Kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := requestCounts{}
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		var key [3]string
+		for _, kv := range strings.Split(labels, ",") {
+			name, val, _ := strings.Cut(kv, "=")
+			val = strings.Trim(val, `"`)
+			switch name {
+			case "verb":
+				key[0] = val
+			case "resource":
+				key[1] = val
+			case "subresource":
+				key[2] = val
+			}
+		}
+		out[key] += v
+	}
+	return out
+}
+
+// etcdPuts reads etcd's count of key puts.
+func etcdPuts(b *testing.B, env *clustertest.Env) float64 {
+	resp, err := http.Get(env.Cluster.EtcdURL + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, ok := proc.Sample(string(body), "etcd_mvcc_put_total")
+	if !ok {
+		b.Fatal("etcd serves no etcd_mvcc_put_total")
+	}
+	return v
+}
+
+// processCPU is the user and system CPU time pid used so far.
+func processCPU(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command (in parentheses, which may hold spaces):
+	// utime and stime are the 12th and 13th, in clock ticks (100 per s).
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// processPeakRSS is pid's peak resident memory (VmHWM).
+func processPeakRSS(b *testing.B, pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM")
+	return 0
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
