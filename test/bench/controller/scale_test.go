@@ -152,9 +152,9 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 		if err := env.Cluster.WriteKubeconfig(kubeconfig, kubetest.Admin); err != nil {
 			b.Fatal(err)
 		}
-		proc.Start(b, *kwokBin, "--kubeconfig="+kubeconfig, "--manage-all-nodes=false",
-			"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake", "--node-lease-duration-seconds=40",
-			"--cidr=10.64.0.0/10", "--config=kwok-stages.yaml")
+		// Which nodes it plays, their node Leases and the pods' addresses
+		// are set in the file, beside the stages.
+		proc.Start(b, *kwokBin, "--kubeconfig="+kubeconfig, "--config=kwok-stages.yaml")
 	}
 
 	// Nodes, Ready (kwok's, or once here).
