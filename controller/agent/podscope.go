@@ -23,8 +23,8 @@ import (
 // pods it serves.
 
 // podScope is the agent's view of the pods: its node's, and the holder
-// watches of the moment. Its watches change on the sync worker only; list
-// reads the informers' caches.
+// watches of the moment. Its watches change on the sync worker only (and
+// in Run before the worker starts); list reads the informers' caches.
 type podScope struct {
 	cfg Config
 	// handler is what every pod informer reports to.

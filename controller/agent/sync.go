@@ -253,8 +253,13 @@ func (a *Agent) recompute(ctx context.Context) error {
 		eipsChanged, namespacesChanged := a.egressIPsChanged.Swap(false), a.namespacesChanged.Swap(false)
 		in, err := a.setHolderWatches(ctx)
 		if err != nil {
-			a.egressIPsChanged.Store(eipsChanged)
-			a.namespacesChanged.Store(namespacesChanged)
+			// Mark them again for the retry (a handler may have since).
+			if eipsChanged {
+				a.egressIPsChanged.Store(true)
+			}
+			if namespacesChanged {
+				a.namespacesChanged.Store(true)
+			}
 			return err
 		}
 		if eipsChanged {

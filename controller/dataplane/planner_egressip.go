@@ -40,7 +40,7 @@ type egressIPInputs struct {
 	eips []*plannedEgressIP
 	// namespaces are the namespaces' labels, by name.
 	namespaces map[string]labels.Set
-	// clusterPods are the cluster's pods by namespace.
+	// clusterPods are the pods given to SetClusterPods, by namespace.
 	clusterPods map[string][]*corev1.Pod
 	// stale: an input changed since the parts were computed.
 	stale bool
@@ -96,8 +96,10 @@ func (p *Planner) SetNamespaces(namespaces []*corev1.Namespace) {
 	p.egressIP.namespaces = next
 }
 
-// SetClusterPods takes every pod of the cluster: an EgressIP's holder acts
-// on the pods it selects wherever they run.
+// SetClusterPods takes the pods beyond the node's own that the node acts
+// on: an EgressIP's holder SNATs the pods it selects wherever they run.
+// The agent gives it its node's pods and those of the EgressIPs it holds
+// (HolderPodWatches); the parts are those of every pod given.
 func (p *Planner) SetClusterPods(pods []*corev1.Pod) {
 	next := map[string][]*corev1.Pod{}
 	for _, pod := range pods {
