@@ -72,6 +72,9 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 	t.Logf("%d assignments: %d status writes, %d node patches", n, status, patches)
 	if status != n || patches > n || status+patches != len(writes) {
 		t.Errorf("%d assignments cost %d status writes and %d node patches (%d writes in all)", n, status, patches, len(writes))
+		for _, w := range writes {
+			t.Logf("write at %s: %s %s %.300s", w.At.Format("15:04:05.000"), w.Method, w.Path, w.Body)
+		}
 	}
 
 	// A new node: nothing moves to it.
