@@ -77,9 +77,8 @@ func (w *peerFactsWriter) write(ctx context.Context, r *Renewer, facts Facts) er
 	if !ok {
 		return nil
 	}
-	leases := r.leases.Leases(r.cfg.Namespace)
 	if w.last == nil {
-		got, err := leases.Get(ctx, name, metav1.GetOptions{})
+		got, err := r.leases.get(ctx, name)
 		switch {
 		case apierrors.IsNotFound(err):
 			got = nil
@@ -92,9 +91,9 @@ func (w *peerFactsWriter) write(ctx context.Context, r *Renewer, facts Facts) er
 	var err error
 	var wrote *coordinationv1.Lease
 	if w.last == nil {
-		wrote, err = leases.Create(ctx, desired, metav1.CreateOptions{})
+		wrote, err = r.leases.create(ctx, desired)
 	} else {
-		wrote, err = leases.Update(ctx, desired, metav1.UpdateOptions{})
+		wrote, err = r.leases.update(ctx, desired)
 	}
 	if err != nil {
 		w.last = nil // read it back next time

@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -63,7 +64,7 @@ const (
 // when that write conflicts or the Lease is missing.
 type Renewer struct {
 	cfg    RenewerConfig
-	leases coordinationclient.LeasesGetter
+	leases leaseAPI
 	// last is the Lease as this renewer last wrote or read it.
 	last *coordinationv1.Lease
 	// renewed is when the last successful renewal started (unix nanos),
@@ -106,8 +107,9 @@ func (r *Renewer) LastRenewed() time.Time {
 	return time.Time{}
 }
 
-// NewRenewer returns a Renewer that writes through client.
-func NewRenewer(client coordinationclient.LeasesGetter, cfg RenewerConfig) (*Renewer, error) {
+// NewRenewer returns a Renewer that writes through client, each request a
+// single attempt (newLeaseAPI says why).
+func NewRenewer(client coordinationclient.CoordinationV1Interface, cfg RenewerConfig) (*Renewer, error) {
 	if cfg.RenewInterval == 0 {
 		cfg.RenewInterval = DefaultRenewInterval
 	}
@@ -123,7 +125,7 @@ func NewRenewer(client coordinationclient.LeasesGetter, cfg RenewerConfig) (*Ren
 	case cfg.LeaseDuration <= cfg.RenewInterval:
 		return nil, fmt.Errorf("heartbeat: lease duration %v must be longer than the renew interval %v", cfg.LeaseDuration, cfg.RenewInterval)
 	}
-	return &Renewer{cfg: cfg, leases: client}, nil
+	return &Renewer{cfg: cfg, leases: newLeaseAPI(client, cfg.Namespace)}, nil
 }
 
 // FactsCheckInterval is how often the renewer asks for the facts between
@@ -138,14 +140,24 @@ const (
 	MinFactsWriteInterval = time.Second
 )
 
-// Run renews the Lease at once and then every RenewInterval until ctx
-// ends, and writes sooner when the facts change. Failed renewals are
-// logged and retried at the next tick; Run returns only ctx's error. The
-// Lease is left to expire on return, unless Handover extends it for a
-// restart.
+// RenewJitter stretches each wait between renewals by up to this fraction
+// of RenewInterval, at random. Agents started together (a cluster brought
+// up at once, a DaemonSet rolled out quickly) would otherwise renew in
+// step, every node in the same instant, for as long as they run; the
+// jitter spreads them over the interval within a few renewals. More
+// spreads them sooner, and lets a renewal come later: at most
+// RenewInterval*(1+RenewJitter) apart, still well inside the Lease and
+// the half interval of margin that Renewing allows.
+const RenewJitter = 0.1
+
+// Run renews the Lease at once and then about every RenewInterval (see
+// RenewJitter) until ctx ends, and writes sooner when the facts change.
+// A failed renewal is logged and tried again at the next tick, not
+// sooner; Run returns only ctx's error. The Lease is left to expire on
+// return, unless Handover extends it for a restart.
 func (r *Renewer) Run(ctx context.Context) error {
-	ticker := r.cfg.Clock.NewTicker(r.cfg.RenewInterval)
-	defer ticker.Stop()
+	next := r.cfg.Clock.NewTimer(wait.Jitter(r.cfg.RenewInterval, RenewJitter))
+	defer next.Stop()
 	facts := r.cfg.Clock.NewTicker(FactsCheckInterval)
 	defer facts.Stop()
 	renew := true
@@ -158,8 +170,9 @@ func (r *Renewer) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-ticker.C():
+		case <-next.C():
 			renew = true
+			next.Reset(wait.Jitter(r.cfg.RenewInterval, RenewJitter))
 		case <-facts.C():
 			renew = r.factsChanged()
 		}
@@ -243,12 +256,11 @@ func (r *Renewer) observe(result RenewalResult) {
 // write updates the Lease from r.last, reading or creating it first when
 // r.last is unknown.
 func (r *Renewer) write(ctx context.Context, facts Facts) error {
-	leases := r.leases.Leases(r.cfg.Namespace)
 	if r.last == nil {
-		got, err := leases.Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
+		got, err := r.leases.get(ctx, r.cfg.NodeName)
 		switch {
 		case apierrors.IsNotFound(err):
-			created, err := leases.Create(ctx, r.desired(&coordinationv1.Lease{}, facts), metav1.CreateOptions{})
+			created, err := r.leases.create(ctx, r.desired(&coordinationv1.Lease{}, facts))
 			if err != nil {
 				return fmt.Errorf("create Lease %s/%s: %w", r.cfg.Namespace, r.cfg.NodeName, err)
 			}
@@ -259,7 +271,7 @@ func (r *Renewer) write(ctx context.Context, facts Facts) error {
 		}
 		r.last = got
 	}
-	updated, err := leases.Update(ctx, r.desired(r.last, facts), metav1.UpdateOptions{})
+	updated, err := r.leases.update(ctx, r.desired(r.last, facts))
 	if err != nil {
 		return fmt.Errorf("renew Lease %s/%s: %w", r.cfg.Namespace, r.cfg.NodeName, err)
 	}

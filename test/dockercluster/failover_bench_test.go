@@ -45,6 +45,7 @@ func BenchmarkFailover(b *testing.B) {
 	bringUp := time.Since(start)
 	s := newEgressScenario(b, c, offLeader(c))
 	s.expectLBIPs()
+	tl := c.followTimeline()
 	b.Logf("cluster bring-up before the rounds (cached; BenchmarkBringUp measures fresh and cached): %v", bringUp.Round(time.Second))
 	for _, protocol := range []string{"lease-only", "probes"} {
 		c.setLivenessProtocol(protocol)
@@ -58,15 +59,20 @@ func BenchmarkFailover(b *testing.B) {
 		})
 		capture := c.External.Capture(b)
 		faults := map[string][]time.Duration{}
+		fail := func(fault string) *Node {
+			at := time.Now()
+			failed, took := s.failHost(b, fault)
+			faults[fault] = append(faults[fault], took)
+			s.explainSlowFailover(b, tl, fault, failed, at, time.Now(), took)
+			return failed
+		}
 		for range rounds {
 			s.keepOffLeader(b)
-			killed, took := s.failHost(b, "kill")
-			faults["kill"] = append(faults["kill"], took)
+			killed := fail("kill")
 			c.RestartNode(killed)
 			c.waitAgentRenewing(killed) // a candidate again before the next fault
 			s.keepOffLeader(b)
-			frozen, took := s.failHost(b, "pause")
-			faults["pause"] = append(faults["pause"], took)
+			frozen := fail("pause")
 			c.docker("unpause", frozen.Container)
 			c.waitAgentRenewing(frozen)
 		}

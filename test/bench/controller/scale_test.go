@@ -35,6 +35,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"iter"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -287,7 +288,7 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	}
 	leaseEvents := countLeaseEvents(b, env, watchLabel)
 	startEvents, startAgentWrites, startRefused := leaseEvents.Load(), agents.writes.Load(), agents.refused.Load()
-	startAPI, startEtcd, startCPU := apiRequestCounts(b, env), etcdPuts(b, env), processCPU(b, pid)
+	startAPI, startEtcd, startCPU, startRejected := apiRequestCounts(b, env), etcdPuts(b, env), processCPU(b, pid), apfRejections(b, env)
 	windowStart := time.Now()
 	time.Sleep(*scaleWindow)
 	window := time.Since(windowStart).Seconds()
@@ -299,6 +300,11 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	res.agentWritesPerNode10s = float64(agents.writes.Load()-startAgentWrites) / float64(len(nodes)) / window * 10
 	res.agentRefusedPerNode10s = float64(agents.refused.Load()-startRefused) / float64(len(nodes)) / window * 10
 	res.steadyCPU = (processCPU(b, pid) - startCPU).Seconds() / window
+	for k, v := range apfRejections(b, env) {
+		if n := v - startRejected[k]; n > 0 {
+			out("steady: API Priority and Fairness refused %.1f requests/s at %s", n/window, k)
+		}
+	}
 	out("steady: %.0f API requests/s, %.0f writes/s, %.0f etcd puts/s; agents %.2f writes per node per 10 s (%.2f refused); one agent's Lease watch %.1f events/s",
 		res.apiRequests, res.apiWrites, res.etcdPuts, res.agentWritesPerNode10s, res.agentRefusedPerNode10s, res.leaseEventsPerAgent)
 
@@ -577,40 +583,54 @@ func (c requestCounts) total(before requestCounts, writes bool) float64 {
 
 // apiRequestCounts reads the API server's request counters.
 func apiRequestCounts(b *testing.B, env *clustertest.Env) requestCounts {
+	out := requestCounts{}
+	for labels, v := range apiMetric(b, env, "apiserver_request_total") {
+		out[[3]string{labels["verb"], labels["resource"], labels["subresource"]}] += v
+	}
+	return out
+}
+
+// apfRejections reads the requests API Priority and Fairness refused, by
+// priority level and reason ("queue-full", "time-out", ...).
+func apfRejections(b *testing.B, env *clustertest.Env) map[string]float64 {
+	out := map[string]float64{}
+	for labels, v := range apiMetric(b, env, "apiserver_flowcontrol_rejected_requests_total") {
+		out[labels["priority_level"]+" "+labels["reason"]] += v
+	}
+	return out
+}
+
+// apiMetric yields the samples of one counter of the API server's
+// /metrics with their labels.
+func apiMetric(b *testing.B, env *clustertest.Env, name string) iter.Seq2[map[string]string, float64] {
 	body, err := env.Kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := requestCounts{}
-	for _, line := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
-		var key [3]string
-		for _, kv := range strings.Split(labels, ",") {
-			name, val, _ := strings.Cut(kv, "=")
-			val = strings.Trim(val, `"`)
-			switch name {
-			case "verb":
-				key[0] = val
-			case "resource":
-				key[1] = val
-			case "subresource":
-				key[2] = val
+	return func(yield func(map[string]string, float64) bool) {
+		for _, line := range strings.Split(string(body), "\n") {
+			rest, ok := strings.CutPrefix(line, name+"{")
+			if !ok {
+				continue
+			}
+			labelText, value, ok := strings.Cut(rest, "} ")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				continue
+			}
+			labels := map[string]string{}
+			for _, kv := range strings.Split(labelText, ",") {
+				k, val, _ := strings.Cut(kv, "=")
+				labels[k] = strings.Trim(val, `"`)
+			}
+			if !yield(labels, v) {
+				return
 			}
 		}
-		out[key] += v
 	}
-	return out
 }
 
 // etcdPuts reads etcd's count of key puts.

@@ -1,0 +1,139 @@
+//go:build e2e
+
+package dockercluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/test/kubetest"
+)
+
+// timeline records, as the API server tells them, the changes a failover
+// goes through: the scenario's EgressService status, each Node's Ready
+// condition, each agent's sync state and restart mark, and the scenario's
+// pods' readiness. A failover slower than its bound is explained by it.
+type timeline struct {
+	mu      sync.Mutex
+	entries []timelineEntry
+	// last is the last line recorded per object, so that a renewal that
+	// changes nothing of the above records nothing.
+	last map[string]string
+}
+
+type timelineEntry struct {
+	at   time.Time
+	what string
+}
+
+func (c *Cluster) followTimeline() *timeline {
+	tl := &timeline{last: map[string]string{}}
+	es := versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().EgressServices(scenarioNamespace)
+	c.follow(func(ctx context.Context) (watch.Interface, error) {
+		return es.Watch(ctx, metav1.ListOptions{})
+	}, func(ev watch.Event) {
+		if e, ok := ev.Object.(*esv1.EgressService); ok {
+			state := fmt.Sprintf("host %q", e.Status.Host)
+			for _, cond := range e.Status.Conditions {
+				state += fmt.Sprintf(", %s %s (%s: %s)", cond.Type, cond.Status, cond.Reason, cond.Message)
+			}
+			tl.record("EgressService "+e.Name, state)
+		}
+	})
+	c.follow(func(ctx context.Context) (watch.Interface, error) {
+		return c.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	}, func(ev watch.Event) {
+		if n, ok := ev.Object.(*corev1.Node); ok {
+			tl.record("Node "+n.Name, fmt.Sprintf("Ready %v", nodeReady(n)))
+		}
+	})
+	c.follow(func(ctx context.Context) (watch.Interface, error) {
+		return c.Kube.CoordinationV1().Leases(c.InstallNamespace()).Watch(ctx, metav1.ListOptions{LabelSelector: heartbeat.LeaseLabel + "=" + heartbeat.LeaseLabelValue})
+	}, func(ev watch.Event) {
+		if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+			tl.record("agent Lease "+l.Name, fmt.Sprintf("sync state %q, restarting %v", heartbeat.ReadFacts(l).SyncState, heartbeat.Restarting(l)))
+		}
+	})
+	c.follow(func(ctx context.Context) (watch.Interface, error) {
+		return c.Kube.CoreV1().Pods(scenarioNamespace).Watch(ctx, metav1.ListOptions{})
+	}, func(ev watch.Event) {
+		if p, ok := ev.Object.(*corev1.Pod); ok {
+			ready := false
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady {
+					ready = cond.Status == corev1.ConditionTrue
+				}
+			}
+			tl.record("Pod "+p.Name, fmt.Sprintf("%s on %s, IPs %v, Ready %v, deleted %v", p.Status.Phase, p.Spec.NodeName, podIPs(p), ready, ev.Type == watch.Deleted))
+		}
+	})
+	return tl
+}
+
+func (tl *timeline) record(object, state string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.last[object] == state {
+		return
+	}
+	tl.last[object] = state
+	tl.entries = append(tl.entries, timelineEntry{at: time.Now(), what: object + ": " + state})
+}
+
+// since is what changed from from to to, each line with its time relative
+// to at.
+func (tl *timeline) since(at, from, to time.Time) string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var out strings.Builder
+	for _, e := range tl.entries {
+		if !e.at.Before(from) && !e.at.After(to) {
+			fmt.Fprintf(&out, "  %+8dms %s\n", e.at.Sub(at).Milliseconds(), e.what)
+		}
+	}
+	return out.String()
+}
+
+// explainSlowFailover logs, for a failover that took longer than
+// slowFailover, the timeline from 2 s before the docker command (started
+// at at) to the first packet through the new host (until), and the
+// controllers' log lines of that time.
+func (s *egressScenario) explainSlowFailover(t testing.TB, tl *timeline, fault string, failed *Node, at, end time.Time, took time.Duration) {
+	if took <= slowFailover {
+		return
+	}
+	logs, err := s.c.kubectl("logs", "-n", s.c.InstallNamespace(), "-l", "app.kubernetes.io/name=egressflow-controller", "--prefix", "--timestamps",
+		"--since-time="+at.Add(-2*time.Second).UTC().Format(time.RFC3339))
+	if err != nil {
+		logs = err.Error()
+	}
+	var window []string
+	for _, line := range strings.Split(logs, "\n") {
+		// "[pod/...] 2026-...Z msg": keep the lines up to the first packet.
+		if _, rest, ok := strings.Cut(line, "] "); ok {
+			stamp, _, _ := strings.Cut(rest, " ")
+			if ts, err := time.Parse(time.RFC3339Nano, stamp); err == nil && ts.After(end) {
+				continue
+			}
+		}
+		window = append(window, line)
+	}
+	t.Logf("slow failover: docker %s of %s took %v; what changed meanwhile (ms from the docker command):\n%s\nthe controllers' log lines:\n%s",
+		fault, failed.Name, took.Round(time.Millisecond), tl.since(at, at.Add(-2*time.Second), end), strings.Join(window, "\n"))
+}
+
+// slowFailover is the failover time past which a round is explained in
+// the log: the probes' design bound is about 0.5 s after the fault.
+const slowFailover = time.Second
