@@ -358,6 +358,19 @@ func New(cfg Config) *Agent {
 		reported:      map[string][]dataplane.Problem{},
 		liveness:      newLiveness(cfg.Clock, cfg.Liveness),
 	}
+	a.watchInputs()
+	if cfg.Metrics != nil && cfg.Switch != nil {
+		connected := cfg.Switch.Connected
+		cfg.Metrics.isConnected.Store(&connected)
+		cfg.Metrics.qosPackets.setSwitch(cfg.Switch)
+		cfg.Metrics.firewallDenied.setSwitch(cfg.Switch)
+	}
+	return a
+}
+
+// watchInputs registers the agent's handlers on the informers of what the
+// dataplane reads, and takes their listers.
+func (a *Agent) watchInputs() {
 	esInformer := a.esFactory.K8s().V1().EgressServices().Informer()
 	a.qosInformer = a.esFactory.K8s().V1().EgressQoSes().Informer()
 	a.firewallInformer = a.esFactory.K8s().V1().EgressFirewalls().Informer()
@@ -424,16 +437,9 @@ func New(cfg Config) *Agent {
 	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
 	a.leases = a.leaseFactory.Coordination().V1().Leases().Lister()
 	a.heartbeatLeases = a.heartbeatFactory.Coordination().V1().Leases().Lister()
-	a.podScope = podScope{cfg: cfg, own: a.ownPodFactory.Core().V1().Pods().Lister(),
+	a.podScope = podScope{cfg: a.cfg, own: a.ownPodFactory.Core().V1().Pods().Lister(),
 		handler: a.eventHandler(noKey, podAdmissionChanged, &a.podsChanged, nil),
 		holder:  map[dataplane.PodWatch]*podWatch{}}
-	if cfg.Metrics != nil && cfg.Switch != nil {
-		connected := cfg.Switch.Connected
-		cfg.Metrics.isConnected.Store(&connected)
-		cfg.Metrics.qosPackets.setSwitch(cfg.Switch)
-		cfg.Metrics.firewallDenied.setSwitch(cfg.Switch)
-	}
-	return a
 }
 
 // eventHandler marks the EgressService an object feeds (keyOf; "": none),

@@ -249,25 +249,8 @@ func (a *Agent) recompute(ctx context.Context) error {
 	// The shared flows are diffed on every sync: the exemptions need no
 	// keys.
 	_, changed := a.planner.SetNodes(nodes)
-	if a.egressIPsChanged.Load() || a.namespacesChanged.Load() {
-		eipsChanged, namespacesChanged := a.egressIPsChanged.Swap(false), a.namespacesChanged.Swap(false)
-		in, err := a.setHolderWatches(ctx)
-		if err != nil {
-			// Mark them again for the retry (a handler may have since).
-			if eipsChanged {
-				a.egressIPsChanged.Store(true)
-			}
-			if namespacesChanged {
-				a.namespacesChanged.Store(true)
-			}
-			return err
-		}
-		if eipsChanged {
-			a.planner.SetEgressIPs(in.eips)
-		}
-		if namespacesChanged {
-			a.planner.SetNamespaces(in.namespaces)
-		}
+	if err := a.updateEgressIPInputs(ctx); err != nil {
+		return err
 	}
 	if a.podsChanged.Swap(false) {
 		pods, err := a.podScope.list()
@@ -280,6 +263,55 @@ func (a *Agent) recompute(ctx context.Context) error {
 	}
 	changed = append(changed, a.planner.SetLeases(leases)...)
 	changed = append(changed, a.fence(ctx)...)
+	keys, err := a.updateDirty()
+	if err != nil {
+		return err
+	}
+	changed = append(changed, keys...)
+	changed = append(changed, a.updateResolved(ctx)...)
+	if slices.ContainsFunc(changed, func(k string) bool { return strings.HasPrefix(k, firewallKeyPrefix) }) {
+		a.hostFirewallCurrent = false
+	}
+	// EgressIP's parts are recomputed once, from every input above.
+	changed = append(changed, a.planner.TakeEgressIPChanges()...)
+	a.ledger.Changed(a.planner, changed)
+	a.report(changed)
+	return nil
+}
+
+// updateEgressIPInputs gives the planner the EgressIPs and namespaces, if
+// either changed, once the holder watches they imply are in place.
+func (a *Agent) updateEgressIPInputs(ctx context.Context) error {
+	if !a.egressIPsChanged.Load() && !a.namespacesChanged.Load() {
+		return nil
+	}
+	eipsChanged, namespacesChanged := a.egressIPsChanged.Swap(false), a.namespacesChanged.Swap(false)
+	in, err := a.setHolderWatches(ctx)
+	if err != nil {
+		// Mark them again for the retry (a handler may have since).
+		if eipsChanged {
+			a.egressIPsChanged.Store(true)
+		}
+		if namespacesChanged {
+			a.namespacesChanged.Store(true)
+		}
+		return err
+	}
+	if eipsChanged {
+		a.planner.SetEgressIPs(in.eips)
+	}
+	if namespacesChanged {
+		a.planner.SetNamespaces(in.namespaces)
+	}
+	return nil
+}
+
+// updateDirty gives the planner the objects marked dirty (EgressServices,
+// EgressQoSes, EgressFirewalls) as they are now, and returns the keys of
+// the flows that changed. On an error the objects are marked again, for
+// the retry.
+func (a *Agent) updateDirty() ([]string, error) {
+	var changed []string
 	dirty := a.takeDirty()
 	for k := range dirty {
 		var keys []string
@@ -302,45 +334,44 @@ func (a *Agent) recompute(ctx context.Context) error {
 			}
 		}
 		if err != nil {
-			// Mark the rest again so the retry reads them.
 			for k := range dirty {
 				a.markDirty(k)
 			}
-			return err
+			return nil, err
 		}
 		changed = append(changed, keys...)
 		delete(dirty, k)
 	}
-	if a.cfg.DNS != nil {
-		// The names of this node's firewalls, as they are now; answers to
-		// new ones come later, through Changed.
-		names := a.planner.DNSNames()
-		a.cfg.DNS.SetNames(names)
-		a.dnsNamedOnce.Do(func() { close(a.dnsNamed) })
-		if !a.dnsAwaited {
-			// A restarted agent finds its predecessor's flows for the
-			// names on the bridge; syncing before its resolver has
-			// answered would take them away until it has.
-			a.dnsAwaited = true
-			a.restoreAnswers(ctx)
-			awaitAnswers(ctx, a.cfg.DNS, names)
-			a.dnsChanged.Store(true)
-		}
-		if a.dnsChanged.Swap(false) {
-			// The generation first: the snapshot holds at least what it
-			// counts (dnsresolve.Resolver.Generation).
-			a.dnsRendered = a.cfg.DNS.Generation()
-			changed = append(changed, a.planner.SetResolved(a.cfg.DNS.Snapshot())...)
-		}
+	return changed, nil
+}
+
+// updateResolved tells the resolver the dnsNames of this node's
+// EgressFirewalls, as they are now (answers to new ones come later,
+// through Changed), gives the planner its answers if they changed, and
+// returns the keys of the flows that changed.
+func (a *Agent) updateResolved(ctx context.Context) []string {
+	if a.cfg.DNS == nil {
+		return nil
 	}
-	if slices.ContainsFunc(changed, func(k string) bool { return strings.HasPrefix(k, firewallKeyPrefix) }) {
-		a.hostFirewallCurrent = false
+	names := a.planner.DNSNames()
+	a.cfg.DNS.SetNames(names)
+	a.dnsNamedOnce.Do(func() { close(a.dnsNamed) })
+	if !a.dnsAwaited {
+		// A restarted agent finds its predecessor's flows for the names
+		// on the bridge; syncing before its resolver has answered would
+		// take them away until it has.
+		a.dnsAwaited = true
+		a.restoreAnswers(ctx)
+		awaitAnswers(ctx, a.cfg.DNS, names)
+		a.dnsChanged.Store(true)
 	}
-	// EgressIP's parts are recomputed once, from every input above.
-	changed = append(changed, a.planner.TakeEgressIPChanges()...)
-	a.ledger.Changed(a.planner, changed)
-	a.report(changed)
-	return nil
+	if !a.dnsChanged.Swap(false) {
+		return nil
+	}
+	// The generation first: the snapshot holds at least what it counts
+	// (dnsresolve.Resolver.Generation).
+	a.dnsRendered = a.cfg.DNS.Generation()
+	return a.planner.SetResolved(a.cfg.DNS.Snapshot())
 }
 
 // restoredAnswerTTL is how long the addresses a restarted agent reads

@@ -72,6 +72,10 @@ type Renewer struct {
 	renewed atomic.Int64
 	// failing: the last renewal attempt failed or was skipped.
 	failing atomic.Bool
+	// skipped: the last renewal was skipped (Healthy failed), so it made no
+	// request; Run renews at the first facts check that finds the agent
+	// healthy.
+	skipped bool
 	// lastFacts are the facts of the last successful write, and lastWrite
 	// when it started.
 	lastFacts Facts
@@ -153,7 +157,8 @@ const RenewJitter = 0.1
 // Run renews the Lease at once and then about every RenewInterval (see
 // RenewJitter) until ctx ends, and writes sooner when the facts change.
 // A failed renewal is logged and tried again at the next tick, not
-// sooner; Run returns only ctx's error. The Lease is left to expire on
+// sooner; a skipped one (the agent unhealthy) as soon as the agent is
+// healthy again. Run returns only ctx's error. The Lease is left to expire on
 // return, unless Handover extends it for a restart.
 func (r *Renewer) Run(ctx context.Context) error {
 	next := r.cfg.Clock.NewTimer(wait.Jitter(r.cfg.RenewInterval, RenewJitter))
@@ -174,9 +179,21 @@ func (r *Renewer) Run(ctx context.Context) error {
 			renew = true
 			next.Reset(wait.Jitter(r.cfg.RenewInterval, RenewJitter))
 		case <-facts.C():
-			renew = r.factsChanged()
+			// A renewal skipped while the agent was unhealthy (a new agent
+			// before its first sync, above all) is made as soon as it
+			// recovers, not an interval later: until then the Lease is
+			// still its predecessor's handover, and the agent's death
+			// would not be judged.
+			renew = r.recovered(ctx) || r.factsChanged()
 		}
 	}
+}
+
+// recovered says whether the last renewal was skipped and the agent is
+// healthy now. Asking costs no API request; a skip is counted and logged
+// once per tick, not at every check.
+func (r *Renewer) recovered(ctx context.Context) bool {
+	return r.skipped && (r.cfg.Healthy == nil || r.cfg.Healthy(ctx) == nil)
 }
 
 // factsChanged says whether the facts differ from those last written, and
@@ -212,10 +229,12 @@ func (r *Renewer) RenewOnce(ctx context.Context) error {
 	if r.cfg.Healthy != nil {
 		if err := r.cfg.Healthy(ctx); err != nil {
 			r.failing.Store(true)
+			r.skipped = true
 			r.observe(RenewalSkipped)
 			return fmt.Errorf("agent unhealthy, renewal skipped: %w", err)
 		}
 	}
+	r.skipped = false
 	var facts Facts
 	if r.cfg.Facts != nil {
 		facts = r.cfg.Facts()

@@ -343,3 +343,43 @@ func TestRenewerPeerFacts(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRenewerRenewsOnRecovery: an agent that starts unhealthy (before its
+// first sync) renews as soon as it is healthy, not a renew interval later,
+// which here is an hour: until it does, its Lease is still its
+// predecessor's handover.
+func TestRenewerRenewsOnRecovery(t *testing.T) {
+	env := clustertest.Start(t)
+	ctx := context.Background()
+	agent := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	var healthy atomic.Bool
+	r, err := heartbeat.NewRenewer(agent.CoordinationV1(), heartbeat.RenewerConfig{
+		Namespace: kubetest.SystemNamespace, NodeName: "node-a",
+		RenewInterval: time.Hour, LeaseDuration: 4 * time.Hour,
+		Healthy: func(context.Context) error {
+			if !healthy.Load() {
+				return errors.New("no successful sync yet")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	leases := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace)
+	time.Sleep(3 * heartbeat.FactsCheckInterval)
+	if _, err := leases.Get(ctx, "node-a", metav1.GetOptions{}); err == nil {
+		t.Fatal("an unhealthy agent wrote its Lease")
+	}
+	healthy.Store(true)
+	// Within seconds (a facts check), where the next tick is an hour away.
+	wait.Until(t, 10*time.Second, func() error {
+		_, err := leases.Get(ctx, "node-a", metav1.GetOptions{})
+		return err
+	})
+}
