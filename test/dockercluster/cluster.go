@@ -165,18 +165,26 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	c.routePodsFromHost()
 	wait.Until(t, readyTimeout, func() error {
 		for _, n := range c.Nodes {
-			node, err := c.Kube.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
-			if err != nil {
+			if err := c.notReady(n); err != nil {
 				return err
-			}
-			if !nodeReady(node) {
-				return fmt.Errorf("node %s not Ready", n.Name)
 			}
 		}
 		return nil
 	})
 	t.Logf("dockercluster: %d nodes Ready %v after start; kubectl --kubeconfig %s", len(c.Nodes), time.Since(started).Round(time.Second), c.Kubeconfig)
 	return c
+}
+
+// notReady says why n's Node is not Ready, or nil.
+func (c *Cluster) notReady(n *Node) error {
+	node, err := c.Kube.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if !nodeReady(node) {
+		return fmt.Errorf("node %s not Ready", n.Name)
+	}
+	return nil
 }
 
 func nodeReady(n *corev1.Node) bool {

@@ -221,16 +221,7 @@ const kubeletFreezeAftermath = 50 * time.Second
 // at the next fault.
 func (c *Cluster) settleAfterFreeze(n *Node, frozenAt time.Time) {
 	time.Sleep(time.Until(frozenAt.Add(kubeletFreezeAftermath)))
-	wait.Until(c.t, convergeTimeout, func() error {
-		node, err := c.Kube.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !nodeReady(node) {
-			return fmt.Errorf("node %s not Ready", n.Name)
-		}
-		return nil
-	})
+	wait.Until(c.t, convergeTimeout, func() error { return c.notReady(n) })
 }
 
 // BenchmarkLeaderHostFailover (make bench-failover): per iteration, the
