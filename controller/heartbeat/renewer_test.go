@@ -47,15 +47,7 @@ func TestRenewerAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run returned %v", err)
-		}
-	}()
+	runRenewer(t, r)
 
 	leases := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace)
 	get := func() *coordinationv1.Lease {
@@ -294,10 +286,7 @@ func TestRenewerPeerFacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	defer func() { cancel(); <-done }()
+	runRenewer(t, r)
 
 	leases := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace)
 	peer := func() *coordinationv1.Lease {
@@ -366,10 +355,7 @@ func TestRenewerRenewsOnRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	defer func() { cancel(); <-done }()
+	runRenewer(t, r)
 
 	leases := env.Kube.CoordinationV1().Leases(kubetest.SystemNamespace)
 	time.Sleep(3 * heartbeat.FactsCheckInterval)
@@ -381,5 +367,19 @@ func TestRenewerRenewsOnRecovery(t *testing.T) {
 	wait.Until(t, 10*time.Second, func() error {
 		_, err := leases.Get(ctx, "node-a", metav1.GetOptions{})
 		return err
+	})
+}
+
+// runRenewer runs r until the test ends, and then fails the test unless
+// Run returns the cancellation.
+func runRenewer(t *testing.T, r *heartbeat.Renewer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v", err)
+		}
 	})
 }
