@@ -172,19 +172,7 @@ func (d Diffed) keys(yield func(string) bool) {
 func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffOutput) (Diffed, error) {
 	d := Diffed{desired: desired, ports: ports, unapplied: l.unapplied}
 	if bridge != nil {
-		d.others = map[string]bool{}
-		for _, k := range desired.Keys() {
-			if !l.unapplied[k] {
-				d.others[k] = true
-			}
-		}
-		for _, onBridge := range []iter.Seq[string]{maps.Keys(l.onBridge), maps.Keys(l.stagesOnBridge)} {
-			for k := range onBridge {
-				if !l.unapplied[k] {
-					d.others[k] = true
-				}
-			}
-		}
+		d.others = l.appliedKeys(desired)
 	}
 	changed := map[uint32][]string{} // the keys diffed, by group
 	for k := range d.keys {
@@ -266,23 +254,51 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 	if bridge != nil {
 		changes.DeleteRest(bridge) // flows of no service any more, to Stale
 	}
-	if len(changes.Stale) > 0 {
-		// The index of a dump keeps no matches: the flows no longer
-		// desired are deleted as a second dump finds them.
-		err := out.Dump(func(e openflow.FlowEntry) error {
-			del, err := changes.DeleteStale(e)
-			if del == nil || err != nil {
-				return err
-			}
-			changes.Delete = append(changes.Delete, del)
-			return out.Send(&changes)
-		})
-		if err != nil {
-			return Diffed{}, fmt.Errorf("read the stale flows from the bridge: %w", err)
-		}
-		// Any left went from the bridge between the dumps: nothing to do.
+	if err := deleteStale(&changes, out); err != nil {
+		return Diffed{}, err
 	}
 	return d, nil
+}
+
+// appliedKeys are the keys, desired or on the bridge, that are not
+// unapplied.
+func (l *Ledger) appliedKeys(desired Desired) map[string]bool {
+	applied := map[string]bool{}
+	for _, k := range desired.Keys() {
+		if !l.unapplied[k] {
+			applied[k] = true
+		}
+	}
+	for _, onBridge := range []iter.Seq[string]{maps.Keys(l.onBridge), maps.Keys(l.stagesOnBridge)} {
+		for k := range onBridge {
+			if !l.unapplied[k] {
+				applied[k] = true
+			}
+		}
+	}
+	return applied
+}
+
+// deleteStale sends the deletes of changes' stale flows. The index of a
+// dump keeps no matches: the flows no longer desired are deleted as a
+// second dump finds them.
+func deleteStale(changes *Changes, out DiffOutput) error {
+	if len(changes.Stale) == 0 {
+		return nil
+	}
+	err := out.Dump(func(e openflow.FlowEntry) error {
+		del, err := changes.DeleteStale(e)
+		if del == nil || err != nil {
+			return err
+		}
+		changes.Delete = append(changes.Delete, del)
+		return out.Send(changes)
+	})
+	if err != nil {
+		return fmt.Errorf("read the stale flows from the bridge: %w", err)
+	}
+	// Any left went from the bridge between the dumps: nothing to do.
+	return nil
 }
 
 // Commit makes what Diff found the ledger's, once the bridge has taken
