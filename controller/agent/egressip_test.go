@@ -397,7 +397,8 @@ func TestAgentEgressIP(t *testing.T) {
 // addresses are held one family after the other: each family of each pod
 // leaves with its egress IP once one of its family is held, and until then
 // a's is dropped and b's leaves with b's address. A capture on the
-// external host sees no packet from a's addresses throughout.
+// external host sees no packet from a's addresses from the moment n1
+// first drops them.
 func TestAgentEgressIPUnheld(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
@@ -411,7 +412,6 @@ func TestAgentEgressIPUnheld(t *testing.T) {
 		e.expectSource(p, "udp", p.IP6)
 	}
 
-	capture := e.topo.External.Capture(t)
 	spec := esv1.EgressIPSpec{
 		EgressIPs:         []string{egressIP4.String(), egressIP6.String()},
 		NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"team": "billing"}},
@@ -421,6 +421,10 @@ func TestAgentEgressIPUnheld(t *testing.T) {
 	e.setEgressIP("billing", spec, nil)
 	e.expectDenied(a, "udp", e.server.Addr)
 	e.expectDenied(a, "udp", e.server.Addr6)
+	// Until n1's agent has applied the EgressIP, a is not selected yet as
+	// far as its node knows, and leaves with its own IPs: the capture
+	// starts once n1 drops them.
+	capture := e.topo.External.Capture(t)
 	for _, network := range []string{"udp", "tcp"} {
 		e.expectSource(b, network, b.IP)
 		e.expectSource(b, network, b.IP6)

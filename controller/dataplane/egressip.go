@@ -214,11 +214,7 @@ func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports 
 		kind := KindEgressIPSNAT
 		if pod.HolderMAC == nil {
 			if insts = snat[pod.Via]; insts == nil {
-				insts = []openflow.Instruction{openflow.Apply(
-					openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Actions: []openflow.Action{
-						openflow.NAT{Flags: openflow.NATSrc, MinAddr: pod.Via},
-					}},
-					openflow.Output{Port: ports.Uplink})}
+				insts = snatTo(pod.Via)
 				snat[pod.Via] = insts
 			}
 		} else {

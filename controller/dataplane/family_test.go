@@ -35,15 +35,19 @@ func TestFamilyReservations(t *testing.T) {
 	}
 
 	existingTables := []uint8{TableClassify, TableOrigin, TableEgress, TableReply, TableMarker}
-	for _, reserved := range []uint8{TableFirewall, TableQoS, TableNeighbour} {
+	for _, reserved := range []uint8{TableFirewall, TableQoS, TableNeighbour, TableUplink} {
 		for _, existing := range existingTables {
 			if reserved <= existing {
 				t.Errorf("reserved table %d does not come after table %d", reserved, existing)
 			}
 		}
 	}
-	if TableNeighbour == TableFirewall || TableNeighbour == TableQoS {
-		t.Errorf("TableNeighbour %d is a stage's table", TableNeighbour)
+	tables := map[uint8]bool{}
+	for _, table := range append(existingTables, TableFirewall, TableQoS, TableNeighbour, TableUplink) {
+		if tables[table] {
+			t.Errorf("table %d has two roles", table)
+		}
+		tables[table] = true
 	}
 	if !(TableOrigin < TableFirewall && TableFirewall < TableQoS) {
 		t.Errorf("stages out of order: TableOrigin %d, TableFirewall %d, TableQoS %d", TableOrigin, TableFirewall, TableQoS)

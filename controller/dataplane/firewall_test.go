@@ -102,14 +102,14 @@ func TestFirewallFlowsText(t *testing.T) {
 	// "blocked.example", padded alike.
 	const noteBlocked = "note:62.6c.6f.63.6b.65.64.2e.65.78.61.6d.70.6c.65.00.00.00.00.00.00.00"
 	want := []string{
-		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=12000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=10500,ct_state=+rpl+trk,ip actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=1,ct_state=+trk,ip actions=ct(commit,zone=61190),resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=10500,ct_state=+rpl+trk,ipv6 actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=1,ct_state=+trk,ipv6 actions=ct(commit,zone=61190),resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=0 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=12000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=10500,ct_state=+rpl+trk,ip actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=1,ct_state=+trk,ip actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=10500,ct_state=+rpl+trk,ipv6 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=1,ct_state=+trk,ipv6 actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=0 actions=resubmit(,45)",
 		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ip,reg4=0,nw_src=10.244.1.5 actions=set_field:" + id + "->reg4,ct(table=44,zone=61190)",
 		"cookie=" + cookie(KindFirewallClassify) + ", table=44, priority=11000,ipv6,reg4=0,ipv6_src=fd00:10:244:1::5 actions=set_field:" + id + "->reg4,ct(table=44,zone=61190)",
 		"cookie=" + cookie(KindFirewallInbound) + ", priority=205,ip,nw_dst=10.244.1.5 actions=ct(commit,zone=61190),NORMAL",

@@ -32,6 +32,14 @@ const (
 	// tells a starting agent that this ovs-vswitchd has been programmed by
 	// egressflow (see ColdGuardFlows).
 	TableMarker uint8 = 43
+	// TableUplink is the last table of a SNATed packet: the SNAT flows
+	// commit it to conntrack with its translation and recirculate it here,
+	// and it leaves through the uplink only if conntrack translated its
+	// source. Conntrack translates nothing in a packet it cannot tie to a
+	// connection it may track (an ICMP error or TCP reset about a
+	// connection this host never saw, as just after a host moved): such a
+	// packet still carries the pod's address, and is dropped.
+	TableUplink uint8 = 47
 )
 
 // Priorities, highest first within a table.
@@ -73,7 +81,9 @@ const (
 	// stage concerns is admitted in TableEgress (priorityAdmittedLate).
 	// Layout 5: TableFirewall is the first stage: TableOrigin's LOCAL flow
 	// goes to it, and a firewalled namespace's pods are admitted late.
-	CookieLayout uint64 = 5
+	// Layout 6: the SNAT flows recirculate to TableUplink, which lets out
+	// only what conntrack translated.
+	CookieLayout uint64 = 6
 )
 
 // FlowKind is the role of a flow in the pipeline, bits 47..40 of its cookie.
@@ -91,6 +101,7 @@ const (
 	KindMarker   FlowKind = 9  // TableMarker: this vswitchd has egressflow's flows
 	KindPodGuard FlowKind = 10 // TableClassify: every pod's packet, to TableOrigin
 	KindAdmit    FlowKind = 11 // TableClassify, or TableEgress after the stages: an admitted pod's packet, as it is
+	KindUplink   FlowKind = 12 // TableUplink: a SNATed packet out the uplink if conntrack translated it, else drop
 )
 
 // Cookie is the cookie of a flow of kind for service key ("" for shared).
@@ -251,6 +262,16 @@ var (
 		openflow.CT{Zone: conntrack.SNATZone, Recirculate: true, Table: TableReply, Actions: []openflow.Action{openflow.NAT{}}})}
 )
 
+// snatTo commits a packet to conntrack with its source translated to
+// addr, and sends it on to TableUplink, which lets it out only if the
+// translation happened.
+func snatTo(addr netip.Addr) []openflow.Instruction {
+	return []openflow.Instruction{openflow.Apply(openflow.CT{
+		Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Recirculate: true, Table: TableUplink,
+		Actions: []openflow.Action{openflow.NAT{Flags: openflow.NATSrc, MinAddr: addr}},
+	})}
+}
+
 // AppendService renders s's flows (ServiceFlows) into b and appends them to
 // dst. The flows of one kind share their instructions.
 func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Ports) []*openflow.FlowMod {
@@ -269,11 +290,7 @@ func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Por
 			}
 			if snat[family] == nil {
 				lb, _ := s.LoadBalancerIP(ep)
-				snat[family] = []openflow.Instruction{openflow.Apply(
-					openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Actions: []openflow.Action{
-						openflow.NAT{Flags: openflow.NATSrc, MinAddr: lb},
-					}},
-					openflow.Output{Port: ports.Uplink})}
+				snat[family] = snatTo(lb)
 			}
 			setIP(add(KindRedirect, TableClassify, gotoOrigin), ep, srcField(ep))
 			setIP(add(KindSNAT, TableEgress, snat[family]), ep, srcField(ep))
@@ -335,7 +352,7 @@ type Shared struct {
 // QoSSharedFlows), the
 // exemptions, the late admissions and the fail-closed drop; with any
 // service hosted or EgressIP address held, the delivery of un-SNATed
-// replies.
+// replies and TableUplink.
 func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 	var buf FlowBuffer
 	out := []*openflow.FlowMod{buf.add(Cookie(KindMarker, ""), TableMarker, 0, nil)}
@@ -404,6 +421,16 @@ func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 		m.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk|openflow.CTStateNew))
 	}
 	add(KindDeliver, TableReply, priorityFallback, normal)
+	// TableUplink: what conntrack translated leaves; the rest (still
+	// from a pod's address) is dropped by the table's miss, which a
+	// flow without instructions makes visible in a dump.
+	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
+		m := add(KindUplink, TableUplink, priorityService, []openflow.Instruction{openflow.Apply(openflow.Output{Port: ports.Uplink})})
+		setIP(m, family, openflow.FieldNone)
+		translated := uint64(openflow.CTStateTrk | openflow.CTStateSNAT)
+		m.SetUintMasked(openflow.FieldCTState, translated, translated|uint64(openflow.CTStateInv))
+	}
+	add(KindUplink, TableUplink, priorityFallback, nil) // no instructions: drop
 	return out
 }
 

@@ -1,10 +1,12 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,55 +56,58 @@ func TestFlowsText(t *testing.T) {
 	qosCookie := func(kind FlowKind) string { return fmt.Sprintf("%#x", Cookie(kind, "EgressQoS/db/default")) }
 	class := fmt.Sprintf("%#x", qosClassHash("EgressQoS/db/default", []int{0}))
 	want := []string{
-		"cookie=0xef1001eb78a54405, priority=200,ip,nw_src=10.244.1.5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54405, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
-		"cookie=0xef1001eb78a54405, priority=200,ip,nw_src=10.244.2.5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54405, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,zone=61189,nat(src=192.0.2.10)),output:1",
-		"cookie=0xef1001eb78a54405, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=goto_table:40",
-		"cookie=0xef1003eb78a54405, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,zone=61189,nat(src=2001:db8::10)),output:1",
-		"cookie=0xef1006eb78a54405, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
-		"cookie=0xef1006eb78a54405, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef1001eb78a54406, priority=200,ip,nw_src=10.244.1.5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54406, table=41, priority=200,ip,nw_src=10.244.1.5 actions=ct(commit,table=47,zone=61189,nat(src=192.0.2.10))",
+		"cookie=0xef1001eb78a54406, priority=200,ip,nw_src=10.244.2.5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54406, table=41, priority=200,ip,nw_src=10.244.2.5 actions=ct(commit,table=47,zone=61189,nat(src=192.0.2.10))",
+		"cookie=0xef1001eb78a54406, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=goto_table:40",
+		"cookie=0xef1003eb78a54406, table=41, priority=200,ipv6,ipv6_src=fd00:10:244:2::5 actions=ct(commit,table=47,zone=61189,nat(src=2001:db8::10))",
+		"cookie=0xef1006eb78a54406, priority=200,ip,in_port=1,nw_dst=192.0.2.10 actions=ct(table=42,zone=61189,nat)",
+		"cookie=0xef1006eb78a54406, priority=200,ipv6,in_port=1,ipv6_dst=2001:db8::10 actions=ct(table=42,zone=61189,nat)",
 		"cookie=" + qosCookie(KindQoSClassify) + ", table=45, priority=2500,ip,reg5=0,nw_src=10.244.1.8 actions=set_field:" + class + "->reg5,resubmit(,45)",
 		"cookie=" + qosCookie(KindQoSMark) + ", table=45, priority=1999,ip,reg5=" + class + ",nw_dst=203.0.113.0/24 actions=set_field:46->ip_dscp,resubmit(,41)",
-		"cookie=0xef10090000000005, table=43, priority=0 actions=drop",
-		"cookie=0xef100a0000000005, priority=150,ip,nw_src=10.244.0.0/16 actions=goto_table:40",
-		"cookie=0xef100a0000000005, priority=150,ipv6,ipv6_src=fd00:10:244::/48 actions=goto_table:40",
-		"cookie=0xef100b0000000005, priority=175,ip,nw_src=10.244.1.9 actions=NORMAL",
-		"cookie=0xef10080000000005, table=40, priority=300,in_port=LOCAL actions=goto_table:44",
-		"cookie=0xef10080000000005, table=40, priority=300,in_port=1 actions=NORMAL",
-		"cookie=0xef10080000000005, table=40, priority=250,ip,nw_dst=224.0.0.0/4 actions=NORMAL",
-		"cookie=0xef10080000000005, table=40, priority=250,ip,nw_dst=255.255.255.255 actions=NORMAL",
-		"cookie=0xef10080000000005, table=40, priority=250,ipv6,ipv6_dst=ff00::/8 actions=NORMAL",
-		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=12000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=10500,ct_state=+rpl+trk,ip actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=1,ct_state=+trk,ip actions=ct(commit,zone=61190),resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=10500,ct_state=+rpl+trk,ipv6 actions=resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=1,ct_state=+trk,ipv6 actions=ct(commit,zone=61190),resubmit(,45)",
-		"cookie=0xef10440000000005, table=44, priority=0 actions=resubmit(,45)",
-		"cookie=0xef10330000000005, table=45, priority=3000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,41)",
-		"cookie=0xef10330000000005, table=45, priority=3000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,41)",
-		"cookie=0xef10330000000005, table=45, priority=3000,ip,nw_dst=172.18.0.11 actions=resubmit(,41)",
-		"cookie=0xef10330000000005, table=45, priority=3000,ip,nw_dst=172.18.0.12 actions=resubmit(,41)",
-		"cookie=0xef10330000000005, table=45, priority=3000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,41)",
-		"cookie=0xef10330000000005, table=45, priority=0 actions=resubmit(,41)",
-		"cookie=0xef10020000000005, table=40, priority=200,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000005, table=40, priority=200,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000005, table=40, priority=200,ip,nw_dst=172.18.0.11 actions=NORMAL",
-		"cookie=0xef10020000000005, table=40, priority=200,ip,nw_dst=172.18.0.12 actions=NORMAL",
-		"cookie=0xef10020000000005, table=40, priority=200,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
-		"cookie=0xef10020000000005, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000005, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
-		"cookie=0xef10020000000005, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
-		"cookie=0xef10020000000005, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
-		"cookie=0xef10020000000005, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
-		"cookie=0xef10080000000005, table=40, priority=100 actions=set_field:02:00:00:00:00:01->eth_dst,LOCAL",
-		"cookie=0xef100b0000000005, table=41, priority=160,ip,nw_src=10.244.1.8 actions=NORMAL",
-		"cookie=0xef10050000000005, table=41, priority=100 actions=drop",
-		"cookie=0xef10070000000005, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
-		"cookie=0xef10070000000005, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
-		"cookie=0xef10070000000005, table=42, priority=100 actions=NORMAL",
+		"cookie=0xef10090000000006, table=43, priority=0 actions=drop",
+		"cookie=0xef100a0000000006, priority=150,ip,nw_src=10.244.0.0/16 actions=goto_table:40",
+		"cookie=0xef100a0000000006, priority=150,ipv6,ipv6_src=fd00:10:244::/48 actions=goto_table:40",
+		"cookie=0xef100b0000000006, priority=175,ip,nw_src=10.244.1.9 actions=NORMAL",
+		"cookie=0xef10080000000006, table=40, priority=300,in_port=LOCAL actions=goto_table:44",
+		"cookie=0xef10080000000006, table=40, priority=300,in_port=1 actions=NORMAL",
+		"cookie=0xef10080000000006, table=40, priority=250,ip,nw_dst=224.0.0.0/4 actions=NORMAL",
+		"cookie=0xef10080000000006, table=40, priority=250,ip,nw_dst=255.255.255.255 actions=NORMAL",
+		"cookie=0xef10080000000006, table=40, priority=250,ipv6,ipv6_dst=ff00::/8 actions=NORMAL",
+		"cookie=0xef10440000000006, table=44, priority=12000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=12000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=12000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=10500,ct_state=+rpl+trk,ip actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=1,ct_state=+trk,ip actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=10500,ct_state=+rpl+trk,ipv6 actions=resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=1,ct_state=+trk,ipv6 actions=ct(commit,zone=61190),resubmit(,45)",
+		"cookie=0xef10440000000006, table=44, priority=0 actions=resubmit(,45)",
+		"cookie=0xef10330000000006, table=45, priority=3000,ip,nw_dst=10.96.0.0/16 actions=resubmit(,41)",
+		"cookie=0xef10330000000006, table=45, priority=3000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,41)",
+		"cookie=0xef10330000000006, table=45, priority=3000,ip,nw_dst=172.18.0.11 actions=resubmit(,41)",
+		"cookie=0xef10330000000006, table=45, priority=3000,ip,nw_dst=172.18.0.12 actions=resubmit(,41)",
+		"cookie=0xef10330000000006, table=45, priority=3000,ipv6,ipv6_dst=fd00:10:244::/48 actions=resubmit(,41)",
+		"cookie=0xef10330000000006, table=45, priority=0 actions=resubmit(,41)",
+		"cookie=0xef10020000000006, table=40, priority=200,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000006, table=40, priority=200,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000006, table=40, priority=200,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000006, table=40, priority=200,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000006, table=40, priority=200,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10020000000006, table=41, priority=300,ip,nw_dst=10.96.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000006, table=41, priority=300,ip,nw_dst=10.244.0.0/16 actions=NORMAL",
+		"cookie=0xef10020000000006, table=41, priority=300,ip,nw_dst=172.18.0.11 actions=NORMAL",
+		"cookie=0xef10020000000006, table=41, priority=300,ip,nw_dst=172.18.0.12 actions=NORMAL",
+		"cookie=0xef10020000000006, table=41, priority=300,ipv6,ipv6_dst=fd00:10:244::/48 actions=NORMAL",
+		"cookie=0xef10080000000006, table=40, priority=100 actions=set_field:02:00:00:00:00:01->eth_dst,LOCAL",
+		"cookie=0xef100b0000000006, table=41, priority=160,ip,nw_src=10.244.1.8 actions=NORMAL",
+		"cookie=0xef10050000000006, table=41, priority=100 actions=drop",
+		"cookie=0xef10070000000006, table=42, priority=200,ct_state=-new+trk,ip actions=LOCAL",
+		"cookie=0xef10070000000006, table=42, priority=200,ct_state=-new+trk,ipv6 actions=LOCAL",
+		"cookie=0xef10070000000006, table=42, priority=100 actions=NORMAL",
+		"cookie=0xef100c0000000006, table=47, priority=200,ct_state=-inv+trk+snat,ip actions=output:1",
+		"cookie=0xef100c0000000006, table=47, priority=200,ct_state=-inv+trk+snat,ipv6 actions=output:1",
+		"cookie=0xef100c0000000006, table=47, priority=100 actions=drop",
 	}
 	if strings.Join(host, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("host flows:\n%s\nwant:\n%s", strings.Join(host, "\n"), strings.Join(want, "\n"))
@@ -120,8 +125,8 @@ func TestFlowsText(t *testing.T) {
 		}
 	}
 	for _, f := range Flows(n2Config, Compute(n2Config, c, tables), Ports{Uplink: 1}) {
-		if f.Table == TableReply {
-			t.Fatalf("steering node got a reply flow: %s", f)
+		if f.Table == TableReply || f.Table == TableUplink {
+			t.Fatalf("steering node got a reply or uplink flow: %s", f)
 		}
 	}
 }
@@ -214,6 +219,27 @@ func TestFlowsOnRealPackets(t *testing.T) {
 		t.Errorf("pod to node IP: %v", err)
 	}
 
+	// A packet an endpoint sends about a connection the host's conntrack
+	// never saw (an ICMP error, a TCP reset) cannot be translated: it is
+	// dropped rather than sent with the pod's IP. The outside reaches the
+	// pods' IPs directly here (the pod network is routed), so each pod
+	// answers a datagram and a connection to a closed port: the bystander's
+	// answers arrive (the probe works), the endpoints' never do.
+	capture := topo.External.Capture(t)
+	for _, pod := range []*topology.Pod{bystander, a, b} {
+		udp, tcp := closedPortAnswers(t, topo.External, pod.IP)
+		if endpoint := pod != bystander; endpoint && (udp || tcp) {
+			t.Errorf("endpoint %s answered from its pod IP (port unreachable %v, reset %v)", pod.Name, udp, tcp)
+		} else if !endpoint && (!udp || !tcp) {
+			t.Errorf("bystander: port unreachable %v, reset %v; want both", udp, tcp)
+		}
+	}
+	for _, p := range capture.Stop() {
+		if p.Src == a.IP || p.Src == b.IP {
+			t.Errorf("the external host received a packet from an endpoint's pod IP: %v", p)
+		}
+	}
+
 	// The host's MAC unknown: the other node must drop b's egress, not leak
 	// it. Until OVS has revalidated its cached datapath flows b may still be
 	// steered (and SNATed by the host: no leak either), so the drop is
@@ -234,6 +260,42 @@ func TestFlowsOnRealPackets(t *testing.T) {
 			t.Errorf("the external host saw the pod IP %s", src)
 		}
 	}
+}
+
+// closedPort is a port nothing listens on in the test's pods.
+const closedPort = 9
+
+// closedPortAnswers sends, from host, a UDP datagram and a TCP connection
+// attempt to dst's closedPort, and reports whether dst's ICMP port
+// unreachable and TCP reset came back.
+func closedPortAnswers(t *testing.T, host *topology.Host, dst netip.Addr) (unreachable, reset bool) {
+	t.Helper()
+	const answerTimeout = time.Second // a refusal takes a round trip on one machine
+	target := netip.AddrPortFrom(dst, closedPort).String()
+	err := topology.InNetns(host.Netns, func() error {
+		conn, err := net.Dial("udp", target)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(answerTimeout))
+		if _, err := conn.Write([]byte("anyone?")); err != nil {
+			return err
+		}
+		_, err = conn.Read(make([]byte, 16))
+		unreachable = errors.Is(err, syscall.ECONNREFUSED)
+		tcp, err := net.DialTimeout("tcp", target, answerTimeout)
+		if err == nil {
+			tcp.Close()
+			return fmt.Errorf("something listens on %s", target)
+		}
+		reset = errors.Is(err, syscall.ECONNREFUSED)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return unreachable, reset
 }
 
 // bridgeMAC is the MAC of n's br-ex LOCAL port.

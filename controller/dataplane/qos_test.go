@@ -66,8 +66,8 @@ func TestQoSFlowsText(t *testing.T) {
 	voice, web := fmt.Sprintf("%#x", ids["0,2,"]), fmt.Sprintf("%#x", ids["1,"])
 	cookie := func(kind FlowKind) string { return fmt.Sprintf("%#x", Cookie(kind, "EgressQoS/shop/default")) }
 	want := []string{
-		"cookie=0xef10330000000005, table=45, priority=3000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,41)",
-		"cookie=0xef10330000000005, table=45, priority=0 actions=resubmit(,41)",
+		"cookie=0xef10330000000006, table=45, priority=3000,ip,nw_dst=10.244.0.0/16 actions=resubmit(,41)",
+		"cookie=0xef10330000000006, table=45, priority=0 actions=resubmit(,41)",
 		"cookie=" + cookie(KindQoSClassify) + ", table=45, priority=2500,ip,reg5=0,nw_src=10.244.1.5 actions=set_field:" + voice + "->reg5,resubmit(,45)",
 		"cookie=" + cookie(KindQoSClassify) + ", table=45, priority=2500,ip,reg5=0,nw_src=10.244.1.6 actions=set_field:" + voice + "->reg5,resubmit(,45)",
 		"cookie=" + cookie(KindQoSClassify) + ", table=45, priority=2500,ipv6,reg5=0,ipv6_src=fd00:10:244:1::5 actions=set_field:" + voice + "->reg5,resubmit(,45)",

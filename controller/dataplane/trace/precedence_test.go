@@ -62,8 +62,20 @@ func TestPrecedenceOnPureState(t *testing.T) {
 
 	r := routedOut("10.244.1.5", "198.51.100.7")
 	leaves("web's endpoint, admitted too", r, uplink, func(p trace.Packet) bool { return p.Src == netip.MustParseAddr("192.0.2.10") })
-	if r.Hits[0].Flow.Cookie != dataplane.Cookie(dataplane.KindRedirect, "shop/web") || lastHit(r) != dataplane.Cookie(dataplane.KindSNAT, "shop/web") {
-		t.Errorf("web's endpoint took another path than its redirect and SNAT flows:\n%v", r)
+	if r.Hits[0].Flow.Cookie != dataplane.Cookie(dataplane.KindRedirect, "shop/web") || r.Hits[len(r.Hits)-2].Flow.Cookie != dataplane.Cookie(dataplane.KindSNAT, "shop/web") ||
+		lastHit(r) != dataplane.Cookie(dataplane.KindUplink, "") {
+		t.Errorf("web's endpoint took another path than its redirect, SNAT and uplink flows:\n%v", r)
+	}
+	// A packet of the endpoint's that conntrack cannot tie to a
+	// connection (an ICMP error about one this host never saw) is not
+	// translated: it must not leave with the pod's address.
+	for _, flow := range [][2]string{{"10.244.1.5", "198.51.100.7"}, {"fd00:10:244:1::5", "2001:db8:ff::1"}} {
+		endpointIP := flow[0]
+		r = mustTrace(t, tables, trace.Packet{InPort: openflow.PortLocal, Src: netip.MustParseAddr(endpointIP), Dst: netip.MustParseAddr(flow[1]),
+			Proto: trace.ProtoTCP, SrcPort: 40000, DstPort: 443}, trace.Conntrack{States: []uint32{openflow.CTStateTrk | openflow.CTStateInv}})
+		if !r.Dropped() || lastHit(r) != dataplane.Cookie(dataplane.KindUplink, "") {
+			t.Errorf("an untranslatable packet of web's endpoint %s was not dropped after SNAT:\n%v", endpointIP, r)
+		}
 	}
 	r = routedOut("fd00:10:244:1::5", "2001:db8:ff::1")
 	leaves("web's IPv6 endpoint", r, uplink, func(p trace.Packet) bool { return p.Src == netip.MustParseAddr("2001:db8::10") })

@@ -44,9 +44,10 @@
 // A ct that recirculates also forks a copy of the packet that resumes in
 // its table once the actions of the first pass are done, with the
 // ct_state the Conntrack model gives it (by default trk|new: the first
-// packet of a new connection), its zone, and its nat applied. That is
-// ofproto/trace's model too (`--ct-next` gives the states), and the
-// package's cross-check (crosscheck_test.go) holds the tracer to
+// packet of a new connection, with snat or dnat if the ct translated it),
+// its zone, and its nat applied. That is ofproto/trace's model too when
+// `--ct-next` gives it the states (its own default has no snat or dnat),
+// and the package's cross-check (crosscheck_test.go) holds the tracer to
 // ofproto/trace on a real bridge for hundreds of generated packets through
 // egressflow's flows and a hand-written table of the rest.
 //
@@ -226,7 +227,9 @@ func checkCT(a openflow.CT) error {
 type Conntrack struct {
 	// States are the ct_state of each recirculation in turn (ofproto/
 	// trace's --ct-next options); past its end, or when empty,
-	// openflow.CTStateTrk|openflow.CTStateNew.
+	// openflow.CTStateTrk|openflow.CTStateNew, plus CTStateSNAT or
+	// CTStateDNAT after a ct whose nat translated the packet (as the
+	// datapath marks the first packet of a connection it translated).
 	States []uint32
 	// Unnat gives the addresses a packet has once a nat without a range
 	// has undone its connection's translation, for a state with
@@ -499,6 +502,12 @@ func (p *pass) conntrack(a openflow.CT) error {
 	}
 	if a.Recirculate {
 		state := openflow.CTStateTrk | openflow.CTStateNew
+		if nat != nil && nat.Flags&openflow.NATSrc != 0 {
+			state |= openflow.CTStateSNAT
+		}
+		if nat != nil && nat.Flags&openflow.NATDst != 0 {
+			state |= openflow.CTStateDNAT
+		}
 		if p.recirculate < len(p.ct.States) {
 			state = p.ct.States[p.recirculate]
 		}
