@@ -177,82 +177,88 @@ func main() {
 	klog.Flush()
 }
 
-func run() error {
-	if len(os.Args) > 1 && os.Args[1] == "flows" {
-		return runFlows(os.Args[2:], os.Stdout)
-	}
-	var (
-		kubeconfig, namespace, nodeName, bridge, ovsRundir, uplink string
-		podCIDRs, serviceCIDRs, rtTables                           string
-		dnsServers, resolvConf, egressIPUnheld                     string
-		renewInterval, leaseDuration                               = heartbeat.DefaultRenewInterval, heartbeat.DefaultLeaseDuration
-	)
+// agentFlags are the agent's command line (parseFlags).
+type agentFlags struct {
+	kubeconfig, namespace, nodeName, bridge, ovsRundir, uplink string
+	podCIDRs, serviceCIDRs, rtTables                           string
+	dnsServers, resolvConf, egressIPUnheld                     string
+	renewInterval, leaseDuration, restartGrace                 time.Duration
+	metrics                                                    cli.SecureServing
+	probeAddr, healthAddr, ovsdbTarget                         string
+	coldGuard, profiling                                       bool
+	dnsHoldTimeout                                             time.Duration
+	dnsWhileAway, dnsResolverPods                              string
+	liveness                                                   agent.LivenessBounds
+}
+
+// parseFlags reads the agent's flags from args (without the command's
+// name); done says the command has nothing more to do (it printed its
+// usage).
+func parseFlags(args []string) (f agentFlags, done bool, err error) {
+	f.renewInterval, f.leaseDuration = heartbeat.DefaultRenewInterval, heartbeat.DefaultLeaseDuration
 	fs := cli.NewFlags("egressflow-agent")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage:\n  egressflow-agent [flags]\n    the node agent (the DaemonSet's command)\n  %s\n\nFlags of the agent:\n", flowsUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
-	fs.StringVar(&namespace, "namespace", cli.EnvOr("POD_NAMESPACE", defaultNamespace), "namespace of the heartbeat Leases")
-	fs.StringVar(&nodeName, "node-name", cli.EnvOr("NODE_NAME", cli.Hostname()), "this node's name, as in its Node object")
-	fs.StringVar(&bridge, "bridge", "br-ex", "the Open vSwitch bridge that carries the node's external traffic")
-	fs.StringVar(&ovsRundir, "ovs-rundir", "/var/run/openvswitch", "Open vSwitch run directory, holding <bridge>.mgmt")
-	fs.StringVar(&uplink, "uplink", "", "name of the bridge's uplink port (required)")
-	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs (required): endpoints outside them are host-networked and untouched; traffic to them is never rewritten")
-	fs.StringVar(&serviceCIDRs, "service-cidrs", "", "comma-separated ClusterIP CIDRs: traffic to them is never rewritten")
-	fs.StringVar(&dnsServers, "dns-servers", "", "comma-separated DNS servers (address or address:port) at which EgressFirewall's dnsName rules are resolved; empty: the nameservers of --resolv-conf")
-	fs.StringVar(&resolvConf, "resolv-conf", dnsresolve.DefaultResolvConf, "resolv.conf whose nameservers resolve EgressFirewall's dnsName rules when --dns-servers is empty (the node's, for an agent on the host network with dnsPolicy Default)")
-	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(dataplane.EgressIPUnheldDrop)), "what a selected pod's egress does while its EgressIP has no held address of its family: \"drop\" (fail closed: no packet leaves with another source than the egress IP) or \"node-ip\" (as OVN-Kubernetes: it leaves as the node's other pods do, with their source address); one value for the whole cluster (EGRESSIP_UNHELD of the egressflow-cluster ConfigMap)")
-	fs.StringVar(&rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
-	fs.DurationVar(&renewInterval, "heartbeat-renew-interval", renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
-	fs.DurationVar(&leaseDuration, "heartbeat-lease-duration", leaseDuration, "how long a renewal is valid: failover time of a node cut off from the API server alone, or whose agent answers no probe (--probe-bind-address empty)")
-	restartGrace := heartbeat.DefaultRestartGrace
-	fs.DurationVar(&restartGrace, "heartbeat-restart-grace", restartGrace, "how long the last renewal of an agent whose Pod is deleted (a rolling update) is valid, so that its successor takes over without a failover")
-	podName := cli.EnvOr("POD_NAME", "")
-	var metrics cli.SecureServing
-	metrics.AddFlags(fs, defaultMetricsAddr, "address serving /metrics (and /debug/pprof/ with --profiling) over TLS, to callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview, get on the path); empty disables")
-	var probeAddr string
-	fs.StringVar(&probeAddr, "probe-bind-address", defaultProbeAddr, "UDP address where the agent answers the cluster component's probes and its peers' (fast failover: the node fails over within a second of its death); empty disables, and the node is then judged by its heartbeat Lease alone")
-	var healthAddr string
-	fs.StringVar(&healthAddr, "health-bind-address", defaultHealthAddr, "address serving /healthz and /readyz in plain HTTP for the kubelet's probes, and the peers' signed questions on /heartbeat; empty disables (and with it the peers' questions before fencing)")
-	var ovsdbTarget string
-	fs.StringVar(&ovsdbTarget, "ovsdb", "", "Open vSwitch database (unix:PATH or tcp:HOST:PORT; default unix:<ovs-rundir>/db.sock) where the agent holds a restarting ovs-vswitchd's forwarding until its flows are replayed (other_config:flow-restore-wait); \"none\" disables the hold, and then a vswitchd restart forwards pods' packets unchanged until the agent has reconnected")
-	var coldGuard bool
-	fs.BoolVar(&coldGuard, "cold-guard", false, "install the cold guard on a bridge that holds none of egressflow's flows (every pod held to the fail-closed pipeline), then exit: for the node's boot sequence, before the kubelet starts pods, which after a reboot may start before this agent; needs only the bridge, uplink and CIDR flags")
-	dnsHoldTimeout := agent.DefaultDNSHoldTimeout
-	fs.DurationVar(&dnsHoldTimeout, "dns-reply-hold-timeout", dnsHoldTimeout, "how long a DNS reply to a pod of a namespace with a dnsName rule is held for the flows of its addresses at most; past it the reply goes on all the same (counted in egressflow_agent_dns_replies_total{outcome=\"timeout\"}): longer delays lookups on an agent that cannot program its bridge, shorter lets such a pod's first packets through before the firewall judges them")
-	dnsWhileAway := cli.EnvOr("DNS_REPLIES_WHILE_AWAY", dnsRepliesHold)
-	fs.StringVar(&dnsWhileAway, "dns-replies-while-away", dnsWhileAway, "(or DNS_REPLIES_WHILE_AWAY of the egressflow-cluster ConfigMap) what DNS replies to pods of namespaces with a dnsName rule do while this agent is away (restarting, or between its exit and its successor's first sync): \"hold\" keeps them paused for an agent that is not there, so those pods cannot resolve names until it is back (no address ever reaches a pod before the firewall can judge it); \"pass\" makes a stopping agent let them through unheld, so lookups keep working and the firewall may judge a pod's first packets to a new address late")
-	dnsResolverPods := cli.EnvOr("DNS_RESOLVER_PODS", defaultDNSResolverPods)
-	fs.StringVar(&dnsResolverPods, "dns-resolver-pods", dnsResolverPods, "(or DNS_RESOLVER_PODS of the egressflow-cluster ConfigMap) the cluster's DNS resolver pods, as namespace/label-selector: the DNS replies to those on this node are learned and held too while a local namespace has a dnsName rule, since such a resolver answers the pods of its own node without crossing the bridge (\"\": none; a resolver left out lets its node's pods get answers the firewall learns only from its own lookups)")
-	var profiling bool
-	fs.BoolVar(&profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address, to callers allowed get on /debug/pprof/* (exposes internals; for diagnosis)")
-	var liveness agent.LivenessBounds
-	fs.DurationVar(&liveness.Sync, "liveness-sync-timeout", agent.DefaultSyncTimeout, "/healthz fails once a sync attempt has run this long (the sync loop is stuck), so that the kubelet restarts the agent: shorter may restart an agent that is only slow on an overloaded node")
-	fs.DurationVar(&liveness.Bridge, "liveness-bridge-timeout", agent.DefaultBridgeTimeout, "/healthz fails once the OpenFlow connection to the bridge has been down this long, so that the kubelet restarts the agent (which then waits for the bridge, live): it must outlast an ovs-vswitchd restart")
-	if done, err := fs.Parse(os.Args[1:]); done || err != nil {
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&f.namespace, "namespace", cli.EnvOr("POD_NAMESPACE", defaultNamespace), "namespace of the heartbeat Leases")
+	fs.StringVar(&f.nodeName, "node-name", cli.EnvOr("NODE_NAME", cli.Hostname()), "this node's name, as in its Node object")
+	fs.StringVar(&f.bridge, "bridge", "br-ex", "the Open vSwitch bridge that carries the node's external traffic")
+	fs.StringVar(&f.ovsRundir, "ovs-rundir", "/var/run/openvswitch", "Open vSwitch run directory, holding <bridge>.mgmt")
+	fs.StringVar(&f.uplink, "uplink", "", "name of the bridge's uplink port (required)")
+	fs.StringVar(&f.podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs (required): endpoints outside them are host-networked and untouched; traffic to them is never rewritten")
+	fs.StringVar(&f.serviceCIDRs, "service-cidrs", "", "comma-separated ClusterIP CIDRs: traffic to them is never rewritten")
+	fs.StringVar(&f.dnsServers, "dns-servers", "", "comma-separated DNS servers (address or address:port) at which EgressFirewall's dnsName rules are resolved; empty: the nameservers of --resolv-conf")
+	fs.StringVar(&f.resolvConf, "resolv-conf", dnsresolve.DefaultResolvConf, "resolv.conf whose nameservers resolve EgressFirewall's dnsName rules when --dns-servers is empty (the node's, for an agent on the host network with dnsPolicy Default)")
+	fs.StringVar(&f.egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(dataplane.EgressIPUnheldDrop)), "what a selected pod's egress does while its EgressIP has no held address of its family: \"drop\" (fail closed: no packet leaves with another source than the egress IP) or \"node-ip\" (as OVN-Kubernetes: it leaves as the node's other pods do, with their source address); one value for the whole cluster (EGRESSIP_UNHELD of the egressflow-cluster ConfigMap)")
+	fs.StringVar(&f.rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
+	fs.DurationVar(&f.renewInterval, "heartbeat-renew-interval", f.renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
+	fs.DurationVar(&f.leaseDuration, "heartbeat-lease-duration", f.leaseDuration, "how long a renewal is valid: failover time of a node cut off from the API server alone, or whose agent answers no probe (--probe-bind-address empty)")
+	fs.DurationVar(&f.restartGrace, "heartbeat-restart-grace", heartbeat.DefaultRestartGrace, "how long the last renewal of an agent whose Pod is deleted (a rolling update) is valid, so that its successor takes over without a failover")
+	f.metrics.AddFlags(fs, defaultMetricsAddr, "address serving /metrics (and /debug/pprof/ with --profiling) over TLS, to callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview, get on the path); empty disables")
+	fs.StringVar(&f.probeAddr, "probe-bind-address", defaultProbeAddr, "UDP address where the agent answers the cluster component's probes and its peers' (fast failover: the node fails over within a second of its death); empty disables, and the node is then judged by its heartbeat Lease alone")
+	fs.StringVar(&f.healthAddr, "health-bind-address", defaultHealthAddr, "address serving /healthz and /readyz in plain HTTP for the kubelet's probes, and the peers' signed questions on /heartbeat; empty disables (and with it the peers' questions before fencing)")
+	fs.StringVar(&f.ovsdbTarget, "ovsdb", "", "Open vSwitch database (unix:PATH or tcp:HOST:PORT; default unix:<ovs-rundir>/db.sock) where the agent holds a restarting ovs-vswitchd's forwarding until its flows are replayed (other_config:flow-restore-wait); \"none\" disables the hold, and then a vswitchd restart forwards pods' packets unchanged until the agent has reconnected")
+	fs.BoolVar(&f.coldGuard, "cold-guard", false, "install the cold guard on a bridge that holds none of egressflow's flows (every pod held to the fail-closed pipeline), then exit: for the node's boot sequence, before the kubelet starts pods, which after a reboot may start before this agent; needs only the bridge, uplink and CIDR flags")
+	fs.DurationVar(&f.dnsHoldTimeout, "dns-reply-hold-timeout", agent.DefaultDNSHoldTimeout, "how long a DNS reply to a pod of a namespace with a dnsName rule is held for the flows of its addresses at most; past it the reply goes on all the same (counted in egressflow_agent_dns_replies_total{outcome=\"timeout\"}): longer delays lookups on an agent that cannot program its bridge, shorter lets such a pod's first packets through before the firewall judges them")
+	fs.StringVar(&f.dnsWhileAway, "dns-replies-while-away", cli.EnvOr("DNS_REPLIES_WHILE_AWAY", dnsRepliesHold), "(or DNS_REPLIES_WHILE_AWAY of the egressflow-cluster ConfigMap) what DNS replies to pods of namespaces with a dnsName rule do while this agent is away (restarting, or between its exit and its successor's first sync): \"hold\" keeps them paused for an agent that is not there, so those pods cannot resolve names until it is back (no address ever reaches a pod before the firewall can judge it); \"pass\" makes a stopping agent let them through unheld, so lookups keep working and the firewall may judge a pod's first packets to a new address late")
+	fs.StringVar(&f.dnsResolverPods, "dns-resolver-pods", cli.EnvOr("DNS_RESOLVER_PODS", defaultDNSResolverPods), "(or DNS_RESOLVER_PODS of the egressflow-cluster ConfigMap) the cluster's DNS resolver pods, as namespace/label-selector: the DNS replies to those on this node are learned and held too while a local namespace has a dnsName rule, since such a resolver answers the pods of its own node without crossing the bridge (\"\": none; a resolver left out lets its node's pods get answers the firewall learns only from its own lookups)")
+	fs.BoolVar(&f.profiling, "profiling", false, "also serve Go's /debug/pprof/ on the metrics address, to callers allowed get on /debug/pprof/* (exposes internals; for diagnosis)")
+	fs.DurationVar(&f.liveness.Sync, "liveness-sync-timeout", agent.DefaultSyncTimeout, "/healthz fails once a sync attempt has run this long (the sync loop is stuck), so that the kubelet restarts the agent: shorter may restart an agent that is only slow on an overloaded node")
+	fs.DurationVar(&f.liveness.Bridge, "liveness-bridge-timeout", agent.DefaultBridgeTimeout, "/healthz fails once the OpenFlow connection to the bridge has been down this long, so that the kubelet restarts the agent (which then waits for the bridge, live): it must outlast an ovs-vswitchd restart")
+	done, err = fs.Parse(args)
+	return f, done, err
+}
+
+func run() error {
+	if len(os.Args) > 1 && os.Args[1] == "flows" {
+		return runFlows(os.Args[2:], os.Stdout)
+	}
+	f, done, err := parseFlags(os.Args[1:])
+	if done || err != nil {
 		return err
 	}
-
-	node, err := nodeConfig(nodeName, uplink, podCIDRs, serviceCIDRs, egressIPUnheld, dnsResolverPods)
+	podName := cli.EnvOr("POD_NAME", "")
+	node, err := nodeConfig(f.nodeName, f.uplink, f.podCIDRs, f.serviceCIDRs, f.egressIPUnheld, f.dnsResolverPods)
 	if err != nil {
 		return err
 	}
-	if coldGuard {
-		return guardCold(node, bridge, ovsRundir, uplink)
+	if f.coldGuard {
+		return guardCold(node, f.bridge, f.ovsRundir, f.uplink)
 	}
-	if dnsWhileAway != dnsRepliesHold && dnsWhileAway != dnsRepliesPass {
-		return fmt.Errorf("--dns-replies-while-away: %q is neither %q nor %q", dnsWhileAway, dnsRepliesHold, dnsRepliesPass)
+	if f.dnsWhileAway != dnsRepliesHold && f.dnsWhileAway != dnsRepliesPass {
+		return fmt.Errorf("--dns-replies-while-away: %q is neither %q nor %q", f.dnsWhileAway, dnsRepliesHold, dnsRepliesPass)
 	}
-	servers, err := parseDNSServers(dnsServers)
+	servers, err := parseDNSServers(f.dnsServers)
 	if err != nil {
 		return err
 	}
 	// Without a nameserver the agent still runs: dnsName rules match
 	// nothing, and each is reported unresolved.
-	resolver, resolverErr := dnsresolve.New(dnsresolve.Config{Servers: servers, ResolvConf: resolvConf})
+	resolver, resolverErr := dnsresolve.New(dnsresolve.Config{Servers: servers, ResolvConf: f.resolvConf})
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -269,7 +275,7 @@ func run() error {
 	defer stop()
 	// From the start: an uninstall takes the agent's permissions soon after
 	// it begins, before the kubelet stops the agent (exit.go).
-	removal := watchRemoval(ctx, kube, namespace, podName)
+	removal := watchRemoval(ctx, kube, f.namespace, podName)
 
 	// The probes are served from the start: until the agent runs, it waits
 	// for the bridge, live (a restart would wait the same way) and not
@@ -287,31 +293,31 @@ func run() error {
 		if a := running.Load(); a != nil {
 			return a.Healthy(r.Context())
 		}
-		return fmt.Errorf("waiting for the OpenFlow connection to bridge %s", bridge)
+		return fmt.Errorf("waiting for the OpenFlow connection to bridge %s", f.bridge)
 	}
-	if metrics.BindAddress != "" {
+	if f.metrics.BindAddress != "" {
 		auth, err := cli.NewDelegatedAuth(cfg)
 		if err != nil {
 			return err
 		}
-		certificate, err := metrics.Certificate(nodeName)
+		certificate, err := f.metrics.Certificate(f.nodeName)
 		if err != nil {
 			return err
 		}
-		cli.ServeTLS(ctx, metrics.BindAddress, certificate, auth.Wrap(cli.MetricsHandler(reg, profiling)), stop)
+		cli.ServeTLS(ctx, f.metrics.BindAddress, certificate, auth.Wrap(cli.MetricsHandler(reg, f.profiling)), stop)
 	}
 	// Beside the probes, the health address answers the peers that ask,
 	// before fencing, whether this agent can renew (heartbeat.PeerProbe),
 	// when their question is signed with the key their Lease publishes;
 	// until its renewer runs, it does not know (a peer then counts it as
 	// renewing).
-	identity, err := heartbeat.NewPeerIdentity(nodeName)
+	identity, err := heartbeat.NewPeerIdentity(f.nodeName)
 	if err != nil {
 		return err
 	}
 	var runningRenewer atomic.Pointer[heartbeat.Renewer]
-	cli.Serve(ctx, healthAddr, healthHandler(live, ready, identity, &running, &runningRenewer), stop)
-	responder, err := listenProbes(probeAddr, &running)
+	cli.Serve(ctx, f.healthAddr, healthHandler(live, ready, identity, &running, &runningRenewer), stop)
+	responder, err := listenProbes(f.probeAddr, &running)
 	if err != nil {
 		return err
 	}
@@ -321,23 +327,23 @@ func run() error {
 
 	// The bridge's management socket: the agent's connection and the DNS
 	// snoop's.
-	mgmt := "unix:" + filepath.Join(ovsRundir, bridge+".mgmt")
-	ofClient, err := dialBridge(ctx, bridge, mgmt)
+	mgmt := "unix:" + filepath.Join(f.ovsRundir, f.bridge+".mgmt")
+	ofClient, err := dialBridge(ctx, f.bridge, mgmt)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting
 		}
-		return fmt.Errorf("connect to bridge %s: %w", bridge, err)
+		return fmt.Errorf("connect to bridge %s: %w", f.bridge, err)
 	}
 	defer ofClient.Close()
-	klog.InfoS("Connected to the bridge over OpenFlow 1.5", "bridge", bridge)
+	klog.InfoS("Connected to the bridge over OpenFlow 1.5", "bridge", f.bridge)
 	var forwarding agent.ForwardingGate
-	switch ovsdbTarget {
+	switch f.ovsdbTarget {
 	case "none":
 	case "":
-		forwarding = ovsdb.Database{Target: "unix:" + filepath.Join(ovsRundir, "db.sock")}
+		forwarding = ovsdb.Database{Target: "unix:" + filepath.Join(f.ovsRundir, "db.sock")}
 	default:
-		forwarding = ovsdb.Database{Target: ovsdbTarget}
+		forwarding = ovsdb.Database{Target: f.ovsdbTarget}
 	}
 	handle, err := netlink.NewHandle()
 	if err != nil {
@@ -356,7 +362,7 @@ func run() error {
 		return err
 	}
 	agentMetrics := agent.NewMetrics(reg)
-	emitter, err := recorder(agent.CoreClientConfig(cfg), nodeName, reg)
+	emitter, err := recorder(agent.CoreClientConfig(cfg), f.nodeName, reg)
 	if err != nil {
 		return err
 	}
@@ -365,8 +371,8 @@ func run() error {
 	defer func() { stop(); <-eventsDone }() // stop ends ctx: the emitter drains and returns
 	agentCfg := agent.Config{
 		Node:          node,
-		UplinkPort:    uplink,
-		Namespace:     namespace,
+		UplinkPort:    f.uplink,
+		Namespace:     f.namespace,
 		Kube:          kube,
 		Egress:        egress,
 		Switch:        agent.OpenFlowSwitch{Client: ofClient},
@@ -374,16 +380,16 @@ func run() error {
 		Disconnected:  ofClient.Disconnected(),
 		LastRenewed:   func() time.Time { return renewer.LastRenewed() },
 		SharedOutage:  func() bool { return sharedOutage != nil && sharedOutage() },
-		LeaseDuration: leaseDuration,
+		LeaseDuration: f.leaseDuration,
 		Rules:         rules,
 		HostFirewall:  hostfirewall.New(nft),
 		Tables: iprule.TableResolver{
-			Files:      strings.Split(rtTables, ","),
+			Files:      strings.Split(f.rtTables, ","),
 			LinkByName: handle.LinkByName,
 		}.Resolve,
 		Recorder: emitter,
 		Metrics:  agentMetrics,
-		Liveness: liveness,
+		Liveness: f.liveness,
 	}
 	if responder != nil {
 		agentCfg.ProbeLost = responder.Lost
@@ -399,31 +405,10 @@ func run() error {
 	}
 	a := agent.New(agentCfg)
 	if agentCfg.DNS != nil {
-		snoopDone := startDNSSnoop(ctx, a, resolver, agentMetrics, dnsHoldTimeout, dnsWhileAway, mgmt)
+		snoopDone := startDNSSnoop(ctx, a, resolver, agentMetrics, f.dnsHoldTimeout, f.dnsWhileAway, mgmt)
 		defer func() { stop(); <-snoopDone }()
 	}
-	hostAddresses := &agent.HostAddressReader{Handle: handle, Excluded: a.HostAddressExclusions}
-
-	renewer, err = heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
-		Namespace: namespace, NodeName: nodeName,
-		RenewInterval: renewInterval, LeaseDuration: leaseDuration,
-		// A wedged agent (its sync stuck past the liveness bound) stops
-		// renewing too: its dataplane no longer follows the cluster, so
-		// its services should move while the kubelet restarts it.
-		Healthy: func(ctx context.Context) error {
-			if err := a.Live(ctx); err != nil {
-				return err
-			}
-			return a.Healthy(ctx)
-		},
-		Facts: func() heartbeat.Facts {
-			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
-				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(), EgressSubnets: bridgeSubnets(handle, bridge),
-				HostAddresses: hostAddresses.Read(), PeerKey: identity.PublicKey(), ProbeAddress: probeAddress(a, responder)}
-		},
-		Observe:   agentMetrics.ObserveRenewal,
-		PeerFacts: true,
-	})
+	renewer, err = newRenewer(kube, f, a, handle, identity, responder, agentMetrics)
 	if err != nil {
 		return err
 	}
@@ -436,7 +421,7 @@ func run() error {
 		}
 	}()
 
-	if port, ok := heartbeat.HealthPort(healthAddr); ok {
+	if port, ok := heartbeat.HealthPort(f.healthAddr); ok {
 		probe := &heartbeat.PeerProbe{
 			Peers:    func() []heartbeat.Peer { return a.Peers(port) },
 			Identity: identity,
@@ -447,29 +432,56 @@ func run() error {
 	}
 	runningRenewer.Store(renewer)
 	running.Store(a)
-	klog.InfoS("Starting egressflow-agent", "node", nodeName, "bridge", bridge, "uplink", uplink)
+	klog.InfoS("Starting egressflow-agent", "node", f.nodeName, "bridge", f.bridge, "uplink", f.uplink)
 	err = a.Run(ctx, ofClient.Reconnected())
 	<-renewerDone
 	exitCtx, cancel := context.WithTimeout(context.Background(), exitTimeout)
 	defer cancel()
-	switch action, reason := decideExit(exitCtx, kube, namespace, podName, removal); action {
+	switch action, reason := decideExit(exitCtx, kube, f.namespace, podName, removal); action {
 	case removeDataplane:
-		klog.InfoS("egressflow is being removed: removing its flows, ip rules, nftables table and forwarding hold from the node", "node", nodeName, "reason", reason)
+		klog.InfoS("egressflow is being removed: removing its flows, ip rules, nftables table and forwarding hold from the node", "node", f.nodeName, "reason", reason)
 		removeHostFirewall := func(ctx context.Context) error { return hostfirewall.Remove(ctx, nft) }
 		if err := agent.Uninstall(exitCtx, agent.OpenFlowSwitch{Client: ofClient}, rules, removeHostFirewall, forwarding); err != nil {
 			klog.ErrorS(err, "Could not remove all of egressflow from the node")
 		}
 	case handOverDataplane:
-		passDNSReplies(exitCtx, ofClient, dnsWhileAway)
-		handOverLease(exitCtx, renewer, restartGrace, podName, reason)
+		passDNSReplies(exitCtx, ofClient, f.dnsWhileAway)
+		handOverLease(exitCtx, renewer, f.restartGrace, podName, reason)
 		if responder != nil {
 			time.Sleep(handoverPropagation)
 		}
 	default:
-		passDNSReplies(exitCtx, ofClient, dnsWhileAway)
+		passDNSReplies(exitCtx, ofClient, f.dnsWhileAway)
 		klog.InfoS("Stopping; the dataplane stays and the heartbeat Lease runs out as usual", "reason", reason)
 	}
 	return err
+}
+
+// newRenewer makes the agent's heartbeat: its Lease, renewed while a is
+// live and its dataplane healthy, and the facts its peers read.
+func newRenewer(kube kubernetes.Interface, f agentFlags, a *agent.Agent, handle *netlink.Handle, identity *heartbeat.PeerIdentity,
+	responder *heartbeat.Responder, metrics *agent.Metrics) (*heartbeat.Renewer, error) {
+	hostAddresses := &agent.HostAddressReader{Handle: handle, Excluded: a.HostAddressExclusions}
+	return heartbeat.NewRenewer(kube.CoordinationV1(), heartbeat.RenewerConfig{
+		Namespace: f.namespace, NodeName: f.nodeName,
+		RenewInterval: f.renewInterval, LeaseDuration: f.leaseDuration,
+		// A wedged agent (its sync stuck past the liveness bound) stops
+		// renewing too: its dataplane no longer follows the cluster, so
+		// its services should move while the kubelet restarts it.
+		Healthy: func(ctx context.Context) error {
+			if err := a.Live(ctx); err != nil {
+				return err
+			}
+			return a.Healthy(ctx)
+		},
+		Facts: func() heartbeat.Facts {
+			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, f.bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
+				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(), EgressSubnets: bridgeSubnets(handle, f.bridge),
+				HostAddresses: hostAddresses.Read(), PeerKey: identity.PublicKey(), ProbeAddress: probeAddress(a, responder)}
+		},
+		Observe:   metrics.ObserveRenewal,
+		PeerFacts: true,
+	})
 }
 
 // listenProbes opens the probe protocol's socket at addr (nil without

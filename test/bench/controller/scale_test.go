@@ -16,8 +16,10 @@ package controller
 //   - the API server's requests and writes per second and etcd's puts per
 //     second, from their /metrics, over the steady window: every client's,
 //     kwok's kubelet work included;
-//   - the Lease events one agent's Lease watch receives per second (and, by
-//     multiplication, what the nodes' agents receive together);
+//   - the events one agent's watches receive per second, stream by stream
+//     (its Leases, all Nodes, Services, EndpointSlices and Namespaces, its
+//     node's pods), from watches made as the agent makes them, and, by
+//     multiplication, what the nodes' agents receive together;
 //   - time from the controller's start to every EgressService hosted and
 //     every EgressIP held, and the controller's writes per assignment
 //     (from the API server's request counts by resource);
@@ -111,7 +113,7 @@ type scaleResult struct {
 	agentWritesPerNode10s                    float64
 	agentRefusedPerNode10s                   float64 // of those writes
 	apiRequests, apiWrites, etcdPuts         float64 // per second
-	leaseEventsPerAgent                      float64 // per second
+	eventsPerAgent                           []streamRate
 	assigned                                 bool
 	hosted, held                             int
 	assignServices, assignEgressIPs          time.Duration
@@ -234,6 +236,15 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	hosts := watchHosts(b, env)
 	held := watchEgressIPs(b, env)
 
+	// One agent's watches, made as a starting agent makes them: their
+	// initial lists come before the liveness load, which at 5,000 nodes
+	// can leave the API server no room for them.
+	watchLabel := heartbeat.LeaseLabelValue
+	if p.peerFacts {
+		watchLabel = heartbeat.PeerFactsLabelValue
+	}
+	streams := watchAsAnAgent(b, env, nodes[0], watchLabel)
+
 	// The agents' liveness starts once the cluster is set up: at 5,000
 	// nodes, 1 s renewals leave the API server little room for anything
 	// else, and the setup is the same for both protocols.
@@ -282,12 +293,10 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 		controllerWrites, res.writesPerAssignment)
 
 	// The steady state.
-	watchLabel := heartbeat.LeaseLabelValue
-	if p.peerFacts {
-		watchLabel = heartbeat.PeerFactsLabelValue
+	startAgentWrites, startRefused := agents.writes.Load(), agents.refused.Load()
+	for _, w := range streams {
+		w.events.Store(0)
 	}
-	leaseEvents := countLeaseEvents(b, env, watchLabel)
-	startEvents, startAgentWrites, startRefused := leaseEvents.Load(), agents.writes.Load(), agents.refused.Load()
 	startAPI, startEtcd, startCPU, startRejected := apiRequestCounts(b, env), etcdPuts(b, env), processCPU(b, pid), apfRejections(b, env)
 	windowStart := time.Now()
 	time.Sleep(*scaleWindow)
@@ -296,7 +305,9 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	res.apiRequests = endAPI.total(startAPI, false) / window
 	res.apiWrites = endAPI.total(startAPI, true) / window
 	res.etcdPuts = (etcdPuts(b, env) - startEtcd) / window
-	res.leaseEventsPerAgent = float64(leaseEvents.Load()-startEvents) / window
+	for _, w := range streams {
+		res.eventsPerAgent = append(res.eventsPerAgent, streamRate{w.name, float64(w.events.Load()) / window})
+	}
 	res.agentWritesPerNode10s = float64(agents.writes.Load()-startAgentWrites) / float64(len(nodes)) / window * 10
 	res.agentRefusedPerNode10s = float64(agents.refused.Load()-startRefused) / float64(len(nodes)) / window * 10
 	res.steadyCPU = (processCPU(b, pid) - startCPU).Seconds() / window
@@ -305,8 +316,8 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 			out("steady: API Priority and Fairness refused %.1f requests/s at %s", n/window, k)
 		}
 	}
-	out("steady: %.0f API requests/s, %.0f writes/s, %.0f etcd puts/s; agents %.2f writes per node per 10 s (%.2f refused); one agent's Lease watch %.1f events/s",
-		res.apiRequests, res.apiWrites, res.etcdPuts, res.agentWritesPerNode10s, res.agentRefusedPerNode10s, res.leaseEventsPerAgent)
+	out("steady: %.0f API requests/s, %.0f writes/s, %.0f etcd puts/s; agents %.2f writes per node per 10 s (%.2f refused); one agent's watches, events/s: %v",
+		res.apiRequests, res.apiWrites, res.etcdPuts, res.agentWritesPerNode10s, res.agentRefusedPerNode10s, res.eventsPerAgent)
 
 	res.peakRSS = processPeakRSS(b, pid)
 	if !res.assigned {
@@ -350,8 +361,11 @@ func printScaleTable(results []scaleResult) {
 	row("API server requests/s, every client (steady)", f("%.0f", func(r scaleResult) float64 { return r.apiRequests }))
 	row("API server writes/s, every client (steady)", f("%.0f", func(r scaleResult) float64 { return r.apiWrites }))
 	row("etcd puts/s (steady)", f("%.0f", func(r scaleResult) float64 { return r.etcdPuts }))
-	row("Lease events/s one agent receives", f("%.1f", func(r scaleResult) float64 { return r.leaseEventsPerAgent }))
-	row("the same, × nodes: Lease events/s to all agents", f("%.0f", func(r scaleResult) float64 { return r.leaseEventsPerAgent * float64(*scaleNodes) }))
+	for i, stream := range results[0].eventsPerAgent {
+		rate := func(r scaleResult) float64 { return r.eventsPerAgent[i].perSecond }
+		row(stream.name+": events/s one agent receives", f("%.1f", rate))
+		row(stream.name+": × nodes, events/s to all agents", f("%.0f", func(r scaleResult) float64 { return rate(r) * float64(*scaleNodes) }))
+	}
 	assignedIn := func(at func(r scaleResult) time.Duration, done func(r scaleResult) int, of int) func(r scaleResult) string {
 		return func(r scaleResult) string {
 			if done(r) < of {
@@ -456,26 +470,82 @@ func startLivenessAgents(b *testing.B, env *clustertest.Env, nodes []string, p l
 	return a
 }
 
-// countLeaseEvents watches what an agent watches of the Leases (those
-// labelled heartbeat.LeaseLabel=value) and counts the events after the
-// initial list.
-func countLeaseEvents(b *testing.B, env *clustertest.Env, value string) *atomic.Int64 {
-	var n atomic.Int64
-	f := informers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent)), 0,
-		informers.WithNamespace(kubetest.SystemNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = heartbeat.LeaseLabel + "=" + value }))
-	count := func(any) { n.Add(1) }
-	registration, err := f.Coordination().V1().Leases().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: count, UpdateFunc: func(_, l any) { count(l) }, DeleteFunc: count})
-	if err != nil {
-		b.Fatal(err)
+// streamRate is the events per second one of an agent's watches received
+// over the steady window.
+type streamRate struct {
+	name      string
+	perSecond float64
+}
+
+func (r streamRate) String() string { return fmt.Sprintf("%s %.1f", r.name, r.perSecond) }
+
+// agentStream is one of an agent's watches and the events it received
+// since its initial list.
+type agentStream struct {
+	name   string
+	events atomic.Int64
+}
+
+// watchAsAnAgent watches what the agent of node watches, with the
+// selectors the agent uses (controller/agent): the Leases labelled
+// heartbeat.LeaseLabel=leaseLabel, every Node, Service, EndpointSlice and
+// Namespace, and the pods bound to node (the pods of the EgressIPs an
+// agent holds are left out: a holder's share). Each stream counts its
+// events after the initial list. The list is every stream the agent has
+// whose events can grow with the cluster; its EgressService, EgressIP,
+// EgressQoS and EgressFirewall watches only change with those objects.
+func watchAsAnAgent(b *testing.B, env *clustertest.Env, node, leaseLabel string) []*agentStream {
+	// The Leases as the agent's identity; the rest as the admin, since the
+	// test control plane grants the agent's identity only its Leases (the
+	// events a watch receives do not depend on who watches).
+	agentClient := kubernetes.NewForConfigOrDie(env.Cluster.Config(kubetest.Agent))
+	cluster := informers.NewSharedInformerFactory(env.Kube, 0)
+	leases := informers.NewSharedInformerFactoryWithOptions(agentClient, 0, informers.WithNamespace(kubetest.SystemNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = heartbeat.LeaseLabel + "=" + leaseLabel }))
+	ownPods := informers.NewSharedInformerFactoryWithOptions(env.Kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + node }))
+	watched := []struct {
+		name     string
+		informer cache.SharedIndexInformer
+	}{
+		{"Leases", leases.Coordination().V1().Leases().Informer()},
+		{"Nodes", cluster.Core().V1().Nodes().Informer()},
+		{"Services", cluster.Core().V1().Services().Informer()},
+		{"EndpointSlices", cluster.Discovery().V1().EndpointSlices().Informer()},
+		{"Namespaces", cluster.Core().V1().Namespaces().Informer()},
+		{"its node's Pods", ownPods.Core().V1().Pods().Informer()},
 	}
 	stop := make(chan struct{})
-	f.Start(stop)
-	cache.WaitForCacheSync(stop, registration.HasSynced)
-	n.Store(0) // the initial list is not an event
-	b.Cleanup(func() { close(stop); f.Shutdown() })
-	return &n
+	var streams []*agentStream
+	var synced []cache.InformerSynced
+	for _, w := range watched {
+		stream := &agentStream{name: w.name}
+		count := func(any) { stream.events.Add(1) }
+		registration, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: count, UpdateFunc: func(_, o any) { count(o) }, DeleteFunc: count})
+		if err != nil {
+			b.Fatal(err)
+		}
+		streams, synced = append(streams, stream), append(synced, registration.HasSynced)
+	}
+	for _, f := range []informers.SharedInformerFactory{cluster, leases, ownPods} {
+		f.Start(stop)
+	}
+	b.Cleanup(func() {
+		close(stop)
+		for _, f := range []informers.SharedInformerFactory{cluster, leases, ownPods} {
+			f.Shutdown()
+		}
+	})
+	waitFor(b, "one agent's watches listed", func() bool {
+		for _, hasSynced := range synced {
+			if !hasSynced() {
+				return false
+			}
+		}
+		return true
+	})
+	return streams
 }
 
 // readyNodes counts the Ready nodes, scalePoll after it was last called.
