@@ -200,7 +200,8 @@ bench-firewall: test-deps
 
 ## bench-scale: 5,000 nodes (kwok), 150,000 pods, 10,000 EgressServices and 1,000 EgressIPs against a
 ## real API server, the real controller, each liveness protocol on its own control plane: API and etcd
-## write rates, Lease events per agent, assignment time and writes, controller CPU and memory, failover.
+## write rates, the events of each stream one agent watches, assignment time and writes, controller CPU and
+## memory, failover.
 bench-scale: test-deps
 	bash test/bench/scale.sh
 

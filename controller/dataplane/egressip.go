@@ -45,8 +45,8 @@ const TableNeighbour uint8 = 46
 // Flow kinds of EgressIP.
 var (
 	// KindEgressIPSNAT, in TableEgress, SNATs a selected pod's packet to
-	// the address of the object that this node holds, and sends it out of
-	// the uplink. The object's hash.
+	// the address of the object that this node holds, and sends it on to
+	// TableUplink. The object's hash.
 	KindEgressIPSNAT = APIEgressIP.Kind(1)
 	// KindEgressIPSteer, in TableEgress, sends a local selected pod's
 	// packet to the bridge MAC of the node holding its address.

@@ -92,7 +92,7 @@ type FlowKind uint8
 const (
 	KindRedirect FlowKind = 1  // TableClassify: an endpoint's packet, from any port, to TableOrigin
 	KindExempt   FlowKind = 2  // TableOrigin, TableEgress: a destination inside the cluster
-	KindSNAT     FlowKind = 3  // TableEgress: SNAT to the LB IP and out the uplink
+	KindSNAT     FlowKind = 3  // TableEgress: SNAT to the LB IP, then TableUplink
 	KindSteer    FlowKind = 4  // TableEgress: to the host node's bridge MAC
 	KindDrop     FlowKind = 5  // TableEgress: fail closed
 	KindReplyCT  FlowKind = 6  // TableClassify: traffic to an LB IP through conntrack
