@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
 
 	"github.com/egressflow/egressflow/cmd/internal/cli"
 	"github.com/egressflow/egressflow/cmd/internal/clientmetrics"
@@ -435,6 +436,15 @@ func run() error {
 	klog.InfoS("Starting egressflow-agent", "node", f.nodeName, "bridge", f.bridge, "uplink", f.uplink)
 	err = a.Run(ctx, ofClient.Reconnected())
 	<-renewerDone
+	leaveNode(kube, f, podName, removal, ofClient, rules, nft, forwarding, renewer, responder)
+	return err
+}
+
+// leaveNode does what the agent's exit leaves on the node, as decideExit
+// tells: removes egressflow from it (an uninstall), hands the Lease over
+// to a successor (a rolling update), or leaves the dataplane as it is.
+func leaveNode(kube kubernetes.Interface, f agentFlags, podName string, removal *removalSigns, ofClient *openflow.Client,
+	rules *iprule.Manager, nft knftables.Interface, forwarding agent.ForwardingGate, renewer *heartbeat.Renewer, responder *heartbeat.Responder) {
 	exitCtx, cancel := context.WithTimeout(context.Background(), exitTimeout)
 	defer cancel()
 	switch action, reason := decideExit(exitCtx, kube, f.namespace, podName, removal); action {
@@ -454,7 +464,6 @@ func run() error {
 		passDNSReplies(exitCtx, ofClient, f.dnsWhileAway)
 		klog.InfoS("Stopping; the dataplane stays and the heartbeat Lease runs out as usual", "reason", reason)
 	}
-	return err
 }
 
 // newRenewer makes the agent's heartbeat: its Lease, renewed while a is
