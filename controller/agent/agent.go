@@ -28,6 +28,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -59,6 +60,7 @@ import (
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
 	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/nodeview"
 	"github.com/egressflow/egressflow/openflow"
 )
 
@@ -220,7 +222,9 @@ type Agent struct {
 	namespaces       corelisters.NamespaceLister
 	services         corelisters.ServiceLister
 	endpointSlices   cache.Indexer
-	nodes            corelisters.NodeLister
+	// nodes are the Nodes as the cluster component publishes them
+	// (nodeview): addresses and labels.
+	nodes *nodeview.Reader
 	// leases are the peers' peer-facts Leases; heartbeatLeases their
 	// heartbeat Leases, read only while readingHeartbeats (peerleases.go).
 	leases, heartbeatLeases coordinationlisters.LeaseLister
@@ -229,6 +233,7 @@ type Agent struct {
 	kubeFactory      informers.SharedInformerFactory
 	leaseFactory     informers.SharedInformerFactory
 	heartbeatFactory informers.SharedInformerFactory
+	viewFactory      informers.SharedInformerFactory
 	// heartbeatLeasesStop stops the heartbeat Lease informer, once no
 	// peer needs it; readingHeartbeats says whether it still runs.
 	heartbeatLeasesStop chan struct{}
@@ -343,8 +348,9 @@ func New(cfg Config) *Agent {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressflow-agent"}),
 		kubeFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
 			informers.WithTransform(slim)),
-		leaseFactory:        leaseFactory(cfg, heartbeat.PeerFactsLabelValue),
-		heartbeatFactory:    leaseFactory(cfg, heartbeat.LeaseLabelValue),
+		leaseFactory:        namespaceFactory(cfg, heartbeat.LeaseLabel+"="+heartbeat.PeerFactsLabelValue),
+		heartbeatFactory:    namespaceFactory(cfg, heartbeat.LeaseLabel+"="+heartbeat.LeaseLabelValue),
+		viewFactory:         namespaceFactory(cfg, nodeview.Selector()),
 		heartbeatLeasesStop: make(chan struct{}),
 		esFactory: esinformers.NewSharedInformerFactoryWithOptions(listingEgress{cfg.Egress}, cfg.Resync,
 			esinformers.WithTransform(slim)),
@@ -379,7 +385,7 @@ func (a *Agent) watchInputs() {
 	if err := sliceInformer.AddIndexers(cache.Indexers{serviceIndex: sliceServiceKeys}); err != nil {
 		panic(err) // only fails once the informer has started
 	}
-	nodeInformer := a.kubeFactory.Core().V1().Nodes().Informer()
+	viewInformer := a.viewFactory.Core().V1().ConfigMaps().Informer()
 	leaseInformer := a.leaseFactory.Coordination().V1().Leases().Informer()
 	heartbeatInformer := a.heartbeatFactory.Coordination().V1().Leases().Informer()
 	a.readingHeartbeats.Store(true)
@@ -403,11 +409,11 @@ func (a *Agent) watchInputs() {
 		// Nor before it has seen every EgressFirewall: a restart would
 		// let their pods out unjudged until it had.
 		{a.firewallInformer, firewallObjectKey, nil, nil, &a.firewallSeen},
-		// Kubelets update Node status every few seconds and agents renew
-		// their Leases every second; the dataplane reads only the nodes'
-		// addresses and labels (nodeSelector rules) and the agents'
-		// published facts.
-		{nodeInformer, noKey, nodeViewChanged, nil, nil},
+		// The nodes' addresses and labels (nodeSelector rules), as the
+		// cluster component publishes them: no kubelet status report
+		// reaches the agents. The peers' Leases: only their published
+		// facts.
+		{viewInformer, noKey, viewDataChanged, nil, nil},
 		{leaseInformer, noKey, leaseFactsChanged, nil, nil},
 		{heartbeatInformer, noKey, leaseFactsChanged, nil, nil},
 		// Kubelets update a pod's status on every probe and container
@@ -434,7 +440,7 @@ func (a *Agent) watchInputs() {
 	a.namespaces = a.kubeFactory.Core().V1().Namespaces().Lister()
 	a.services = a.kubeFactory.Core().V1().Services().Lister()
 	a.endpointSlices = sliceInformer.GetIndexer()
-	a.nodes = a.kubeFactory.Core().V1().Nodes().Lister()
+	a.nodes = nodeview.NewReader(a.viewFactory.Core().V1().ConfigMaps().Lister().ConfigMaps(a.cfg.Namespace))
 	a.leases = a.leaseFactory.Coordination().V1().Leases().Lister()
 	a.heartbeatLeases = a.heartbeatFactory.Coordination().V1().Leases().Lister()
 	a.podScope = podScope{cfg: a.cfg, own: a.ownPodFactory.Core().V1().Pods().Lister(),
@@ -494,6 +500,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.kubeFactory.Start(ctx.Done())
 	a.leaseFactory.Start(ctx.Done())
 	a.heartbeatFactory.Start(mergeDone(ctx.Done(), a.heartbeatLeasesStop))
+	a.viewFactory.Start(ctx.Done())
 	a.esFactory.Start(ctx.Done())
 	a.ownPodFactory.Start(ctx.Done())
 	go a.holdOnDisconnect(ctx)
@@ -1039,8 +1046,7 @@ func sliceServiceKeys(obj any) ([]string, error) {
 // agent reads (and what Events need to name it), so the caches of a large
 // cluster stay small. At 10,000 services the EndpointSlices' conditions,
 // target refs and ports, the Services' specs and every object's managed
-// fields would otherwise be most of the agent's memory, and a Node's status
-// (images, conditions) is kilobytes per node.
+// fields would otherwise be most of the agent's memory.
 func slim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *discoveryv1.EndpointSlice:
@@ -1052,10 +1058,8 @@ func slim(obj any) (any, error) {
 			out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ing.IP})
 		}
 		return out, nil
-	case *corev1.Node:
-		id := identity(o.ObjectMeta)
-		id.Labels = o.Labels // EgressFirewall's nodeSelector rules
-		return &corev1.Node{ObjectMeta: id, Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}, nil
+	case *corev1.ConfigMap:
+		return &corev1.ConfigMap{ObjectMeta: identity(o.ObjectMeta), Data: o.Data}, nil // node views
 	case *corev1.Pod:
 		id := identity(o.ObjectMeta)
 		id.Labels = o.Labels // the pod guard holds pods a Service selects
@@ -1126,14 +1130,11 @@ func identity(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }
 
-// nodeViewChanged reports whether what the dataplane reads of a Node
-// changed: its addresses (exemptions, nodeSelector rules) or its labels
-// (nodeSelector rules).
-func nodeViewChanged(old, new any) bool {
-	o, ok1 := old.(*corev1.Node)
-	n, ok2 := new.(*corev1.Node)
-	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) ||
-		!equality.Semantic.DeepEqual(o.Labels, n.Labels)
+// viewDataChanged reports whether a node view's data changed.
+func viewDataChanged(old, new any) bool {
+	o, ok1 := old.(*corev1.ConfigMap)
+	n, ok2 := new.(*corev1.ConfigMap)
+	return !ok1 || !ok2 || !maps.Equal(o.Data, n.Data)
 }
 
 func podAdmissionChanged(old, new any) bool {
@@ -1210,8 +1211,8 @@ func (a *Agent) ProbeAddress(port uint16) netip.AddrPort {
 
 // internalIP is the first InternalIP of the Node named name in the cache.
 func (a *Agent) internalIP(name string) (netip.Addr, bool) {
-	node, err := a.nodes.Get(name)
-	if err != nil {
+	node, ok := a.nodes.Get(name)
+	if !ok {
 		return netip.Addr{}, false
 	}
 	for _, addr := range node.Status.Addresses {

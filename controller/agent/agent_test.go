@@ -99,8 +99,10 @@ type env struct {
 }
 
 // agentManifests are applied to every test API server: the agent runs with
-// exactly these permissions (and the DaemonSet is validated by the server).
-var agentManifests = []string{"deploy/controller/namespace.yaml", "deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml", "deploy/agent/daemonset.yaml"}
+// exactly these permissions (and the DaemonSet is validated by the server),
+// and the cluster component's node-view publisher with its own.
+var agentManifests = []string{"deploy/controller/namespace.yaml", "deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml", "deploy/agent/daemonset.yaml",
+	"deploy/controller/rbac.yaml"}
 
 func newEnv(t testing.TB, nodes int) *env {
 	api := kubetest.Start(t)
@@ -111,6 +113,7 @@ func newEnv(t testing.TB, nodes int) *env {
 	for _, m := range agentManifests {
 		kubetest.Apply(t, api.Config(kubetest.Admin), filepath.Join(root, m))
 	}
+	kubetest.PublishNodeViews(t, api.Config(kubetest.Controller))
 	e := &env{
 		t:    t,
 		topo: topology.New(t, nodes),

@@ -27,14 +27,12 @@ import (
 // cache; shorter stops the watch sooner after an upgrade.
 const heartbeatRetireCheck = 10 * time.Second
 
-// leaseFactory is an informer factory of the Leases in cfg.Namespace
-// labelled heartbeat.LeaseLabel=value.
-func leaseFactory(cfg Config, value string) informers.SharedInformerFactory {
+// namespaceFactory is an informer factory of the objects in cfg.Namespace
+// that the label selector selects: the agents' Leases, the node views.
+func namespaceFactory(cfg Config, selector string) informers.SharedInformerFactory {
 	return informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
 		informers.WithNamespace(cfg.Namespace), informers.WithTransform(slim),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = heartbeat.LeaseLabel + "=" + value
-		}))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 }
 
 // mergeDone is closed when either a or b is.
@@ -123,7 +121,7 @@ func (a *Agent) needHeartbeatLeases() bool {
 		return true
 	}
 	for _, l := range beats {
-		if _, err := a.nodes.Get(l.Name); err != nil {
+		if _, ok := a.nodes.Get(l.Name); !ok {
 			continue
 		}
 		name, ok := heartbeat.PeerFactsLeaseName(l.Name)

@@ -238,7 +238,7 @@ func (a *Agent) setHolderWatches(ctx context.Context) (egressIPObjects, error) {
 // Leases and local Pods and the fence, and marks what changed as
 // unapplied.
 func (a *Agent) recompute(ctx context.Context) error {
-	nodes, err := a.nodes.List(labels.Everything())
+	nodes, err := a.nodes.List()
 	if err != nil {
 		return err
 	}

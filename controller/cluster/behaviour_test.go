@@ -26,8 +26,9 @@ import (
 )
 
 // TestBalanceAndNoOpResync: services spread evenly, a new node takes no
-// existing service, a resync writes nothing, and each assignment cost one
-// status write and at most one label patch.
+// existing service and costs one write (its node view), a resync writes
+// nothing, and each assignment cost one status write and at most one
+// label patch; each node's view was written once.
 func TestBalanceAndNoOpResync(t *testing.T) {
 	nodes := []string{"node-a", "node-b", "node-c"}
 	f := newFixture(t, nodes...)
@@ -58,33 +59,41 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 			t.Errorf("loads %v, want %d each", load, n/len(nodes))
 		}
 	}
+	f.WaitNodeViews(t, nodes...)
 	wait.Until(t, settle, func() error { return idle(r) })
 	writes := clustertest.NotEvents(r.Writes.All())
-	status, patches := 0, 0
+	status, patches, views := 0, 0, 0
 	for _, w := range writes {
 		switch {
 		case strings.HasSuffix(w.Path, "/status"):
 			status++
 		case strings.Contains(w.Path, "/nodes/"):
 			patches++
+		case w.Method == "POST" && strings.HasSuffix(w.Path, "/namespaces/"+kubetest.SystemNamespace+"/configmaps"):
+			views++
 		}
 	}
-	t.Logf("%d assignments: %d status writes, %d node patches", n, status, patches)
-	if status != n || patches > n || status+patches != len(writes) {
-		t.Errorf("%d assignments cost %d status writes and %d node patches (%d writes in all)", n, status, patches, len(writes))
+	t.Logf("%d assignments: %d status writes, %d node patches; %d node views", n, status, patches, views)
+	if status != n || patches > n || views != len(nodes) || status+patches+views != len(writes) {
+		t.Errorf("%d assignments cost %d status writes and %d node patches, %d nodes %d view writes (%d writes in all)", n, status, patches, len(nodes), views, len(writes))
 		for _, w := range writes {
 			t.Logf("write at %s: %s %s %.300s", w.At.Format("15:04:05.000"), w.Method, w.Path, w.Body)
 		}
 	}
 
-	// A new node: nothing moves to it.
+	// A new node: nothing moves to it; its view is published.
+	before := r.Writes.Len()
 	f.Node(t, "node-d", nil)
+	f.WaitNodeViews(t, "node-d")
 	wait.Until(t, settle, func() error { return idle(r) })
+	if got, _ := r.Writes.Since(before); len(clustertest.NotLeases(got)) != 1 || !strings.HasSuffix(clustertest.NotLeases(got)[0].Path, "/configmaps") {
+		t.Errorf("writes after a new node: %+v, want its view's creation alone", clustertest.NotLeases(got))
+	}
 	before, events := r.Writes.Len(), eventsEmitted(t, reg)
 	r.Resync()
 	wait.Until(t, settle, func() error { return idle(r) })
 	if got, _ := r.Writes.Since(before); len(clustertest.NotLeases(got)) != 0 {
-		t.Errorf("writes after a new node and a resync: %+v", clustertest.NotLeases(got))
+		t.Errorf("writes after a resync: %+v", clustertest.NotLeases(got))
 	}
 	if got := eventsEmitted(t, reg); got != events {
 		t.Errorf("a resync emitted %v Events", got-events)

@@ -27,6 +27,7 @@ import (
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
 	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/nodeview"
 )
 
 // endpointSliceServiceIndex indexes EndpointSlices by "namespace/service".
@@ -46,6 +47,7 @@ type Controller struct {
 	kubeInformers  informers.SharedInformerFactory
 	leaseInformers informers.SharedInformerFactory
 	nsInformers    informers.SharedInformerFactory // the uninstall watch
+	viewInformers  informers.SharedInformerFactory // the node views (nodeview)
 	deployInformer informers.SharedInformerFactory // the uninstall watch of its Deployment; nil without one
 	esInformers    esinformers.SharedInformerFactory
 
@@ -88,6 +90,10 @@ type Controller struct {
 	qos      *rollout[*esv1.EgressQoS]
 	firewall *rollout[*esv1.EgressFirewall]
 	rollouts []rolloutRunner
+
+	// views publishes the nodes' addresses and labels for the agents
+	// (nodeview), while leading.
+	views *nodeview.Publisher
 }
 
 // term is one period of leadership: its queues and state live and die with it.
@@ -142,6 +148,9 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.SelectorFromSet(labels.Set{heartbeat.LeaseLabel: heartbeat.LeaseLabelValue}).String()
 		}))
+	c.viewInformers = informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithNamespace(opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = nodeview.Selector() }))
 	c.esInformers = esinformers.NewSharedInformerFactory(es, 0)
 	c.nsInformers = uninstallInformers(c)
 	if _, err := c.nsInformers.Core().V1().Namespaces().Informer().AddEventHandler(c.namespaceHandler()); err != nil {
@@ -170,6 +179,10 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	c.esLister, c.serviceLister, c.nodeLister, c.leaseLister = esInf.Lister(), svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()
 	c.eipLister = eipInf.Lister()
+	if c.views, err = nodeview.NewPublisher(kube, opts.Namespace, nodeInf, c.viewInformers.Core().V1().ConfigMaps(), c.uninstalling.Load); err != nil {
+		return nil, err
+	}
+	c.synced = append(c.synced, c.views.HasSynced)
 
 	for _, h := range []struct {
 		inf     cache.SharedIndexInformer
@@ -230,6 +243,8 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	c.kubeInformers.Start(ctx.Done())
 	c.leaseInformers.Start(ctx.Done())
+	c.viewInformers.Start(ctx.Done())
+	defer c.viewInformers.Shutdown()
 	c.nsInformers.Start(ctx.Done())
 	defer c.nsInformers.Shutdown()
 	if c.deployInformer != nil {

@@ -80,6 +80,7 @@ func (c *Controller) lead(ctx context.Context) {
 	run(1, c.processLiveness)
 	wg.Go(func() { c.runProber(ctx, t) })
 	run(c.opts.EgressIPWorkers, c.processEgressIP)
+	wg.Go(func() { c.views.Run(ctx, c.opts.NodeWorkers) })
 	for _, r := range c.rollouts {
 		run(r.workerCount(), r.process)
 	}
@@ -128,6 +129,7 @@ func (c *Controller) enqueueAll(t *term) {
 	for _, r := range c.rollouts {
 		r.enqueueAll(t)
 	}
+	c.views.Resync()
 }
 
 // Resync enqueues every EgressService, EgressIP, EgressQoS, EgressFirewall
@@ -146,7 +148,7 @@ func (c *Controller) Leading() bool { return c.term.Load() != nil }
 // progress (delayed retries and Lease expiry checks are not counted).
 func (c *Controller) Idle() bool {
 	t := c.term.Load()
-	if t == nil || t.services.Len() > 0 || t.nodes.Len() > 0 || t.eipQueue.Len() > 0 || c.active.Load() > 0 {
+	if t == nil || t.services.Len() > 0 || t.nodes.Len() > 0 || t.eipQueue.Len() > 0 || c.views.Pending() > 0 || c.active.Load() > 0 {
 		return false
 	}
 	for _, r := range c.rollouts {

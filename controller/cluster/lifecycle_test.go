@@ -13,6 +13,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/cluster"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/nodeview"
 	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/wait"
@@ -380,13 +381,14 @@ func TestUninstallOnDeploymentDeleted(t *testing.T) {
 // TestUninstallStep: `egressflow-controller --uninstall` (cluster.Uninstall,
 // the Helm chart's pre-delete hook), run as the deploy/ ServiceAccount,
 // deletes the controller's Deployment and removes every egress-service
-// label, also those of a controller that is no longer running (a crashed
-// one, which saw no sign): nothing is left for the RBAC's deletion to
-// strand.
+// label and every node view, also those of a controller that is no longer
+// running (a crashed one, which saw no sign): nothing is left for the
+// RBAC's deletion to strand, in the namespace Helm keeps.
 func TestUninstallStep(t *testing.T) {
 	f := newFixture(t, "node-a", "node-b")
 	r := f.run("replica-a")
 	f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	f.WaitNodeViews(t, "node-a", "node-b")
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -405,5 +407,9 @@ func TestUninstallStep(t *testing.T) {
 	}
 	if _, err := f.Kube.AppsV1().Deployments(kubetest.SystemNamespace).Get(context.Background(), "egressflow-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the controller's Deployment after the uninstall: %v, want NotFound", err)
+	}
+	views, err := f.Kube.CoreV1().ConfigMaps(kubetest.SystemNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: nodeview.Selector()})
+	if err != nil || len(views.Items) != 0 {
+		t.Errorf("node views after the uninstall: %d (%v), want none", len(views.Items), err)
 	}
 }

@@ -64,7 +64,11 @@ const (
 	// workers overlap the writes' round trips (throughput at start-up and
 	// on mass failover) at the cost of API server concurrency.
 	DefaultServiceWorkers = 8
-	// DefaultNodeWorkers is how many nodes' labels are patched at once.
+	// DefaultNodeWorkers is how many nodes' labels are patched at once,
+	// and how many nodes' views (nodeview) are written at once: more
+	// overlap the writes' round trips when thousands of nodes join or
+	// the views are first published, at the cost of API server
+	// concurrency.
 	DefaultNodeWorkers = 4
 	// DefaultQoSWorkers is how many EgressQoS statuses are evaluated and
 	// written at once. An evaluation reads every live agent's watermark

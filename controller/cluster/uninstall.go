@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/nodeview"
 )
 
 // Uninstall. `kubectl delete -k deploy/` deletes egressflow's namespace
@@ -104,6 +105,11 @@ func Uninstall(ctx context.Context, cfg *rest.Config, namespace, deployment stri
 			klog.InfoS("Removed egress-service labels", "node", n.Name, "labels", len(remove))
 		}
 		if time.Since(clean) >= uninstallSettle {
+			// The replicas stopped publishing when they saw the
+			// Deployment go; the namespace stays.
+			if err := nodeview.Withdraw(ctx, kube, namespace); err != nil {
+				return fmt.Errorf("delete the node views: %w", err)
+			}
 			return nil
 		}
 		select {
@@ -171,6 +177,7 @@ func (c *Controller) uninstall(why string) {
 		return
 	}
 	klog.InfoS("egressflow is being removed: removing every egress-service label from the nodes", "reason", why, "namespace", c.opts.Namespace)
+	c.views.Resync() // the leader deletes the node views
 	nodes, err := c.nodeLister.List(labels.Everything())
 	if err != nil {
 		klog.ErrorS(err, "Could not list the nodes to remove their egress-service labels")

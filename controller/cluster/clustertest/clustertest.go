@@ -40,6 +40,7 @@ import (
 	"github.com/egressflow/egressflow/controller/cluster"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/nodeview"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
@@ -99,6 +100,19 @@ func (e *Env) Namespace(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return ns.Name
+}
+
+// WaitNodeViews waits until each of nodes has its node view (nodeview),
+// as the leading controller publishes it.
+func (e *Env) WaitNodeViews(t testing.TB, nodes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		name, _ := nodeview.Name(n)
+		wait.Until(t, 30*time.Second, func() error {
+			_, err := e.Kube.CoreV1().ConfigMaps(kubetest.SystemNamespace).Get(context.Background(), name, metav1.GetOptions{})
+			return err
+		})
+	}
 }
 
 // CreateNode creates a Node with the given labels and Ready condition.

@@ -379,6 +379,7 @@ func newEnv(b *testing.B) *env {
 	for _, m := range agentManifests {
 		kubetest.Apply(b, api.Config(kubetest.Admin), filepath.Join(root, m))
 	}
+	kubetest.PublishNodeViews(b, api.Config(kubetest.Admin))
 	setup := api.Config(kubetest.Admin)
 	setup.QPS, setup.Burst = setupQPS, setupBurst
 	// Protobuf for the built-in types costs the API server less CPU than

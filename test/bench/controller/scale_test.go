@@ -59,6 +59,7 @@ import (
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/nodeview"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/proc"
 	"github.com/egressflow/egressflow/test/wait"
@@ -288,9 +289,9 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	after := apiRequestCounts(b, env)
 	controllerWrites := after.delta(before, "egressservices", "status") + after.delta(before, "egressips", "") + after.delta(before, "nodes", "")
 	res.writesPerAssignment = controllerWrites / float64(max(res.hosted+res.held, 1))
-	out("assignment: %d of %d services hosted (the last %v after the controller started), %d of %d EgressIPs held (%v); %.0f writes, %.2f per assignment",
+	out("assignment: %d of %d services hosted (the last %v after the controller started), %d of %d EgressIPs held (%v); %.0f writes, %.2f per assignment; %d node views published",
 		res.hosted, len(keys), res.assignServices.Round(time.Millisecond), res.held, len(eips), res.assignEgressIPs.Round(time.Millisecond),
-		controllerWrites, res.writesPerAssignment)
+		controllerWrites, res.writesPerAssignment, countNodeViews(b, env))
 
 	// The steady state.
 	startAgentWrites, startRefused := agents.writes.Load(), agents.refused.Load()
@@ -488,8 +489,8 @@ type agentStream struct {
 
 // watchAsAnAgent watches what the agent of node watches, with the
 // selectors the agent uses (controller/agent): the Leases labelled
-// heartbeat.LeaseLabel=leaseLabel, every Node, Service, EndpointSlice and
-// Namespace, and the pods bound to node (the pods of the EgressIPs an
+// heartbeat.LeaseLabel=leaseLabel, the node views (nodeview), every
+// Service, EndpointSlice and Namespace, and the pods bound to node (the pods of the EgressIPs an
 // agent holds are left out: a holder's share). Each stream counts its
 // events after the initial list. The list is every stream the agent has
 // whose events can grow with the cluster; its EgressService, EgressIP,
@@ -502,6 +503,8 @@ func watchAsAnAgent(b *testing.B, env *clustertest.Env, node, leaseLabel string)
 	cluster := informers.NewSharedInformerFactory(env.Kube, 0)
 	leases := informers.NewSharedInformerFactoryWithOptions(agentClient, 0, informers.WithNamespace(kubetest.SystemNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = heartbeat.LeaseLabel + "=" + leaseLabel }))
+	views := informers.NewSharedInformerFactoryWithOptions(env.Kube, 0, informers.WithNamespace(kubetest.SystemNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = nodeview.Selector() }))
 	ownPods := informers.NewSharedInformerFactoryWithOptions(env.Kube, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + node }))
 	watched := []struct {
@@ -509,7 +512,10 @@ func watchAsAnAgent(b *testing.B, env *clustertest.Env, node, leaseLabel string)
 		informer cache.SharedIndexInformer
 	}{
 		{"Leases", leases.Coordination().V1().Leases().Informer()},
-		{"Nodes", cluster.Core().V1().Nodes().Informer()},
+		{"node views", views.Core().V1().ConfigMaps().Informer()},
+		// Not an agent's: what it would receive if it watched the Nodes
+		// instead of their views.
+		{"(Nodes, no longer watched)", cluster.Core().V1().Nodes().Informer()},
 		{"Services", cluster.Core().V1().Services().Informer()},
 		{"EndpointSlices", cluster.Discovery().V1().EndpointSlices().Informer()},
 		{"Namespaces", cluster.Core().V1().Namespaces().Informer()},
@@ -528,12 +534,12 @@ func watchAsAnAgent(b *testing.B, env *clustertest.Env, node, leaseLabel string)
 		}
 		streams, synced = append(streams, stream), append(synced, registration.HasSynced)
 	}
-	for _, f := range []informers.SharedInformerFactory{cluster, leases, ownPods} {
+	for _, f := range []informers.SharedInformerFactory{cluster, leases, views, ownPods} {
 		f.Start(stop)
 	}
 	b.Cleanup(func() {
 		close(stop)
-		for _, f := range []informers.SharedInformerFactory{cluster, leases, ownPods} {
+		for _, f := range []informers.SharedInformerFactory{cluster, leases, views, ownPods} {
 			f.Shutdown()
 		}
 	})
@@ -546,6 +552,21 @@ func watchAsAnAgent(b *testing.B, env *clustertest.Env, node, leaseLabel string)
 		return true
 	})
 	return streams
+}
+
+// countNodeViews counts the node views the controller published.
+func countNodeViews(b *testing.B, env *clustertest.Env) int {
+	n := 0
+	listPaged(b, func(o metav1.ListOptions) (string, error) {
+		o.LabelSelector = nodeview.Selector()
+		list, err := env.Kube.CoreV1().ConfigMaps(kubetest.SystemNamespace).List(context.Background(), o)
+		if err != nil {
+			return "", err
+		}
+		n += len(list.Items)
+		return list.Continue, nil
+	})
+	return n
 }
 
 // readyNodes counts the Ready nodes, scalePoll after it was last called.
