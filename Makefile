@@ -190,7 +190,7 @@ bench-egressip-assign: test-deps
 bench-agent: test-deps
 	bash test/bench/agent.sh
 
-## bench-qos: the agent's EgressQoS at 1,000 namespaces x 10 rules x 100 pods, all on one node (worst case).
+## bench-qos: the agent's EgressQoS at 1,000 namespaces x 10 rules x 10 pods, all on one node (a bound on any real node), inside the agent's memory limit.
 bench-qos: test-deps
 	bash test/bench/qos.sh
 

@@ -81,7 +81,7 @@ func TestBinary(t *testing.T) {
 	for _, m := range []string{"deploy/controller/namespace.yaml", "deploy/agent/rbac.yaml", "deploy/agent/rbac-dataplane.yaml", "deploy/monitoring/scraper-rbac.yaml"} {
 		kubetest.Apply(t, admin, filepath.Join(root, m))
 	}
-	kubetest.PublishNodeViews(t, admin)
+	kubetest.PublishNodeViews(t, admin, nil)
 	kube := kubernetes.NewForConfigOrDie(admin)
 	objects := &clustertest.Env{Cluster: api, Kube: kube, ES: versioned.NewForConfigOrDie(admin)}
 	ctx := context.Background()

@@ -113,7 +113,7 @@ func newEnv(t testing.TB, nodes int) *env {
 	for _, m := range agentManifests {
 		kubetest.Apply(t, api.Config(kubetest.Admin), filepath.Join(root, m))
 	}
-	kubetest.PublishNodeViews(t, api.Config(kubetest.Controller))
+	kubetest.PublishNodeViews(t, api.Config(kubetest.Controller), nil)
 	e := &env{
 		t:    t,
 		topo: topology.New(t, nodes),

@@ -3,6 +3,7 @@ package nodeview
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,8 +153,10 @@ func (p *Publisher) enqueueView(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Data[keyNode] != "" {
-		p.enqueue(cm.Data[keyNode])
+	if cm, ok := obj.(*corev1.ConfigMap); ok {
+		if node, ok := strings.CutSuffix(cm.Name, nameSuffix); ok && node != "" {
+			p.enqueue(node)
+		}
 	}
 }
 
@@ -173,8 +176,7 @@ func (p *Publisher) processNext(ctx context.Context, q workqueue.TypedRateLimiti
 }
 
 // sync makes node's view what Desired says, or deletes it: node gone,
-// or withdrawn. Views named for node but naming another (edited) are
-// rewritten too.
+// or withdrawn.
 func (p *Publisher) sync(ctx context.Context, node string) error {
 	name, ok := Name(node)
 	if !ok {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/egressflow/egressflow/controller/nodeview"
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -40,7 +37,7 @@ func TestPublisher(t *testing.T) {
 		kubetest.Apply(t, api.Config(kubetest.Admin), filepath.Join(root, m))
 	}
 	var withdrawn atomic.Bool
-	startPublisher(t, kubernetes.NewForConfigOrDie(api.Config(kubetest.Controller)), withdrawn.Load)
+	kubetest.PublishNodeViews(t, api.Config(kubetest.Controller), withdrawn.Load)
 	ctx := context.Background()
 	views := admin.CoreV1().ConfigMaps(kubetest.SystemNamespace)
 
@@ -53,7 +50,7 @@ func TestPublisher(t *testing.T) {
 	}
 
 	// A status report (the kubelet's conditions), then a new node: the
-	// single worker takes nodes in the order of their events, so once
+	// publisher's one worker takes nodes in the order of their events, so once
 	// worker-b's view is there, worker-a's report has been handled.
 	a, err = admin.CoreV1().Nodes().Get(ctx, "worker-a", metav1.GetOptions{})
 	if err != nil {
@@ -89,6 +86,7 @@ func TestPublisher(t *testing.T) {
 	// Edited by hand (data, and the label that selects it), then deleted.
 	edited := getView(t, admin, "worker-a")
 	edited.Data["addresses"] = "InternalIP 198.51.100.1"
+	edited.Data["node"] = "worker-z"
 	delete(edited.Labels, nodeview.Label)
 	if _, err := views.Update(ctx, edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -116,31 +114,6 @@ func TestPublisher(t *testing.T) {
 	if err := nodeview.Withdraw(ctx, admin, kubetest.SystemNamespace); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// startPublisher runs a publisher with one worker until the test ends.
-func startPublisher(t *testing.T, kube kubernetes.Interface, withdrawn func() bool) {
-	nodes := informers.NewSharedInformerFactory(kube, 0)
-	views := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(kubetest.SystemNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = nodeview.Selector() }))
-	p, err := nodeview.NewPublisher(kube, kubetest.SystemNamespace, nodes.Core().V1().Nodes(), views.Core().V1().ConfigMaps(), withdrawn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		nodes.Shutdown()
-		views.Shutdown()
-	})
-	nodes.Start(ctx.Done())
-	views.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
-		t.Fatal("caches did not sync")
-	}
-	wg.Go(func() { p.Run(ctx, 1) })
 }
 
 func createNode(t *testing.T, kube kubernetes.Interface, name string, labels map[string]string, ip string) *corev1.Node {

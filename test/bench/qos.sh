@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make bench-qos: the node agent's EgressQoS (TableQoS) at 1,000 namespaces
-# x 10 rules x 100 pods, every pod on the benchmarked node (the worst case
-# for one agent), against a real kube-apiserver (test/kubetest) and a real
+# x 10 rules x 10 pods, every pod on the benchmarked node (10,000 pods: a
+# bound on any real node; -pods=100 is the stress case), against a real kube-apiserver (test/kubetest) and a real
 # Open vSwitch (test/ovstest): flow counts and how they grow, full sync
 # against ovs-ofctl --bundle, restart, a pod relabelled and a rule's DSCP
-# changed, the agent binary's memory, and a 100-node spread computed. See
+# changed, the agent binary's memory (which must stay inside the
+# DaemonSet's memory limit), and a 100-node spread computed. See
 # test/bench/agent/qos_test.go. Needs root.
 #
 # Extra arguments go to the benchmark, e.g. a quick try:

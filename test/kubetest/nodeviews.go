@@ -17,14 +17,15 @@ import (
 // PublishNodeViews runs the cluster component's node-view publisher
 // (nodeview.Publisher) with cfg's identity in SystemNamespace until the
 // test ends, as the leading cluster component does: node agents read the
-// Nodes through the views.
-func PublishNodeViews(t testing.TB, cfg *rest.Config) {
+// Nodes through the views. One worker: nodes are published in the order
+// of their events. withdrawn is the publisher's (nil: never).
+func PublishNodeViews(t testing.TB, cfg *rest.Config, withdrawn func() bool) {
 	t.Helper()
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	nodes := informers.NewSharedInformerFactory(kube, 0)
 	views := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(SystemNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = nodeview.Selector() }))
-	p, err := nodeview.NewPublisher(kube, SystemNamespace, nodes.Core().V1().Nodes(), views.Core().V1().ConfigMaps(), nil)
+	p, err := nodeview.NewPublisher(kube, SystemNamespace, nodes.Core().V1().Nodes(), views.Core().V1().ConfigMaps(), withdrawn)
 	if err != nil {
 		t.Fatal(err)
 	}

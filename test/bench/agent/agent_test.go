@@ -379,7 +379,7 @@ func newEnv(b *testing.B) *env {
 	for _, m := range agentManifests {
 		kubetest.Apply(b, api.Config(kubetest.Admin), filepath.Join(root, m))
 	}
-	kubetest.PublishNodeViews(b, api.Config(kubetest.Admin))
+	kubetest.PublishNodeViews(b, api.Config(kubetest.Admin), nil)
 	setup := api.Config(kubetest.Admin)
 	setup.QPS, setup.Burst = setupQPS, setupBurst
 	// Protobuf for the built-in types costs the API server less CPU than
@@ -1174,10 +1174,9 @@ func ms(d time.Duration) string           { return fmt.Sprintf("%.1f", float64(d
 func mb(bytes int64) float64              { return float64(bytes) / 1e6 }
 func ptr[T any](v T) *T                   { return &v }
 
-// deployedGoRuntimeEnv reads the Go runtime settings (GOMEMLIMIT, GOGC)
-// deploy/agent/daemonset.yaml gives the agent, as NAME=value, so the
-// memory measured is that of the agent as deployed.
-func deployedGoRuntimeEnv(b *testing.B) []string {
+// deployedAgent reads the agent's container from
+// deploy/agent/daemonset.yaml.
+func deployedAgent(b *testing.B) corev1.Container {
 	root, err := kubetest.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
@@ -1190,16 +1189,35 @@ func deployedGoRuntimeEnv(b *testing.B) []string {
 	if err := yaml.Unmarshal(raw, &ds); err != nil {
 		b.Fatal(err)
 	}
+	if len(ds.Spec.Template.Spec.Containers) != 1 {
+		b.Fatalf("deploy/agent/daemonset.yaml has %d containers, want the agent's alone", len(ds.Spec.Template.Spec.Containers))
+	}
+	return ds.Spec.Template.Spec.Containers[0]
+}
+
+// deployedGoRuntimeEnv reads the Go runtime settings (GOMEMLIMIT, GOGC)
+// deploy/agent/daemonset.yaml gives the agent, as NAME=value, so the
+// memory measured is that of the agent as deployed.
+func deployedGoRuntimeEnv(b *testing.B) []string {
 	var out []string
-	for _, c := range ds.Spec.Template.Spec.Containers {
-		for _, env := range c.Env {
-			if env.Name == "GOMEMLIMIT" || env.Name == "GOGC" {
-				out = append(out, env.Name+"="+env.Value)
-			}
+	for _, env := range deployedAgent(b).Env {
+		if env.Name == "GOMEMLIMIT" || env.Name == "GOGC" {
+			out = append(out, env.Name+"="+env.Value)
 		}
 	}
 	if len(out) == 0 {
 		b.Fatal("deploy/agent/daemonset.yaml sets no GOMEMLIMIT or GOGC")
 	}
 	return out
+}
+
+// deployedMemoryLimit is the agent container's memory limit in
+// deploy/agent/daemonset.yaml, in bytes: past it the kubelet kills the
+// agent.
+func deployedMemoryLimit(b *testing.B) int64 {
+	limit, ok := deployedAgent(b).Resources.Limits[corev1.ResourceMemory]
+	if !ok {
+		b.Fatal("deploy/agent/daemonset.yaml sets no memory limit")
+	}
+	return limit.Value()
 }
