@@ -314,17 +314,28 @@ func TestLabelKey(t *testing.T) {
 	}
 }
 
-func TestNodeReady(t *testing.T) {
+// TestNodeServes: a node serves while its Ready condition is True, or
+// Unknown (the node lifecycle controller heard nothing lately) while its
+// agent is alive; never when False (the kubelet's own report) or missing.
+func TestNodeServes(t *testing.T) {
+	ready := func(s corev1.ConditionStatus) []corev1.NodeCondition {
+		return []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue}, {Type: corev1.NodeReady, Status: s}}
+	}
 	for _, tc := range []struct {
-		conds []corev1.NodeCondition
-		want  bool
+		conds      []corev1.NodeCondition
+		agentAlive bool
+		want       bool
 	}{
-		{nil, false},
-		{[]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}, true},
-		{[]corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue}, {Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}, false},
+		{nil, true, false},
+		{ready(corev1.ConditionTrue), true, true},
+		{ready(corev1.ConditionTrue), false, true}, // the agent's liveness is judged apart
+		{ready(corev1.ConditionUnknown), true, true},
+		{ready(corev1.ConditionUnknown), false, false},
+		{ready(corev1.ConditionFalse), true, false},
+		{ready(corev1.ConditionFalse), false, false},
 	} {
-		if got := NodeReady(&corev1.Node{Status: corev1.NodeStatus{Conditions: tc.conds}}); got != tc.want {
-			t.Errorf("NodeReady(%v) = %v", tc.conds, got)
+		if got := NodeServes(&corev1.Node{Status: corev1.NodeStatus{Conditions: tc.conds}}, tc.agentAlive); got != tc.want {
+			t.Errorf("NodeServes(%v, agent alive %v) = %v", tc.conds, tc.agentAlive, got)
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 type Node struct {
 	Name   string
 	Labels map[string]string
-	// Ready is the Node's Ready condition being True.
+	// Ready: the Node serves (NodeServes).
 	Ready bool
 	// AgentAlive is the node agent being judged alive (heartbeat.Judge).
 	AgentAlive bool
@@ -34,12 +34,32 @@ func agentProblem(unreachable bool) NodeProblem {
 	return NodeAgentLeaseExpired
 }
 
-// NodeReady says whether a Node's Ready condition is True.
-func NodeReady(n *corev1.Node) bool {
+// ReadyCondition is the status of a Node's Ready condition, "" without one.
+func ReadyCondition(n *corev1.Node) corev1.ConditionStatus {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+			return c.Status
 		}
+	}
+	return ""
+}
+
+// NodeServes says whether a node may host services and hold egress IPs as
+// far as its Node object tells: its Ready condition is True, or Unknown
+// while its agent is alive (heartbeat.Judge). Unknown is the node
+// lifecycle controller's word for "no status from the kubelet lately":
+// after an outage of the API server, or of the controller manager's
+// watch, it marks every node so, though no node failed. Whether the
+// node's dataplane is up is the agent's liveness to tell (the probes
+// within a second), and a kubelet that stopped alone does not stop the
+// dataplane. False, the kubelet's own report (its runtime or network
+// not ready), is not held against the agent's word.
+func NodeServes(n *corev1.Node, agentAlive bool) bool {
+	switch ReadyCondition(n) {
+	case corev1.ConditionTrue:
+		return true
+	case corev1.ConditionUnknown:
+		return agentAlive
 	}
 	return false
 }

@@ -67,7 +67,7 @@ const (
 // carries EgressAssignableLabel.
 type EgressNode struct {
 	Name string
-	// Ready is the Node's Ready condition being True.
+	// Ready: the Node serves (NodeServes).
 	Ready bool
 	// AgentAlive is the node agent being judged alive (heartbeat.Judge),
 	// and AgentUnreachable that the probes judged it dead.

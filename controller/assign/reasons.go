@@ -9,7 +9,8 @@ const (
 	NodeOK NodeProblem = ""
 	// NodeDeleted: the Node object is gone.
 	NodeDeleted NodeProblem = "NodeDeleted"
-	// NodeNotReady: the Node's Ready condition is not True.
+	// NodeNotReady: the Node's Ready condition is not True (nor Unknown
+	// while its agent is alive: NodeServes).
 	NodeNotReady NodeProblem = "NodeNotReady"
 	// NodeAgentLeaseExpired: the node agent's heartbeat Lease is missing or
 	// expired.

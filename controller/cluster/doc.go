@@ -5,7 +5,9 @@
 // (status.items, egressip.go), follows node agents' liveness through their
 // heartbeat Leases (controller/heartbeat), and reports in each EgressQoS's and
 // EgressFirewall's status on which live agents' nodes its current
-// generation is applied (rollout.go). Decisions come from
+// generation is applied (rollout.go). While leading it also publishes each
+// Node's addresses and labels for the agents (controller/nodeview's
+// Publisher, one ConfigMap per node). Decisions come from
 // controller/assign; this package owns the informers, queues, in-memory
 // bookkeeping and API writes.
 //

@@ -318,7 +318,7 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 		if !assign.EgressAssignable(n) {
 			continue
 		}
-		en := &assign.EgressNode{Name: n.Name, Ready: assign.NodeReady(n), AgentAlive: alive[n.Name], AgentUnreachable: unreachable[n.Name]}
+		en := &assign.EgressNode{Name: n.Name, Ready: assign.NodeServes(n, alive[n.Name]), AgentAlive: alive[n.Name], AgentUnreachable: unreachable[n.Name]}
 		if l, err := c.leaseLister.Leases(c.opts.Namespace).Get(n.Name); err == nil {
 			en.Subnets = heartbeat.ReadFacts(l).EgressSubnets
 		}
@@ -393,13 +393,14 @@ func (c *Controller) egressNodeChanged(t *term, node string, relevant bool) {
 // node that stops being Ready while it holds addresses counts as
 // unreachable.
 func (c *Controller) egressNodeEvent(t *term, old, cur *corev1.Node) {
-	var was, is, wasReady, isReady bool
+	var was, is bool
+	var wasReady, isReady corev1.ConditionStatus
 	name := ""
 	if old != nil {
-		was, wasReady, name = assign.EgressAssignable(old), assign.NodeReady(old), old.Name
+		was, wasReady, name = assign.EgressAssignable(old), assign.ReadyCondition(old), old.Name
 	}
 	if cur != nil {
-		is, isReady, name = assign.EgressAssignable(cur), assign.NodeReady(cur), cur.Name
+		is, isReady, name = assign.EgressAssignable(cur), assign.ReadyCondition(cur), cur.Name
 	}
 	// The EgressIPs that list an address a node gained or lost: an
 	// address that is a node's is never held.
@@ -416,7 +417,8 @@ func (c *Controller) egressNodeEvent(t *term, old, cur *corev1.Node) {
 	if old != nil && cur != nil && was == is && wasReady == isReady {
 		return
 	}
-	if was && wasReady && cur != nil && !isReady {
+	// Unknown is the agent's liveness to judge (assign.NodeServes).
+	if was && wasReady == corev1.ConditionTrue && cur != nil && isReady != corev1.ConditionTrue && isReady != corev1.ConditionUnknown {
 		c.noteUnreachable(t, name, assign.NodeNotReady)
 	}
 	c.egressNodeChanged(t, name, was || is)

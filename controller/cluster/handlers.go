@@ -115,7 +115,7 @@ func (c *Controller) onNodeUpdate(oldObj, newObj any) {
 		return
 	}
 	o, n := oldObj.(*corev1.Node), newObj.(*corev1.Node)
-	if assign.NodeReady(o) != assign.NodeReady(n) || !maps.Equal(plainLabels(o.Labels), plainLabels(n.Labels)) {
+	if assign.ReadyCondition(o) != assign.ReadyCondition(n) || !maps.Equal(plainLabels(o.Labels), plainLabels(n.Labels)) {
 		c.nodeChanged(t, n.Name)
 	}
 	c.nodeLabelsObserved(t, n)

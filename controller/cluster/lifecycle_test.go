@@ -257,6 +257,48 @@ func TestSourceIPByNetworkAndBack(t *testing.T) {
 	f.waitLabelOn("web", host)
 }
 
+// TestReadyUnknownWithLiveAgent: a host whose Node's Ready condition turns
+// Unknown (the node lifecycle controller heard nothing from its kubelet,
+// as after an API server outage) keeps its service while its agent is
+// alive; once the agent stops too, the service moves.
+func TestReadyUnknownWithLiveAgent(t *testing.T) {
+	env := clustertest.Start(t)
+	f := &fixture{Env: env, t: t, ns: env.Namespace(t)}
+	agents := map[string]*clustertest.Agent{}
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		agents[n] = env.Node(t, n, nil)
+	}
+	f.labels = env.WatchLabels(t)
+	r := f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b", "node-c")
+	writes := r.Writes.Len()
+	f.SetNodeReadyStatus(t, host, corev1.ConditionUnknown)
+
+	// A later event of the same Node informer, with an effect to wait for:
+	// once "marker" has a host, the controller has taken in the Unknown
+	// before it, and once it is idle, synced what that queued.
+	marker := otherThan(host, "node-a", "node-b", "node-c")
+	f.service("marker", esv1.EgressServiceSpec{NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"marker": "yes"}}}, marker)
+	f.waitStatus("marker", "", reasons.NoMatchingNode)
+	yes := "yes"
+	f.PatchNodeLabels(t, marker, map[string]*string{"marker": &yes})
+	f.waitStatus("marker", marker, reasons.Assigned)
+	wait.Until(t, settle, func() error { return idle(r) })
+	f.waitStatus("web", host, reasons.Assigned)
+	got, _ := r.Writes.Since(writes)
+	for _, w := range clustertest.NotEvents(clustertest.NotLeases(got)) {
+		if strings.Contains(w.Path, "/egressservices/web/") {
+			t.Errorf("web was written while its host was Unknown with a live agent: %s %s", w.Method, w.Path)
+		}
+	}
+
+	agents[host].Stop()
+	f.waitEvent("web", warning, reasons.HostLost, "host "+host+" lost")
+	if now := f.GetEgressService(t, f.ns, "web").Status.Host; now == host || now == "" {
+		t.Errorf("web's host after its agent stopped: %q", now)
+	}
+}
+
 func TestAgentLeaseExpired(t *testing.T) {
 	env := clustertest.Start(t)
 	f := &fixture{Env: env, t: t, ns: env.Namespace(t)}

@@ -134,7 +134,7 @@ func (c *Controller) nodesView(t *term) map[string]*assign.Node {
 	nodes, _ := c.nodeLister.List(labels.Everything())
 	view := make(map[string]*assign.Node, len(nodes))
 	for _, n := range nodes {
-		view[n.Name] = &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeReady(n), AgentAlive: s.alive[n.Name], AgentUnreachable: s.unreachable[n.Name]}
+		view[n.Name] = &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeServes(n, s.alive[n.Name]), AgentAlive: s.alive[n.Name], AgentUnreachable: s.unreachable[n.Name]}
 	}
 	s.view, s.viewDirty = view, false
 	return view

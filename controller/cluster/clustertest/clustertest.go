@@ -128,11 +128,18 @@ func (e *Env) CreateNode(t testing.TB, name string, labels map[string]string, re
 // SetNodeReady sets a Node's Ready condition.
 func (e *Env) SetNodeReady(t testing.TB, name string, ready bool) {
 	t.Helper()
-	ctx := context.Background()
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
 	}
+	e.SetNodeReadyStatus(t, name, status)
+}
+
+// SetNodeReadyStatus sets a Node's Ready condition to status (Unknown: as
+// the node lifecycle controller marks a node it heard nothing from).
+func (e *Env) SetNodeReadyStatus(t testing.TB, name string, status corev1.ConditionStatus) {
+	t.Helper()
+	ctx := context.Background()
 	n, err := e.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
