@@ -65,8 +65,9 @@ const (
 // Helm chart's pre-delete hook, `egressflow-controller --uninstall`): it
 // deletes the controller's Deployment in namespace, so that every replica
 // stops labelling, and removes every egress-service label from every node,
-// again whenever one comes back, until none has for uninstallSettle. ctx
-// bounds it.
+// again whenever one comes back, until none has for uninstallSettle; then
+// it deletes the node views (nodeview), which Helm's kept namespace would
+// otherwise keep. ctx bounds it.
 func Uninstall(ctx context.Context, cfg *rest.Config, namespace, deployment string) error {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
