@@ -56,6 +56,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
 	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
@@ -229,11 +230,14 @@ type Agent struct {
 	// heartbeat Leases, read only while readingHeartbeats (peerleases.go).
 	leases, heartbeatLeases coordinationlisters.LeaseLister
 	// podScope holds the pods the agent reads (podscope.go).
-	podScope         podScope
-	kubeFactory      informers.SharedInformerFactory
-	leaseFactory     informers.SharedInformerFactory
-	heartbeatFactory informers.SharedInformerFactory
-	viewFactory      informers.SharedInformerFactory
+	podScope    podScope
+	kubeFactory informers.SharedInformerFactory
+	// egressServiceFactory watches the Services and EndpointSlices
+	// labelled endpoints.EgressServiceLabel.
+	egressServiceFactory informers.SharedInformerFactory
+	leaseFactory         informers.SharedInformerFactory
+	heartbeatFactory     informers.SharedInformerFactory
+	viewFactory          informers.SharedInformerFactory
 	// heartbeatLeasesStop stops the heartbeat Lease informer, once no
 	// peer needs it; readingHeartbeats says whether it still runs.
 	heartbeatLeasesStop chan struct{}
@@ -348,6 +352,12 @@ func New(cfg Config) *Agent {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressflow-agent"}),
 		kubeFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
 			informers.WithTransform(slim)),
+		// Only the Services of EgressServices and their slices, which the
+		// cluster component labels: the endpoint churn of every other
+		// Service in the cluster reaches no agent.
+		egressServiceFactory: informers.NewSharedInformerFactoryWithOptions(listingKube{cfg.Kube}, cfg.Resync,
+			informers.WithTransform(slim),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = endpoints.EgressServiceSelector() })),
 		leaseFactory:        namespaceFactory(cfg, heartbeat.LeaseLabel+"="+heartbeat.PeerFactsLabelValue),
 		heartbeatFactory:    namespaceFactory(cfg, heartbeat.LeaseLabel+"="+heartbeat.LeaseLabelValue),
 		viewFactory:         namespaceFactory(cfg, nodeview.Selector()),
@@ -380,8 +390,8 @@ func (a *Agent) watchInputs() {
 	esInformer := a.esFactory.K8s().V1().EgressServices().Informer()
 	a.qosInformer = a.esFactory.K8s().V1().EgressQoSes().Informer()
 	a.firewallInformer = a.esFactory.K8s().V1().EgressFirewalls().Informer()
-	serviceInformer := a.kubeFactory.Core().V1().Services().Informer()
-	sliceInformer := a.kubeFactory.Discovery().V1().EndpointSlices().Informer()
+	serviceInformer := a.egressServiceFactory.Core().V1().Services().Informer()
+	sliceInformer := a.egressServiceFactory.Discovery().V1().EndpointSlices().Informer()
 	if err := sliceInformer.AddIndexers(cache.Indexers{serviceIndex: sliceServiceKeys}); err != nil {
 		panic(err) // only fails once the informer has started
 	}
@@ -438,7 +448,7 @@ func (a *Agent) watchInputs() {
 	a.egressFirewalls = a.esFactory.K8s().V1().EgressFirewalls().Lister()
 	a.egressIPs = a.esFactory.K8s().V1().EgressIPs().Lister()
 	a.namespaces = a.kubeFactory.Core().V1().Namespaces().Lister()
-	a.services = a.kubeFactory.Core().V1().Services().Lister()
+	a.services = a.egressServiceFactory.Core().V1().Services().Lister()
 	a.endpointSlices = sliceInformer.GetIndexer()
 	a.nodes = nodeview.NewReader(a.viewFactory.Core().V1().ConfigMaps().Lister().ConfigMaps(a.cfg.Namespace))
 	a.leases = a.leaseFactory.Coordination().V1().Leases().Lister()
@@ -498,6 +508,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	defer utilruntime.HandleCrash()
 	defer a.queue.ShutDown()
 	a.kubeFactory.Start(ctx.Done())
+	a.egressServiceFactory.Start(ctx.Done())
 	a.leaseFactory.Start(ctx.Done())
 	a.heartbeatFactory.Start(mergeDone(ctx.Done(), a.heartbeatLeasesStop))
 	a.viewFactory.Start(ctx.Done())

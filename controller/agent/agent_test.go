@@ -26,6 +26,7 @@ import (
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/dnsresolve"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/hostfirewall"
@@ -1071,4 +1072,50 @@ func TestHeartbeatFollowsDataplane(t *testing.T) {
 	}
 	n.StartVswitchd(t)
 	waitFresh(true)
+}
+
+// TestAgentWatchesOnlyLabelledServices: the agent reads the Services and
+// EndpointSlices of EgressServices only once they carry the label the
+// cluster component puts on them (endpoints.EgressServiceLabel): an
+// EgressService whose Service lacks it gets nothing, while one created
+// after it is rendered; labelled, it is rendered too.
+func TestAgentWatchesOnlyLabelledServices(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	hidden, seen := e.addPod(n, "hidden"), e.addPod(n, "seen")
+	segment := e.topo.AddSegment()
+	for _, via := range []netip.Addr{segment.Host.IP, segment.Host.IP6} {
+		n.Exec(t, "ip", "route", "add", "default", "via", via.String(), "dev", topology.SegmentInterface, "table", "100")
+	}
+	e.startAgent(n).waitHealthy(t)
+	spec := esv1.EgressServiceSpec{SourceIPBy: esv1.SourceIPByNetwork, Network: "100"}
+	// No label: a Service and slices as a cluster without egressflow's
+	// controller would have them.
+	e.admin.CreateService(t, clustertest.Service{Namespace: "shop", Name: "hidden", Endpoints: clustertest.PodEndpoints(hidden)})
+	e.admin.CreateEgressService(t, "shop", "hidden", spec)
+	e.admin.SetHost(t, "shop", "hidden", esv1.HostAll)
+	e.createEgressService("seen", nil, spec, esv1.HostAll, seen)
+	hasRule := func(p *topology.Pod) error {
+		if rules := n.Exec(t, "ip", "-4", "rule", "show"); !strings.Contains(rules, fmt.Sprintf("from %s lookup 100", p.Addrs()[0])) {
+			return fmt.Errorf("no rule for %s (%s) in:\n%s", p.Name, p.Addrs()[0], rules)
+		}
+		return nil
+	}
+	eventually(t, "the labelled service's rule", func() error { return hasRule(seen) })
+	if hasRule(hidden) == nil {
+		t.Fatalf("the agent rendered the EgressService whose Service carries no %s label", endpoints.EgressServiceLabel)
+	}
+
+	// The label, as the cluster component sets it on the Service and the
+	// EndpointSlice controller copies it onto the slices.
+	svc, err := e.admin.Kube.CoreV1().Services("shop").Get(context.Background(), "hidden", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Labels = map[string]string{endpoints.EgressServiceLabel: endpoints.EgressServiceLabelValue}
+	if _, err := e.admin.Kube.CoreV1().Services("shop").Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.setEndpoints("hidden", hidden)
+	eventually(t, "the newly labelled service's rule", func() error { return hasRule(hidden) })
 }

@@ -2,6 +2,7 @@ package assign
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -244,6 +245,62 @@ func TestDecideTieBreak(t *testing.T) {
 	}
 	if len(seen) < 3 {
 		t.Errorf("40 services with equal loads went to %v only", seen)
+	}
+}
+
+// TestDecideMatchesSpecification compares Decide, which hashes the key
+// once and looks only at the endpoints' nodes under externalTrafficPolicy
+// Local, with the rule written out plainly: of every node that passes
+// Check, the least loaded, then the lowest FNV-1a of (key, NUL, node)
+// (hash/fnv), then the lowest name; none, and every problem named, if no
+// node passes.
+func TestDecideMatchesSpecification(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	sel, _ := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: map[string]string{"egress": "yes"}})
+	for round := range 2000 {
+		ns := map[string]*Node{}
+		load := map[string]int{}
+		for i := range rng.IntN(12) {
+			name := fmt.Sprintf("node-%d", i)
+			n := &Node{Name: name, Ready: rng.IntN(5) > 0, AgentAlive: rng.IntN(5) > 0}
+			if rng.IntN(3) > 0 {
+				n.Labels = map[string]string{"egress": "yes"}
+			}
+			ns[name], load[name] = n, rng.IntN(3)
+		}
+		el := Eligibility{}
+		if rng.IntN(2) == 0 {
+			el.Selector = sel
+		}
+		if rng.IntN(2) == 0 {
+			el.LocalNodes = map[string]bool{}
+			for i := range rng.IntN(14) { // some name no node has
+				el.LocalNodes[fmt.Sprintf("node-%d", rng.IntN(14)+i%2)] = true
+			}
+		}
+		key := fmt.Sprintf("ns/svc-%d", round)
+
+		want, wantLoad, wantScore := "", 0, uint64(0)
+		problems := map[NodeProblem]bool{}
+		for name, n := range ns {
+			if p := el.Check(n); p != NodeOK {
+				problems[p] = true
+				continue
+			}
+			score := fnvScore(key, name)
+			if want == "" || load[name] < wantLoad || (load[name] == wantLoad && (score < wantScore || (score == wantScore && name < want))) {
+				want, wantLoad, wantScore = name, load[name], score
+			}
+		}
+		d := Decide(key, el, "", ns, loads(load))
+		if d.Host != want {
+			t.Fatalf("round %d: host %q, want %q (nodes %d, local %v, selector %v)", round, d.Host, want, len(ns), el.LocalNodes, el.Selector)
+		}
+		if want == "" {
+			if d.Reason != reasons.NoMatchingNode || d.Message != noCandidateMessage(len(ns), problems) {
+				t.Fatalf("round %d: %s %q, want %s %q", round, d.Reason, d.Message, reasons.NoMatchingNode, noCandidateMessage(len(ns), problems))
+			}
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package assign
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -119,19 +118,43 @@ func Decide(key string, el Eligibility, current string, nodes map[string]*Node, 
 		return d
 	}
 
+	// With externalTrafficPolicy Local only the endpoints' nodes can be
+	// candidates: they are the ones looked at, and every node only to
+	// explain why none was.
+	consider := func(yield func(string, *Node) bool) {
+		for name, n := range nodes {
+			if !yield(name, n) {
+				return
+			}
+		}
+	}
+	if el.LocalNodes != nil {
+		consider = func(yield func(string, *Node) bool) {
+			for name := range el.LocalNodes {
+				if n, ok := nodes[name]; ok && !yield(name, n) {
+					return
+				}
+			}
+		}
+	}
+	keyHash := newRendezvousPrefix(key)
 	best, bestLoad, bestScore := "", 0, uint64(0)
-	problems := map[NodeProblem]bool{}
-	for name, n := range nodes {
-		if p := el.Check(n); p != NodeOK {
-			problems[p] = true
+	for name, n := range consider {
+		if el.Check(n) != NodeOK {
 			continue
 		}
-		l, score := load(name), rendezvous(key, name)
+		l, score := load(name), keyHash.score(name)
 		if best == "" || l < bestLoad || (l == bestLoad && (score < bestScore || (score == bestScore && name < best))) {
 			best, bestLoad, bestScore = name, l, score
 		}
 	}
 	if best == "" {
+		problems := map[NodeProblem]bool{}
+		for _, n := range nodes {
+			if p := el.Check(n); p != NodeOK {
+				problems[p] = true
+			}
+		}
 		d.Reason, d.Message = reasons.NoMatchingNode, noCandidateMessage(len(nodes), problems)
 		return d
 	}
@@ -162,11 +185,31 @@ func noCandidateMessage(nodes int, problems map[NodeProblem]bool) string {
 	return "no candidate node: the nodes " + strings.Join(why, ", or ")
 }
 
-// rendezvous is the tie-break score of node for service key (FNV-1a, 64 bits).
-func rendezvous(key, node string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	h.Write([]byte{0})
-	h.Write([]byte(node))
-	return h.Sum64()
+// FNV-1a, 64 bits (hash/fnv's), written out so that a decision hashes
+// the service's key once and allocates nothing per node.
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// rendezvousPrefix is the tie-break hash's state after the service key
+// and its separator: score finishes it with a node's name.
+type rendezvousPrefix uint64
+
+func newRendezvousPrefix(key string) rendezvousPrefix {
+	h := uint64(fnvOffset64)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * fnvPrime64
+	}
+	return rendezvousPrefix(h * fnvPrime64) // the separator: a zero byte, xor-ing nothing
+}
+
+// score is the tie-break score of node for the prefix's service:
+// FNV-1a of key, a zero byte, and node.
+func (p rendezvousPrefix) score(node string) uint64 {
+	h := uint64(p)
+	for i := 0; i < len(node); i++ {
+		h = (h ^ uint64(node[i])) * fnvPrime64
+	}
+	return h
 }

@@ -285,11 +285,11 @@ func rankCandidates(a netip.Addr, nodes EgressNodes, load func(string) int) []st
 		load  int
 		score uint64
 	}
-	key := a.String()
+	keyHash := newRendezvousPrefix(a.String())
 	var out []ranked
 	for name, n := range nodes.Assignable {
 		if n.available() && n.InSubnet(a) {
-			out = append(out, ranked{name, load(name), rendezvous(key, name)})
+			out = append(out, ranked{name, load(name), keyHash.score(name)})
 		}
 	}
 	slices.SortFunc(out, func(x, y ranked) int {

@@ -19,6 +19,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -28,7 +29,9 @@ import (
 // TestBalanceAndNoOpResync: services spread evenly, a new node takes no
 // existing service and costs one write (its node view), a resync writes
 // nothing, and each assignment cost one status write and at most one
-// label patch; each node's view was written once.
+// label patch; each node's view was written once, and each service's
+// agents' label once on the Service and once on its slice (which no
+// EndpointSlice controller manages here).
 func TestBalanceAndNoOpResync(t *testing.T) {
 	nodes := []string{"node-a", "node-b", "node-c"}
 	f := newFixture(t, nodes...)
@@ -62,7 +65,8 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 	f.WaitNodeViews(t, nodes...)
 	wait.Until(t, settle, func() error { return idle(r) })
 	writes := clustertest.NotEvents(r.Writes.All())
-	status, patches, views := 0, 0, 0
+	status, patches, views, inputLabels := 0, 0, 0, 0
+	inputLabel := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, endpoints.EgressServiceLabel, endpoints.EgressServiceLabelValue)
 	for _, w := range writes {
 		switch {
 		case strings.HasSuffix(w.Path, "/status"):
@@ -71,11 +75,13 @@ func TestBalanceAndNoOpResync(t *testing.T) {
 			patches++
 		case w.Method == "POST" && strings.HasSuffix(w.Path, "/namespaces/"+kubetest.SystemNamespace+"/configmaps"):
 			views++
+		case w.Method == "PATCH" && (strings.Contains(w.Path, "/services/") || strings.Contains(w.Path, "/endpointslices/")) && w.Body == inputLabel:
+			inputLabels++
 		}
 	}
-	t.Logf("%d assignments: %d status writes, %d node patches; %d node views", n, status, patches, views)
-	if status != n || patches > n || views != len(nodes) || status+patches+views != len(writes) {
-		t.Errorf("%d assignments cost %d status writes and %d node patches, %d nodes %d view writes (%d writes in all)", n, status, patches, len(nodes), views, len(writes))
+	t.Logf("%d assignments: %d status writes, %d node patches; %d node views; %d agents' labels", n, status, patches, views, inputLabels)
+	if status != n || patches > n || views != len(nodes) || inputLabels != 2*n || status+patches+views+inputLabels != len(writes) {
+		t.Errorf("%d assignments cost %d status writes and %d node patches, %d nodes %d view writes, %d agents' labels (%d writes in all)", n, status, patches, len(nodes), views, inputLabels, len(writes))
 		for _, w := range writes {
 			t.Logf("write at %s: %s %s %.300s", w.At.Format("15:04:05.000"), w.Method, w.Path, w.Body)
 		}

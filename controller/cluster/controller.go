@@ -192,7 +192,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		{qosInf.Informer(), c.qos.handler()},
 		{firewallInf.Informer(), c.firewall.handler()},
 		{eipInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressIP, UpdateFunc: c.onEgressIPUpdate, DeleteFunc: c.onEgressIP}},
-		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onService, UpdateFunc: func(_, n any) { c.onService(n) }, DeleteFunc: c.onService}},
+		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onService, UpdateFunc: c.onServiceUpdate, DeleteFunc: c.onService}},
 		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onSlice, UpdateFunc: c.onSliceUpdate, DeleteFunc: c.onSlice}},
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onNodeAdd, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onNodeDelete}},
 		{leaseInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onLease, UpdateFunc: func(_, n any) { c.onLease(n) }, DeleteFunc: c.onLeaseDelete}},

@@ -2,17 +2,18 @@ package cluster
 
 import (
 	"maps"
-	"slices"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 )
 
@@ -53,7 +54,9 @@ func (c *Controller) onEgressServiceUpdate(oldObj, newObj any) {
 	c.enqueueService(t, key)
 }
 
-// onService enqueues the EgressService of the same name, if there is one.
+// onService enqueues the EgressService of the same name, if there is one,
+// or the Service's key if it carries the agents' label without one (to
+// take it off).
 func (c *Controller) onService(obj any) {
 	t := c.term.Load()
 	if t == nil {
@@ -63,8 +66,41 @@ func (c *Controller) onService(obj any) {
 	if err != nil {
 		return
 	}
+	svc, _ := obj.(*corev1.Service)
+	c.enqueueForInput(t, key, svc != nil && marked(svc.Labels))
+}
+
+// onServiceUpdate is onService, but for a change of the metadata alone
+// (such as the controller's own label echoed back), which matters only
+// when the Service's label is not what it should be.
+func (c *Controller) onServiceUpdate(oldObj, newObj any) {
+	o, n := oldObj.(*corev1.Service), newObj.(*corev1.Service)
+	if apiequality.Semantic.DeepEqual(o.Spec, n.Spec) && apiequality.Semantic.DeepEqual(o.Status, n.Status) {
+		c.enqueueIfMislabelled(n.Namespace+"/"+n.Name, marked(n.Labels))
+		return
+	}
+	c.onService(n)
+}
+
+// enqueueForInput enqueues service key when it has an EgressService or
+// when an input of it is marked for the agents.
+func (c *Controller) enqueueForInput(t *term, key string, isMarked bool) {
 	ns, name := splitKey(key)
-	if _, err := c.esLister.EgressServices(ns).Get(name); err == nil {
+	if _, err := c.esLister.EgressServices(ns).Get(name); err == nil || isMarked {
+		c.enqueueService(t, key)
+	}
+}
+
+// enqueueIfMislabelled enqueues service key when whether an input of it
+// carries the agents' label (isMarked) is not whether it has an
+// EgressService.
+func (c *Controller) enqueueIfMislabelled(key string, isMarked bool) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	ns, name := splitKey(key)
+	if _, err := c.esLister.EgressServices(ns).Get(name); (err == nil) != isMarked {
 		c.enqueueService(t, key)
 	}
 }
@@ -83,16 +119,22 @@ func (c *Controller) onSlice(obj any) {
 	}
 	keys, _ := sliceServiceKeys(s)
 	for _, key := range keys {
-		ns, name := splitKey(key)
-		if _, err := c.esLister.EgressServices(ns).Get(name); err == nil {
-			c.enqueueService(t, key)
-		}
+		c.enqueueForInput(t, key, marked(s.Labels))
 	}
 }
 
 func (c *Controller) onSliceUpdate(oldObj, newObj any) {
+	o, n := oldObj.(*discoveryv1.EndpointSlice), newObj.(*discoveryv1.EndpointSlice)
+	if o.AddressType == n.AddressType && apiequality.Semantic.DeepEqual(o.Endpoints, n.Endpoints) && apiequality.Semantic.DeepEqual(o.Ports, n.Ports) &&
+		o.Labels[discoveryv1.LabelServiceName] == n.Labels[discoveryv1.LabelServiceName] && endpoints.SliceManager(o) == endpoints.SliceManager(n) {
+		// The agents' label, or other metadata, alone.
+		if keys, _ := sliceServiceKeys(n); len(keys) > 0 {
+			c.enqueueIfMislabelled(keys[0], marked(n.Labels))
+		}
+		return
+	}
 	c.onSlice(oldObj) // the service-name label may have changed
-	if o, n := oldObj.(*discoveryv1.EndpointSlice), newObj.(*discoveryv1.EndpointSlice); o.Labels[discoveryv1.LabelServiceName] != n.Labels[discoveryv1.LabelServiceName] {
+	if o.Labels[discoveryv1.LabelServiceName] != n.Labels[discoveryv1.LabelServiceName] {
 		c.onSlice(newObj)
 	}
 }
@@ -177,12 +219,18 @@ func (c *Controller) unblockHolders(t *term, labelKeys []string) {
 	}
 }
 
-// nodeChanged marks node's candidacy as possibly changed: the services it
-// hosts and those waiting for a candidate are synced again.
-func (c *Controller) nodeChanged(t *term, node string) {
+// nodeChanged marks the candidacy of nodes as possibly changed: the
+// services they host and those waiting for a candidate are synced again.
+// A batch of nodes (a judgement) queues the waiting services once.
+func (c *Controller) nodeChanged(t *term, nodes ...string) {
 	t.state.mu.Lock()
-	t.state.viewDirty = true
-	keys := t.state.byHost[node].Union(t.state.waiting)
+	t.state.staleNodes.Insert(nodes...)
+	keys := t.state.waiting.Clone()
+	for _, node := range nodes {
+		for k := range t.state.byHost[node] {
+			keys.Insert(k)
+		}
+	}
 	now := c.opts.Clock.Now()
 	for k := range keys {
 		t.state.noteEvent(k, now)
@@ -267,27 +315,29 @@ func (c *Controller) judgeLiveness(t *term) {
 	t.state.mu.Lock()
 	// died are the nodes whose agent was alive and is not; changed those
 	// whose liveness or its cause changed.
-	var changed, died []string
+	changed := sets.New[string]()
+	var died []string
 	for node := range t.state.alive {
 		if !alive[node] {
-			changed, died = append(changed, node), append(died, node)
+			changed.Insert(node)
+			died = append(died, node)
 			delete(t.state.alive, node)
 		}
 	}
 	for node := range alive {
 		if !t.state.alive[node] {
-			changed = append(changed, node)
+			changed.Insert(node)
 			t.state.alive[node] = true
 		}
 	}
 	for node := range t.state.unreachable {
-		if !unreachable[node] && !slices.Contains(changed, node) {
-			changed = append(changed, node)
+		if !unreachable[node] {
+			changed.Insert(node)
 		}
 	}
 	for node := range unreachable {
-		if !t.state.unreachable[node] && !slices.Contains(changed, node) {
-			changed = append(changed, node)
+		if !t.state.unreachable[node] {
+			changed.Insert(node)
 		}
 	}
 	t.state.unreachable = unreachable
@@ -299,8 +349,10 @@ func (c *Controller) judgeLiveness(t *term) {
 		}
 		c.noteUnreachable(t, node, cause)
 	}
-	for _, node := range changed {
-		c.nodeChanged(t, node)
+	if changed.Len() > 0 {
+		c.nodeChanged(t, changed.UnsortedList()...)
+	}
+	for node := range changed {
 		c.egressLivenessChanged(t, node)
 		for _, r := range c.rollouts {
 			r.agentLivenessChanged(t, node)

@@ -7,10 +7,13 @@ import (
 	"sync"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/egressflow/egressflow/controller/endpoints"
 )
 
 // lead does the leader's work until ctx ends: it builds a fresh term from
@@ -117,6 +120,21 @@ func (c *Controller) enqueueAll(t *term) {
 	ess, _ := c.esLister.List(labels.Everything())
 	for _, es := range ess {
 		t.services.Add(es.Namespace + "/" + es.Name)
+	}
+	// And what carries the agents' label, in case its EgressService went
+	// while no replica led: the sync takes the label off.
+	marked := labels.SelectorFromSet(labels.Set{endpoints.EgressServiceLabel: endpoints.EgressServiceLabelValue})
+	svcs, _ := c.serviceLister.List(marked)
+	for _, s := range svcs {
+		t.services.Add(s.Namespace + "/" + s.Name)
+	}
+	for _, o := range c.slices.List() {
+		if s := o.(*discoveryv1.EndpointSlice); marked.Matches(labels.Set(s.Labels)) {
+			keys, _ := sliceServiceKeys(s)
+			for _, k := range keys {
+				t.services.Add(k)
+			}
+		}
 	}
 	nodes, _ := c.nodeLister.List(labels.Everything())
 	for _, n := range nodes {

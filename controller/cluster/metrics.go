@@ -94,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		apiWritesByResult: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_api_writes_total",
-			Help: "API writes by the controller by kind (status, node_labels, qos_status, firewall_status, egressip_status) and result (ok, conflict, error).",
+			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
 		events: events.NewCounter("egressflow_controller"),
 		agentsBlind: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -45,9 +45,11 @@ type state struct {
 	// probes; unreachable are the nodes the probes judged dead.
 	alive       map[string]bool
 	unreachable map[string]bool
-	// view is the candidacy input of every node, rebuilt when dirty.
-	view      map[string]*assign.Node
-	viewDirty bool
+	// view is the candidacy input of every node (nil until first built);
+	// staleNodes are the nodes whose entry is refreshed before the next
+	// decision, so that a node's change costs one entry, not the view.
+	view       map[string]*assign.Node
+	staleNodes sets.Set[string]
 
 	// written are status writes the EgressService cache has not caught up
 	// with yet, so that a sync never decides from its own stale echo.
@@ -81,7 +83,7 @@ func newState() *state {
 		actual:      map[string]*nodeLabels{},
 		carriers:    map[string]sets.Set[string]{},
 		alive:       map[string]bool{},
-		viewDirty:   true,
+		staleNodes:  sets.New[string](),
 		written:     map[string]*esv1.EgressService{},
 		eventTime:   map[string]time.Time{},
 	}
@@ -139,6 +141,7 @@ func (s *state) confirm(key, host string) (nodes, services []string) {
 // release forgets key (its EgressService is gone) and returns the nodes
 // whose labels may change.
 func (s *state) release(key string) (nodes, services []string) {
+	delete(s.eventTime, key) // also of a key synced only for its inputs' label
 	if _, ok := s.services[key]; !ok {
 		return nil, nil
 	}

@@ -32,7 +32,7 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 		c.metrics.noMatchingNode.Set(float64(s.waiting.Len()))
 		s.mu.Unlock()
 		c.enqueue(t, nodes, others)
-		return nil
+		return c.markInputs(ctx, ns, name, false)
 	}
 	if err != nil {
 		return err
@@ -41,6 +41,10 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 	if err != nil {
 		return err
 	}
+	// Before the status write, so that the agents' watches deliver the
+	// Service by the time they learn of its host; a failure is retried
+	// after the rest of the sync.
+	markErr := c.markInputs(ctx, ns, name, !c.uninstalling.Load())
 	el := assign.Evaluate(in)
 
 	s.mu.Lock()
@@ -101,7 +105,7 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 			c.metrics.eventToStatus.Observe(c.opts.Clock.Since(eventAt).Seconds())
 		}
 	}
-	return nil
+	return markErr
 }
 
 // input gathers what the eligibility of es depends on from the caches.
@@ -124,20 +128,34 @@ func (c *Controller) input(es *esv1.EgressService) (assign.Input, error) {
 	return in, nil
 }
 
-// nodesView is the candidacy input of every node, rebuilt from the node
-// cache and agent liveness when either changed. Call with t.state.mu held.
+// nodesView is the candidacy input of every node: built from the node
+// cache and agent liveness once, then refreshed node by node as they
+// change (nodeChanged). Call with t.state.mu held.
 func (c *Controller) nodesView(t *term) map[string]*assign.Node {
 	s := t.state
-	if !s.viewDirty {
+	if s.view == nil {
+		nodes, _ := c.nodeLister.List(labels.Everything())
+		s.view = make(map[string]*assign.Node, len(nodes))
+		for _, n := range nodes {
+			s.view[n.Name] = candidacy(s, n)
+		}
+		s.staleNodes.Clear()
 		return s.view
 	}
-	nodes, _ := c.nodeLister.List(labels.Everything())
-	view := make(map[string]*assign.Node, len(nodes))
-	for _, n := range nodes {
-		view[n.Name] = &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeServes(n, s.alive[n.Name]), AgentAlive: s.alive[n.Name], AgentUnreachable: s.unreachable[n.Name]}
+	for name := range s.staleNodes {
+		if n, err := c.nodeLister.Get(name); err == nil {
+			s.view[name] = candidacy(s, n)
+		} else {
+			delete(s.view, name)
+		}
 	}
-	s.view, s.viewDirty = view, false
-	return view
+	s.staleNodes.Clear()
+	return s.view
+}
+
+// candidacy is what Decide needs to know of node n. Call with s.mu held.
+func candidacy(s *state, n *corev1.Node) *assign.Node {
+	return &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeServes(n, s.alive[n.Name]), AgentAlive: s.alive[n.Name], AgentUnreachable: s.unreachable[n.Name]}
 }
 
 // report emits the Events and metrics of a status change from es's status

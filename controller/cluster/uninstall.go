@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/nodeview"
 )
 
@@ -64,8 +65,10 @@ const (
 // Uninstall prepares egressflow's removal while its permissions last (the
 // Helm chart's pre-delete hook, `egressflow-controller --uninstall`): it
 // deletes the controller's Deployment in namespace, so that every replica
-// stops labelling, and removes every egress-service label from every node,
-// again whenever one comes back, until none has for uninstallSettle; then
+// stops labelling, and removes every egress-service label from every node
+// and the agents' label (endpoints.EgressServiceLabel) from every Service
+// and endpoints object, again whenever one comes back, until none has for
+// uninstallSettle; then
 // it deletes the node views (nodeview), which Helm's kept namespace would
 // otherwise keep. ctx bounds it.
 func Uninstall(ctx context.Context, cfg *rest.Config, namespace, deployment string) error {
@@ -104,6 +107,14 @@ func Uninstall(ctx context.Context, cfg *rest.Config, namespace, deployment stri
 				return fmt.Errorf("remove egress-service labels of node %s: %w", n.Name, err)
 			}
 			klog.InfoS("Removed egress-service labels", "node", n.Name, "labels", len(remove))
+		}
+		unmarked, err := unmarkAllInputs(ctx, kube)
+		if err != nil {
+			return fmt.Errorf("remove the agents' label from Services and their endpoints: %w", err)
+		}
+		if unmarked > 0 {
+			clean = time.Now()
+			klog.InfoS("Removed the agents' label", "label", endpoints.EgressServiceLabel, "objects", unmarked)
 		}
 		if time.Since(clean) >= uninstallSettle {
 			// The replicas stopped publishing when they saw the
@@ -185,6 +196,13 @@ func (c *Controller) uninstall(why string) {
 		return
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), uninstallPatchTimeout)
+		defer cancel()
+		if _, err := unmarkAllInputs(ctx, c.kube); err != nil {
+			klog.ErrorS(err, "Could not remove the agents' label on uninstall", "label", endpoints.EgressServiceLabel)
+		}
+	})
 	for _, n := range nodes {
 		ours := sets.New[string]()
 		for k := range n.Labels {

@@ -428,3 +428,40 @@ func TestResponderLearnsItsPeersAnswer(t *testing.T) {
 		t.Fatal("not lost, cut off from observer and peers, after its peer had answered once")
 	}
 }
+
+// TestWitnessPoolPick: a pick is up to n distinct witnesses, never the
+// silent target itself, and every fit target gets its turn.
+func TestWitnessPoolPick(t *testing.T) {
+	addr := func(i int) netip.AddrPort {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), 9102)
+	}
+	pool := &witnessPool{}
+	for i, name := range []string{"a", "b", "c", "d"} {
+		pool.nodes, pool.addrs = append(pool.nodes, name), append(pool.addrs, addr(i))
+	}
+	chosen := map[netip.AddrPort]int{}
+	for range 400 {
+		picked := pool.pick("a", 2)
+		if len(picked) != 2 || picked[0] == picked[1] {
+			t.Fatalf("pick of 2 but a: %v", picked)
+		}
+		for _, w := range picked {
+			if w == addr(0) {
+				t.Fatalf("the silent target was picked as its own witness: %v", picked)
+			}
+			chosen[w]++
+		}
+	}
+	for i := 1; i < 4; i++ {
+		if chosen[addr(i)] < 100 {
+			t.Errorf("witness %v chosen %d times of 800", addr(i), chosen[addr(i)])
+		}
+	}
+	if got := pool.pick("a", 5); len(got) != 3 {
+		t.Errorf("pick of 5 from 3 others: %v", got)
+	}
+	alone := &witnessPool{nodes: []string{"a"}, addrs: []netip.AddrPort{addr(0)}}
+	if got := alone.pick("a", 2); len(got) != 0 {
+		t.Errorf("a pool of the silent target alone gave %v", got)
+	}
+}

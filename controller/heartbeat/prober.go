@@ -222,6 +222,7 @@ type outgoing struct {
 func (p *Prober) round(now time.Time) {
 	var out []outgoing
 	var died []string
+	var pool *witnessPool // built once per round, for the first silent target
 	p.mu.Lock()
 	for name, t := range p.targets {
 		if !now.Before(t.nextPing) {
@@ -234,7 +235,10 @@ func (p *Prober) round(now time.Time) {
 		}
 		if now.Sub(t.askedWitnesses) >= t.Interval {
 			t.askedWitnesses = now
-			for _, w := range p.witnesses(name, now) {
+			if pool == nil {
+				pool = p.witnessPool(now)
+			}
+			for _, w := range pool.pick(name, p.cfg.Witnesses) {
 				token := p.newToken(name, now)
 				out = append(out, outgoing{probeMessage{kind: probePingRequest, token: token, target: t.Addr}, w})
 			}
@@ -253,17 +257,40 @@ func (p *Prober) round(now time.Time) {
 	}
 }
 
-// witnesses picks up to cfg.Witnesses other targets that answered within
-// their last two intervals, at random. Called with p.mu held.
-func (p *Prober) witnesses(except string, now time.Time) []netip.AddrPort {
-	var fresh []netip.AddrPort
+// witnessPool are the targets fit to witness in one round: those that
+// answered within their last two intervals. One pool serves every silent
+// target of the round, so that a round with many silent targets (a rack
+// lost, the observer starved of CPU) walks the targets once, not once per
+// silent target.
+type witnessPool struct {
+	nodes []string
+	addrs []netip.AddrPort
+}
+
+// witnessPool gathers the round's witnesses. Called with p.mu held.
+func (p *Prober) witnessPool(now time.Time) *witnessPool {
+	pool := &witnessPool{}
 	for name, t := range p.targets {
-		if name != except && !t.unreachable && now.Sub(t.lastAnswer) <= 2*t.Interval {
-			fresh = append(fresh, t.Addr)
+		if !t.unreachable && now.Sub(t.lastAnswer) <= 2*t.Interval {
+			pool.nodes, pool.addrs = append(pool.nodes, name), append(pool.addrs, t.Addr)
 		}
 	}
-	rand.Shuffle(len(fresh), func(i, j int) { fresh[i], fresh[j] = fresh[j], fresh[i] })
-	return fresh[:min(len(fresh), p.cfg.Witnesses)]
+	return pool
+}
+
+// pick chooses up to n witnesses other than except, at random: a partial
+// Fisher-Yates shuffle of the pool's first n places.
+func (w *witnessPool) pick(except string, n int) []netip.AddrPort {
+	var picked []netip.AddrPort
+	for i := 0; i < len(w.nodes) && len(picked) < n; i++ {
+		j := i + rand.IntN(len(w.nodes)-i)
+		w.nodes[i], w.nodes[j] = w.nodes[j], w.nodes[i]
+		w.addrs[i], w.addrs[j] = w.addrs[j], w.addrs[i]
+		if w.nodes[i] != except {
+			picked = append(picked, w.addrs[i])
+		}
+	}
+	return picked
 }
 
 // newPing is a ping of node with a fresh token. Called with p.mu held.

@@ -290,8 +290,8 @@ func TestAnotherNamespace(t *testing.T) {
 	// metrics scraper's (ServiceAccount, token Secret, reader role), and a
 	// PodMonitor per component.
 	for kind, n := range map[string]int{"Namespace": 1, "ServiceAccount": 3, "Secret": 1, "ConfigMap": 2, "ClusterRole": 3, "ClusterRoleBinding": 5,
-		"Role": 2, "RoleBinding": 2, "DaemonSet": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ValidatingAdmissionPolicy": 3,
-		"ValidatingAdmissionPolicyBinding": 3, "PodMonitor": 2, "PrometheusRule": 1, "Job": 1} {
+		"Role": 2, "RoleBinding": 2, "DaemonSet": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ValidatingAdmissionPolicy": 4,
+		"ValidatingAdmissionPolicyBinding": 4, "PodMonitor": 2, "PrometheusRule": 1, "Job": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
 		}

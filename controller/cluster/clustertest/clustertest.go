@@ -38,6 +38,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/nodeview"
@@ -57,12 +58,13 @@ const (
 const PodCIDR = "10.128.0.0/14"
 
 // Manifests are the deploy/ files every test cluster gets: the
-// controller's admission policy on EgressIPs among them, so that every
-// test would see the controller change anything but an EgressIP's status.
+// controller's admission policies on EgressIPs and on the agents' input
+// label among them, so that every test would see the controller change
+// anything but an EgressIP's status or that label.
 // (The Deployment is applied for its validation by the API server; nothing
 // runs it.)
 var Manifests = []string{"deploy/controller/namespace.yaml", "deploy/controller/rbac.yaml", "deploy/controller/deployment.yaml", "deploy/controller/pdb.yaml", "deploy/agent/rbac.yaml",
-	"deploy/admission/controller-egressip-policy.yaml"}
+	"deploy/admission/controller-egressip-policy.yaml", "deploy/admission/controller-input-label-policy.yaml"}
 
 // Env is a test API server with the deploy/ RBAC applied and admin clients.
 type Env struct {
@@ -223,6 +225,8 @@ type Service struct {
 	// Selector selects the Service's pods; the test's EndpointSlices list
 	// its endpoints all the same (no controller maintains them).
 	Selector map[string]string
+	// Labels are the Service's, which its EndpointSlices copy.
+	Labels map[string]string
 }
 
 // CreateService creates the Service, sets its ingress IPs, and creates one
@@ -235,7 +239,7 @@ func (e *Env) CreateService(t testing.TB, s Service) {
 		typ = corev1.ServiceTypeLoadBalancer
 	}
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, Labels: s.Labels},
 		Spec: corev1.ServiceSpec{
 			Type:     typ,
 			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
@@ -288,11 +292,19 @@ func (e *Env) setIngress(t testing.TB, svc *corev1.Service, ips []string) {
 // given endpoints, one slice per family as the EndpointSlice controller
 // writes them: the IPv4 slice is named after the Service and always written
 // (empty when there is no endpoint), the IPv6 one ("<name>-ipv6") once an
-// endpoint has an IPv6 address.
+// endpoint has an IPv6 address; with the Service's labels, as it copies
+// them.
 func (e *Env) SetEndpoints(t testing.TB, ns, name string, eps []Endpoint) {
 	t.Helper()
 	ctx := context.Background()
 	client := e.Kube.DiscoveryV1().EndpointSlices(ns)
+	labels := map[string]string{}
+	if svc, err := e.Kube.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		maps.Copy(labels, svc.Labels)
+	} else if !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	labels[discoveryv1.LabelServiceName] = name
 	for _, family := range []struct {
 		sliceName   string
 		addressType discoveryv1.AddressType
@@ -302,7 +314,7 @@ func (e *Env) SetEndpoints(t testing.TB, ns, name string, eps []Endpoint) {
 		{name + "-ipv6", discoveryv1.AddressTypeIPv6, false},
 	} {
 		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: family.sliceName, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: family.sliceName, Labels: labels},
 			AddressType: family.addressType,
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
 		}
@@ -390,6 +402,13 @@ func (e *Env) CreateEgressService(t testing.TB, ns, name string, spec esv1.Egres
 // cluster component would write, for tests of the node side alone.
 func (e *Env) CreateHostedService(t testing.TB, s Service, spec esv1.EgressServiceSpec, host string) {
 	t.Helper()
+	// The agents' label, as the cluster component puts it on the Service
+	// of an EgressService (and its slices copy it).
+	s.Labels = maps.Clone(s.Labels)
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[endpoints.EgressServiceLabel] = endpoints.EgressServiceLabelValue
 	e.CreateService(t, s)
 	e.CreateEgressService(t, s.Namespace, s.Name, spec)
 	e.SetHost(t, s.Namespace, s.Name, host)

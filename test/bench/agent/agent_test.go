@@ -69,6 +69,7 @@ import (
 	"github.com/egressflow/egressflow/controller/agent"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/iprule"
@@ -497,8 +498,11 @@ func (e *env) createCluster(b *testing.B) {
 	remote := *endpointsPer - local
 	wait.Parallel(b, *serviceCount, *setupWorkers, func(i int) error {
 		ns, name := serviceName(i)
+		// The agents' label, as the cluster component puts it on the
+		// Service and the EndpointSlice controller copies it.
+		inputLabels := map[string]string{endpoints.EgressServiceLabel: endpoints.EgressServiceLabelValue}
 		svc, err := e.admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: inputLabels},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
 				// 10,000 LoadBalancers do not fit the 2,768 node ports.
 				AllocateLoadBalancerNodePorts: ptr(false),
@@ -512,7 +516,8 @@ func (e *env) createCluster(b *testing.B) {
 			return err
 		}
 		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-1",
+				Labels: map[string]string{discoveryv1.LabelServiceName: name, endpoints.EgressServiceLabel: endpoints.EgressServiceLabelValue}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
 		}

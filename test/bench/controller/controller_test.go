@@ -45,6 +45,7 @@ import (
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
 	"github.com/egressflow/egressflow/controller/heartbeat"
@@ -275,7 +276,11 @@ func createService(ctx context.Context, env *clustertest.Env, ns, name string, i
 		return err
 	}
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		// The EndpointSlice controller's, as in a cluster: the controller
+		// labels the Service alone for the agents (which no controller
+		// manager here copies onto the slice).
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: endpoints.ManagerEndpointSlice}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
 	for e := range 2 {

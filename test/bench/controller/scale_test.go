@@ -39,6 +39,7 @@ import (
 	"io"
 	"iter"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -58,6 +59,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster/clustertest"
+	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/nodeview"
 	"github.com/egressflow/egressflow/test/kubetest"
@@ -82,7 +84,13 @@ var (
 	// An assignment that has not finished in this long is reported as
 	// it stands.
 	scaleAssignLimit = flag.Duration("scale-assign-limit", 5*time.Minute, "bound of the assignment (BenchmarkScale)")
+	// Profiling costs the controller a few percent of CPU while it runs.
+	controllerCPUProfile = flag.String("controller-cpu-profile", "", "write CPU profiles of the controller binary's assignment here, one per protocol and per "+controllerProfileSlice.String()+" (PATH.PROTOCOL.N; `go tool pprof` merges them)")
 )
+
+// controllerProfileSlice is the length of each CPU profile of the
+// assignment: within kubetest.Scrape's client timeout.
+const controllerProfileSlice = 10 * time.Second
 
 // scalePoll is how often a wait that lists every node or pod lists them
 // again: each list of 150,000 pods is itself a load on the API server.
@@ -110,15 +118,18 @@ var livenessProtocols = []livenessProtocol{
 
 // scaleResult is one protocol's column.
 type scaleResult struct {
-	protocol                                 string
-	agentWritesPerNode10s                    float64
-	agentRefusedPerNode10s                   float64 // of those writes
-	apiRequests, apiWrites, etcdPuts         float64 // per second
-	eventsPerAgent                           []streamRate
-	assigned                                 bool
-	hosted, held                             int
-	assignServices, assignEgressIPs          time.Duration
-	writesPerAssignment                      float64
+	protocol                         string
+	agentWritesPerNode10s            float64
+	agentRefusedPerNode10s           float64 // of those writes
+	apiRequests, apiWrites, etcdPuts float64 // per second
+	eventsPerAgent                   []streamRate
+	assigned                         bool
+	hosted, held                     int
+	assignServices, assignEgressIPs  time.Duration
+	writesPerAssignment              float64
+	// labelWritesPerService are the controller's writes of the agents'
+	// label (endpoints.EgressServiceLabel), once per EgressService.
+	labelWritesPerService                    float64
 	assignCPU                                time.Duration
 	steadyCPU                                float64 // cores
 	peakRSS                                  int64   // bytes
@@ -268,17 +279,35 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	if p.probes {
 		probeAddr = "127.0.0.1:0"
 	}
+	metricsFlags := []string{"--metrics-bind-address="}
+	metricsAddr := ""
+	if *controllerCPUProfile != "" {
+		metricsAddr = freeLoopbackAddr(b)
+		metricsFlags = []string{"--metrics-bind-address=" + metricsAddr, "--profiling"}
+	}
 	before := apiRequestCounts(b, env)
 	startAt := time.Now()
-	controller := proc.Start(b, bin, "--kubeconfig="+kubeconfig, "--namespace="+kubetest.SystemNamespace, "--identity=scale",
-		"--pod-cidrs="+clustertest.PodCIDR, "--probe-bind-address="+probeAddr, "--health-bind-address=", "--metrics-bind-address=")
+	controller := proc.Start(b, bin, append([]string{"--kubeconfig=" + kubeconfig, "--namespace=" + kubetest.SystemNamespace, "--identity=scale",
+		"--pod-cidrs=" + clustertest.PodCIDR, "--probe-bind-address=" + probeAddr, "--health-bind-address="}, metricsFlags...)...)
 	pid := controller.Cmd.Process.Pid
+	profiling := make(chan struct{})
+	profiled := make(chan struct{})
+	if metricsAddr != "" {
+		go func() {
+			defer close(profiled)
+			profileController(b, metricsAddr, fmt.Sprintf("%s.%s", *controllerCPUProfile, p.name), profiling)
+		}()
+	} else {
+		close(profiled)
+	}
 	// The API server may refuse so many renewals that the controller
 	// never sees every node alive: the assignment is given a bound, and
 	// what it reached by then is the result.
 	for time.Since(startAt) < *scaleAssignLimit && (hosts.held() < len(keys) || held.held() < len(eips)) {
 		time.Sleep(100 * time.Millisecond)
 	}
+	close(profiling)
+	<-profiled
 	res.hosted, res.held = hosts.held(), held.held()
 	res.assigned = res.hosted == len(keys) && res.held == len(eips)
 	if res.assigned {
@@ -289,9 +318,13 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	after := apiRequestCounts(b, env)
 	controllerWrites := after.delta(before, "egressservices", "status") + after.delta(before, "egressips", "") + after.delta(before, "nodes", "")
 	res.writesPerAssignment = controllerWrites / float64(max(res.hosted+res.held, 1))
-	out("assignment: %d of %d services hosted (the last %v after the controller started), %d of %d EgressIPs held (%v); %.0f writes, %.2f per assignment; %d node views published",
+	res.labelWritesPerService = after.delta(before, "services", "") / float64(len(keys))
+	out("assignment: %d of %d services hosted (the last %v after the controller started), %d of %d EgressIPs held (%v); %.0f writes, %.2f per assignment; %.2f label writes per EgressService for the agents; %d node views published",
 		res.hosted, len(keys), res.assignServices.Round(time.Millisecond), res.held, len(eips), res.assignEgressIPs.Round(time.Millisecond),
-		controllerWrites, res.writesPerAssignment, countNodeViews(b, env))
+		controllerWrites, res.writesPerAssignment, res.labelWritesPerService, countNodeViews(b, env))
+	if metricsAddr != "" {
+		out("assignment: the controller's syncs (workqueue adds) %s", controllerQueueAdds(b, metricsAddr))
+	}
 
 	// The steady state.
 	startAgentWrites, startRefused := agents.writes.Load(), agents.refused.Load()
@@ -333,6 +366,58 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	res.failover, res.failoverServices = hosts.lastChange(moved).Sub(stoppedAt), len(moved)
 	out("failover: the %d services of %s have new hosts %v after its agent stopped", len(moved), victim, res.failover.Round(time.Millisecond))
 	return res
+}
+
+// freeLoopbackAddr is a loopback address whose port was free a moment ago.
+func freeLoopbackAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// profileController writes CPU profiles of the controller, one per
+// controllerProfileSlice, to path.1, path.2, ... until done is closed.
+func profileController(b *testing.B, addr, path string, done <-chan struct{}) {
+	for i := 1; ; i++ {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		code, profile, err := kubetest.Scrape(nil, addr, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(controllerProfileSlice.Seconds())), kubetest.Admin.Token)
+		switch {
+		case err != nil || code != http.StatusOK:
+			// The metrics server is not up yet.
+			i--
+			time.Sleep(100 * time.Millisecond)
+		default:
+			if err := os.WriteFile(fmt.Sprintf("%s.%d", path, i), []byte(profile), 0o644); err != nil {
+				b.Errorf("CPU profile: %v", err)
+				return
+			}
+		}
+	}
+}
+
+// controllerQueueAdds are the items added to each of the controller's
+// work queues so far, from its metrics: how many syncs the assignment took.
+func controllerQueueAdds(b *testing.B, addr string) string {
+	code, metrics, err := kubetest.Scrape(nil, addr, "/metrics", kubetest.Admin.Token)
+	if err != nil || code != http.StatusOK {
+		b.Errorf("the controller's metrics: %d %v", code, err)
+		return "unknown"
+	}
+	var adds []string
+	for line := range strings.Lines(metrics) {
+		if rest, ok := strings.CutPrefix(line, "workqueue_adds_total{name=\""); ok {
+			name, value, _ := strings.Cut(rest, "\"} ")
+			adds = append(adds, name+"="+strings.TrimSpace(value))
+		}
+	}
+	return strings.Join(adds, " ")
 }
 
 func printScaleTable(results []scaleResult) {
@@ -380,6 +465,7 @@ func printScaleTable(results []scaleResult) {
 	row("controller start → every EgressIP held", assignedIn(func(r scaleResult) time.Duration { return r.assignEgressIPs },
 		func(r scaleResult) int { return r.held }, *scaleEgressIPs))
 	row("controller writes per assignment", f("%.2f", func(r scaleResult) float64 { return r.writesPerAssignment }))
+	row("controller writes of the agents' Service label, per EgressService (once)", f("%.2f", func(r scaleResult) float64 { return r.labelWritesPerService }))
 	row("controller CPU time for the assignment", d(func(r scaleResult) time.Duration { return r.assignCPU }))
 	row("controller CPU, steady (cores)", f("%.3f", func(r scaleResult) float64 { return r.steadyCPU }))
 	row("controller peak RSS (MiB)", f("%.0f", func(r scaleResult) float64 { return float64(r.peakRSS) / (1 << 20) }))
@@ -505,6 +591,8 @@ func watchAsAnAgent(b *testing.B, env *clustertest.Env, node, leaseLabel string)
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = heartbeat.LeaseLabel + "=" + leaseLabel }))
 	views := informers.NewSharedInformerFactoryWithOptions(env.Kube, 0, informers.WithNamespace(kubetest.SystemNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = nodeview.Selector() }))
+	egressServices := informers.NewSharedInformerFactoryWithOptions(env.Kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = endpoints.EgressServiceSelector() }))
 	ownPods := informers.NewSharedInformerFactoryWithOptions(env.Kube, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + node }))
 	watched := []struct {
@@ -516,8 +604,8 @@ func watchAsAnAgent(b *testing.B, env *clustertest.Env, node, leaseLabel string)
 		// Not an agent's: what it would receive if it watched the Nodes
 		// instead of their views.
 		{"(Nodes, no longer watched)", cluster.Core().V1().Nodes().Informer()},
-		{"Services", cluster.Core().V1().Services().Informer()},
-		{"EndpointSlices", cluster.Discovery().V1().EndpointSlices().Informer()},
+		{"Services of EgressServices", egressServices.Core().V1().Services().Informer()},
+		{"their EndpointSlices", egressServices.Discovery().V1().EndpointSlices().Informer()},
 		{"Namespaces", cluster.Core().V1().Namespaces().Informer()},
 		{"its node's Pods", ownPods.Core().V1().Pods().Informer()},
 	}
@@ -534,12 +622,12 @@ func watchAsAnAgent(b *testing.B, env *clustertest.Env, node, leaseLabel string)
 		}
 		streams, synced = append(streams, stream), append(synced, registration.HasSynced)
 	}
-	for _, f := range []informers.SharedInformerFactory{cluster, leases, views, ownPods} {
+	for _, f := range []informers.SharedInformerFactory{cluster, leases, views, egressServices, ownPods} {
 		f.Start(stop)
 	}
 	b.Cleanup(func() {
 		close(stop)
-		for _, f := range []informers.SharedInformerFactory{cluster, leases, views, ownPods} {
+		for _, f := range []informers.SharedInformerFactory{cluster, leases, views, egressServices, ownPods} {
 			f.Shutdown()
 		}
 	})
