@@ -176,7 +176,14 @@ func nodes(specs ...string) map[string]*Node {
 	return m
 }
 
-func loads(m map[string]int) func(string) int { return func(n string) int { return m[n] } }
+// withLoads sets each node's load from m (0 when m has none) and returns
+// the nodes.
+func withLoads(ns map[string]*Node, m map[string]int) map[string]*Node {
+	for name, n := range ns {
+		n.Load = m[name]
+	}
+	return ns
+}
 
 func TestDecide(t *testing.T) {
 	sel, _ := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: map[string]string{"egress": "yes"}})
@@ -216,7 +223,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide("ns/web", tc.el, tc.current, tc.nodes, loads(tc.load))
+			d := Decide("ns/web", tc.el, tc.current, withLoads(tc.nodes, tc.load))
 			if d.Host != tc.host || d.Reason != tc.reason || d.Lost != tc.lost {
 				t.Fatalf("got host %q reason %q lost %q (%s); want %q %q %q", d.Host, d.Reason, d.Lost, d.Message, tc.host, tc.reason, tc.lost)
 			}
@@ -235,9 +242,9 @@ func TestDecideTieBreak(t *testing.T) {
 	seen := map[string]bool{}
 	for i := range 40 {
 		key := fmt.Sprintf("ns/svc-%d", i)
-		first := Decide(key, el, "", ns, loads(nil)).Host
+		first := Decide(key, el, "", withLoads(ns, nil)).Host
 		for range 20 { // map iteration order varies between calls
-			if got := Decide(key, el, "", ns, loads(nil)).Host; got != first {
+			if got := Decide(key, el, "", withLoads(ns, nil)).Host; got != first {
 				t.Fatalf("%s: %s then %s", key, first, got)
 			}
 		}
@@ -292,7 +299,7 @@ func TestDecideMatchesSpecification(t *testing.T) {
 				want, wantLoad, wantScore = name, load[name], score
 			}
 		}
-		d := Decide(key, el, "", ns, loads(load))
+		d := Decide(key, el, "", withLoads(ns, load))
 		if d.Host != want {
 			t.Fatalf("round %d: host %q, want %q (nodes %d, local %v, selector %v)", round, d.Host, want, len(ns), el.LocalNodes, el.Selector)
 		}
@@ -313,7 +320,7 @@ func TestDecideSpread(t *testing.T) {
 	}
 	load := map[string]int{}
 	for i := range 100 {
-		d := Decide(fmt.Sprintf("ns/svc-%d", i), Eligibility{}, "", ns, loads(load))
+		d := Decide(fmt.Sprintf("ns/svc-%d", i), Eligibility{}, "", withLoads(ns, load))
 		load[d.Host]++
 	}
 	lo, hi := 1<<30, 0

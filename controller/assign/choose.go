@@ -22,6 +22,10 @@ type Node struct {
 	// AgentUnreachable: the agent is judged dead by the probes, not (only)
 	// by its Lease.
 	AgentUnreachable bool
+	// Load is how many services are assigned to the node: kept beside
+	// the rest so that a decision, which weighs every node, reads it
+	// without a lookup per node.
+	Load int
 }
 
 // agentProblem is why a node whose agent is judged dead is not a
@@ -95,12 +99,12 @@ type Decision struct {
 
 // Decide picks the host of service key ("namespace/name") with eligibility
 // el. current is its current host ("" for none); nodes are all known nodes
-// by name; load(node) is how many services are assigned to a node.
+// by name, each with its load.
 //
 // A current host that is still a candidate is kept. Otherwise the candidate
 // with the lowest load wins, then the lowest rendezvous hash of (key, node),
 // then the lowest name.
-func Decide(key string, el Eligibility, current string, nodes map[string]*Node, load func(node string) int) Decision {
+func Decide(key string, el Eligibility, current string, nodes map[string]*Node) Decision {
 	d := Decision{}
 	if el.Reason == "" && current != "" && current != esv1.HostAll {
 		if n, ok := nodes[current]; !ok {
@@ -143,7 +147,7 @@ func Decide(key string, el Eligibility, current string, nodes map[string]*Node, 
 		if el.Check(n) != NodeOK {
 			continue
 		}
-		l, score := load(name), keyHash.score(name)
+		l, score := n.Load, keyHash.score(name)
 		if best == "" || l < bestLoad || (l == bestLoad && (score < bestScore || (score == bestScore && name < best))) {
 			best, bestLoad, bestScore = name, l, score
 		}

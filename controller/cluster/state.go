@@ -102,13 +102,20 @@ func (s *state) record(key string) *svcRecord {
 // load is the number of services reserved on node.
 func (s *state) load(node string) int { return s.byHost[node].Len() }
 
-// reserve makes host (a node, or "") the reserved host of key.
+// reserve makes host (a node, or "") the reserved host of key, and keeps
+// the view's loads (assign.Node.Load) equal to load.
 func (s *state) reserve(key, host string) {
 	r := s.record(key)
 	if r.host == host {
 		return
 	}
 	moveIndex(s.byHost, key, r.host, host)
+	if n := s.view[r.host]; n != nil {
+		n.Load--
+	}
+	if n := s.view[host]; n != nil {
+		n.Load++
+	}
 	r.host = host
 }
 

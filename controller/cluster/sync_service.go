@@ -52,7 +52,7 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 	es = s.freshest(key, es)
 	rec := s.record(key)
 	previous := rec.host
-	d := assign.Decide(key, el, previous, c.nodesView(t), s.load)
+	d := assign.Decide(key, el, previous, c.nodesView(t))
 	if d.Host == esv1.HostAll {
 		s.reserve(key, "")
 	} else {
@@ -155,7 +155,8 @@ func (c *Controller) nodesView(t *term) map[string]*assign.Node {
 
 // candidacy is what Decide needs to know of node n. Call with s.mu held.
 func candidacy(s *state, n *corev1.Node) *assign.Node {
-	return &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeServes(n, s.alive[n.Name]), AgentAlive: s.alive[n.Name], AgentUnreachable: s.unreachable[n.Name]}
+	return &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeServes(n, s.alive[n.Name]), AgentAlive: s.alive[n.Name], AgentUnreachable: s.unreachable[n.Name],
+		Load: s.load(n.Name)}
 }
 
 // report emits the Events and metrics of a status change from es's status

@@ -416,6 +416,14 @@ func controllerQueueAdds(b *testing.B, addr string) string {
 			name, value, _ := strings.Cut(rest, "\"} ")
 			adds = append(adds, name+"="+strings.TrimSpace(value))
 		}
+		// What re-syncs services: reachability changes, and services
+		// waiting for a candidate.
+		for _, prefix := range []string{"egressflow_controller_probe_verdicts_total", "egressflow_controller_services_no_matching_node ",
+			"egressflow_controller_failovers_total", "egressflow_controller_agents_unseen "} {
+			if strings.HasPrefix(line, prefix) {
+				adds = append(adds, strings.TrimSpace(strings.TrimPrefix(line, "egressflow_controller_")))
+			}
+		}
 	}
 	return strings.Join(adds, " ")
 }
