@@ -178,6 +178,23 @@ func LaunchWith(opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		c, err = launch(opts, bins)
+		// The ports are chosen free, then bound by etcd and the API
+		// server a moment later: another test process may take one
+		// meanwhile. Fresh ports then.
+		if err == nil || attempt == portAttempts || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+	}
+}
+
+// portAttempts is how many times LaunchWith chooses ports when one was
+// taken before etcd or the API server bound it.
+const portAttempts = 3
+
+// launch starts etcd and the API server once, on ports chosen now.
+func launch(opts Options, bins map[string]string) (c *Cluster, err error) {
 	dir, err := os.MkdirTemp("", "kubetest-")
 	if err != nil {
 		return nil, err
