@@ -123,13 +123,12 @@ func (c *Controller) enqueueAll(t *term) {
 	}
 	// And what carries the agents' label, in case its EgressService went
 	// while no replica led: the sync takes the label off.
-	marked := labels.SelectorFromSet(labels.Set{endpoints.EgressServiceLabel: endpoints.EgressServiceLabelValue})
-	svcs, _ := c.serviceLister.List(marked)
+	svcs, _ := c.serviceLister.List(labels.SelectorFromSet(labels.Set{endpoints.EgressServiceLabel: endpoints.EgressServiceLabelValue}))
 	for _, s := range svcs {
 		t.services.Add(s.Namespace + "/" + s.Name)
 	}
 	for _, o := range c.slices.List() {
-		if s := o.(*discoveryv1.EndpointSlice); marked.Matches(labels.Set(s.Labels)) {
+		if s := o.(*discoveryv1.EndpointSlice); marked(s.Labels) {
 			keys, _ := sliceServiceKeys(s)
 			for _, k := range keys {
 				t.services.Add(k)
