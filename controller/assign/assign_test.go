@@ -170,6 +170,8 @@ func nodes(specs ...string) map[string]*Node {
 			n.AgentAlive = false
 		case "selected":
 			n.Labels = nil
+		case "restarting":
+			n.AgentRestarting = true
 		}
 		m[name] = n
 	}
@@ -202,6 +204,12 @@ func TestDecide(t *testing.T) {
 		{name: "least loaded wins", el: eligible, nodes: nodes("a", "b", "c"), load: map[string]int{"a": 2, "b": 1, "c": 2},
 			host: "b", reason: reasons.Assigned, message: "label egress-service.k8s.ovn.org/ns-web"},
 		{name: "valid current kept although unbalanced", el: eligible, current: "a", nodes: nodes("a", "b"), load: map[string]int{"a": 9, "b": 0},
+			host: "a", reason: reasons.Assigned},
+		{name: "an agent restarting is chosen last, whatever the loads", el: eligible, nodes: nodes("a!restarting", "b", "c!restarting"),
+			load: map[string]int{"b": 5}, host: "b", reason: reasons.Assigned},
+		{name: "only restarting agents: the least loaded of them", el: eligible, nodes: nodes("a!restarting", "b!restarting"),
+			load: map[string]int{"a": 1}, host: "b", reason: reasons.Assigned},
+		{name: "a current host whose agent restarts is kept", el: eligible, current: "a", nodes: nodes("a!restarting", "b"),
 			host: "a", reason: reasons.Assigned},
 		{name: "current deleted", el: eligible, current: "gone", nodes: nodes("a"), host: "a", reason: reasons.Assigned, lost: NodeDeleted},
 		{name: "current not ready", el: eligible, current: "a", nodes: nodes("a!ready", "b"), host: "b", reason: reasons.Assigned, lost: NodeNotReady},
@@ -258,7 +266,8 @@ func TestDecideTieBreak(t *testing.T) {
 // TestDecideMatchesSpecification compares Decide, which hashes the key
 // once and looks only at the endpoints' nodes under externalTrafficPolicy
 // Local, with the rule written out plainly: of every node that passes
-// Check, the least loaded, then the lowest FNV-1a of (key, NUL, node)
+// Check, those whose agent is not restarting if any, of them the least
+// loaded, then the lowest FNV-1a of (key, NUL, node)
 // (hash/fnv), then the lowest name; none, and every problem named, if no
 // node passes.
 func TestDecideMatchesSpecification(t *testing.T) {
@@ -269,7 +278,7 @@ func TestDecideMatchesSpecification(t *testing.T) {
 		load := map[string]int{}
 		for i := range rng.IntN(12) {
 			name := fmt.Sprintf("node-%d", i)
-			n := &Node{Name: name, Ready: rng.IntN(5) > 0, AgentAlive: rng.IntN(5) > 0}
+			n := &Node{Name: name, Ready: rng.IntN(5) > 0, AgentAlive: rng.IntN(5) > 0, AgentRestarting: rng.IntN(4) == 0}
 			if rng.IntN(3) > 0 {
 				n.Labels = map[string]string{"egress": "yes"}
 			}
@@ -294,9 +303,14 @@ func TestDecideMatchesSpecification(t *testing.T) {
 				problems[p] = true
 				continue
 			}
-			score := fnvScore(key, name)
-			if want == "" || load[name] < wantLoad || (load[name] == wantLoad && (score < wantScore || (score == wantScore && name < want))) {
-				want, wantLoad, wantScore = name, load[name], score
+			// A restarting agent's node ranks after every other: its
+			// load counts as beyond any other's.
+			score, l := fnvScore(key, name), load[name]
+			if n.AgentRestarting {
+				l += 1 << 20
+			}
+			if want == "" || l < wantLoad || (l == wantLoad && (score < wantScore || (score == wantScore && name < want))) {
+				want, wantLoad, wantScore = name, l, score
 			}
 		}
 		d := Decide(key, el, "", withLoads(ns, load))

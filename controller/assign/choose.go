@@ -22,6 +22,12 @@ type Node struct {
 	// AgentUnreachable: the agent is judged dead by the probes, not (only)
 	// by its Lease.
 	AgentUnreachable bool
+	// AgentRestarting: the agent handed its Lease over for a restart
+	// (heartbeat.AnnotationRestarting), and no successor has renewed it
+	// yet. Still a candidate, but chosen only when no other is: until the
+	// successor renews, the probes do not judge the node, so a fault of it
+	// would fail over only when the handover runs out.
+	AgentRestarting bool
 	// Load is how many services are assigned to the node: kept beside
 	// the rest so that a decision, which weighs every node, reads it
 	// without a lookup per node.
@@ -101,9 +107,10 @@ type Decision struct {
 // el. current is its current host ("" for none); nodes are all known nodes
 // by name, each with its load.
 //
-// A current host that is still a candidate is kept. Otherwise the candidate
-// with the lowest load wins, then the lowest rendezvous hash of (key, node),
-// then the lowest name.
+// A current host that is still a candidate is kept (a restarting agent
+// too: a rolling update moves nothing). Otherwise a candidate whose agent
+// is not restarting wins over one whose agent is, then the lowest load,
+// then the lowest rendezvous hash of (key, node), then the lowest name.
 func Decide(key string, el Eligibility, current string, nodes map[string]*Node) Decision {
 	d := Decision{}
 	if el.Reason == "" && current != "" && current != esv1.HostAll {
@@ -142,14 +149,14 @@ func Decide(key string, el Eligibility, current string, nodes map[string]*Node) 
 		}
 	}
 	keyHash := newRendezvousPrefix(key)
-	best, bestLoad, bestScore := "", 0, uint64(0)
+	best, bestRestarting, bestLoad, bestScore := "", false, 0, uint64(0)
 	for name, n := range consider {
 		if el.Check(n) != NodeOK {
 			continue
 		}
-		l, score := n.Load, keyHash.score(name)
-		if best == "" || l < bestLoad || (l == bestLoad && (score < bestScore || (score == bestScore && name < best))) {
-			best, bestLoad, bestScore = name, l, score
+		r, l, score := n.AgentRestarting, n.Load, keyHash.score(name)
+		if best == "" || (!r && bestRestarting) || (r == bestRestarting && (l < bestLoad || (l == bestLoad && (score < bestScore || (score == bestScore && name < best))))) {
+			best, bestRestarting, bestLoad, bestScore = name, r, l, score
 		}
 	}
 	if best == "" {

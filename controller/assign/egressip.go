@@ -72,6 +72,10 @@ type EgressNode struct {
 	// AgentAlive is the node agent being judged alive (heartbeat.Judge),
 	// and AgentUnreachable that the probes judged it dead.
 	AgentAlive, AgentUnreachable bool
+	// AgentRestarting: the agent handed its Lease over for a restart, not
+	// yet renewed by its successor (see Node.AgentRestarting): a new
+	// address goes to it only when no other node can take it.
+	AgentRestarting bool
 	// Subnets are the subnets the node's agent last published
 	// (heartbeat.Facts.EgressSubnets); nil when it published none.
 	Subnets []netip.Prefix
@@ -277,23 +281,31 @@ func holderProblem(nodes EgressNodes, node string, a netip.Addr) NodeProblem {
 	return NodeOK
 }
 
-// rankCandidates are the nodes that may hold a, best first: fewest
-// addresses, then lowest rendezvous hash of (address, node), then name.
+// rankCandidates are the nodes that may hold a, best first: agents not
+// restarting, then fewest addresses, then lowest rendezvous hash of
+// (address, node), then name.
 func rankCandidates(a netip.Addr, nodes EgressNodes, load func(string) int) []string {
 	type ranked struct {
-		name  string
-		load  int
-		score uint64
+		name       string
+		restarting bool
+		load       int
+		score      uint64
 	}
 	keyHash := newRendezvousPrefix(a.String())
 	var out []ranked
 	for name, n := range nodes.Assignable {
 		if n.available() && n.InSubnet(a) {
-			out = append(out, ranked{name, load(name), keyHash.score(name)})
+			out = append(out, ranked{name, n.AgentRestarting, load(name), keyHash.score(name)})
 		}
 	}
+	rank := func(restarting bool) int {
+		if restarting {
+			return 1
+		}
+		return 0
+	}
 	slices.SortFunc(out, func(x, y ranked) int {
-		return cmp.Or(cmp.Compare(x.load, y.load), cmp.Compare(x.score, y.score), strings.Compare(x.name, y.name))
+		return cmp.Or(cmp.Compare(rank(x.restarting), rank(y.restarting)), cmp.Compare(x.load, y.load), cmp.Compare(x.score, y.score), strings.Compare(x.name, y.name))
 	})
 	names := make([]string, len(out))
 	for i, r := range out {

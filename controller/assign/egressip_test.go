@@ -341,7 +341,7 @@ func TestDecideEgressIPAgainstBruteForce(t *testing.T) {
 			if rng.IntN(5) == 0 {
 				continue // exists, not labelled
 			}
-			n := &EgressNode{Name: name, Ready: rng.IntN(6) != 0, AgentAlive: rng.IntN(6) != 0}
+			n := &EgressNode{Name: name, Ready: rng.IntN(6) != 0, AgentAlive: rng.IntN(6) != 0, AgentRestarting: rng.IntN(4) == 0}
 			for _, p := range subnets {
 				if rng.IntN(2) == 0 {
 					n.Subnets = append(n.Subnets, p)
@@ -383,7 +383,7 @@ func TestDecideEgressIPAgainstBruteForce(t *testing.T) {
 func describeNodes(nodes map[string]*EgressNode) string {
 	s := ""
 	for _, n := range nodes {
-		s += fmt.Sprintf("%s(ready %v alive %v %v) ", n.Name, n.Ready, n.AgentAlive, n.Subnets)
+		s += fmt.Sprintf("%s(ready %v alive %v restarting %v %v) ", n.Name, n.Ready, n.AgentAlive, n.AgentRestarting, n.Subnets)
 	}
 	return s
 }
@@ -506,14 +506,21 @@ func checkEgressIPSpec(in EgressIPInput, nodes map[string]*EgressNode, load map[
 			if !candidate(n, netip.MustParseAddr(a)) || keptNodes[n] {
 				continue
 			}
-			if wantNode == "" || load[n] < load[wantNode] ||
+			// A restarting agent's node ranks after every other.
+			restartingRank := func(n string) int {
+				if nodes[n].AgentRestarting {
+					return 1
+				}
+				return 0
+			}
+			if wantNode == "" || restartingRank(n) < restartingRank(wantNode) || (restartingRank(n) == restartingRank(wantNode) && (load[n] < load[wantNode] ||
 				(load[n] == load[wantNode] && (fnvScore(canon, n) < fnvScore(canon, wantNode) ||
-					(fnvScore(canon, n) == fnvScore(canon, wantNode) && n < wantNode))) {
+					(fnvScore(canon, n) == fnvScore(canon, wantNode) && n < wantNode))))) {
 				wantNode = n
 			}
 		}
 		if got := d.Items[free[0]].Node; got != wantNode {
-			return fmt.Errorf("%s went to %s, want %s (fewest addresses, then hash)", a, got, wantNode)
+			return fmt.Errorf("%s went to %s, want %s (agents not restarting, then fewest addresses, then hash)", a, got, wantNode)
 		}
 	}
 	return nil

@@ -236,6 +236,17 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return -1
 }
 
+// waitGauge waits until gauge name of reg reads want.
+func waitGauge(t *testing.T, reg *prometheus.Registry, name string, want float64) {
+	t.Helper()
+	wait.Until(t, settle, func() error {
+		if got := gauge(t, reg, name); got != want {
+			return fmt.Errorf("%s %v, want %v", name, got, want)
+		}
+		return nil
+	})
+}
+
 func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
 	if m := metric(t, reg, name, nil); m != nil {
 		return m.GetHistogram().GetSampleCount()

@@ -80,9 +80,9 @@ type Controller struct {
 	judgeMu     sync.Mutex
 	judge       *heartbeat.Judge
 	lastVerdict heartbeat.Verdict
-	// subnets are the agents' published subnets as last seen (every
-	// replica), for the EgressIP assignment.
-	subnets subnetTracker
+	// leaseFacts are the agents' published subnets and restart marks as
+	// last seen (every replica), for the assignments.
+	leaseFacts candidacyFacts
 
 	// qos and firewall report where EgressQoSes and EgressFirewalls are
 	// applied (rollout.go); every replica feeds their trackers (first

@@ -318,7 +318,8 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 		if !assign.EgressAssignable(n) {
 			continue
 		}
-		en := &assign.EgressNode{Name: n.Name, Ready: assign.NodeServes(n, alive[n.Name]), AgentAlive: alive[n.Name], AgentUnreachable: unreachable[n.Name]}
+		en := &assign.EgressNode{Name: n.Name, Ready: assign.NodeServes(n, alive[n.Name]), AgentAlive: alive[n.Name], AgentUnreachable: unreachable[n.Name],
+			AgentRestarting: c.leaseFacts.restarting(n.Name)}
 		if l, err := c.leaseLister.Leases(c.opts.Namespace).Get(n.Name); err == nil {
 			en.Subnets = heartbeat.ReadFacts(l).EgressSubnets
 		}
@@ -469,37 +470,69 @@ func (c *Controller) isEgressNode(node string) bool {
 	return err != nil || assign.EgressAssignable(n)
 }
 
-// subnetTracker remembers, in every replica, the subnets each agent last
-// published, so that a renewal that changes nothing costs nothing.
-type subnetTracker struct {
+// candidacyFacts remembers, in every replica, what each agent last
+// published on its Lease that bears on its node's candidacy: its uplink
+// subnets (which egress IPs it may hold) and its restart mark (a node
+// whose agent is restarting is chosen last: its silence is not judged
+// until the successor renews, so a fault of it meanwhile would fail over
+// only when the handover runs out). A renewal that changes neither costs
+// nothing.
+type candidacyFacts struct {
 	mu   sync.Mutex
-	last map[string]string
+	last map[string]leaseCandidacy
+	// restartingCount is how many of last are restarting.
+	restartingCount int
 }
 
-// observe records node's published subnets (raw annotation); it says
-// whether they changed.
-func (s *subnetTracker) observe(node, raw string, deleted bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last == nil {
-		s.last = map[string]string{}
+type leaseCandidacy struct {
+	subnets    string // the raw annotation
+	restarting bool
+}
+
+// observe records l's candidacy facts; it says whether they changed (or
+// the Lease went), and how many agents are restarting now.
+func (f *candidacyFacts) observe(l *coordinationv1.Lease, deleted bool) (changed bool, restarting int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last == nil {
+		f.last = map[string]leaseCandidacy{}
 	}
-	prev, known := s.last[node]
+	prev, known := f.last[l.Name]
+	now := leaseCandidacy{subnets: l.Annotations[heartbeat.AnnotationEgressSubnets], restarting: heartbeat.Restarting(l)}
 	if deleted {
-		delete(s.last, node)
-		return known
+		delete(f.last, l.Name)
+		changed, now = known, leaseCandidacy{}
+	} else {
+		f.last[l.Name] = now
+		changed = !known || prev != now
 	}
-	s.last[node] = raw
-	return !known || prev != raw
+	switch {
+	case now.restarting && !prev.restarting:
+		f.restartingCount++
+	case prev.restarting && !now.restarting:
+		f.restartingCount--
+	}
+	return changed, f.restartingCount
 }
 
-// leaseSubnetsObserved syncs the EgressIPs concerned when an agent's
-// published subnets changed (or its Lease went).
-func (c *Controller) leaseSubnetsObserved(l *coordinationv1.Lease, deleted bool) {
-	if !c.subnets.observe(l.Name, l.Annotations[heartbeat.AnnotationEgressSubnets], deleted) {
+// restarting says whether node's agent last published the restart mark.
+func (f *candidacyFacts) restarting(node string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last[node].restarting
+}
+
+// leaseCandidacyObserved refreshes the candidacy of an agent's node, for
+// the services and the EgressIPs, when what its Lease publishes of it
+// changed (or its Lease went).
+func (c *Controller) leaseCandidacyObserved(l *coordinationv1.Lease, deleted bool) {
+	changed, restarting := c.leaseFacts.observe(l, deleted)
+	if !changed {
 		return
 	}
+	c.metrics.agentsRestarting.Set(float64(restarting))
 	if t := c.term.Load(); t != nil {
+		c.nodeChanged(t, l.Name)
 		c.egressNodeChanged(t, l.Name, c.isEgressNode(l.Name))
 	}
 }

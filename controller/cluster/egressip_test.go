@@ -701,3 +701,35 @@ func TestEgressIPNodeAddress(t *testing.T) {
 	setAddresses("node-b")
 	f.waitAllHeld("web")
 }
+
+// TestEgressIPRestartingAgentChosenLast: a new address goes to a node
+// whose agent is restarting (its Lease handed over) only when no other
+// node can hold it, though it holds the fewest; the addresses it holds
+// stay.
+func TestEgressIPRestartingAgentChosenLast(t *testing.T) {
+	nodes := []string{"node-a", "node-b", "node-c"}
+	f := newEIPFixture(t, nodes...)
+	f.run("replica-a")
+	f.CreateEgressIP(t, "web", "192.0.2.10", "192.0.2.11")
+	f.waitAllHeld("web")
+	web := f.GetEgressIP(t, "web")
+	restarting := ""
+	for _, n := range nodes {
+		if !slices.ContainsFunc(web.Status.Items, func(it esv1.EgressIPStatusItem) bool { return it.Node == n }) {
+			restarting = n // the one that holds nothing
+		}
+	}
+	f.agents[restarting].HandOver(t, time.Minute)
+	waitGauge(t, f.reg, "egressflow_controller_agents_restarting", 1)
+
+	// By load alone it would go to the restarting agent's node.
+	f.CreateEgressIP(t, "one", "192.0.2.20")
+	f.waitAllHeld("one")
+	if it := f.GetEgressIP(t, "one").Status.Items[0]; it.Node == restarting {
+		t.Errorf("%s went to %s, whose agent is restarting, while other nodes could hold it", it.EgressIP, it.Node)
+	}
+	// Three addresses of one EgressIP need all three nodes.
+	f.CreateEgressIP(t, "three", "192.0.2.30", "192.0.2.31", "192.0.2.32")
+	f.waitAllHeld("three")
+	f.waitItems("web", reasons.Assigned, items(web)...)
+}

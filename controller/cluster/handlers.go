@@ -269,7 +269,7 @@ func (c *Controller) onLease(obj any) {
 	for _, r := range c.rollouts {
 		r.observeAgent(t, l.Name, facts)
 	}
-	c.leaseSubnetsObserved(l, false)
+	c.leaseCandidacyObserved(l, false)
 	c.probes.observe(l, false)
 	c.judgeMu.Lock()
 	changed := c.judge.Observe(c.opts.Clock.Now(), l)
@@ -290,7 +290,7 @@ func (c *Controller) onLeaseDelete(obj any) {
 		for _, r := range c.rollouts {
 			r.forgetAgent(l.Name)
 		}
-		c.leaseSubnetsObserved(l, true)
+		c.leaseCandidacyObserved(l, true)
 		c.probes.observe(l, true)
 	}
 	if t := c.term.Load(); t != nil {

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -454,4 +455,37 @@ func TestUninstallStep(t *testing.T) {
 	if err != nil || len(views.Items) != 0 {
 		t.Errorf("node views after the uninstall: %d (%v), want none", len(views.Items), err)
 	}
+}
+
+// TestRestartingAgentChosenLast: while a node's agent has handed its Lease
+// over for a restart (a rolling update), the services it hosts stay, and
+// new services go to other nodes, whatever the loads: a fault of that node
+// meanwhile would fail over only when the handover runs out. Once the
+// successor renews, the node is a candidate like any other again.
+func TestRestartingAgentChosenLast(t *testing.T) {
+	env := clustertest.Start(t)
+	f := &fixture{Env: env, t: t, ns: env.Namespace(t)}
+	agents := map[string]*clustertest.Agent{}
+	for _, n := range []string{"node-a", "node-b"} {
+		agents[n] = env.Node(t, n, nil)
+	}
+	f.labels = env.WatchLabels(t)
+	f.run("replica-a")
+	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
+	other := otherThan(host, "node-a", "node-b")
+
+	agents[host].HandOver(t, time.Minute)
+	waitGauge(t, f.reg, "egressflow_controller_agents_restarting", 1)
+	// By load alone these would alternate between the two nodes.
+	for i := range 3 {
+		name := fmt.Sprintf("svc-%d", i)
+		f.service(name, esv1.EgressServiceSpec{}, "node-a", "node-b")
+		f.waitStatus(name, other, reasons.Assigned)
+	}
+	f.waitStatus("web", host, reasons.Assigned)
+
+	f.StartAgent(t, host) // the successor
+	waitGauge(t, f.reg, "egressflow_controller_agents_restarting", 0)
+	f.service("svc-after", esv1.EgressServiceSpec{}, "node-a", "node-b")
+	f.waitStatus("svc-after", host, reasons.Assigned) // the least loaded again
 }

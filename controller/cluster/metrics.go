@@ -30,6 +30,9 @@ type metrics struct {
 	// Liveness judgement (heartbeat.Judge).
 	agentsBlind prometheus.Gauge
 	deathsHeld  prometheus.Gauge
+	// agentsRestarting counts the agents whose Lease carries the restart
+	// mark (chosen last as hosts and holders meanwhile).
+	agentsRestarting prometheus.Gauge
 	// probeVerdicts counts the probe protocol's changes of an agent's
 	// reachability, by verdict.
 	probeVerdicts *prometheus.CounterVec
@@ -105,6 +108,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressflow_controller_failovers_held",
 			Help: "Agents whose Lease ran out but whose failover the disruption rule holds back (one is let through per heartbeat.DefaultDisruptedFailoverInterval).",
 		}),
+		agentsRestarting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressflow_controller_agents_restarting",
+			Help: "Agents that handed their Lease over for a restart (a rolling update) and whose successor has not renewed it yet: their silence is not judged meanwhile, and they are chosen last as new hosts and holders.",
+		}),
 		probeVerdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_probe_verdicts_total",
 			Help: "Changes of an agent's reachability by the leader's probes (heartbeat.Prober), by verdict: unreachable (the leader and a witness could not reach it: it is failed over, unless the disruption rule holds it back) or reachable (it answers again).",
@@ -168,7 +175,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
-			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.probeVerdicts, m.qosStates, m.qosApplied,
+			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.agentsRestarting, m.probeVerdicts, m.qosStates, m.qosApplied,
 			m.firewallStates, m.firewallApplied, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
 	}
 	return m

@@ -137,14 +137,14 @@ func (c *Controller) nodesView(t *term) map[string]*assign.Node {
 		nodes, _ := c.nodeLister.List(labels.Everything())
 		s.view = make(map[string]*assign.Node, len(nodes))
 		for _, n := range nodes {
-			s.view[n.Name] = candidacy(s, n)
+			s.view[n.Name] = c.candidacy(s, n)
 		}
 		s.staleNodes.Clear()
 		return s.view
 	}
 	for name := range s.staleNodes {
 		if n, err := c.nodeLister.Get(name); err == nil {
-			s.view[name] = candidacy(s, n)
+			s.view[name] = c.candidacy(s, n)
 		} else {
 			delete(s.view, name)
 		}
@@ -154,9 +154,9 @@ func (c *Controller) nodesView(t *term) map[string]*assign.Node {
 }
 
 // candidacy is what Decide needs to know of node n. Call with s.mu held.
-func candidacy(s *state, n *corev1.Node) *assign.Node {
+func (c *Controller) candidacy(s *state, n *corev1.Node) *assign.Node {
 	return &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeServes(n, s.alive[n.Name]), AgentAlive: s.alive[n.Name], AgentUnreachable: s.unreachable[n.Name],
-		Load: s.load(n.Name)}
+		AgentRestarting: c.leaseFacts.restarting(n.Name), Load: s.load(n.Name)}
 }
 
 // report emits the Events and metrics of a status change from es's status

@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/wait"
 )
@@ -181,6 +183,25 @@ func (c *Cluster) setLivenessProtocol(protocol string) {
 		}
 		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != 2 || d.Status.AvailableReplicas != 2 || d.Status.Replicas != 2 {
 			return fmt.Errorf("controller rollout: %d updated, %d available of 2", d.Status.UpdatedReplicas, d.Status.AvailableReplicas)
+		}
+		// The rollout's status can read complete while an old agent is
+		// still stopping: no round starts until every agent's successor
+		// has renewed (the restart mark gone) and no agent pod is going.
+		pods, err := c.Kube.CoreV1().Pods(c.InstallNamespace()).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=egressflow-agent"})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != len(c.Nodes) || slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }) {
+			return fmt.Errorf("agent rollout: %d agent pods for %d nodes, or one stopping", len(pods.Items), len(c.Nodes))
+		}
+		leases, err := c.Kube.CoordinationV1().Leases(c.InstallNamespace()).List(ctx, metav1.ListOptions{LabelSelector: heartbeat.LeaseLabel + "=" + heartbeat.LeaseLabelValue})
+		if err != nil {
+			return err
+		}
+		for _, l := range leases.Items {
+			if heartbeat.Restarting(&l) {
+				return fmt.Errorf("agent of %s restarting", l.Name)
+			}
 		}
 		return nil
 	})

@@ -23,8 +23,8 @@ import (
 
 // timeline records, as the API server tells them, the changes a failover
 // goes through: the scenario's EgressService status, each Node's Ready
-// condition, each agent's sync state and restart mark, and the scenario's
-// pods' readiness. A failover slower than its bound is explained by it.
+// condition, each agent's sync state and restart mark, the scenario's
+// pods' readiness, the agents' pods and the install namespace's Events. A failover slower than its bound is explained by it.
 type timeline struct {
 	mu      sync.Mutex
 	entries []timelineEntry
@@ -79,6 +79,23 @@ func (c *Cluster) followTimeline() *timeline {
 			tl.record("Pod "+p.Name, fmt.Sprintf("%s on %s, IPs %v, Ready %v, deleted %v", p.Status.Phase, p.Spec.NodeName, podIPs(p), ready, ev.Type == watch.Deleted))
 		}
 	})
+	// The agents' pods and the install namespace's Events: an agent that
+	// hands its Lease over (restarting) was deleted, and these say by whom.
+	c.follow(func(ctx context.Context) (watch.Interface, error) {
+		return c.Kube.CoreV1().Pods(c.InstallNamespace()).Watch(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=egressflow-agent"})
+	}, func(ev watch.Event) {
+		if p, ok := ev.Object.(*corev1.Pod); ok {
+			tl.record("agent Pod "+p.Name, fmt.Sprintf("%s on %s (%s %s), deletion requested %v, deleted %v",
+				p.Status.Phase, p.Spec.NodeName, p.Status.Reason, p.Status.Message, p.DeletionTimestamp != nil, ev.Type == watch.Deleted))
+		}
+	})
+	c.follow(func(ctx context.Context) (watch.Interface, error) {
+		return c.Kube.CoreV1().Events(c.InstallNamespace()).Watch(ctx, metav1.ListOptions{})
+	}, func(ev watch.Event) {
+		if e, ok := ev.Object.(*corev1.Event); ok && ev.Type != watch.Deleted {
+			tl.record("Event "+e.Name, fmt.Sprintf("%s %s/%s %s from %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Source.Component, e.Message))
+		}
+	})
 	return tl
 }
 
@@ -106,10 +123,16 @@ func (tl *timeline) since(at, from, to time.Time) string {
 	return out.String()
 }
 
+// timelineLookBack is how far before a slow failover's fault its
+// explanation begins: far enough to show what set the scene (an agent
+// pod deleted, a node back from the previous fault), at the cost of a
+// longer print.
+const timelineLookBack = time.Minute
+
 // explainSlowFailover logs, for a failover that took longer than slow,
-// the timeline from 2 s before the docker command (started
+// the timeline from timelineLookBack before the docker command (started
 // at at) to the first packet through the new host (until), and the
-// controllers' log lines of that time.
+// controllers' log lines from 2 s before it.
 func (s *egressScenario) explainSlowFailover(t testing.TB, tl *timeline, fault string, failed *Node, at, end time.Time, took, slow time.Duration) {
 	if took <= slow {
 		return
@@ -142,5 +165,5 @@ func (s *egressScenario) explainSlowFailover(t testing.TB, tl *timeline, fault s
 	}
 	// Printed, not logged: a benchmark's log is cut short.
 	fmt.Printf("slow failover (%s): docker %s of %s took %v; what changed meanwhile (ms from the docker command):\n%s\nthe controllers' log lines:\n%s\n",
-		t.Name(), fault, failed.Name, took.Round(time.Millisecond), tl.since(at, at.Add(-2*time.Second), end), strings.Join(window, "\n"))
+		t.Name(), fault, failed.Name, took.Round(time.Millisecond), tl.since(at, at.Add(-timelineLookBack), end), strings.Join(window, "\n"))
 }

@@ -617,6 +617,7 @@ type Agent struct {
 	qosRevision, firewallRevision atomic.Pointer[string]
 	egressSubnets                 atomic.Pointer[[]netip.Prefix]
 	unresolvedDNS                 atomic.Pointer[[]string]
+	renewer                       *heartbeat.Renewer
 	cancel                        context.CancelFunc
 	done                          chan struct{}
 	// probes answers the probe protocol (StartProbedAgent), nil if not.
@@ -720,12 +721,23 @@ func (e *Env) startAgent(t testing.TB, a *Agent, renew, expire time.Duration) *A
 		cancel()
 		t.Fatal(err)
 	}
+	a.renewer = r
 	go func() {
 		defer close(a.done)
 		_ = r.Run(ctx)
 	}()
 	t.Cleanup(a.Stop)
 	return a
+}
+
+// HandOver stops renewing as an agent stopping for a restart does: one
+// last renewal valid for grace, marked restarting (Renewer.Handover).
+func (a *Agent) HandOver(t testing.TB, grace time.Duration) {
+	t.Helper()
+	a.Stop()
+	if err := a.renewer.Handover(context.Background(), grace); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Stop stops renewing; the Lease then expires. Safe to call twice.
