@@ -218,6 +218,14 @@ func TestSameObjectsAsKustomize(t *testing.T) {
 		}
 	}
 	compare(t, "deploy/ without admission policies", want, got)
+
+	got = byKey(t, withoutHooks(withoutChecksum(template(t, deployNamespace, "--set", "admission.enabled=false", "--set", "priorityAndFairness.enabled=false"))))
+	for k, o := range want {
+		if o.kind() == "FlowSchema" || o.kind() == "PriorityLevelConfiguration" {
+			delete(want, k)
+		}
+	}
+	compare(t, "deploy/ without admission policies and priority and fairness", want, got)
 }
 
 func compare(t *testing.T, what string, want, got map[string]object) {
@@ -260,7 +268,7 @@ func TestAnotherNamespace(t *testing.T) {
 			t.Errorf("%s names %s:\n%s", o.key(), deployNamespace, y)
 		}
 		switch o.kind() {
-		case "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+		case "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "FlowSchema", "PriorityLevelConfiguration":
 			if o.namespace() != "" {
 				t.Errorf("cluster-scoped %s has namespace %q", o.key(), o.namespace())
 			}
@@ -273,6 +281,15 @@ func TestAnotherNamespace(t *testing.T) {
 			for _, s := range subjects {
 				if ns := str(s.(map[string]any), "namespace"); ns != otherNamespace {
 					t.Errorf("%s binds a subject in %q, not %s", o.key(), ns, otherNamespace)
+				}
+			}
+		}
+		if rules, ok := get(o, "spec", "rules").([]any); ok && o.kind() == "FlowSchema" {
+			for _, r := range rules {
+				for _, s := range r.(map[string]any)["subjects"].([]any) {
+					if ns := str(s.(map[string]any), "serviceAccount", "namespace"); ns != otherNamespace {
+						t.Errorf("%s matches a ServiceAccount in %q, not %s", o.key(), ns, otherNamespace)
+					}
 				}
 			}
 		}
@@ -291,7 +308,7 @@ func TestAnotherNamespace(t *testing.T) {
 	// PodMonitor per component.
 	for kind, n := range map[string]int{"Namespace": 1, "ServiceAccount": 3, "Secret": 1, "ConfigMap": 2, "ClusterRole": 3, "ClusterRoleBinding": 5,
 		"Role": 2, "RoleBinding": 2, "DaemonSet": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ValidatingAdmissionPolicy": 4,
-		"ValidatingAdmissionPolicyBinding": 4, "PodMonitor": 2, "PrometheusRule": 1, "Job": 1} {
+		"ValidatingAdmissionPolicyBinding": 4, "PodMonitor": 2, "PrometheusRule": 1, "Job": 1, "FlowSchema": 1, "PriorityLevelConfiguration": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
 		}

@@ -5,6 +5,7 @@ package dockercluster
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -140,6 +141,12 @@ func (l coordinationLease) lease() *coordinationv1.Lease {
 // pod (selected by selector, on node if not nil), as the kubelet projects.
 func (c *Cluster) componentClient(serviceAccount, selector string, node *Node) kubernetes.Interface {
 	c.t.Helper()
+	return kubernetes.NewForConfigOrDie(c.componentConfig(serviceAccount, selector, node))
+}
+
+// componentConfig is componentClient's client configuration.
+func (c *Cluster) componentConfig(serviceAccount, selector string, node *Node) *rest.Config {
+	c.t.Helper()
 	opts := metav1.ListOptions{LabelSelector: selector}
 	if node != nil {
 		opts.FieldSelector = "spec.nodeName=" + node.Name
@@ -149,10 +156,15 @@ func (c *Cluster) componentClient(serviceAccount, selector string, node *Node) k
 		c.t.Fatalf("pods %s: %v (%d)", selector, err, len(pods.Items))
 	}
 	pod := pods.Items[0]
-	return c.componentClientWith(serviceAccount, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+	return c.componentConfigWith(serviceAccount, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
 }
 
 func (c *Cluster) componentClientWith(serviceAccount string, bound *authenticationv1.BoundObjectReference) kubernetes.Interface {
+	c.t.Helper()
+	return kubernetes.NewForConfigOrDie(c.componentConfigWith(serviceAccount, bound))
+}
+
+func (c *Cluster) componentConfigWith(serviceAccount string, bound *authenticationv1.BoundObjectReference) *rest.Config {
 	c.t.Helper()
 	expiry := int64(600)
 	tr, err := c.Kube.CoreV1().ServiceAccounts(c.InstallNamespace()).CreateToken(context.Background(), serviceAccount,
@@ -160,8 +172,82 @@ func (c *Cluster) componentClientWith(serviceAccount string, bound *authenticati
 	if err != nil {
 		c.t.Fatalf("token for %s: %v", serviceAccount, err)
 	}
-	return kubernetes.NewForConfigOrDie(&rest.Config{Host: c.API.URL, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: c.API.CAData()}})
+	return &rest.Config{Host: c.API.URL, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: c.API.CAData()}}
 }
+
+// expectLivenessPriority checks deploy/flowcontrol on the real cluster,
+// wherever egressflow is installed, with the tokens the components' pods
+// hold: API Priority and Fairness classifies an agent's and the
+// controller's Lease reads and writes by the FlowSchema
+// egressflow-liveness into its own priority level, and the agent's other
+// requests (a list of its node's pods) where they were. The API server
+// names both in every response (X-Kubernetes-PF-FlowSchema-UID and
+// X-Kubernetes-PF-PriorityLevel-UID).
+func expectLivenessPriority(t *testing.T, c *Cluster) {
+	ctx := context.Background()
+	schema, err := c.Kube.FlowcontrolV1().FlowSchemas().Get(ctx, "egressflow-liveness", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	level, err := c.Kube.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, "egressflow-liveness", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// classified makes the request do with the configuration of a
+	// component's pod and returns the FlowSchema and priority level that
+	// classified it.
+	classified := func(cfg *rest.Config, do func(kubernetes.Interface) error) (flowSchema, priorityLevel string) {
+		t.Helper()
+		var seen http.Header
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				resp, err := rt.RoundTrip(r)
+				if err == nil {
+					seen = resp.Header
+				}
+				return resp, err
+			})
+		}
+		if err := do(kubernetes.NewForConfigOrDie(cfg)); err != nil {
+			t.Fatal(err)
+		}
+		return seen.Get("X-Kubernetes-PF-FlowSchema-UID"), seen.Get("X-Kubernetes-PF-PriorityLevel-UID")
+	}
+	node := c.Nodes[0]
+	agent := c.componentConfig("egressflow-agent", "app.kubernetes.io/name=egressflow-agent", node)
+	controller := c.componentConfig("egressflow-controller", "app.kubernetes.io/name=egressflow-controller", nil)
+	for _, req := range []struct {
+		what     string
+		cfg      *rest.Config
+		do       func(kubernetes.Interface) error
+		liveness bool
+	}{
+		{"the agent reads its Lease", agent, func(k kubernetes.Interface) error {
+			_, err := k.CoordinationV1().Leases(c.InstallNamespace()).Get(ctx, node.Name, metav1.GetOptions{})
+			return err
+		}, true},
+		{"the controller reads its leader-election Lease", controller, func(k kubernetes.Interface) error {
+			_, err := k.CoordinationV1().Leases(c.InstallNamespace()).Get(ctx, "egressflow-controller", metav1.GetOptions{})
+			return err
+		}, true},
+		{"the agent lists its node's pods", agent, func(k kubernetes.Interface) error {
+			_, err := k.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
+			return err
+		}, false},
+	} {
+		fs, pl := classified(rest.CopyConfig(req.cfg), req.do)
+		switch {
+		case req.liveness && (fs != string(schema.UID) || pl != string(level.UID)):
+			t.Errorf("%s: classified by FlowSchema %q into priority level %q, want egressflow-liveness (%s, %s)", req.what, fs, pl, schema.UID, level.UID)
+		case !req.liveness && (fs == "" || fs == string(schema.UID)):
+			t.Errorf("%s: classified by FlowSchema %q, want another than egressflow-liveness", req.what, fs)
+		}
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestAPIServerOutage: the API server is down for 10 s under traffic. The
 // leader loses its Lease meanwhile (2 s), the agents cannot renew, and the

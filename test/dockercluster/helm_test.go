@@ -39,6 +39,7 @@ func TestHelm(t *testing.T) {
 	c.HelmInstall(helmRelease, helmNamespace,
 		"--set", "image.repository="+repository, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never")
 	expectAdmissionPolicies(t, c)
+	expectLivenessPriority(t, c)
 
 	s := newEgressScenario(t, c, offLeader(c))
 	s.expectLBIPs()

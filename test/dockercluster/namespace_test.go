@@ -42,6 +42,7 @@ func TestAnotherNamespace(t *testing.T) {
 	overlay := c.Overlay(overlayNamespace, nil)
 	c.InstallFrom(overlay, overlayNamespace)
 	expectAdmissionPolicies(t, c)
+	expectLivenessPriority(t, c)
 
 	s := newEgressScenario(t, c, offLeader(c))
 	s.expectLBIPs()

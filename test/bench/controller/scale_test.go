@@ -286,6 +286,7 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 		metricsFlags = []string{"--metrics-bind-address=" + metricsAddr, "--profiling"}
 	}
 	before := apiRequestCounts(b, env)
+	benchCPUBefore, agentDropsBefore := processCPU(b, os.Getpid()), udpDrops(b, os.Getpid())
 	startAt := time.Now()
 	controller := proc.Start(b, bin, append([]string{"--kubeconfig=" + kubeconfig, "--namespace=" + kubetest.SystemNamespace, "--identity=scale",
 		"--pod-cidrs=" + clustertest.PodCIDR, "--probe-bind-address=" + probeAddr, "--health-bind-address="}, metricsFlags...)...)
@@ -324,6 +325,14 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 		controllerWrites, res.writesPerAssignment, res.labelWritesPerService, countNodeViews(b, env))
 	if metricsAddr != "" {
 		out("assignment: the controller's syncs (workqueue adds) %s", controllerQueueAdds(b, metricsAddr))
+	}
+	// Whether the probes' verdicts were the agents' or the observer's: a
+	// datagram dropped at a full receive buffer is a lost answer (the
+	// controller's socket) or a lost ping (the simulated agents').
+	if p.probes {
+		out("assignment: %v of CPU in the controller, %v in this process (the simulated agents and the bench's clients) over %v; UDP datagrams dropped at full receive buffers: %d at the controller's sockets, %d at the simulated agents'",
+			res.assignCPU.Round(time.Second), (processCPU(b, os.Getpid())-benchCPUBefore).Round(time.Second), time.Since(startAt).Round(time.Second),
+			udpDrops(b, pid), udpDrops(b, os.Getpid())-agentDropsBefore)
 	}
 
 	// The steady state.
@@ -850,6 +859,39 @@ func processCPU(b *testing.B, pid int) time.Duration {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// udpDrops is how many datagrams pid's UDP sockets dropped, each at a
+// full receive buffer (the drops column of /proc/PID/net/udp, for the
+// sockets among pid's file descriptors).
+func udpDrops(b *testing.B, pid int) uint64 {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(target, "socket:["); err == nil && ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	var drops uint64
+	for _, table := range []string{"udp", "udp6"} {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.Lines(string(data)) {
+			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
+			fields := strings.Fields(line)
+			if len(fields) >= 13 && inodes[fields[9]] {
+				n, _ := strconv.ParseUint(fields[12], 10, 64)
+				drops += n
+			}
+		}
+	}
+	return drops
 }
 
 // processPeakRSS is pid's peak resident memory (VmHWM).
