@@ -331,7 +331,7 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 	// controller's socket) or a lost ping (the simulated agents').
 	if p.probes {
 		out("assignment: %v of CPU in the controller, %v in this process (the simulated agents and the bench's clients) over %v; UDP datagrams dropped at full receive buffers: %d at the controller's sockets, %d at the simulated agents'",
-			res.assignCPU.Round(time.Second), (processCPU(b, os.Getpid())-benchCPUBefore).Round(time.Second), time.Since(startAt).Round(time.Second),
+			res.assignCPU.Round(time.Second), (processCPU(b, os.Getpid()) - benchCPUBefore).Round(time.Second), time.Since(startAt).Round(time.Second),
 			udpDrops(b, pid), udpDrops(b, os.Getpid())-agentDropsBefore)
 	}
 
