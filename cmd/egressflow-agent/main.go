@@ -258,16 +258,11 @@ func run() error {
 	// Without a nameserver the agent still runs: dnsName rules match
 	// nothing, and each is reported unresolved.
 	resolver, resolverErr := dnsresolve.New(dnsresolve.Config{Servers: servers, ResolvConf: f.resolvConf})
-
 	cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	if err != nil {
 		return err
 	}
 	kube, err := kubernetes.NewForConfig(agent.CoreClientConfig(cfg))
-	if err != nil {
-		return err
-	}
-	egress, err := versioned.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -277,123 +272,33 @@ func run() error {
 	// From the start: an uninstall takes the agent's permissions soon after
 	// it begins, before the kubelet stops the agent (exit.go).
 	removal := watchRemoval(ctx, kube, f.namespace, podName)
+	ep, err := serveEndpoints(ctx, stop, f, cfg)
+	if err != nil {
+		return err
+	}
+	if ep.responder != nil {
+		defer ep.responder.Close()
+	}
+	local, err := connectNode(ctx, f)
+	if err != nil || local == nil {
+		return err // nil: stopped while waiting for the bridge
+	}
+	defer local.close()
 
-	// The probes are served from the start: until the agent runs, it waits
-	// for the bridge, live (a restart would wait the same way) and not
-	// ready.
-	reg := cli.NewRegistry("egressflow_agent")
-	clientmetrics.Register(reg) // before any client or queue is made
-	var running atomic.Pointer[agent.Agent]
-	live := func(r *http.Request) error {
-		if a := running.Load(); a != nil {
-			return a.Live(r.Context())
-		}
-		return nil
-	}
-	ready := func(r *http.Request) error {
-		if a := running.Load(); a != nil {
-			return a.Healthy(r.Context())
-		}
-		return fmt.Errorf("waiting for the OpenFlow connection to bridge %s", f.bridge)
-	}
-	if f.metrics.BindAddress != "" {
-		auth, err := cli.NewDelegatedAuth(cfg)
-		if err != nil {
-			return err
-		}
-		certificate, err := f.metrics.Certificate(f.nodeName)
-		if err != nil {
-			return err
-		}
-		cli.ServeTLS(ctx, f.metrics.BindAddress, certificate, auth.Wrap(cli.MetricsHandler(reg, f.profiling)), stop)
-	}
-	// Beside the probes, the health address answers the peers that ask,
-	// before fencing, whether this agent can renew (heartbeat.PeerProbe),
-	// when their question is signed with the key their Lease publishes;
-	// until its renewer runs, it does not know (a peer then counts it as
-	// renewing).
-	identity, err := heartbeat.NewPeerIdentity(f.nodeName)
-	if err != nil {
-		return err
-	}
-	var runningRenewer atomic.Pointer[heartbeat.Renewer]
-	cli.Serve(ctx, f.healthAddr, healthHandler(live, ready, identity, &running, &runningRenewer), stop)
-	responder, err := listenProbes(f.probeAddr, &running)
-	if err != nil {
-		return err
-	}
-	if responder != nil {
-		defer responder.Close()
-	}
-
-	// The bridge's management socket: the agent's connection and the DNS
-	// snoop's.
-	mgmt := "unix:" + filepath.Join(f.ovsRundir, f.bridge+".mgmt")
-	ofClient, err := dialBridge(ctx, f.bridge, mgmt)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while waiting
-		}
-		return fmt.Errorf("connect to bridge %s: %w", f.bridge, err)
-	}
-	defer ofClient.Close()
-	klog.InfoS("Connected to the bridge over OpenFlow 1.5", "bridge", f.bridge)
-	var forwarding agent.ForwardingGate
-	switch f.ovsdbTarget {
-	case "none":
-	case "":
-		forwarding = ovsdb.Database{Target: "unix:" + filepath.Join(f.ovsRundir, "db.sock")}
-	default:
-		forwarding = ovsdb.Database{Target: f.ovsdbTarget}
-	}
-	handle, err := netlink.NewHandle()
-	if err != nil {
-		return err
-	}
-	defer handle.Close()
-
-	// The renewer is made after the agent (it asks the agent's health); the
-	// agent reads its renewals only once Run starts, after both exist.
-	var renewer *heartbeat.Renewer
-	// Set once the peer probe exists, before the agent runs.
-	var sharedOutage func() bool
-	rules := iprule.NewManager(handle)
-	nft, err := hostfirewall.Interface()
-	if err != nil {
-		return err
-	}
-	agentMetrics := agent.NewMetrics(reg)
-	emitter, err := recorder(agent.CoreClientConfig(cfg), f.nodeName, reg)
+	emitter, err := recorder(agent.CoreClientConfig(cfg), f.nodeName, ep.registry)
 	if err != nil {
 		return err
 	}
 	eventsDone := make(chan struct{})
 	go func() { defer close(eventsDone); emitter.Run(ctx) }()
 	defer func() { stop(); <-eventsDone }() // stop ends ctx: the emitter drains and returns
-	agentCfg := agent.Config{
-		Node:          node,
-		UplinkPort:    f.uplink,
-		Namespace:     f.namespace,
-		Kube:          kube,
-		Egress:        egress,
-		Switch:        agent.OpenFlowSwitch{Client: ofClient},
-		Forwarding:    forwarding,
-		Disconnected:  ofClient.Disconnected(),
-		LastRenewed:   func() time.Time { return renewer.LastRenewed() },
-		SharedOutage:  func() bool { return sharedOutage != nil && sharedOutage() },
-		LeaseDuration: f.leaseDuration,
-		Rules:         rules,
-		HostFirewall:  hostfirewall.New(nft),
-		Tables: iprule.TableResolver{
-			Files:      strings.Split(f.rtTables, ","),
-			LinkByName: handle.LinkByName,
-		}.Resolve,
-		Recorder: emitter,
-		Metrics:  agentMetrics,
-		Liveness: f.liveness,
-	}
-	if responder != nil {
-		agentCfg.ProbeLost = responder.Lost
+	agentMetrics := agent.NewMetrics(ep.registry)
+	// Bound once the agent exists: the renewer asks the agent's health,
+	// and the agent reads its renewals only once it runs.
+	late := &lateBound{}
+	agentCfg, err := agentConfig(f, node, cfg, kube, local, ep, late, emitter, agentMetrics)
+	if err != nil {
+		return err
 	}
 	if resolverErr != nil {
 		klog.ErrorS(resolverErr, "No DNS resolver: EgressFirewall's dnsName rules will match nothing")
@@ -406,13 +311,183 @@ func run() error {
 	}
 	a := agent.New(agentCfg)
 	if agentCfg.DNS != nil {
-		snoopDone := startDNSSnoop(ctx, a, resolver, agentMetrics, f.dnsHoldTimeout, f.dnsWhileAway, mgmt)
+		snoopDone := startDNSSnoop(ctx, a, resolver, agentMetrics, f.dnsHoldTimeout, f.dnsWhileAway, local.mgmt)
 		defer func() { stop(); <-snoopDone }()
 	}
-	renewer, err = newRenewer(kube, f, a, handle, identity, responder, agentMetrics)
+	renewerDone, err := startLiveness(ctx, stop, kube, f, a, local.handle, ep, late, agentMetrics)
 	if err != nil {
 		return err
 	}
+	ep.running.Store(a)
+	klog.InfoS("Starting egressflow-agent", "node", f.nodeName, "bridge", f.bridge, "uplink", f.uplink)
+	err = a.Run(ctx, local.ofClient.Reconnected())
+	<-renewerDone
+	leaveNode(kube, f, podName, removal, local.ofClient, local.rules, local.nft, local.forwarding, late.renewer, ep.responder)
+	return err
+}
+
+// agentEndpoints are what the agent serves from its start, before it has
+// a bridge: its metrics, its health address (the kubelet's probes, and the
+// peers that ask whether it can renew) and the probe protocol's socket.
+// running and renewer are set once the agent runs.
+type agentEndpoints struct {
+	registry  *prometheus.Registry
+	running   atomic.Pointer[agent.Agent]
+	renewer   atomic.Pointer[heartbeat.Renewer]
+	identity  *heartbeat.PeerIdentity
+	responder *heartbeat.Responder
+}
+
+// serveEndpoints starts the agent's endpoints. Until the agent runs, it
+// waits for the bridge, live (a restart would wait the same way) and not
+// ready.
+func serveEndpoints(ctx context.Context, stop func(), f agentFlags, cfg *rest.Config) (*agentEndpoints, error) {
+	ep := &agentEndpoints{registry: cli.NewRegistry("egressflow_agent")}
+	clientmetrics.Register(ep.registry) // before any client or queue is made
+	live := func(r *http.Request) error {
+		if a := ep.running.Load(); a != nil {
+			return a.Live(r.Context())
+		}
+		return nil
+	}
+	ready := func(r *http.Request) error {
+		if a := ep.running.Load(); a != nil {
+			return a.Healthy(r.Context())
+		}
+		return fmt.Errorf("waiting for the OpenFlow connection to bridge %s", f.bridge)
+	}
+	if f.metrics.BindAddress != "" {
+		auth, err := cli.NewDelegatedAuth(cfg)
+		if err != nil {
+			return nil, err
+		}
+		certificate, err := f.metrics.Certificate(f.nodeName)
+		if err != nil {
+			return nil, err
+		}
+		cli.ServeTLS(ctx, f.metrics.BindAddress, certificate, auth.Wrap(cli.MetricsHandler(ep.registry, f.profiling)), stop)
+	}
+	// Beside the probes, the health address answers the peers that ask,
+	// before fencing, whether this agent can renew (heartbeat.PeerProbe),
+	// when their question is signed with the key their Lease publishes;
+	// until its renewer runs, it does not know (a peer then counts it as
+	// renewing).
+	var err error
+	if ep.identity, err = heartbeat.NewPeerIdentity(f.nodeName); err != nil {
+		return nil, err
+	}
+	cli.Serve(ctx, f.healthAddr, healthHandler(live, ready, ep.identity, &ep.running, &ep.renewer), stop)
+	if ep.responder, err = listenProbes(f.probeAddr, &ep.running); err != nil {
+		return nil, err
+	}
+	return ep, nil
+}
+
+// localNode are the agent's handles on its node: the bridge's OpenFlow
+// connection, the hold of a restarting ovs-vswitchd, netlink (ip rules,
+// addresses) and nftables.
+type localNode struct {
+	// mgmt is the bridge's management socket: the agent's connection and
+	// the DNS snoop's.
+	mgmt       string
+	ofClient   *openflow.Client
+	forwarding agent.ForwardingGate
+	handle     *netlink.Handle
+	rules      *iprule.Manager
+	nft        knftables.Interface
+}
+
+// connectNode opens the agent's handles on its node, waiting for the
+// bridge as long as ctx lasts (nil, nil if it ended meanwhile).
+func connectNode(ctx context.Context, f agentFlags) (*localNode, error) {
+	local := &localNode{mgmt: "unix:" + filepath.Join(f.ovsRundir, f.bridge+".mgmt")}
+	var err error
+	if local.ofClient, err = dialBridge(ctx, f.bridge, local.mgmt); err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("connect to bridge %s: %w", f.bridge, err)
+	}
+	klog.InfoS("Connected to the bridge over OpenFlow 1.5", "bridge", f.bridge)
+	switch f.ovsdbTarget {
+	case "none":
+	case "":
+		local.forwarding = ovsdb.Database{Target: "unix:" + filepath.Join(f.ovsRundir, "db.sock")}
+	default:
+		local.forwarding = ovsdb.Database{Target: f.ovsdbTarget}
+	}
+	if local.handle, err = netlink.NewHandle(); err != nil {
+		local.ofClient.Close()
+		return nil, err
+	}
+	local.rules = iprule.NewManager(local.handle)
+	if local.nft, err = hostfirewall.Interface(); err != nil {
+		local.close()
+		return nil, err
+	}
+	return local, nil
+}
+
+func (l *localNode) close() {
+	l.handle.Close()
+	l.ofClient.Close()
+}
+
+// lateBound is what the agent's configuration reads of the liveness,
+// which is made after the agent: the renewer asks the agent's health.
+// The agent reads them only once it runs, after both are set.
+type lateBound struct {
+	renewer *heartbeat.Renewer
+	// sharedOutage is the peer probe's, nil without a health address.
+	sharedOutage func() bool
+}
+
+// agentConfig is the agent's configuration on this node.
+func agentConfig(f agentFlags, node dataplane.NodeConfig, cfg *rest.Config, kube kubernetes.Interface, local *localNode, ep *agentEndpoints,
+	late *lateBound, emitter *events.Emitter, metrics *agent.Metrics) (agent.Config, error) {
+	egress, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return agent.Config{}, err
+	}
+	c := agent.Config{
+		Node:          node,
+		UplinkPort:    f.uplink,
+		Namespace:     f.namespace,
+		Kube:          kube,
+		Egress:        egress,
+		Switch:        agent.OpenFlowSwitch{Client: local.ofClient},
+		Forwarding:    local.forwarding,
+		Disconnected:  local.ofClient.Disconnected(),
+		LastRenewed:   func() time.Time { return late.renewer.LastRenewed() },
+		SharedOutage:  func() bool { return late.sharedOutage != nil && late.sharedOutage() },
+		LeaseDuration: f.leaseDuration,
+		Rules:         local.rules,
+		HostFirewall:  hostfirewall.New(local.nft),
+		Tables: iprule.TableResolver{
+			Files:      strings.Split(f.rtTables, ","),
+			LinkByName: local.handle.LinkByName,
+		}.Resolve,
+		Recorder: emitter,
+		Metrics:  metrics,
+		Liveness: f.liveness,
+	}
+	if ep.responder != nil {
+		c.ProbeLost = ep.responder.Lost
+	}
+	return c, nil
+}
+
+// startLiveness starts the agent's heartbeat (its renewer, whose failure
+// stops the agent) and, with a health address, the peer probe it asks
+// before fencing; it binds them in late. The returned channel closes when
+// the renewer has returned.
+func startLiveness(ctx context.Context, stop func(), kube kubernetes.Interface, f agentFlags, a *agent.Agent, handle *netlink.Handle,
+	ep *agentEndpoints, late *lateBound, metrics *agent.Metrics) (<-chan struct{}, error) {
+	renewer, err := newRenewer(kube, f, a, handle, ep.identity, ep.responder, metrics)
+	if err != nil {
+		return nil, err
+	}
+	late.renewer = renewer
 	renewerDone := make(chan struct{})
 	go func() {
 		defer close(renewerDone)
@@ -421,23 +496,17 @@ func run() error {
 			stop()
 		}
 	}()
-
 	if port, ok := heartbeat.HealthPort(f.healthAddr); ok {
 		probe := &heartbeat.PeerProbe{
 			Peers:    func() []heartbeat.Peer { return a.Peers(port) },
-			Identity: identity,
+			Identity: ep.identity,
 			Renewing: renewer.Renewing,
 		}
 		go probe.Run(ctx)
-		sharedOutage = probe.SharedOutage
+		late.sharedOutage = probe.SharedOutage
 	}
-	runningRenewer.Store(renewer)
-	running.Store(a)
-	klog.InfoS("Starting egressflow-agent", "node", f.nodeName, "bridge", f.bridge, "uplink", f.uplink)
-	err = a.Run(ctx, ofClient.Reconnected())
-	<-renewerDone
-	leaveNode(kube, f, podName, removal, ofClient, rules, nft, forwarding, renewer, responder)
-	return err
+	ep.renewer.Store(renewer)
+	return renewerDone, nil
 }
 
 // leaveNode does what the agent's exit leaves on the node, as decideExit

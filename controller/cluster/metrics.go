@@ -10,16 +10,29 @@ import (
 )
 
 // metrics are the controller's Prometheus metrics, all prefixed
-// egressflow_controller_.
+// egressflow_controller_, in one group per concern.
 type metrics struct {
+	serviceMetrics
+	*syncMetrics // holds a mutex
+	livenessMetrics
+	rolloutMetrics
+	egressIPMetrics
+}
+
+// serviceMetrics are the EgressServices' hosts.
+type serviceMetrics struct {
 	assignments    prometheus.Counter
 	failovers      *prometheus.CounterVec
 	eventToStatus  prometheus.Histogram
 	withoutHost    prometheus.Gauge
 	noMatchingNode prometheus.Gauge
-	syncs          *prometheus.CounterVec
-	lastSuccess    *prometheus.GaugeVec
-	failingSyncs   *prometheus.GaugeVec
+}
+
+// syncMetrics are the work queues', the leadership's and the writes'.
+type syncMetrics struct {
+	syncs        *prometheus.CounterVec
+	lastSuccess  *prometheus.GaugeVec
+	failingSyncs *prometheus.GaugeVec
 	// failing holds, by queue, the keys whose latest sync failed: they
 	// are being retried. Only this replica's current term adds to it.
 	mu                sync.Mutex
@@ -27,7 +40,11 @@ type metrics struct {
 	leader            prometheus.Gauge
 	apiWritesByResult *prometheus.CounterVec
 	events            *prometheus.CounterVec
-	// Liveness judgement (heartbeat.Judge).
+}
+
+// livenessMetrics are the liveness judgement's (heartbeat.Judge, the
+// probes).
+type livenessMetrics struct {
 	agentsBlind prometheus.Gauge
 	deathsHeld  prometheus.Gauge
 	// agentsRestarting counts the agents whose Lease carries the restart
@@ -36,14 +53,20 @@ type metrics struct {
 	// probeVerdicts counts the probe protocol's changes of an agent's
 	// reachability, by verdict.
 	probeVerdicts *prometheus.CounterVec
-	// EgressQoS and EgressFirewall status.
+}
+
+// rolloutMetrics are EgressQoS's and EgressFirewall's status.
+type rolloutMetrics struct {
 	qosStates       *prometheus.GaugeVec
 	qosApplied      prometheus.Histogram
 	firewallStates  *prometheus.GaugeVec
 	firewallApplied prometheus.Histogram
-	// EgressIP assignment, after the reference's
-	// egress_ips_{assign,unassign}_latency_seconds,
-	// egress_ips_node_unreachable_total and egress_ips_rebalance_total.
+}
+
+// egressIPMetrics are the EgressIP assignment's, after the reference's
+// egress_ips_{assign,unassign}_latency_seconds,
+// egress_ips_node_unreachable_total and egress_ips_rebalance_total.
+type egressIPMetrics struct {
 	eipAssign          prometheus.Histogram
 	eipUnassign        prometheus.Histogram
 	eipNodeUnreachable *prometheus.CounterVec
@@ -56,7 +79,17 @@ type metrics struct {
 var eventToStatusBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+	m := &metrics{newServiceMetrics(), newSyncMetrics(), newLivenessMetrics(), newRolloutMetrics(), newEgressIPMetrics()}
+	if reg != nil {
+		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
+			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.agentsRestarting, m.probeVerdicts, m.qosStates, m.qosApplied,
+			m.firewallStates, m.firewallApplied, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
+	}
+	return m
+}
+
+func newServiceMetrics() serviceMetrics {
+	return serviceMetrics{
 		assignments: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressflow_controller_assignments_total",
 			Help: "Host assignments written to an EgressService's status.host (a node, not ALL), first assignments and moves alike.",
@@ -78,6 +111,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressflow_controller_services_no_matching_node",
 			Help: "EgressServices that could have a host but find no candidate node (Ready reason NoMatchingNode): their endpoints leave with their own IPs. A subset of egressflow_controller_services_without_host.",
 		}),
+	}
+}
+
+func newSyncMetrics() *syncMetrics {
+	m := &syncMetrics{
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_syncs_total",
 			Help: "Syncs by queue (service, node, egressqos, egressfirewall, egressip) and result (ok, error).",
@@ -100,6 +138,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
 		events: events.NewCounter("egressflow_controller"),
+	}
+	// Known label values start at 0, so that a rate or a sum over them
+	// exists before the first failure.
+	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP} {
+		m.failingSyncs.WithLabelValues(queue)
+		for _, result := range []string{"ok", "error"} {
+			m.syncs.WithLabelValues(queue, result)
+		}
+	}
+	return m
+}
+
+func newLivenessMetrics() livenessMetrics {
+	return livenessMetrics{
 		agentsBlind: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressflow_controller_agents_unseen",
 			Help: "1 while this replica has observed no agent Lease renewal for longer than heartbeat.DefaultBlindAfter (API server or watch away): no agent is judged dead meanwhile.",
@@ -116,6 +168,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressflow_controller_probe_verdicts_total",
 			Help: "Changes of an agent's reachability by the leader's probes (heartbeat.Prober), by verdict: unreachable (the leader and a witness could not reach it: it is failed over, unless the disruption rule holds it back) or reachable (it answers again).",
 		}, []string{"verdict"}),
+	}
+}
+
+func newRolloutMetrics() rolloutMetrics {
+	m := rolloutMetrics{
 		qosStates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_egressqos",
 			Help: "EgressQoS objects (named default) by state, their Ready reason: applied (on every live agent's node), pending (some agent has not applied the current generation), invalid (a rule cannot be applied; the others are), unknown (resourceVersion not an etcd revision). 0 on a replica that does not lead.",
@@ -134,6 +191,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from the controller first seeing an EgressFirewall generation to every live agent having applied it (generations that waited for agents only).",
 			Buckets: eventToStatusBuckets,
 		}),
+	}
+	setStates(m.qosStates, nil)
+	setStates(m.firewallStates, nil)
+	return m
+}
+
+func newEgressIPMetrics() egressIPMetrics {
+	m := egressIPMetrics{
 		eipAssign: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressflow_controller_egressip_assign_latency_seconds",
 			Help:    "Time from the controller learning that an EgressIP address needs a node (the object created or changed, its holder lost) to the status write that names the node. Moves count too.",
@@ -157,26 +222,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "EgressIP addresses by state: held (a node holds it) or unheld (none does; the EgressIP's Assigned condition says why). Only the leader's value describes the cluster.",
 		}, []string{"state"}),
 	}
-	// Known label values start at 0, so that a rate or a sum over them
-	// exists before the first failure.
-	setStates(m.qosStates, nil)
-	setStates(m.firewallStates, nil)
 	for _, cause := range []string{"AgentLeaseExpired", "AgentUnreachable", "NodeNotReady"} {
 		m.eipNodeUnreachable.WithLabelValues(cause)
 	}
 	for _, state := range []string{"held", "unheld"} {
 		m.eipAddresses.WithLabelValues(state)
-	}
-	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP} {
-		m.failingSyncs.WithLabelValues(queue)
-		for _, result := range []string{"ok", "error"} {
-			m.syncs.WithLabelValues(queue, result)
-		}
-	}
-	if reg != nil {
-		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
-			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.agentsRestarting, m.probeVerdicts, m.qosStates, m.qosApplied,
-			m.firewallStates, m.firewallApplied, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
 	}
 	return m
 }
