@@ -64,6 +64,19 @@ func newFixture(t *testing.T, nodes ...string) *fixture {
 	return f
 }
 
+// newFixtureWithAgents is newFixture for plain nodes whose agents the test
+// stops or restarts: it returns them by node.
+func newFixtureWithAgents(t *testing.T, nodes ...string) (*fixture, map[string]*clustertest.Agent) {
+	env := clustertest.Start(t)
+	f := &fixture{Env: env, t: t, ns: env.Namespace(t)}
+	agents := map[string]*clustertest.Agent{}
+	for _, n := range nodes {
+		agents[n] = env.Node(t, n, nil)
+	}
+	f.labels = env.WatchLabels(t)
+	return f, agents
+}
+
 func parseNode(spec string) (string, map[string]string) {
 	name, rest, _ := strings.Cut(spec, "=")
 	labels := map[string]string{}

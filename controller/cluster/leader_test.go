@@ -34,14 +34,8 @@ func (f *fixture) snapshot(services []string, nodes []string) string {
 // nothing; then it handles a failover. A watch on the nodes proves that no
 // service label was ever on two nodes.
 func TestLeaderHandover(t *testing.T) {
-	env := clustertest.Start(t)
-	f := &fixture{Env: env, t: t, ns: env.Namespace(t)}
 	nodes := []string{"node-a", "node-b", "node-c"}
-	agents := map[string]*clustertest.Agent{}
-	for _, n := range nodes {
-		agents[n] = env.Node(t, n, nil)
-	}
-	f.labels = env.WatchLabels(t)
+	f, agents := newFixtureWithAgents(t, nodes...)
 
 	a := f.RunController(t, options("replica-a"))
 	wait.Until(t, settle, func() error { return idle(a) })

@@ -301,13 +301,7 @@ func TestReadyUnknownWithLiveAgent(t *testing.T) {
 }
 
 func TestAgentLeaseExpired(t *testing.T) {
-	env := clustertest.Start(t)
-	f := &fixture{Env: env, t: t, ns: env.Namespace(t)}
-	agents := map[string]*clustertest.Agent{}
-	for _, n := range []string{"node-a", "node-b"} {
-		agents[n] = env.Node(t, n, nil)
-	}
-	f.labels = env.WatchLabels(t)
+	f, agents := newFixtureWithAgents(t, "node-a", "node-b")
 	r := f.run("replica-a")
 	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
 	other := otherThan(host, "node-a", "node-b")
@@ -463,13 +457,7 @@ func TestUninstallStep(t *testing.T) {
 // meanwhile would fail over only when the handover runs out. Once the
 // successor renews, the node is a candidate like any other again.
 func TestRestartingAgentChosenLast(t *testing.T) {
-	env := clustertest.Start(t)
-	f := &fixture{Env: env, t: t, ns: env.Namespace(t)}
-	agents := map[string]*clustertest.Agent{}
-	for _, n := range []string{"node-a", "node-b"} {
-		agents[n] = env.Node(t, n, nil)
-	}
-	f.labels = env.WatchLabels(t)
+	f, agents := newFixtureWithAgents(t, "node-a", "node-b")
 	f.run("replica-a")
 	host := f.assigned(esv1.EgressServiceSpec{}, "node-a", "node-b")
 	other := otherThan(host, "node-a", "node-b")
