@@ -489,9 +489,11 @@ type leaseCandidacy struct {
 	restarting bool
 }
 
-// observe records l's candidacy facts; it says whether they changed (or
-// the Lease went), and how many agents are restarting now.
-func (f *candidacyFacts) observe(l *coordinationv1.Lease, deleted bool) (changed bool, restarting int) {
+// observe records l's candidacy facts (deleted: forgets them). It says
+// whether the subnets changed (or were first seen, or went), whether the
+// restart mark did (a first sight without it is no change), and how many
+// agents are restarting now.
+func (f *candidacyFacts) observe(l *coordinationv1.Lease, deleted bool) (subnets, restart bool, restarting int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.last == nil {
@@ -501,10 +503,10 @@ func (f *candidacyFacts) observe(l *coordinationv1.Lease, deleted bool) (changed
 	now := leaseCandidacy{subnets: l.Annotations[heartbeat.AnnotationEgressSubnets], restarting: heartbeat.Restarting(l)}
 	if deleted {
 		delete(f.last, l.Name)
-		changed, now = known, leaseCandidacy{}
+		subnets, now = known, leaseCandidacy{}
 	} else {
 		f.last[l.Name] = now
-		changed = !known || prev != now
+		subnets = !known || prev.subnets != now.subnets
 	}
 	switch {
 	case now.restarting && !prev.restarting:
@@ -512,7 +514,7 @@ func (f *candidacyFacts) observe(l *coordinationv1.Lease, deleted bool) (changed
 	case prev.restarting && !now.restarting:
 		f.restartingCount--
 	}
-	return changed, f.restartingCount
+	return subnets, prev.restarting != now.restarting, f.restartingCount
 }
 
 // restarting says whether node's agent last published the restart mark.
@@ -522,19 +524,25 @@ func (f *candidacyFacts) restarting(node string) bool {
 	return f.last[node].restarting
 }
 
-// leaseCandidacyObserved refreshes the candidacy of an agent's node, for
-// the services and the EgressIPs, when what its Lease publishes of it
-// changed (or its Lease went).
+// leaseCandidacyObserved refreshes the candidacy of an agent's node when
+// what its Lease publishes of it changed (or its Lease went): for the
+// EgressIPs on a change of either, for the services on a change of the
+// restart mark only (a Lease's first sight, at every start, changes no
+// service's candidates but through the liveness judgement).
 func (c *Controller) leaseCandidacyObserved(l *coordinationv1.Lease, deleted bool) {
-	changed, restarting := c.leaseFacts.observe(l, deleted)
-	if !changed {
+	subnets, restart, restarting := c.leaseFacts.observe(l, deleted)
+	if !subnets && !restart {
 		return
 	}
 	c.metrics.agentsRestarting.Set(float64(restarting))
-	if t := c.term.Load(); t != nil {
-		c.nodeChanged(t, l.Name)
-		c.egressNodeChanged(t, l.Name, c.isEgressNode(l.Name))
+	t := c.term.Load()
+	if t == nil {
+		return
 	}
+	if restart {
+		c.nodeChanged(t, l.Name)
+	}
+	c.egressNodeChanged(t, l.Name, c.isEgressNode(l.Name))
 }
 
 // sortEIPs orders EgressIPs oldest first (creationTimestamp, then name).
