@@ -149,17 +149,17 @@ func Decide(key string, el Eligibility, current string, nodes map[string]*Node) 
 		}
 	}
 	keyHash := newRendezvousPrefix(key)
-	best, bestRestarting, bestLoad, bestScore := "", false, 0, uint64(0)
+	var best candidateRank
 	for name, n := range consider {
 		if el.Check(n) != NodeOK {
 			continue
 		}
-		r, l, score := n.AgentRestarting, n.Load, keyHash.score(name)
-		if best == "" || (!r && bestRestarting) || (r == bestRestarting && (l < bestLoad || (l == bestLoad && (score < bestScore || (score == bestScore && name < best))))) {
-			best, bestRestarting, bestLoad, bestScore = name, r, l, score
+		// Built only when it wins: a decision ranks every node.
+		if score := keyHash.score(name); best.name == "" || best.after(n.AgentRestarting, n.Load, score, name) {
+			best = candidateRank{n.AgentRestarting, n.Load, score, name}
 		}
 	}
-	if best == "" {
+	if best.name == "" {
 		problems := map[NodeProblem]bool{}
 		for _, n := range nodes {
 			if p := el.Check(n); p != NodeOK {
@@ -169,9 +169,43 @@ func Decide(key string, el Eligibility, current string, nodes map[string]*Node) 
 		d.Reason, d.Message = reasons.NoMatchingNode, noCandidateMessage(len(nodes), problems)
 		return d
 	}
-	a := assigned(key, best)
+	a := assigned(key, best.name)
 	a.Lost = d.Lost
 	return a
+}
+
+// candidateRank orders the candidates for a service or an egress IP, best
+// first: agents not restarting, then the lowest load, then the lowest
+// rendezvous score of (key, node), then the lowest name.
+type candidateRank struct {
+	restarting bool
+	load       int
+	score      uint64
+	name       string
+}
+
+// after says whether r ranks after the candidate of those fields.
+func (r *candidateRank) after(restarting bool, load int, score uint64, name string) bool {
+	switch {
+	case r.restarting != restarting:
+		return r.restarting
+	case r.load != load:
+		return load < r.load
+	case r.score != score:
+		return score < r.score
+	}
+	return name < r.name
+}
+
+// compare is the order as a sort function.
+func (r candidateRank) compare(o candidateRank) int {
+	switch {
+	case o.after(r.restarting, r.load, r.score, r.name):
+		return -1
+	case r.after(o.restarting, o.load, o.score, o.name):
+		return 1
+	}
+	return 0
 }
 
 func assigned(key, host string) Decision {

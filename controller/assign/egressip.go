@@ -1,7 +1,6 @@
 package assign
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -281,32 +280,17 @@ func holderProblem(nodes EgressNodes, node string, a netip.Addr) NodeProblem {
 	return NodeOK
 }
 
-// rankCandidates are the nodes that may hold a, best first: agents not
-// restarting, then fewest addresses, then lowest rendezvous hash of
-// (address, node), then name.
+// rankCandidates are the nodes that may hold a, best first (candidateRank,
+// the load being the addresses a node holds).
 func rankCandidates(a netip.Addr, nodes EgressNodes, load func(string) int) []string {
-	type ranked struct {
-		name       string
-		restarting bool
-		load       int
-		score      uint64
-	}
 	keyHash := newRendezvousPrefix(a.String())
-	var out []ranked
+	var out []candidateRank
 	for name, n := range nodes.Assignable {
 		if n.available() && n.InSubnet(a) {
-			out = append(out, ranked{name, n.AgentRestarting, load(name), keyHash.score(name)})
+			out = append(out, candidateRank{n.AgentRestarting, load(name), keyHash.score(name), name})
 		}
 	}
-	rank := func(restarting bool) int {
-		if restarting {
-			return 1
-		}
-		return 0
-	}
-	slices.SortFunc(out, func(x, y ranked) int {
-		return cmp.Or(cmp.Compare(rank(x.restarting), rank(y.restarting)), cmp.Compare(x.load, y.load), cmp.Compare(x.score, y.score), strings.Compare(x.name, y.name))
-	})
+	slices.SortFunc(out, candidateRank.compare)
 	names := make([]string, len(out))
 	for i, r := range out {
 		names[i] = r.name
