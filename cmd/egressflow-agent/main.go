@@ -293,8 +293,8 @@ func run() error {
 	go func() { defer close(eventsDone); emitter.Run(ctx) }()
 	defer func() { stop(); <-eventsDone }() // stop ends ctx: the emitter drains and returns
 	agentMetrics := agent.NewMetrics(ep.registry)
-	// Bound once the agent exists: the renewer asks the agent's health,
-	// and the agent reads its renewals only once it runs.
+	// Bound once the agent exists: the peer probe asks the agent for its
+	// peers, and the agent reads the probe only once it runs.
 	late := &lateBound{}
 	agentCfg, err := agentConfig(f, node, cfg, kube, local, ep, late, emitter, agentMetrics)
 	if err != nil {
@@ -322,7 +322,7 @@ func run() error {
 	klog.InfoS("Starting egressflow-agent", "node", f.nodeName, "bridge", f.bridge, "uplink", f.uplink)
 	err = a.Run(ctx, local.ofClient.Reconnected())
 	<-renewerDone
-	leaveNode(kube, f, podName, removal, local.ofClient, local.rules, local.nft, local.forwarding, late.renewer, ep.responder)
+	leaveNode(kube, f, podName, removal, local.ofClient, local.rules, local.nft, local.forwarding, ep.renewer.Load(), ep.responder)
 	return err
 }
 
@@ -433,11 +433,10 @@ func (l *localNode) close() {
 	l.ofClient.Close()
 }
 
-// lateBound is what the agent's configuration reads of the liveness,
-// which is made after the agent: the renewer asks the agent's health.
-// The agent reads them only once it runs, after both are set.
+// lateBound is what the agent's configuration reads of the peer probe,
+// which is made after the agent. The agent reads it only once it runs,
+// after it is set.
 type lateBound struct {
-	renewer *heartbeat.Renewer
 	// sharedOutage is the peer probe's, nil without a health address.
 	sharedOutage func() bool
 }
@@ -458,7 +457,7 @@ func agentConfig(f agentFlags, node dataplane.NodeConfig, cfg *rest.Config, kube
 		Switch:        agent.OpenFlowSwitch{Client: local.ofClient},
 		Forwarding:    local.forwarding,
 		Disconnected:  local.ofClient.Disconnected(),
-		LastRenewed:   func() time.Time { return late.renewer.LastRenewed() },
+		LastRenewed:   func() time.Time { return ep.renewer.Load().LastRenewed() },
 		SharedOutage:  func() bool { return late.sharedOutage != nil && late.sharedOutage() },
 		LeaseDuration: f.leaseDuration,
 		Rules:         local.rules,
@@ -477,17 +476,17 @@ func agentConfig(f agentFlags, node dataplane.NodeConfig, cfg *rest.Config, kube
 	return c, nil
 }
 
-// startLiveness starts the agent's heartbeat (its renewer, whose failure
-// stops the agent) and, with a health address, the peer probe it asks
-// before fencing; it binds them in late. The returned channel closes when
-// the renewer has returned.
+// startLiveness publishes the agent's renewer in ep and starts it (its
+// failure stops the agent) and, with a health address, the peer probe it
+// asks before fencing, bound in late. The returned channel closes when the
+// renewer has returned.
 func startLiveness(ctx context.Context, stop func(), kube kubernetes.Interface, f agentFlags, a *agent.Agent, handle *netlink.Handle,
 	ep *agentEndpoints, late *lateBound, metrics *agent.Metrics) (<-chan struct{}, error) {
 	renewer, err := newRenewer(kube, f, a, handle, ep.identity, ep.responder, metrics)
 	if err != nil {
 		return nil, err
 	}
-	late.renewer = renewer
+	ep.renewer.Store(renewer)
 	renewerDone := make(chan struct{})
 	go func() {
 		defer close(renewerDone)
@@ -505,7 +504,6 @@ func startLiveness(ctx context.Context, stop func(), kube kubernetes.Interface, 
 		go probe.Run(ctx)
 		late.sharedOutage = probe.SharedOutage
 	}
-	ep.renewer.Store(renewer)
 	return renewerDone, nil
 }
 
