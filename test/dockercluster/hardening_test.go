@@ -200,7 +200,7 @@ func expectLivenessPriority(t *testing.T, c *Cluster) {
 		t.Helper()
 		var seen http.Header
 		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			return kubetest.RoundTripperFunc(func(r *http.Request) (*http.Response, error) {
 				resp, err := rt.RoundTrip(r)
 				if err == nil {
 					seen = resp.Header
@@ -244,10 +244,6 @@ func expectLivenessPriority(t *testing.T, c *Cluster) {
 		}
 	}
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestAPIServerOutage: the API server is down for 10 s under traffic. The
 // leader loses its Lease meanwhile (2 s), the agents cannot renew, and the

@@ -106,3 +106,10 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return fmt.Sprintf("%.200s", s)
 }
+
+// RoundTripperFunc is a function as an http.RoundTripper, for a client
+// configuration's WrapTransport that watches each request and response.
+type RoundTripperFunc func(*http.Request) (*http.Response, error)
+
+// RoundTrip calls f.
+func (f RoundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

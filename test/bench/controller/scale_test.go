@@ -513,7 +513,7 @@ func startLivenessAgents(b *testing.B, env *clustertest.Env, nodes []string, p l
 	// cap their renewals together.
 	cfg.QPS = -1
 	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		return kubetest.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := next.RoundTrip(req)
 			if req.Method != http.MethodGet {
 				a.writes.Add(1)
@@ -911,7 +911,3 @@ func processPeakRSS(b *testing.B, pid int) int64 {
 	b.Fatal("no VmHWM")
 	return 0
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
