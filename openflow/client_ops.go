@@ -359,6 +359,27 @@ func (c *Client) Ports(ctx context.Context) ([]Port, error) {
 	return ports, nil
 }
 
+// Groups returns every group on the switch (dump-groups).
+func (c *Client) Groups(ctx context.Context) ([]GroupDesc, error) {
+	parts, err := c.multipart(ctx, &GroupDescRequest{})
+	if err != nil {
+		return nil, err
+	}
+	var groups []GroupDesc
+	for _, p := range parts {
+		_, m, err := UnmarshalMessage(p)
+		if err != nil {
+			return nil, err
+		}
+		r, ok := m.(*GroupDescReply)
+		if !ok {
+			return nil, fmt.Errorf("openflow: group dump answered with %T", m)
+		}
+		groups = append(groups, r.Groups...)
+	}
+	return groups, nil
+}
+
 // ErrNoSuchPort is returned by PortByName for a name the switch lacks.
 var ErrNoSuchPort = errors.New("openflow: no such port")
 

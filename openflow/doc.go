@@ -7,8 +7,8 @@
 //
 // The package owns the wire protocol between egressflow and a bridge: the
 // message codec (HELLO, ERROR, ECHO, FEATURES, GET/SET_CONFIG, FLOW_MOD,
-// flow and port description multiparts, BARRIER, bundles, Nicira conntrack
-// flushes), the flow text syntax, and the connection (handshake, keepalive,
+// GROUP_MOD, flow, port and group description multiparts, BARRIER,
+// bundles, Nicira conntrack flushes), the flow text syntax, and the connection (handshake, keepalive,
 // reconnection, request/reply matching). It does not decide what flows to
 // install, and it never touches flows it was not asked to: other
 // controllers may share the bridge. Note that a controller that runs
@@ -42,7 +42,9 @@
 // # Text
 //
 // FlowMod.String and Flow.String print flows exactly as
-// `ovs-ofctl -O OpenFlow15 dump-flows` does (--no-stats for a FlowMod), and
+// `ovs-ofctl -O OpenFlow15 dump-flows` does (--no-stats for a FlowMod),
+// GroupDesc.String prints a group as `ovs-ofctl -O OpenFlow15 dump-groups`
+// does, and
 // ParseFlow reads ovs-ofctl's flow syntax, so logs, tests and operators
 // speak the same language. ParseFlow, ParseMatchText, ParseActionText and
 // ParseInstructionsText read what `ovs-ofctl -O OpenFlow15` reads and

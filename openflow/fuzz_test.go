@@ -25,6 +25,15 @@ func FuzzUnmarshalMessage(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	groups := testGroups()
+	for i := range groups {
+		b, _ := MarshalMessage(4, groups[i].GroupMod())
+		f.Add(b)
+	}
+	b, _ := MarshalMessage(5, &GroupDescReply{Groups: groups})
+	f.Add(b)
+	b, _ = MarshalMessage(6, &GroupMod{Command: GroupInsertBucket, Type: GroupTypeSelect, GroupID: 1, CommandBucketID: BucketFirst, Buckets: groups[0].Buckets})
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// Flow entries read in place (DumpFlowEntries) must not panic
 		// either, and agree with the decoder on what they accept.
@@ -64,6 +73,10 @@ func FuzzUnmarshalMessage(f *testing.F) {
 		case *FlowDescReply:
 			for i := range x.Flows {
 				_ = x.Flows[i].String()
+			}
+		case *GroupDescReply:
+			for i := range x.Groups {
+				_ = x.Groups[i].String()
 			}
 		case *Error:
 			_ = x.Error()

@@ -160,6 +160,8 @@ func decodeBody(h Header, body []byte) (Message, error) {
 		return decodeSwitchConfig(h.Type, body)
 	case TypeFlowMod:
 		return decodeFlowMod(body)
+	case TypeGroupMod:
+		return decodeGroupMod(body)
 	case TypeMultipartRequest:
 		return decodeMultipartRequest(body)
 	case TypeMultipartReply:

@@ -90,6 +90,10 @@ func decodeMultipartRequest(b []byte) (Message, error) {
 		if len(body) == 8 && isZero(body[4:]) {
 			return &PortDescRequest{Flags: flags, Port: sentinelAsZero(be.Uint32(body), PortAny)}, nil
 		}
+	case MultipartGroupDesc:
+		if len(body) == 8 && isZero(body[4:]) && be.Uint32(body) != 0 {
+			return &GroupDescRequest{Flags: flags, GroupID: sentinelAsZero(be.Uint32(body), GroupAll)}, nil
+		}
 	}
 	return &MultipartRequest{Type: t, Flags: flags, Body: cloneBytes(body)}, nil
 }
@@ -104,6 +108,8 @@ func decodeMultipartReply(b []byte) (Message, error) {
 		return decodeFlowDescReply(flags, body)
 	case MultipartPortDesc:
 		return decodePortDescReply(flags, body)
+	case MultipartGroupDesc:
+		return decodeGroupDescReply(flags, body)
 	}
 	return &MultipartReply{Type: t, Flags: flags, Body: cloneBytes(body)}, nil
 }
