@@ -340,44 +340,34 @@ func (c *Client) DumpFlowEntries(ctx context.Context, req *FlowDescRequest, fn f
 
 // Ports returns the switch's port descriptions.
 func (c *Client) Ports(ctx context.Context) ([]Port, error) {
-	parts, err := c.multipart(ctx, &PortDescRequest{})
-	if err != nil {
-		return nil, err
-	}
-	var ports []Port
-	for _, p := range parts {
-		_, m, err := UnmarshalMessage(p)
-		if err != nil {
-			return nil, err
-		}
-		r, ok := m.(*PortDescReply)
-		if !ok {
-			return nil, fmt.Errorf("openflow: port dump answered with %T", m)
-		}
-		ports = append(ports, r.Ports...)
-	}
-	return ports, nil
+	return dumpItems(ctx, c, &PortDescRequest{}, "port", func(r *PortDescReply) []Port { return r.Ports })
 }
 
 // Groups returns every group on the switch (dump-groups).
 func (c *Client) Groups(ctx context.Context) ([]GroupDesc, error) {
-	parts, err := c.multipart(ctx, &GroupDescRequest{})
+	return dumpItems(ctx, c, &GroupDescRequest{}, "group", func(r *GroupDescReply) []GroupDesc { return r.Groups })
+}
+
+// dumpItems sends a multipart request whose every reply part is an R, and
+// gathers the items of the parts.
+func dumpItems[R Message, T any](ctx context.Context, c *Client, req Message, what string, items func(R) []T) ([]T, error) {
+	parts, err := c.multipart(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	var groups []GroupDesc
+	var out []T
 	for _, p := range parts {
 		_, m, err := UnmarshalMessage(p)
 		if err != nil {
 			return nil, err
 		}
-		r, ok := m.(*GroupDescReply)
+		r, ok := m.(R)
 		if !ok {
-			return nil, fmt.Errorf("openflow: group dump answered with %T", m)
+			return nil, fmt.Errorf("openflow: %s dump answered with %T", what, m)
 		}
-		groups = append(groups, r.Groups...)
+		out = append(out, items(r)...)
 	}
-	return groups, nil
+	return out, nil
 }
 
 // ErrNoSuchPort is returned by PortByName for a name the switch lacks.
