@@ -22,10 +22,12 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -36,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -331,22 +334,42 @@ type holderWatch struct {
 	mu      sync.Mutex
 	holder  map[string]string
 	changed map[string]time.Time
+	// waiting is, for each object without a holder, its Ready
+	// condition's reason and message ("" before the controller wrote one).
+	waiting map[string]metav1.Condition
 }
 
-// newHolderWatch starts following the objects of inf, whose key and holder
-// of names; factory is inf's, started here and shut down with the bench.
-func newHolderWatch(b *testing.B, f esinformers.SharedInformerFactory, inf cache.SharedIndexInformer, of func(obj any) (key, holder string, ok bool)) *holderWatch {
-	w := &holderWatch{holder: map[string]string{}, changed: map[string]time.Time{}}
+// holding is what a holderWatch reads off one object.
+type holding struct {
+	key, holder string
+	// conditions are the object's status conditions: their Ready says why
+	// an object has no holder.
+	conditions []metav1.Condition
+}
+
+// newHolderWatch starts following the objects of inf, whose key, holder and
+// conditions of reads; factory is inf's, started here and shut down with
+// the bench.
+func newHolderWatch(b *testing.B, f esinformers.SharedInformerFactory, inf cache.SharedIndexInformer, of func(obj any) (holding, bool)) *holderWatch {
+	w := &holderWatch{holder: map[string]string{}, changed: map[string]time.Time{}, waiting: map[string]metav1.Condition{}}
 	record := func(obj any) {
-		key, holder, ok := of(obj)
+		h, ok := of(obj)
 		if !ok {
 			return
 		}
 		w.mu.Lock()
-		if w.holder[key] != holder {
-			w.changed[key] = time.Now()
+		if w.holder[h.key] != h.holder {
+			w.changed[h.key] = time.Now()
 		}
-		w.holder[key] = holder
+		w.holder[h.key] = h.holder
+		delete(w.waiting, h.key)
+		if h.holder == "" {
+			ready := meta.FindStatusCondition(h.conditions, cluster.ConditionReady)
+			if ready == nil {
+				ready = &metav1.Condition{}
+			}
+			w.waiting[h.key] = *ready
+		}
 		w.mu.Unlock()
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }})
@@ -360,13 +383,40 @@ func newHolderWatch(b *testing.B, f esinformers.SharedInformerFactory, inf cache
 // watchHosts follows every EgressService's status.host.
 func watchHosts(b *testing.B, env *clustertest.Env) *holderWatch {
 	f := esinformers.NewSharedInformerFactory(env.ES, 0)
-	return newHolderWatch(b, f, f.K8s().V1().EgressServices().Informer(), func(obj any) (string, string, bool) {
+	return newHolderWatch(b, f, f.K8s().V1().EgressServices().Informer(), func(obj any) (holding, bool) {
 		es, ok := obj.(*esv1.EgressService)
 		if !ok {
-			return "", "", false
+			return holding{}, false
 		}
-		return es.Namespace + "/" + es.Name, es.Status.Host, true
+		return holding{es.Namespace + "/" + es.Name, es.Status.Host, es.Status.Conditions}, true
 	})
+}
+
+// waitingReasons says why the objects without a holder wait: how many
+// have each Ready reason, most first, and one message of each.
+func (w *holderWatch) waitingReasons() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type reason struct {
+		name, message string
+		count         int
+	}
+	byName := map[string]*reason{}
+	for _, c := range w.waiting {
+		name := cmp.Or(c.Reason, "(no Ready condition yet)")
+		r := byName[name]
+		if r == nil {
+			r = &reason{name: name, message: c.Message}
+			byName[name] = r
+		}
+		r.count++
+	}
+	reasons := slices.SortedFunc(maps.Values(byName), func(a, b *reason) int { return cmp.Compare(b.count, a.count) })
+	parts := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		parts = append(parts, fmt.Sprintf("%d %s (%q)", r.count, r.name, r.message))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // waitAll waits until n services have a host and returns when the last got it.

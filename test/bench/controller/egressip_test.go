@@ -233,16 +233,16 @@ func pct(sorted []time.Duration, p int) time.Duration {
 // (one) address.
 func watchEgressIPs(b *testing.B, env *clustertest.Env) *holderWatch {
 	f := esinformers.NewSharedInformerFactory(env.ES, 0)
-	return newHolderWatch(b, f, f.K8s().V1().EgressIPs().Informer(), func(obj any) (string, string, bool) {
+	return newHolderWatch(b, f, f.K8s().V1().EgressIPs().Informer(), func(obj any) (holding, bool) {
 		eip, ok := obj.(*esv1.EgressIP)
 		if !ok {
-			return "", "", false
+			return holding{}, false
 		}
 		node := ""
 		if len(eip.Status.Items) > 0 {
 			node = eip.Status.Items[0].Node
 		}
-		return eip.Name, node, true
+		return holding{eip.Name, node, eip.Status.Conditions}, true
 	})
 }
 
