@@ -112,7 +112,7 @@ func nodeConfig(nodeName, uplink, podCIDRs, serviceCIDRs, egressIPUnheld, dnsRes
 	if node.ServiceCIDRs, err = cli.ParsePrefixes("service-cidrs", serviceCIDRs); err != nil {
 		return node, err
 	}
-	if node.EgressIPUnheld, err = dataplane.ParseEgressIPUnheld(egressIPUnheld); err != nil {
+	if node.EgressIPUnheld, err = esv1.ParseEgressIPUnheld(egressIPUnheld); err != nil {
 		return node, fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
 	}
 	switch {
@@ -212,7 +212,7 @@ func parseFlags(args []string) (f agentFlags, done bool, err error) {
 	fs.StringVar(&f.serviceCIDRs, "service-cidrs", "", "comma-separated ClusterIP CIDRs: traffic to them is never rewritten")
 	fs.StringVar(&f.dnsServers, "dns-servers", "", "comma-separated DNS servers (address or address:port) at which EgressFirewall's dnsName rules are resolved; empty: the nameservers of --resolv-conf")
 	fs.StringVar(&f.resolvConf, "resolv-conf", dnsresolve.DefaultResolvConf, "resolv.conf whose nameservers resolve EgressFirewall's dnsName rules when --dns-servers is empty (the node's, for an agent on the host network with dnsPolicy Default)")
-	fs.StringVar(&f.egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(dataplane.EgressIPUnheldDrop)), "what a selected pod's egress does while its EgressIP has no held address of its family: \"drop\" (fail closed: no packet leaves with another source than the egress IP) or \"node-ip\" (as OVN-Kubernetes: it leaves as the node's other pods do, with their source address); one value for the whole cluster (EGRESSIP_UNHELD of the egressflow-cluster ConfigMap)")
+	fs.StringVar(&f.egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(esv1.EgressIPUnheldDrop)), "what a selected pod's egress does while its EgressIP has no held address of its family: \"drop\" (fail closed: no packet leaves with another source than the egress IP) or \"node-ip\" (as OVN-Kubernetes: it leaves as the node's other pods do, with their source address); one value for the whole cluster (EGRESSIP_UNHELD of the egressflow-cluster ConfigMap)")
 	fs.StringVar(&f.rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
 	fs.DurationVar(&f.renewInterval, "heartbeat-renew-interval", f.renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
 	fs.DurationVar(&f.leaseDuration, "heartbeat-lease-duration", f.leaseDuration, "how long a renewal is valid: failover time of a node cut off from the API server alone, or whose agent answers no probe (--probe-bind-address empty)")

@@ -20,8 +20,8 @@ import (
 
 	"github.com/egressflow/egressflow/cmd/internal/cli"
 	"github.com/egressflow/egressflow/cmd/internal/clientmetrics"
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/cluster"
-	"github.com/egressflow/egressflow/controller/dataplane"
 )
 
 const (
@@ -83,7 +83,7 @@ func run() error {
 	fs.StringVar(&opts.ProbeBindAddress, "probe-bind-address", cluster.DefaultProbeBindAddress, "UDP address from which the leader probes the agents (\""+cluster.NoProbes+"\": no probes, agents are judged by their heartbeat Leases alone and fail over after the Lease duration)")
 	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs; endpoints outside them are host-networked and ignored (empty: every endpoint counts)")
 	var egressIPUnheld string
-	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(dataplane.EgressIPUnheldDrop)), "the agents' choice for a selected pod whose EgressIP has no held address of its family (\"drop\" or \"node-ip\"; EGRESSIP_UNHELD of the egressflow-cluster ConfigMap): the EgressIP's Assigned condition says when pods leave through their nodes")
+	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(esv1.EgressIPUnheldDrop)), "the agents' choice for a selected pod whose EgressIP has no held address of its family (\"drop\" or \"node-ip\"; EGRESSIP_UNHELD of the egressflow-cluster ConfigMap): the EgressIP's Assigned condition says when pods leave through their nodes")
 	fs.IntVar(&opts.ServiceWorkers, "service-workers", cluster.DefaultServiceWorkers, "EgressServices synced in parallel")
 	fs.IntVar(&opts.NodeWorkers, "node-workers", cluster.DefaultNodeWorkers, "node label patches, and node view writes, in parallel")
 	fs.IntVar(&opts.EgressIPWorkers, "egressip-workers", cluster.DefaultEgressIPWorkers, "EgressIPs synced in parallel")
@@ -118,7 +118,7 @@ func run() error {
 	if opts.PodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {
 		return err
 	}
-	if opts.EgressIPUnheld, err = dataplane.ParseEgressIPUnheld(egressIPUnheld); err != nil {
+	if opts.EgressIPUnheld, err = esv1.ParseEgressIPUnheld(egressIPUnheld); err != nil {
 		return fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
 	}
 	if len(opts.PodCIDRs) == 0 {

@@ -107,7 +107,7 @@ const holdTimeout = 5 * time.Second
 // the agent tells it which names its node's EgressFirewall rules need, and
 // reads the answers whenever it signals a change.
 type FirewallDNS interface {
-	// SetNames sets the names to follow, by dataplane.FirewallDNSKey.
+	// SetNames sets the names to follow, by esv1.DNSNameKey.
 	SetNames(keys []string)
 	// Snapshot returns each followed name's addresses; a name absent has
 	// no answer yet.

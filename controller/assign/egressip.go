@@ -154,16 +154,6 @@ type EgressIPDecision struct {
 	Items []EgressIPItem
 }
 
-// ParseEgressIP reads a spec.egressIPs entry as a canonical address (no
-// zone); false when it is not one.
-func ParseEgressIP(s string) (netip.Addr, bool) {
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		return netip.Addr{}, false
-	}
-	return a, true
-}
-
 // DecideEgressIP decides which node holds each address of in. load(node) is
 // how many addresses, of every EgressIP, the node holds.
 func DecideEgressIP(in EgressIPInput, nodes EgressNodes, load func(node string) int) EgressIPDecision {
@@ -176,7 +166,7 @@ func DecideEgressIP(in EgressIPInput, nodes EgressNodes, load func(node string) 
 	for i, s := range in.Addresses {
 		it := &items[i]
 		it.Address = s
-		a, ok := ParseEgressIP(s)
+		a, ok := esv1.ParseEgressIP(s)
 		switch {
 		case !ok:
 			it.Reason, it.Why = reasons.InvalidAddress, "not an IP address"

@@ -92,19 +92,6 @@ func newEIPState() *eipState {
 
 func (s *eipState) loadOf(node string) int { return s.load[node] }
 
-// specAddresses are eip's addresses, canonical, each once, in spec order.
-func specAddresses(eip *esv1.EgressIP) []netip.Addr {
-	out := make([]netip.Addr, 0, len(eip.Spec.EgressIPs))
-	seen := make(map[netip.Addr]bool, len(eip.Spec.EgressIPs))
-	for _, s := range eip.Spec.EgressIPs {
-		if a, ok := assign.ParseEgressIP(s); ok && !seen[a] {
-			seen[a] = true
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 // setSpec records the addresses name lists and its creation time. It
 // returns the other EgressIPs whose ownership of an address may have
 // changed (they list an address name took up or gave up).

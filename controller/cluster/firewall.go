@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
-	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
@@ -61,19 +60,18 @@ func firewallKey(obj any) string {
 // firewallAPI judges EgressFirewalls and writes their status.
 type firewallAPI struct{}
 
-func (firewallAPI) problems(fw *esv1.EgressFirewall, podCIDRs []netip.Prefix) []dataplane.Problem {
+func (firewallAPI) problems(fw *esv1.EgressFirewall, podCIDRs []netip.Prefix) []esv1.RuleProblem {
 	return firewallProblems(fw, podCIDRs)
 }
 
-// firewallProblems are the agents' own check (dataplane.ComputeFirewall)
-// on no pod and no node, without the problems that depend on the node:
-// whether a dnsName is resolved is up to each node's resolver (the
-// agent logs it). What is left comes from the object alone (InvalidRule)
-// and the cluster's pod CIDRs (WrongFamily).
-func firewallProblems(fw *esv1.EgressFirewall, podCIDRs []netip.Prefix) []dataplane.Problem {
-	node := dataplane.NodeConfig{ClusterPodCIDRs: familyCheckCIDRs(podCIDRs)}
-	problems := dataplane.ComputeFirewall(node, []*esv1.EgressFirewall{fw}, nil, nil, nil).Problems
-	return slices.DeleteFunc(problems, func(p dataplane.Problem) bool { return p.Reason == reasons.DNSNameUnresolved })
+// firewallProblems are the problems of fw's rules as the agents read them
+// (esv1.EgressFirewallSpec.Rules): those of the object alone (InvalidRule)
+// and of the cluster's pod CIDRs (WrongFamily). Whether a dnsName is
+// resolved is up to each node's resolver: the agents publish the names
+// they have no answer for (unresolvedMessages).
+func firewallProblems(fw *esv1.EgressFirewall, podCIDRs []netip.Prefix) []esv1.RuleProblem {
+	_, problems := fw.Spec.Rules(familyCheckCIDRs(podCIDRs))
+	return problems
 }
 
 // firewallStatus is the status v says of fw: the reference's
@@ -93,7 +91,7 @@ func firewallStatus(fw *esv1.EgressFirewall, v rolloutVerdict) esv1.EgressFirewa
 const unresolvedSuffix = " not resolved yet"
 
 // unresolvedMessages are the messages about fw's dnsNames that nodes
-// (node → FirewallDNSKeys, as agents publish them) have no answer for:
+// (node → esv1.DNSNameKey, as agents publish them) have no answer for:
 // one per name, sorted, naming at most statusNodeNames nodes ("node-2:
 // dnsName api.example.com is not resolved yet", "node-1, node-2 and 3
 // more: ..."), at most firewallStatusMessages names and then one saying
@@ -106,7 +104,7 @@ func unresolvedMessages(fw *esv1.EgressFirewall, nodes map[string][]string) []st
 	wanted := map[string]bool{}
 	for _, r := range fw.Spec.Egress {
 		if r.To.DNSName != "" {
-			wanted[dataplane.FirewallDNSKey(r.To.DNSName)] = true
+			wanted[esv1.DNSNameKey(r.To.DNSName)] = true
 		}
 	}
 	byName := map[string][]string{}

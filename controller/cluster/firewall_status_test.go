@@ -183,7 +183,7 @@ func TestFirewallReported(t *testing.T) {
 }
 
 // TestUnresolvedMessages: one message per dnsName of the object's rules
-// (by FirewallDNSKey), its nodes sorted and bounded, the names bounded;
+// (by esv1.DNSNameKey), its nodes sorted and bounded, the names bounded;
 // names no rule has are left out; none of them counts as a problem.
 func TestUnresolvedMessages(t *testing.T) {
 	rule := func(name string) esv1.EgressFirewallRule {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/egressflow/egressflow/controller/dataplane"
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"k8s.io/utils/clock"
 )
@@ -154,8 +154,8 @@ type Options struct {
 	// EgressIPUnheld is the agents' choice for a selected pod whose
 	// EgressIP holds no address of its family (the same EGRESSIP_UNHELD):
 	// the Assigned condition says when the pods leave through their
-	// nodes. "" is dataplane.EgressIPUnheldDrop.
-	EgressIPUnheld dataplane.EgressIPUnheld
+	// nodes. "" is esv1.EgressIPUnheldDrop.
+	EgressIPUnheld esv1.EgressIPUnheld
 
 	ServiceWorkers int
 	NodeWorkers    int

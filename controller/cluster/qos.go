@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
-	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
@@ -34,7 +33,7 @@ const (
 	ConditionApplied = "Applied"
 	// ConditionValid: every rule can be applied as written (reason Valid),
 	// or not (reason InvalidRule or WrongFamily, the message listing every
-	// problem). Checked here as the agents check it (dataplane.ComputeQoS),
+	// problem). Checked here as the agents check it (esv1.EgressQoSSpec.Rules),
 	// for what the CRD cannot check: a dstCIDR of a family the cluster has
 	// no pod CIDR of, a podSelector that does not parse.
 	ConditionValid = "Valid"
@@ -67,14 +66,15 @@ func qosKey(obj any) string { return rolloutKey[*esv1.EgressQoS](obj, esv1.Egres
 // qosAPI judges EgressQoSes and writes their status.
 type qosAPI struct{}
 
-func (qosAPI) problems(q *esv1.EgressQoS, podCIDRs []netip.Prefix) []dataplane.Problem {
+func (qosAPI) problems(q *esv1.EgressQoS, podCIDRs []netip.Prefix) []esv1.RuleProblem {
 	return qosProblems(q, podCIDRs)
 }
 
-// qosProblems are the agents' own check, on no pod: only the object's
-// problems.
-func qosProblems(q *esv1.EgressQoS, podCIDRs []netip.Prefix) []dataplane.Problem {
-	return dataplane.ComputeQoS(dataplane.NodeConfig{ClusterPodCIDRs: familyCheckCIDRs(podCIDRs)}, []*esv1.EgressQoS{q}, nil).Problems
+// qosProblems are the problems of q's rules as the agents read them
+// (esv1.EgressQoSSpec.Rules).
+func qosProblems(q *esv1.EgressQoS, podCIDRs []netip.Prefix) []esv1.RuleProblem {
+	_, problems := q.Spec.Rules(familyCheckCIDRs(podCIDRs))
+	return problems
 }
 
 func (qosAPI) says(q *esv1.EgressQoS, v rolloutVerdict) bool {

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/egressflow/egressflow/controller/dataplane"
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
@@ -73,7 +73,7 @@ type rolloutVerdict struct {
 	rv      string
 	// problems are what the object's rules cannot do, as the agents find
 	// them from the object alone.
-	problems []dataplane.Problem
+	problems []esv1.RuleProblem
 	// misnamed: the object is not named default, so no agent applies it;
 	// its one problem says so.
 	misnamed bool
@@ -85,7 +85,7 @@ type rolloutVerdict struct {
 // evaluateRollout is the pure verdict on obj, whose current generation
 // this replica first saw at revision seen, given the live agents'
 // watermarks and the rules' problems.
-func evaluateRollout(obj metav1.Object, seen revision, agents map[string]revision, problems []dataplane.Problem) rolloutVerdict {
+func evaluateRollout(obj metav1.Object, seen revision, agents map[string]revision, problems []esv1.RuleProblem) rolloutVerdict {
 	v := rolloutVerdict{generation: obj.GetGeneration(), unknown: !seen.ok, rv: obj.GetResourceVersion(), problems: problems}
 	for node, w := range agents {
 		if w.reached(seen) {
@@ -103,7 +103,7 @@ func evaluateRollout(obj metav1.Object, seen revision, agents map[string]revisio
 // name: Invalid, applied nowhere.
 func misnamedVerdict(obj metav1.Object, kind, name string) rolloutVerdict {
 	return rolloutVerdict{generation: obj.GetGeneration(), rv: obj.GetResourceVersion(), misnamed: true,
-		problems: []dataplane.Problem{{Service: obj.GetNamespace() + "/" + obj.GetName(), Reason: reasons.Invalid,
+		problems: []esv1.RuleProblem{{Reason: reasons.Invalid,
 			Message: fmt.Sprintf("%s must be named %s", kind, name)}}}
 }
 
@@ -243,7 +243,7 @@ type rolloutAPI[T rolloutObject] interface {
 	// problems are what obj's rules cannot do, from the object alone
 	// (the agents' own check), given the cluster's pod CIDRs (nil:
 	// unknown, no family check).
-	problems(obj T, podCIDRs []netip.Prefix) []dataplane.Problem
+	problems(obj T, podCIDRs []netip.Prefix) []esv1.RuleProblem
 	// says whether obj's status already says what v does.
 	says(obj T, v rolloutVerdict) bool
 	// withStatus is a copy of obj whose status says v.

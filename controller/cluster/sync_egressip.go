@@ -19,7 +19,6 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
-	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
@@ -101,7 +100,7 @@ func (c *Controller) egressIPDeleted(t *term, name string) {
 // and reserves them. It returns the decision and the other EgressIPs
 // whose ownership of an address may have changed. Call with mu held.
 func (s *eipState) decide(eip *esv1.EgressIP, view assign.EgressNodes) (assign.EgressIPDecision, []string) {
-	affected := s.setSpec(eip.Name, eip.CreationTimestamp, specAddresses(eip))
+	affected := s.setSpec(eip.Name, eip.CreationTimestamp, eip.Spec.Addresses())
 	in := assign.EgressIPInput{Addresses: eip.Spec.EgressIPs, Holders: s.records[eip.Name].holders, Conflicts: s.conflicts(eip.Name)}
 	d := assign.DecideEgressIP(in, view, s.loadOf)
 	unheld, waiting := unheldCount(d)
@@ -137,7 +136,7 @@ func (c *Controller) setEgressIPGauges(e *eipState) {
 // EgressIPUnheldNodeIP its message also says in which families the
 // selected pods leave through their own nodes, since none of the family's
 // addresses is held.
-func assignedCondition(eip *esv1.EgressIP, d assign.EgressIPDecision, unheld dataplane.EgressIPUnheld) metav1.Condition {
+func assignedCondition(eip *esv1.EgressIP, d assign.EgressIPDecision, unheld esv1.EgressIPUnheld) metav1.Condition {
 	ok, reason, message := d.Condition()
 	status := metav1.ConditionFalse
 	if ok {
@@ -169,7 +168,7 @@ func leavingThroughNodes(d assign.EgressIPDecision) string {
 	for f, name := range []string{"IPv4", "IPv6"} {
 		if listed[f] && !held[f] {
 			out += fmt.Sprintf("; no %s address is held: with EGRESSIP_UNHELD=%s the selected pods' %s egress leaves through their own nodes, with the source address those give their other pods, until one is",
-				name, dataplane.EgressIPUnheldNodeIP, name)
+				name, esv1.EgressIPUnheldNodeIP, name)
 		}
 	}
 	return out
@@ -218,7 +217,7 @@ func (c *Controller) reportEgressIP(ctx context.Context, eip *esv1.EgressIP, d a
 	logger := klog.FromContext(ctx).WithValues("egressIP", klog.KObj(eip))
 	before := map[netip.Addr]string{}
 	for _, it := range eip.Status.Items {
-		if a, ok := assign.ParseEgressIP(it.EgressIP); ok {
+		if a, ok := esv1.ParseEgressIP(it.EgressIP); ok {
 			before[a] = it.Node
 		}
 	}
@@ -305,13 +304,13 @@ func (s *eipState) adopt(eips []*esv1.EgressIP, view assign.EgressNodes) int {
 	eips = slices.Clone(eips)
 	slices.SortFunc(eips, sortEIPs)
 	for _, eip := range eips {
-		s.setSpec(eip.Name, eip.CreationTimestamp, specAddresses(eip))
+		s.setSpec(eip.Name, eip.CreationTimestamp, eip.Spec.Addresses())
 	}
 	adopted := 0
 	for _, eip := range eips {
 		holders := map[netip.Addr]string{}
 		for _, it := range eip.Status.Items {
-			if a, ok := assign.ParseEgressIP(it.EgressIP); ok && it.Node != "" {
+			if a, ok := esv1.ParseEgressIP(it.EgressIP); ok && it.Node != "" {
 				holders[a] = it.Node
 			}
 		}

@@ -121,7 +121,7 @@ type Cluster struct {
 	// named default count).
 	EgressFirewalls []*esv1.EgressFirewall
 	// Resolved are the addresses of the firewalls' DNS names, by
-	// FirewallDNSKey; a name absent has no answer yet.
+	// esv1.DNSNameKey; a name absent has no answer yet.
 	Resolved map[string][]netip.Addr
 }
 
@@ -194,6 +194,15 @@ type Problem struct {
 	Service string
 	Reason  reasons.Reason
 	Message string
+}
+
+// keyProblems are the problems of the rules of the object of key.
+func keyProblems(key string, rules []esv1.RuleProblem) []Problem {
+	out := make([]Problem, 0, len(rules))
+	for _, p := range rules {
+		out = append(out, Problem{Service: key, Reason: p.Reason, Message: p.Message})
+	}
+	return out
 }
 
 // State is the node's whole desired EgressService dataplane.

@@ -83,50 +83,15 @@ const ndAdvertFlags = 0x60000000
 // (RFC 4861 §4.6.1).
 const ndOptionTargetLinkAddr = 2
 
-// EgressIPUnheld is what a selected pod's egress of one family does while
-// its EgressIP has no held address of that family (no node can hold one):
-// one choice for the whole cluster, every agent's (EGRESSIP_UNHELD in
-// deploy/cluster.env). It covers only that case: a held address whose
-// holder's bridge MAC is unknown, or whose holder is this node while it
-// is fenced, still drops the pod's egress, as the address will be usable
-// again soon and another node may be sending with it meanwhile.
-type EgressIPUnheld string
+// EgressIPUnheld is the cluster's choice for a selected pod whose
+// EgressIP holds no address of its family (esv1.EgressIPUnheld).
+type EgressIPUnheld = esv1.EgressIPUnheld
 
+// The choices of EgressIPUnheld.
 const (
-	// EgressIPUnheldDrop, the default, fails closed: the pod guard does
-	// not admit the pod, so its egress of that family is dropped on its
-	// node until an address is held. An egress IP is a promise to the
-	// allow-lists outside the cluster that the selected pods' traffic
-	// comes from it and from nowhere else; dropping keeps the promise at
-	// the cost of an outage while no node can hold the address.
-	EgressIPUnheldDrop EgressIPUnheld = "drop"
-	// EgressIPUnheldNodeIP is the reference's behaviour: the pod's
-	// egress of that family leaves as the egress of its node's other
-	// pods does (the pod guard admits it): with its own pod IP on a node
-	// that routes pod traffic without masquerading, as egressflow's node
-	// layout does, or with the node's IP where the node masquerades it.
-	// It trades the promise for availability: an allow-list that admits
-	// only the egress IP drops the traffic anyway, and one that admits
-	// the nodes' or pods' addresses lets it through.
-	EgressIPUnheldNodeIP EgressIPUnheld = "node-ip"
+	EgressIPUnheldDrop   = esv1.EgressIPUnheldDrop
+	EgressIPUnheldNodeIP = esv1.EgressIPUnheldNodeIP
 )
-
-// ParseEgressIPUnheld reads an EGRESSIP_UNHELD value; "" is the default,
-// drop.
-func ParseEgressIPUnheld(s string) (EgressIPUnheld, error) {
-	switch u := EgressIPUnheld(s); u {
-	case "", EgressIPUnheldDrop:
-		return EgressIPUnheldDrop, nil
-	case EgressIPUnheldNodeIP:
-		return u, nil
-	}
-	return "", fmt.Errorf("%q is neither %q (the default: a selected pod's egress is dropped while no node holds an address of its family) nor %q (it leaves through the pod's node meanwhile)",
-		s, EgressIPUnheldDrop, EgressIPUnheldNodeIP)
-}
-
-// LeavesThroughNode: a selected pod whose EgressIP has no held address of
-// its family leaves as its node's other pods do.
-func (u EgressIPUnheld) LeavesThroughNode() bool { return u == EgressIPUnheldNodeIP }
 
 // EgressIPPod is what a node does with one selected pod address.
 type EgressIPPod struct {
@@ -307,21 +272,12 @@ type egressIPHolder struct {
 // (compared as addresses) and names a node. An address listed twice keeps
 // its first item.
 func egressIPHolders(eip *esv1.EgressIP) [2][]egressIPHolder {
-	spec := map[netip.Addr]bool{}
-	for _, s := range eip.Spec.EgressIPs {
-		if a, err := netip.ParseAddr(s); err == nil {
-			spec[a.Unmap()] = true
-		}
-	}
+	spec := eip.Spec.Addresses()
 	var out [2][]egressIPHolder
 	seen := map[netip.Addr]bool{}
 	for _, item := range eip.Status.Items {
-		a, err := netip.ParseAddr(item.EgressIP)
-		if err != nil || item.Node == "" {
-			continue
-		}
-		a = a.Unmap()
-		if !spec[a] || seen[a] {
+		a, ok := esv1.ParseEgressIP(item.EgressIP)
+		if !ok || item.Node == "" || !slices.Contains(spec, a) || seen[a] {
 			continue
 		}
 		seen[a] = true
@@ -370,10 +326,8 @@ func egressIPScore(pod, via netip.Addr) uint64 {
 // IPv4-only object leaves the pod's IPv6 traffic alone.
 func egressIPFamilies(eip *esv1.EgressIP) [2]bool {
 	var out [2]bool
-	for _, s := range eip.Spec.EgressIPs {
-		if a, err := netip.ParseAddr(s); err == nil {
-			out[family(a.Unmap())] = true
-		}
+	for _, a := range eip.Spec.Addresses() {
+		out[family(a)] = true
 	}
 	return out
 }

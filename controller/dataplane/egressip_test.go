@@ -3,7 +3,6 @@ package dataplane
 import (
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -110,18 +109,5 @@ func TestEgressIPUnheld(t *testing.T) {
 				t.Errorf("planner and Compute differ:\n%s\n%s", got, want)
 			}
 		})
-	}
-}
-
-func TestParseEgressIPUnheld(t *testing.T) {
-	for in, want := range map[string]EgressIPUnheld{"": EgressIPUnheldDrop, "drop": EgressIPUnheldDrop, "node-ip": EgressIPUnheldNodeIP} {
-		if got, err := ParseEgressIPUnheld(in); err != nil || got != want {
-			t.Errorf("ParseEgressIPUnheld(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"Drop", "nodeip", "node", "$(EGRESSIP_UNHELD)"} {
-		if _, err := ParseEgressIPUnheld(in); err == nil || !strings.Contains(err.Error(), `"drop"`) {
-			t.Errorf("ParseEgressIPUnheld(%q): %v, want an error naming the values", in, err)
-		}
 	}
 }

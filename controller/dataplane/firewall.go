@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressflow/egressflow/conntrack"
@@ -173,11 +172,7 @@ const (
 var firewallNamespaceRegister = openflow.FieldReg(4)
 
 // FirewallPort is one protocol and destination port a rule matches.
-type FirewallPort struct {
-	// Protocol is the IP protocol number: 6 (TCP), 17 (UDP) or 132 (SCTP).
-	Protocol uint8
-	Port     uint16
-}
+type FirewallPort = esv1.FirewallPort
 
 // FirewallRule is one rule of an EgressFirewall as TableFirewall matches it.
 type FirewallRule struct {
@@ -192,7 +187,7 @@ type FirewallRule struct {
 	// Ports, sorted and without duplicates; none means every protocol and
 	// port (ICMP too).
 	Ports []FirewallPort
-	// DNSKey is the dnsName's FirewallDNSKey, for a dnsName rule: its
+	// DNSKey is the dnsName's esv1.DNSNameKey, for a dnsName rule: its
 	// flows carry it in a note, so that a restarted agent reads back the
 	// addresses its predecessor learned for the name (FirewallAnswers).
 	DNSKey string
@@ -239,24 +234,12 @@ type Firewall struct {
 	Problems []Problem
 }
 
-// FirewallDNSKey is the form of a dnsName under which ComputeFirewall
-// looks its addresses up: lower case, without a final dot. DNS names
-// compare without regard to case, and "example.com." is "example.com".
-// A wildcard keeps its "*." ("*.example.com"). The resolver files its
-// answers under the same key.
-func FirewallDNSKey(dnsName string) string {
-	return strings.ToLower(strings.TrimSuffix(dnsName, "."))
-}
-
-// firewallProtocols are the protocols a port may name, by the API's names.
-var firewallProtocols = map[string]uint8{"TCP": 6, "UDP": 17, "SCTP": 132}
-
 // ComputeFirewall returns the node's TableFirewall for the EgressFirewall
 // objects (of any namespace; only those named default count), the pods
 // (only those bound to node count; which addresses count is
 // podAddresses'), the Nodes (whose InternalIP and ExternalIP addresses
 // nodeSelector rules match) and the addresses of the rules' DNS names,
-// keyed by FirewallDNSKey. A name missing from resolved has no answer
+// keyed by esv1.DNSNameKey. A name missing from resolved has no answer
 // yet: its rule matches nothing, and is reported (DNSNameUnresolved); a
 // name present with no address matches nothing and is not reported.
 func ComputeFirewall(node NodeConfig, firewalls []*esv1.EgressFirewall, pods []*corev1.Pod, nodes []*corev1.Node,
@@ -339,70 +322,32 @@ func firewallExemptions(node NodeConfig) []netip.Prefix {
 func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []*corev1.Node,
 	resolved map[string][]netip.Addr) (FirewallNamespace, []Problem) {
 	ns := FirewallNamespace{Key: ObjectKey(APIEgressFirewall, fw.Namespace, fw.Name)}
+	rules, ruleProblems := fw.Spec.Rules(node.ClusterPodCIDRs)
 	var problems []Problem
-	problem := func(reason reasons.Reason, format string, args ...any) {
-		problems = append(problems, Problem{Service: ns.Key, Reason: reason, Message: fmt.Sprintf(format, args...)})
-	}
-	for i, r := range fw.Spec.Egress {
-		if i >= esv1.MaxEgressFirewallRules {
-			problem(reasons.InvalidRule, "rules past the first %d are ignored", esv1.MaxEgressFirewallRules)
-			break
+	// In rule order, as the rules are read: a rule's own problems, then
+	// whether its name is resolved.
+	for _, r := range rules {
+		for len(ruleProblems) > 0 && ruleProblems[0].Rule <= r.Index {
+			problems = append(problems, keyProblems(ns.Key, ruleProblems[:1])...)
+			ruleProblems = ruleProblems[1:]
 		}
-		rule := FirewallRule{Index: i}
-		switch r.Type {
-		case esv1.EgressFirewallRuleAllow:
-		case esv1.EgressFirewallRuleDeny:
-			rule.Deny = true
-		default:
-			problem(reasons.InvalidRule, "rule %d: type %q is neither Allow nor Deny", i, r.Type)
-			continue
-		}
-		ports, err := firewallPorts(r.Ports)
-		if err != nil {
-			problem(reasons.InvalidRule, "rule %d: %v", i, err)
-			continue
-		}
-		rule.Ports = ports
-		to := r.To
-		set := 0
-		for _, isSet := range []bool{to.CIDRSelector != "", to.DNSName != "", to.NodeSelector != nil} {
-			if isSet {
-				set++
-			}
-		}
-		if set != 1 {
-			problem(reasons.InvalidRule, "rule %d: sets %d of cidrSelector, dnsName and nodeSelector, not exactly one", i, set)
-			continue
-		}
+		rule := FirewallRule{Index: r.Index, Deny: r.Deny, Ports: r.Ports}
 		switch {
-		case to.CIDRSelector != "":
-			p, err := netip.ParsePrefix(to.CIDRSelector)
-			if err != nil {
-				problem(reasons.InvalidRule, "rule %d: cidrSelector %q: %v", i, to.CIDRSelector, err)
-				continue
-			}
-			p = p.Masked()
-			if !slices.ContainsFunc(node.ClusterPodCIDRs, func(c netip.Prefix) bool { return c.Addr().Is4() == p.Addr().Is4() }) {
-				problem(reasons.WrongFamily, "rule %d: cidrSelector %s is %s, and the cluster has no pod of that family", i, p, familyName(p.Addr()))
-			}
-			rule.Destinations = []netip.Prefix{p}
-		case to.DNSName != "":
+		case r.CIDR.IsValid():
+			rule.Destinations = []netip.Prefix{r.CIDR}
+		case r.DNSKey != "":
 			ns.SnoopDNS = true
-			rule.DNSKey = FirewallDNSKey(to.DNSName)
+			rule.DNSKey = r.DNSKey
 			addrs, ok := resolved[rule.DNSKey]
 			if !ok {
-				problem(reasons.DNSNameUnresolved, "rule %d: dnsName %s is not resolved yet; the rule matches nothing until it is", i, to.DNSName)
+				problems = append(problems, Problem{Service: ns.Key, Reason: reasons.DNSNameUnresolved,
+					Message: fmt.Sprintf("rule %d: dnsName %s is not resolved yet; the rule matches nothing until it is", r.Index, r.DNSName)})
 			}
 			rule.Destinations = hostPrefixes(addrs)
 		default:
-			sel, err := metav1.LabelSelectorAsSelector(to.NodeSelector.AsMeta())
-			if err != nil {
-				problem(reasons.InvalidRule, "rule %d: nodeSelector: %v", i, err)
-				continue
-			}
 			var addrs []netip.Addr
 			for _, n := range nodes {
-				if sel.Matches(labels.Set(n.Labels)) {
+				if r.Nodes.Matches(labels.Set(n.Labels)) {
 					addrs = append(addrs, endpoints.NodeAddresses(n)...)
 				}
 			}
@@ -410,30 +355,7 @@ func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []
 		}
 		ns.Rules = append(ns.Rules, rule)
 	}
-	return ns, problems
-}
-
-// firewallPorts converts a rule's ports, sorted and without duplicates; an
-// error names one the CRD would refuse.
-func firewallPorts(ports []esv1.EgressFirewallPort) ([]FirewallPort, error) {
-	var out []FirewallPort
-	for j, p := range ports {
-		proto, ok := firewallProtocols[p.Protocol]
-		if !ok {
-			return nil, fmt.Errorf("ports[%d]: protocol %q is none of TCP, UDP and SCTP", j, p.Protocol)
-		}
-		if p.Port < 1 || p.Port > 65535 {
-			return nil, fmt.Errorf("ports[%d]: port %d is outside 1-65535", j, p.Port)
-		}
-		out = append(out, FirewallPort{Protocol: proto, Port: uint16(p.Port)})
-	}
-	slices.SortFunc(out, func(a, b FirewallPort) int {
-		if a.Protocol != b.Protocol {
-			return int(a.Protocol) - int(b.Protocol)
-		}
-		return int(a.Port) - int(b.Port)
-	})
-	return slices.Compact(out), nil
+	return ns, append(problems, keyProblems(ns.Key, ruleProblems)...)
 }
 
 // hostPrefixes are the full-length prefixes of addrs, sorted and without
@@ -541,7 +463,7 @@ func FirewallAnswers(flows []openflow.Flow) map[string][]netip.Addr {
 				}
 			}
 		}
-		if name == "" || name != FirewallDNSKey(name) {
+		if name == "" || name != esv1.DNSNameKey(name) {
 			continue
 		}
 		for _, field := range []openflow.Field{openflow.FieldIPv4Dst, openflow.FieldIPv6Dst} {

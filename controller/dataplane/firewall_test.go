@@ -627,16 +627,6 @@ func TestTakeID(t *testing.T) {
 	}
 }
 
-// TestFirewallDNSKey: names compare without case and final dot; a
-// wildcard keeps its label.
-func TestFirewallDNSKey(t *testing.T) {
-	for in, want := range map[string]string{"WWW.Example.COM.": "www.example.com", "a.example": "a.example", "*.Example.org": "*.example.org"} {
-		if got := FirewallDNSKey(in); got != want {
-			t.Errorf("FirewallDNSKey(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestFirewallResolvers: the DNS replies to the node's own resolver pods
 // (kube-system's k8s-app=kube-dns here) are snooped by shared flows while
 // a namespace with local pods has a dnsName rule, and not otherwise; a

@@ -26,7 +26,7 @@ type plannedFirewall struct {
 	fw       *esv1.EgressFirewall
 	ns       FirewallNamespace // with its Sources and ID
 	problems []Problem
-	// names are the FirewallDNSKeys of its dnsName rules, sorted;
+	// names are the esv1.DNSNameKey of its dnsName rules, sorted;
 	// selectsNodes: it has a nodeSelector rule.
 	names        []string
 	selectsNodes bool
@@ -120,7 +120,7 @@ func (p *Planner) replanFirewalls(keys []string) []string {
 		for _, r := range pl.fw.Spec.Egress {
 			switch {
 			case r.To.DNSName != "":
-				pl.names = append(pl.names, FirewallDNSKey(r.To.DNSName))
+				pl.names = append(pl.names, esv1.DNSNameKey(r.To.DNSName))
 			case r.To.NodeSelector != nil:
 				pl.selectsNodes = true
 			}
@@ -182,7 +182,7 @@ func (p *Planner) setFirewallNodes(nodes []*corev1.Node) []string {
 }
 
 // SetResolved takes the addresses of the firewalls' DNS names, by
-// FirewallDNSKey (a name absent has no answer yet), and returns the keys
+// esv1.DNSNameKey (a name absent has no answer yet), and returns the keys
 // of the EgressFirewall objects with a name whose answer changed.
 func (p *Planner) SetResolved(resolved map[string][]netip.Addr) []string {
 	old := p.resolved
@@ -201,7 +201,7 @@ func (p *Planner) SetResolved(resolved map[string][]netip.Addr) []string {
 	return p.replanFirewalls(keys)
 }
 
-// DNSNames returns the FirewallDNSKeys of the dnsName rules of the
+// DNSNames returns the esv1.DNSNameKey of the dnsName rules of the
 // EgressFirewall objects of namespaces with local pods, sorted: the names
 // this node needs answers for.
 func (p *Planner) DNSNames() []string {
@@ -276,7 +276,7 @@ func (p *Planner) firewallResolvers() []netip.Addr {
 // that this node has no answer for (DNSNameUnresolved).
 type UnresolvedDNSName struct {
 	Namespace string
-	// Name is the dnsName's FirewallDNSKey.
+	// Name is the dnsName's esv1.DNSNameKey.
 	Name string
 }
 

@@ -616,7 +616,7 @@ func keysOf(c Cluster) []string {
 
 // dnsNamesOf are the names node needs answers for, by the API: those of
 // the dnsName rules of every EgressFirewall named default in a namespace
-// with a running pod on node, in FirewallDNSKey form, sorted.
+// with a running pod on node, in esv1.DNSNameKey form, sorted.
 func dnsNamesOf(node NodeConfig, c Cluster) []string {
 	var out []string
 	for _, fw := range c.EgressFirewalls {
@@ -655,7 +655,7 @@ func unresolvedOf(fw Firewall) []UnresolvedDNSName {
 			continue
 		}
 		namespace := strings.Split(p.Service, "/")[1] // EgressFirewall/<namespace>/default
-		out = append(out, UnresolvedDNSName{Namespace: namespace, Name: FirewallDNSKey(name)})
+		out = append(out, UnresolvedDNSName{Namespace: namespace, Name: esv1.DNSNameKey(name)})
 	}
 	slices.SortFunc(out, func(a, b UnresolvedDNSName) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))

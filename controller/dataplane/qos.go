@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"slices"
@@ -9,11 +8,9 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
-	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/openflow"
 )
 
@@ -162,39 +159,12 @@ func ComputeQoS(node NodeConfig, qoses []*esv1.EgressQoS, pods []*corev1.Pod) Qo
 // local pods (IDs not yet assigned).
 func computeQoSNamespace(node NodeConfig, q *esv1.EgressQoS, pods []*corev1.Pod) (QoSNamespace, []Problem) {
 	ns := QoSNamespace{Key: ObjectKey(APIEgressQoS, q.Namespace, q.Name)}
-	var problems []Problem
-	problem := func(reason reasons.Reason, format string, args ...any) {
-		problems = append(problems, Problem{Service: ns.Key, Reason: reason, Message: fmt.Sprintf(format, args...)})
-	}
-	var selectors []labels.Selector
-	for i, r := range q.Spec.Egress {
-		if i >= esv1.MaxEgressQoSRules {
-			problem(reasons.InvalidRule, "rules past the first %d are ignored", esv1.MaxEgressQoSRules)
-			break
-		}
-		if r.DSCP < 0 || r.DSCP > 63 {
-			problem(reasons.InvalidRule, "rule %d: dscp %d is outside 0-63", i, r.DSCP)
-			continue
-		}
-		rule := QoSRule{Index: i, DSCP: uint8(r.DSCP)}
-		if r.DstCIDR != "" {
-			p, err := netip.ParsePrefix(r.DstCIDR)
-			if err != nil {
-				problem(reasons.InvalidRule, "rule %d: dstCIDR %q: %v", i, r.DstCIDR, err)
-				continue
-			}
-			rule.Dst = p.Masked()
-			if !slices.ContainsFunc(node.ClusterPodCIDRs, func(c netip.Prefix) bool { return c.Addr().Is4() == rule.Dst.Addr().Is4() }) {
-				problem(reasons.WrongFamily, "rule %d: dstCIDR %s is %s, and the cluster has no pod of that family", i, rule.Dst, familyName(rule.Dst.Addr()))
-			}
-		}
-		sel, err := metav1.LabelSelectorAsSelector(r.PodSelector.AsMeta())
-		if err != nil {
-			problem(reasons.InvalidRule, "rule %d: podSelector: %v", i, err)
-			continue
-		}
-		ns.Rules = append(ns.Rules, rule)
-		selectors = append(selectors, sel)
+	rules, ruleProblems := q.Spec.Rules(node.ClusterPodCIDRs)
+	problems := keyProblems(ns.Key, ruleProblems)
+	selectors := make([]labels.Selector, 0, len(rules))
+	for _, r := range rules {
+		ns.Rules = append(ns.Rules, QoSRule{Index: r.Index, DSCP: r.DSCP, Dst: r.Dst})
+		selectors = append(selectors, r.Pods)
 	}
 	classes := map[string]*QoSClass{}
 	for _, pod := range pods {
@@ -264,13 +234,6 @@ func qosClassHash(key string, rules []int) uint32 {
 	h.Write([]byte{0})
 	h.Write([]byte(qosSignature(rules)))
 	return h.Sum32()
-}
-
-func familyName(a netip.Addr) string {
-	if a.Is4() {
-		return "IPv4"
-	}
-	return "IPv6"
 }
 
 // Families, IPv4 first, as the unspecified address of each: what setIP

@@ -2,8 +2,9 @@
 // EgressFirewall rules name (dnsName), for the node agent. It owns the
 // lookups (its own DNS client over UDP and TCP), the TTL bookkeeping and
 // the map the agent hands to dataplane.ComputeFirewall as `resolved`:
-// keyed by dataplane.FirewallDNSKey (lower case, no final dot, "*." kept).
-// It does not import the dataplane, read API objects or touch the bridge.
+// keyed by esv1.DNSNameKey (lower case, no final dot, "*." kept).
+// It does not import the dataplane, read API objects (it takes only the
+// name-key rule from the API package) or touch the bridge.
 //
 // # Lookups
 //

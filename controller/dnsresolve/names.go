@@ -2,13 +2,6 @@ package dnsresolve
 
 import "strings"
 
-// nameKey is the form names are kept under: lower case, without a final
-// dot, as dataplane.FirewallDNSKey writes them (that package is not
-// imported here, so that it may import this one).
-func nameKey(name string) string {
-	return strings.ToLower(strings.TrimSuffix(name, "."))
-}
-
 // isWildcard reports whether key is a wildcard ("*.example.com").
 func isWildcard(key string) bool {
 	return strings.HasPrefix(key, "*.")

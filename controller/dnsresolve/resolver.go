@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 	"k8s.io/klog/v2"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 )
 
 // Resolver keeps the addresses of the names it is given. Its methods are
@@ -91,7 +93,7 @@ func New(cfg Config) (*Resolver, error) {
 // Servers returns the nameservers the resolver asks, in order.
 func (r *Resolver) Servers() []netip.AddrPort { return slices.Clone(r.cfg.Servers) }
 
-// SetNames sets the names wanted now, in dataplane.FirewallDNSKey form
+// SetNames sets the names wanted now, in esv1.DNSNameKey form
 // (they are put in that form again: lower case, no final dot). A new
 // exact name is looked up at once; a wildcard ("*.example.com") waits for
 // answers about the names it covers. Names no longer wanted are forgotten
@@ -100,7 +102,7 @@ func (r *Resolver) SetNames(keys []string) {
 	now := r.cfg.Clock.Now()
 	want := make(map[string]bool, len(keys))
 	for _, k := range keys {
-		if k = nameKey(k); k != "" {
+		if k = esv1.DNSNameKey(k); k != "" {
 			want[k] = true
 		}
 	}
@@ -194,7 +196,7 @@ func (r *Resolver) Changed() <-chan struct{} { return r.changed }
 // NODATA): it makes the name and its wildcard present. Unwanted names are
 // ignored.
 func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) {
-	key := nameKey(name)
+	key := esv1.DNSNameKey(name)
 	if key == "" {
 		return
 	}

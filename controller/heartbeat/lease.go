@@ -157,7 +157,7 @@ type Facts struct {
 	// FirewallUnresolvedDNS are the exact dnsNames of the EgressFirewall
 	// rules of namespaces with a pod on this node that the node had no
 	// answer for after its last successful sync, as
-	// "<namespace>/<name>" (the name's dataplane.FirewallDNSKey), sorted,
+	// "<namespace>/<name>" (the name's esv1.DNSNameKey), sorted,
 	// at most MaxFirewallUnresolvedDNS. Nil is "not known yet" (before the
 	// first sync): nothing is written and the predecessor's list stays, as
 	// the watermarks do; empty is "none", written as "". The cluster

@@ -233,11 +233,11 @@ func fwAnswer(n int, moved bool) []netip.Addr {
 	return []netip.Addr{nth(fwDNSAddrs, 2*n+1), second, netip.AddrFrom16(v6)}
 }
 
-// fwAnswers are every pool name's answers, by dataplane.FirewallDNSKey.
+// fwAnswers are every pool name's answers, by esv1.DNSNameKey.
 func fwAnswers() map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for n := range fwDNSNames {
-		out[dataplane.FirewallDNSKey(fwDNSName(n))] = fwAnswer(n, false)
+		out[esv1.DNSNameKey(fwDNSName(n))] = fwAnswer(n, false)
 	}
 	return out
 }
@@ -900,7 +900,7 @@ func moveAnswer(b *testing.B, r *runningAgent, i int) time.Duration {
 		b.Fatal("the agent has no fixedDNS")
 	}
 	n := fwRuleName(i, 5)
-	key := dataplane.FirewallDNSKey(fwDNSName(n))
+	key := esv1.DNSNameKey(fwDNSName(n))
 	next := fwAnswer(n, true)
 	if slices.Equal(d.answer(key), next) {
 		next = fwAnswer(n, false)

@@ -1,6 +1,8 @@
 package v1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -130,6 +132,14 @@ type EgressFirewallDestination struct {
 	// The addresses are the selected nodes' InternalIP and ExternalIP.
 	// +optional
 	NodeSelector *LabelSelector `json:"nodeSelector,omitempty"`
+}
+
+// DNSNameKey is the form under which a dnsName's addresses are looked up,
+// resolved and filed: lower case, without a final dot. DNS names compare
+// without regard to case, and "example.com." is "example.com". A wildcard
+// keeps its "*." ("*.example.com").
+func DNSNameKey(dnsName string) string {
+	return strings.ToLower(strings.TrimSuffix(dnsName, "."))
 }
 
 // EgressFirewallStatus is the observed state of EgressFirewall

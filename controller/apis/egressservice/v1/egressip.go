@@ -1,8 +1,82 @@
 package v1
 
 import (
+	"fmt"
+	"net/netip"
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// EgressIPUnheld is what a selected pod's egress of one family does while
+// its EgressIP has no held address of that family (no node can hold one):
+// one choice for the whole cluster, every agent's and the cluster
+// component's (EGRESSIP_UNHELD in deploy/cluster.env): not a field of the
+// API, but what its Assigned condition tells users. It covers only that case: a held address whose
+// holder's bridge MAC is unknown, or whose holder is this node while it
+// is fenced, still drops the pod's egress, as the address will be usable
+// again soon and another node may be sending with it meanwhile.
+type EgressIPUnheld string
+
+const (
+	// EgressIPUnheldDrop, the default, fails closed: the pod guard does
+	// not admit the pod, so its egress of that family is dropped on its
+	// node until an address is held. An egress IP is a promise to the
+	// allow-lists outside the cluster that the selected pods' traffic
+	// comes from it and from nowhere else; dropping keeps the promise at
+	// the cost of an outage while no node can hold the address.
+	EgressIPUnheldDrop EgressIPUnheld = "drop"
+	// EgressIPUnheldNodeIP is the reference's behaviour: the pod's
+	// egress of that family leaves as the egress of its node's other
+	// pods does (the pod guard admits it): with its own pod IP on a node
+	// that routes pod traffic without masquerading, as egressflow's node
+	// layout does, or with the node's IP where the node masquerades it.
+	// It trades the promise for availability: an allow-list that admits
+	// only the egress IP drops the traffic anyway, and one that admits
+	// the nodes' or pods' addresses lets it through.
+	EgressIPUnheldNodeIP EgressIPUnheld = "node-ip"
+)
+
+// ParseEgressIPUnheld reads an EGRESSIP_UNHELD value; "" is the default,
+// drop.
+func ParseEgressIPUnheld(s string) (EgressIPUnheld, error) {
+	switch u := EgressIPUnheld(s); u {
+	case "", EgressIPUnheldDrop:
+		return EgressIPUnheldDrop, nil
+	case EgressIPUnheldNodeIP:
+		return u, nil
+	}
+	return "", fmt.Errorf("%q is neither %q (the default: a selected pod's egress is dropped while no node holds an address of its family) nor %q (it leaves through the pod's node meanwhile)",
+		s, EgressIPUnheldDrop, EgressIPUnheldNodeIP)
+}
+
+// LeavesThroughNode: a selected pod whose EgressIP has no held address of
+// its family leaves as its node's other pods do.
+func (u EgressIPUnheld) LeavesThroughNode() bool { return u == EgressIPUnheldNodeIP }
+
+// ParseEgressIP reads an address as spec.egressIPs and status.items[].egressIP
+// hold it: an IPv4 or IPv6 address with no zone and not IPv4-mapped, which
+// is what the CRD admits (isIP); false for anything else, which an object
+// stored before the CRD validated may hold. The one reader of both fields.
+func ParseEgressIP(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" || a.Is4In6() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// Addresses returns the entries of spec.egressIPs that are addresses
+// (ParseEgressIP), each once, in spec order.
+func (s *EgressIPSpec) Addresses() []netip.Addr {
+	out := make([]netip.Addr, 0, len(s.EgressIPs))
+	for _, e := range s.EgressIPs {
+		if a, ok := ParseEgressIP(e); ok && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
 
 // EgressIP is a CRD allowing the user to define a fixed source IP for all
 // egress traffic originating from any pods which match the EgressIP
