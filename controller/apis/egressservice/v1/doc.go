@@ -8,6 +8,14 @@
 // informers, listers and apply configurations under controller/generated/
 // are generated from these types by `make generate`; never edit them by hand.
 //
+// It also holds the one reading of the fields that egressflow interprets,
+// so that the node agents and the cluster component cannot read them
+// differently: the rules of EgressQoS and EgressFirewall and their problems
+// (rules.go: EgressQoSSpec.Rules, EgressFirewallSpec.Rules), the addresses
+// of spec.egressIPs and status.items (ParseEgressIP,
+// EgressIPSpec.Addresses), a dnsName's key (DNSNameKey), and the cluster's
+// EGRESSIP_UNHELD choice. These are pure: no API call, no flow.
+//
 // Why one package for the group, under EgressService's path: client-gen
 // makes one typed client per Go package of types, and names its clientset
 // method after the group and version, so a second package of k8s.ovn.org/v1

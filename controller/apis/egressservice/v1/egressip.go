@@ -12,10 +12,11 @@ import (
 // its EgressIP has no held address of that family (no node can hold one):
 // one choice for the whole cluster, every agent's and the cluster
 // component's (EGRESSIP_UNHELD in deploy/cluster.env): not a field of the
-// API, but what its Assigned condition tells users. It covers only that case: a held address whose
-// holder's bridge MAC is unknown, or whose holder is this node while it
-// is fenced, still drops the pod's egress, as the address will be usable
-// again soon and another node may be sending with it meanwhile.
+// API, but what its Assigned condition tells users. It covers only that
+// case: a held address whose holder's bridge MAC is unknown, or whose
+// holder is this node while it is fenced, still drops the pod's egress,
+// as the address will be usable again soon and another node may be
+// sending with it meanwhile.
 type EgressIPUnheld string
 
 const (
