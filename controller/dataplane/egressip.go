@@ -35,13 +35,6 @@ import (
 // ComputeEgressIP is the specification; the Planner keeps the same parts
 // (replanEgressIPs) from its indexes.
 
-// TableNeighbour is the second half of the neighbour advertisement
-// responder: Open vSwitch lets a flow write nd_tll only if its match says
-// the packet is an advertisement, so the solicitation, rewritten into an
-// advertisement in TableClassify, is looked up again here, where the match
-// can say so.
-const TableNeighbour uint8 = 46
-
 // Flow kinds of EgressIP.
 var (
 	// KindEgressIPSNAT, in TableEgress, SNATs a selected pod's packet to
@@ -64,11 +57,6 @@ var (
 	// detection's solicitations (from ::) are passed on instead.
 	KindEgressIPND = APIEgressIP.Kind(5)
 )
-
-// priorityEgressIPDAD passes a duplicate address detection solicitation
-// for a held address (source ::) above the responder, which would answer
-// it to an unspecified address.
-const priorityEgressIPDAD = priorityEgressIP + 1
 
 // RoleEgressIP is no EgressService's: the role an EgressIP part's flows
 // are counted under (DiffOutput.Count).

@@ -2,14 +2,56 @@ package dataplane
 
 import "strconv"
 
-// The egress family's place in the pipeline: the tables, priorities and
-// cookie kinds that the k8s.ovn.org APIs after EgressService will use
-// (docs/dataplane.md, "The egress pipeline for the family", gives the
-// layout and the precedence they encode). TableQoS and
+// The pipeline's layout, in one place: every table egressflow owns on the
+// bridge and every priority its flows take, table by table, then the
+// egress family's members (APIs) and their cookie kinds. docs/dataplane.md
+// draws the layout ("The egress pipeline for the family") and the
+// precedence the priorities encode. An API that adds flows takes its
+// table and priorities here, so that no two take the same number and the
+// precedence between them reads in one file. TableQoS and
 // priorityAdmittedLate are rendered since layout 4 (qos.go), TableFirewall
-// since layout 5 (firewall.go); the other
-// numbers are fixed now so that no two APIs take the same one, and each
-// API's issue fills its part in.
+// since layout 5 (firewall.go); the numbers of the APIs still to come are
+// reserved now, and each fills its part in when it comes.
+
+// Tables egressflow owns on br-ex (table 0 is shared: egressflow adds only
+// flows that carry its cookie, above OVS's own priority-0 NORMAL flow).
+const (
+	// TableClassify is OpenFlow's first table, where egressflow diverts the
+	// packets it handles: every IP packet with an endpoint's source,
+	// whatever port it entered the bridge from.
+	TableClassify uint8 = 0
+	// TableOrigin sorts an endpoint's packet by where it entered the
+	// bridge: from the host stack (LOCAL) it goes on to TableEgress; from
+	// the uplink (steered here by another node) it is the host stack's;
+	// from any other port (a pod attached to the bridge) it may go
+	// straight to another pod or node, but never past the host stack to
+	// the outside (a pod that accepted an ICMP redirect sends so).
+	TableOrigin uint8 = 40
+	// TableEgress decides what happens to an endpoint's packet on its way
+	// from the host stack to the uplink: exempt, SNAT, steer or drop.
+	TableEgress uint8 = 41
+	// TableReply delivers un-SNATed replies to the host stack.
+	TableReply uint8 = 42
+	// TableMarker holds one flow that no packet reaches: its presence
+	// tells a starting agent that this ovs-vswitchd has been programmed by
+	// egressflow (see ColdGuardFlows).
+	TableMarker uint8 = 43
+	// TableUplink is the last table of a SNATed packet: the SNAT flows
+	// commit it to conntrack with its translation and recirculate it here,
+	// and it leaves through the uplink only if conntrack translated its
+	// source. Conntrack translates nothing in a packet it cannot tie to a
+	// connection it may track (an ICMP error or TCP reset about a
+	// connection this host never saw, as just after a host moved): such a
+	// packet still carries the pod's address, and is dropped.
+	TableUplink uint8 = 47
+)
+
+// TableNeighbour is the second half of the neighbour advertisement
+// responder: Open vSwitch lets a flow write nd_tll only if its match says
+// the packet is an advertisement, so the solicitation, rewritten into an
+// advertisement in TableClassify, is looked up again here, where the match
+// can say so.
+const TableNeighbour uint8 = 46
 
 // Tables reserved for the family's node-local stages, after the four
 // egressflow already owns (40–43; tables below 40 are left to other
@@ -30,6 +72,27 @@ const (
 	// firewall let through gets the DSCP of its namespace's first matching
 	// rule, then goes on to TableEgress. Rendered since layout 4 (qos.go).
 	TableQoS uint8 = 45
+)
+
+// Priorities, highest first within a table.
+const (
+	// priorityExempt keeps destinations inside the cluster untouched.
+	priorityExempt uint16 = 300
+	// priorityService is every per-service flow.
+	priorityService uint16 = 200
+	// priorityAdmitted lets an admitted pod's packets go as they are,
+	// above the pod guard and below the per-endpoint flows.
+	priorityAdmitted uint16 = 175
+	// priorityPodGuard diverts every pod's packet to the fail-closed
+	// pipeline, below the flows that admit a pod or act for a service.
+	priorityPodGuard uint16 = 150
+	// priorityMulticast passes a pod's multicast and broadcast traffic
+	// (neighbour discovery among it) in TableOrigin: it is never SNATed,
+	// and other pods on the bridge must see it.
+	priorityMulticast uint16 = 250
+	// priorityFallback is the fail-closed drop in TableEgress and the
+	// NORMAL of non-reply traffic in TableReply.
+	priorityFallback uint16 = 100
 )
 
 // Priorities the family's source and next-hop decisions take in
@@ -53,6 +116,65 @@ const (
 	// Rendered since layout 4, for the pods of namespaces with an
 	// EgressQoS or an EgressFirewall (State.AdmittedLate).
 	priorityAdmittedLate uint16 = 160
+)
+
+// priorityFirewallInbound is the inbound commit's priority in
+// TableClassify, below the snoop flows (which commit too) and above every
+// other flow there that can match a packet to a pod (every packet it
+// takes would go on by NORMAL anyway).
+const priorityFirewallInbound uint16 = 205
+
+// priorityFirewallSnoop is the snoop flows' priority in TableClassify:
+// above every flow there that matches a packet to a pod (a reply to an LB
+// IP is not to a pod address; an endpoint's own classification matches
+// its source), so that a reply is copied whatever else matches it. Every
+// packet such a flow takes came from outside the node and would go on by
+// NORMAL anyway (TableOrigin hands what the uplink brings to NORMAL).
+const priorityFirewallSnoop uint16 = 210
+
+// priorityEgressIPDAD passes a duplicate address detection solicitation
+// for a held address (source ::) above the responder, which would answer
+// it to an unspecified address.
+const priorityEgressIPDAD = priorityEgressIP + 1
+
+// Priorities in TableFirewall. Classification (reg4=0, before conntrack)
+// and what follows it (reg4=ID, tracked) never match one packet, so only
+// the exemptions must be above both and the defaults below.
+const (
+	priorityFirewallExempt uint16 = 12000
+	// priorityFirewallClassify could be any value below the exemptions; it
+	// sits above the rules so that a dump reads in the packet's order.
+	priorityFirewallClassify uint16 = 11000
+	// priorityFirewallReply passes a classified packet of the reply
+	// direction of a connection the outside opened (committed inbound by
+	// KindFirewallInbound), above every rule: the firewall judges the
+	// connections pods open, not their answers to others'.
+	priorityFirewallReply uint16 = 10500
+	// priorityFirewallFirstRule is the priority of rule 0; rule i has
+	// priorityFirewallFirstRule − i, down to 10000 − 7999 = 2001: the
+	// reference's numbers (EgressFirewallStartPriority 10000, and
+	// MinimumReservedEgressFirewallPriority 2000 below the last rule).
+	priorityFirewallFirstRule uint16 = 10000
+	// priorityFirewallCommitted is the default of a classified (tracked)
+	// packet that no rule judged: committed, then on to TableQoS.
+	priorityFirewallCommitted uint16 = 1
+	priorityFirewallDefault   uint16 = 0
+)
+
+// Priorities in TableQoS. Classification (reg5=0) and marking (reg5=class)
+// never match the same packet, so only the exemptions must be above both,
+// and the default below.
+const (
+	priorityQoSExempt uint16 = 3000
+	// priorityQoSClassify could be any value below the exemptions; it
+	// sits above the rules so that a dump reads in the packet's order.
+	priorityQoSClassify uint16 = 2500
+	// priorityQoSFirstRule is the priority of rule 0; rule i has
+	// priorityQoSFirstRule − i, down to priorityQoSFirstRule −
+	// (esv1.MaxEgressQoSRules − 1) = 1000, the reference's 1000 − index
+	// shifted up by 999.
+	priorityQoSFirstRule uint16 = 1999
+	priorityQoSDefault   uint16 = 0
 )
 
 // API is the member of the egress family a flow belongs to: the high four

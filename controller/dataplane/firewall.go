@@ -123,48 +123,10 @@ var (
 	KindFirewallInbound = APIEgressFirewall.Kind(6)
 )
 
-// priorityFirewallInbound is the inbound commit's priority in
-// TableClassify, below the snoop flows (which commit too) and above every
-// other flow there that can match a packet to a pod (every packet it
-// takes would go on by NORMAL anyway).
-const priorityFirewallInbound uint16 = 205
-
-// priorityFirewallSnoop is the snoop flows' priority in TableClassify:
-// above every flow there that matches a packet to a pod (a reply to an LB
-// IP is not to a pod address; an endpoint's own classification matches
-// its source), so that a reply is copied whatever else matches it. Every
-// packet such a flow takes came from outside the node and would go on by
-// NORMAL anyway (TableOrigin hands what the uplink brings to NORMAL).
-const priorityFirewallSnoop uint16 = 210
-
 // dnsReplyMaxLen is how much of a snooped reply the switch sends the
 // agent: all of it (a UDP DNS reply is at most 64 KiB, and nearly always
 // under 512 bytes; a paused packet is sent whole anyway).
 const dnsReplyMaxLen = 0xffff
-
-// Priorities in TableFirewall. Classification (reg4=0, before conntrack)
-// and what follows it (reg4=ID, tracked) never match one packet, so only
-// the exemptions must be above both and the defaults below.
-const (
-	priorityFirewallExempt uint16 = 12000
-	// priorityFirewallClassify could be any value below the exemptions; it
-	// sits above the rules so that a dump reads in the packet's order.
-	priorityFirewallClassify uint16 = 11000
-	// priorityFirewallReply passes a classified packet of the reply
-	// direction of a connection the outside opened (committed inbound by
-	// KindFirewallInbound), above every rule: the firewall judges the
-	// connections pods open, not their answers to others'.
-	priorityFirewallReply uint16 = 10500
-	// priorityFirewallFirstRule is the priority of rule 0; rule i has
-	// priorityFirewallFirstRule − i, down to 10000 − 7999 = 2001: the
-	// reference's numbers (EgressFirewallStartPriority 10000, and
-	// MinimumReservedEgressFirewallPriority 2000 below the last rule).
-	priorityFirewallFirstRule uint16 = 10000
-	// priorityFirewallCommitted is the default of a classified (tracked)
-	// packet that no rule judged: committed, then on to TableQoS.
-	priorityFirewallCommitted uint16 = 1
-	priorityFirewallDefault   uint16 = 0
-)
 
 // firewallNamespaceRegister holds a packet's namespace ID in its pass
 // through TableFirewall: reg4 is EgressFirewall's (docs/dataplane.md,

@@ -9,60 +9,6 @@ import (
 	"github.com/egressflow/egressflow/openflow"
 )
 
-// Tables egressflow owns on br-ex (table 0 is shared: egressflow adds only
-// flows that carry its cookie, above OVS's own priority-0 NORMAL flow).
-const (
-	// TableClassify is OpenFlow's first table, where egressflow diverts the
-	// packets it handles: every IP packet with an endpoint's source,
-	// whatever port it entered the bridge from.
-	TableClassify uint8 = 0
-	// TableOrigin sorts an endpoint's packet by where it entered the
-	// bridge: from the host stack (LOCAL) it goes on to TableEgress; from
-	// the uplink (steered here by another node) it is the host stack's;
-	// from any other port (a pod attached to the bridge) it may go
-	// straight to another pod or node, but never past the host stack to
-	// the outside (a pod that accepted an ICMP redirect sends so).
-	TableOrigin uint8 = 40
-	// TableEgress decides what happens to an endpoint's packet on its way
-	// from the host stack to the uplink: exempt, SNAT, steer or drop.
-	TableEgress uint8 = 41
-	// TableReply delivers un-SNATed replies to the host stack.
-	TableReply uint8 = 42
-	// TableMarker holds one flow that no packet reaches: its presence
-	// tells a starting agent that this ovs-vswitchd has been programmed by
-	// egressflow (see ColdGuardFlows).
-	TableMarker uint8 = 43
-	// TableUplink is the last table of a SNATed packet: the SNAT flows
-	// commit it to conntrack with its translation and recirculate it here,
-	// and it leaves through the uplink only if conntrack translated its
-	// source. Conntrack translates nothing in a packet it cannot tie to a
-	// connection it may track (an ICMP error or TCP reset about a
-	// connection this host never saw, as just after a host moved): such a
-	// packet still carries the pod's address, and is dropped.
-	TableUplink uint8 = 47
-)
-
-// Priorities, highest first within a table.
-const (
-	// priorityExempt keeps destinations inside the cluster untouched.
-	priorityExempt uint16 = 300
-	// priorityService is every per-service flow.
-	priorityService uint16 = 200
-	// priorityAdmitted lets an admitted pod's packets go as they are,
-	// above the pod guard and below the per-endpoint flows.
-	priorityAdmitted uint16 = 175
-	// priorityPodGuard diverts every pod's packet to the fail-closed
-	// pipeline, below the flows that admit a pod or act for a service.
-	priorityPodGuard uint16 = 150
-	// priorityMulticast passes a pod's multicast and broadcast traffic
-	// (neighbour discovery among it) in TableOrigin: it is never SNATed,
-	// and other pods on the bridge must see it.
-	priorityMulticast uint16 = 250
-	// priorityFallback is the fail-closed drop in TableEgress and the
-	// NORMAL of non-reply traffic in TableReply.
-	priorityFallback uint16 = 100
-)
-
 // Cookies mark egressflow's flows: bits 63..48 are CookiePrefix, 47..40 the
 // flow's kind, 39..8 a hash of the service's namespace/name (0 for flows
 // shared by all services), 7..0 CookieLayout. `ovs-ofctl dump-flows br-ex

@@ -60,22 +60,6 @@ var (
 	KindQoSPass = APIEgressQoS.Kind(3)
 )
 
-// Priorities in TableQoS. Classification (reg5=0) and marking (reg5=class)
-// never match the same packet, so only the exemptions must be above both,
-// and the default below.
-const (
-	priorityQoSExempt uint16 = 3000
-	// priorityQoSClassify could be any value below the exemptions; it
-	// sits above the rules so that a dump reads in the packet's order.
-	priorityQoSClassify uint16 = 2500
-	// priorityQoSFirstRule is the priority of rule 0; rule i has
-	// priorityQoSFirstRule − i, down to priorityQoSFirstRule −
-	// (esv1.MaxEgressQoSRules − 1) = 1000, the reference's 1000 − index
-	// shifted up by 999.
-	priorityQoSFirstRule uint16 = 1999
-	priorityQoSDefault   uint16 = 0
-)
-
 // qosClassRegister holds a packet's class in its pass through TableQoS:
 // reg5 is EgressQoS's (docs/dataplane.md, "Conntrack zones, marks and
 // registers"). 0 means "not classified yet".
