@@ -101,7 +101,10 @@ func (m *Match) appendMACField(b []byte, name string, f Field) []byte {
 	return b
 }
 
-// appendText is Open vSwitch's match_format.
+// appendText is Open vSwitch's match_format: the fields in its order, in
+// groups a reader can hold (each part below prints its fields in that
+// order), with the protocol shortcut (ip, tcp6, arp, ...) in place of
+// dl_type and nw_proto where one applies.
 func (m *Match) appendText(b []byte, priority uint16) []byte {
 	start := len(b)
 	if priority != DefaultPriority {
@@ -109,6 +112,27 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 		b = strconv.AppendUint(b, uint64(priority), 10)
 		b = append(b, ',')
 	}
+	b = m.appendPipelineText(b)
+	proto := m.protocol()
+	if proto.shortcut != "" {
+		b = append(b, proto.shortcut...)
+		b = append(b, ',')
+	}
+	b = m.appendRegistersText(b)
+	b = m.appendL2Text(b, proto)
+	b = m.appendL3Text(b, proto)
+	b = m.appendL4Text(b, proto)
+	b = m.appendUnknownText(b)
+	if len(b) > start && b[len(b)-1] == ',' {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// appendPipelineText prints what the pipeline and conntrack say of the
+// packet: pkt_mark, recirc_id, conj_id, actset_output, the ct_ fields and
+// packet_type.
+func (m *Match) appendPipelineText(b []byte) []byte {
 	b = m.appendUintMasked(b, "pkt_mark", FieldPktMark)
 	b = m.appendUintMasked(b, "recirc_id", FieldRecircID)
 	b = m.appendDecimal(b, "conj_id", FieldConjID)
@@ -153,70 +177,61 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 		}
 		b = append(b, ',')
 	}
+	return b
+}
 
-	// The protocol shortcut (ip, tcp6, arp, ...) stands for dl_type and
-	// nw_proto.
-	var dlType uint64
-	hasDLType, skipType, skipProto := false, false, false
-	var proto uint64
-	pe := m.entry(FieldIPProto)
-	if pe != nil {
-		proto = pe.uint()
+// matchProtocol is what a match says of the packet's protocols, as the
+// text needs it.
+type matchProtocol struct {
+	// dlType is dl_type, when hasDLType.
+	dlType    uint64
+	hasDLType bool
+	// proto is nw_proto, when hasProto.
+	proto    uint64
+	hasProto bool
+	// shortcut stands for dl_type (and nw_proto, when protoSaid): "ip",
+	// "tcp6", "arp", ...; "" when none does, and dl_type is printed.
+	shortcut  string
+	protoSaid bool
+}
+
+// shortcutNames are the names Open vSwitch prints for an eth_type and an
+// IP protocol (0: the eth_type alone): protocolShortcuts', but for the
+// aliases it reads and never prints.
+var shortcutNames = func() map[[2]uint64]string {
+	aliases := map[string]bool{"ipv4": true, "ip6": true}
+	out := map[[2]uint64]string{}
+	for name, key := range protocolShortcuts {
+		if !aliases[name] {
+			out[key] = name
+		}
+	}
+	return out
+}()
+
+func (m *Match) protocol() matchProtocol {
+	var p matchProtocol
+	if e := m.entry(FieldIPProto); e != nil {
+		p.proto, p.hasProto = e.uint(), true
 	}
 	if e := m.entry(FieldEthType); e != nil {
-		dlType, hasDLType, skipType = e.uint(), true, true
-		short := ""
-		switch dlType {
-		case 0x0800:
-			short = "ip"
-			if pe != nil {
-				skipProto = true
-				switch proto {
-				case 1:
-					short = "icmp"
-				case 6:
-					short = "tcp"
-				case 17:
-					short = "udp"
-				case 132:
-					short = "sctp"
-				default:
-					skipProto = false
-				}
-			}
-		case 0x86dd:
-			short = "ipv6"
-			if pe != nil {
-				skipProto = true
-				switch proto {
-				case 58:
-					short = "icmp6"
-				case 6:
-					short = "tcp6"
-				case 17:
-					short = "udp6"
-				case 132:
-					short = "sctp6"
-				default:
-					skipProto = false
-				}
-			}
-		case 0x0806:
-			short = "arp"
-		case 0x8035:
-			short = "rarp"
-		case 0x8847:
-			short = "mpls"
-		case 0x8848:
-			short = "mplsm"
-		default:
-			skipType = false
-		}
-		if skipType {
-			b = append(b, short...)
-			b = append(b, ',')
+		p.dlType, p.hasDLType = e.uint(), true
+		p.shortcut = shortcutNames[[2]uint64{p.dlType, 0}]
+		if name, ok := shortcutNames[[2]uint64{p.dlType, p.proto}]; ok && p.hasProto && p.proto != 0 {
+			p.shortcut, p.protoSaid = name, true
 		}
 	}
+	return p
+}
+
+// isARP: dl_type is ARP or RARP.
+func (p matchProtocol) isARP() bool {
+	return p.hasDLType && (p.dlType == 0x0806 || p.dlType == 0x8035)
+}
+
+// appendRegistersText prints the registers, the tunnel's fields and the
+// metadata.
+func (m *Match) appendRegistersText(b []byte) []byte {
 	for n := 0; n < 16; n++ {
 		b = m.appendUintMasked(b, fields[FieldReg(n)].name, FieldReg(n))
 	}
@@ -225,7 +240,12 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 	b = m.appendIPField(b, "tun_dst", FieldTunDst)
 	b = m.appendIPField(b, "tun_ipv6_src", FieldTunIPv6Src)
 	b = m.appendIPField(b, "tun_ipv6_dst", FieldTunIPv6Dst)
-	b = m.appendUintMasked(b, "metadata", FieldMetadata)
+	return m.appendUintMasked(b, "metadata", FieldMetadata)
+}
+
+// appendL2Text prints in_port, the VLAN, the Ethernet addresses and
+// dl_type where no shortcut said it.
+func (m *Match) appendL2Text(b []byte, proto matchProtocol) []byte {
 	if e := m.entry(FieldInPort); e != nil {
 		b = appendSep(b, "in_port")
 		b = append(b, PortName(uint32(e.uint()))...)
@@ -234,12 +254,18 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 	b = m.appendVLAN(b)
 	b = m.appendMACField(b, "dl_src", FieldEthSrc)
 	b = m.appendMACField(b, "dl_dst", FieldEthDst)
-	if hasDLType && !skipType {
+	if proto.hasDLType && proto.shortcut == "" {
 		b = append(b, "dl_type=0x"...)
-		b = appendPadHex(b, dlType, 4)
+		b = appendPadHex(b, proto.dlType, 4)
 		b = append(b, ',')
 	}
-	isARP := hasDLType && (dlType == 0x0806 || dlType == 0x8035)
+	return b
+}
+
+// appendL3Text prints the network layer: addresses (IPv6, ARP, IPv4),
+// nw_proto where no shortcut said it, arp_op, the ARP hardware addresses,
+// TOS, ECN, TTL, MPLS and fragments.
+func (m *Match) appendL3Text(b []byte, proto matchProtocol) []byte {
 	b = m.appendIPField(b, "ipv6_src", FieldIPv6Src)
 	b = m.appendIPField(b, "ipv6_dst", FieldIPv6Dst)
 	if e := m.entry(FieldIPv6Label); e != nil {
@@ -255,13 +281,15 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 	b = m.appendIPField(b, "arp_tpa", FieldARPTPA)
 	b = m.appendIPField(b, "nw_src", FieldIPv4Src)
 	b = m.appendIPField(b, "nw_dst", FieldIPv4Dst)
-	if isARP {
+	// Open vSwitch prints arp_op before nw_proto in an ARP match, after it
+	// otherwise.
+	if proto.isARP() {
 		b = m.appendDecimal(b, "arp_op", FieldARPOp)
 	}
-	if pe != nil && !skipProto {
+	if proto.hasProto && !proto.protoSaid {
 		b = m.appendDecimal(b, "nw_proto", FieldIPProto)
 	}
-	if !isARP {
+	if !proto.isARP() {
 		b = m.appendDecimal(b, "arp_op", FieldARPOp)
 	}
 	b = m.appendMACField(b, "arp_sha", FieldARPSHA)
@@ -285,11 +313,17 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 		b = appendFrag(b, e.value[0], e.mask[0])
 		b = append(b, ',')
 	}
+	return b
+}
+
+// appendL4Text prints the transport layer: ICMP types and codes, neighbour
+// discovery, ports and TCP flags.
+func (m *Match) appendL4Text(b []byte, proto matchProtocol) []byte {
 	// Open vSwitch calls both ICMP types icmp_type; the explicit names are
 	// used only for combinations no valid flow has, so that the text still
 	// parses back to the same fields.
 	icmp4, icmp6 := "icmp_", "icmpv6_"
-	if hasDLType && dlType == 0x86dd {
+	if proto.hasDLType && proto.dlType == 0x86dd {
 		icmp4, icmp6 = "icmpv4_", "icmp_"
 	}
 	b = m.appendDecimal(b, icmp4+"type", FieldICMPv4Type)
@@ -304,7 +338,7 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 	// tp_src/tp_dst are the ports of the flow's own protocol; ports of
 	// another protocol (an invalid flow) keep their explicit names.
 	l4 := [2]Field{FieldTCPSrc, FieldTCPDst}
-	switch proto {
+	switch proto.proto {
 	case 17:
 		l4 = [2]Field{FieldUDPSrc, FieldUDPDst}
 	case 132:
@@ -332,6 +366,12 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 		}
 		b = append(b, ',')
 	}
+	return b
+}
+
+// appendUnknownText prints the fields this package does not model as
+// oxm=HEX.
+func (m *Match) appendUnknownText(b []byte) []byte {
 	for off := 0; off < len(m.unknown); {
 		_, _, n, err := oxmTLV(m.unknown[off:])
 		if err != nil {
@@ -341,9 +381,6 @@ func (m *Match) appendText(b []byte, priority uint16) []byte {
 		b = appendHexBytes(b, m.unknown[off:off+n])
 		b = append(b, ',')
 		off += n
-	}
-	if len(b) > start && b[len(b)-1] == ',' {
-		b = b[:len(b)-1]
 	}
 	return b
 }
