@@ -341,11 +341,31 @@ func decodeGroupDescReply(flags uint16, b []byte) (Message, error) {
 // String returns the group as ovs-ofctl dump-groups prints it.
 func (g *GroupDesc) String() string { return string(g.appendText(nil)) }
 
+// String returns the command and what it names, in ovs-ofctl's words:
+// "delete group_id=7", "remove_bucket group_id=7,command_bucket_id=1",
+// "add group_id=7,type=select,bucket=...".
+func (m *GroupMod) String() string {
+	b := strconv.AppendUint(append([]byte(m.Command.String()), " group_id="...), uint64(m.GroupID), 10)
+	if m.Command == GroupDelete {
+		return string(b)
+	}
+	if m.Command.changesBuckets() {
+		b = strconv.AppendUint(append(b, ",command_bucket_id="...), uint64(m.CommandBucketID), 10)
+	}
+	return string(appendGroupBody(b, m.Type, m.Buckets))
+}
+
 func (g *GroupDesc) appendText(b []byte) []byte {
 	b = strconv.AppendUint(append(b, "group_id="...), uint64(g.GroupID), 10)
-	b = append(append(b, ",type="...), g.Type.String()...)
-	for i := range g.Buckets {
-		b = g.Buckets[i].appendText(append(b, ",bucket="...))
+	return appendGroupBody(b, g.Type, g.Buckets)
+}
+
+// appendGroupBody appends what follows a group's ID in its text: its type
+// and buckets.
+func appendGroupBody(b []byte, typ GroupType, buckets []Bucket) []byte {
+	b = append(append(b, ",type="...), typ.String()...)
+	for i := range buckets {
+		b = buckets[i].appendText(append(b, ",bucket="...))
 	}
 	return b
 }

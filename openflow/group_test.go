@@ -138,3 +138,23 @@ func TestGroupsRoundTrip(t *testing.T) {
 		t.Errorf("the flow that used group 7 outlived it: %q", flows)
 	}
 }
+
+// TestGroupModString checks the text of each command: the group as
+// dump-groups prints it after the command, a bucket edit's bucket, a
+// delete's ID alone.
+func TestGroupModString(t *testing.T) {
+	g := testGroups()[2]
+	for _, tc := range []struct {
+		m    *GroupMod
+		want string
+	}{
+		{g.GroupMod(), "add group_id=9,type=indirect,bucket=bucket_id:0,actions=output:3"},
+		{&GroupMod{Command: GroupModify, Type: GroupTypeIndirect, GroupID: 9, Buckets: g.Buckets}, "modify group_id=9,type=indirect,bucket=bucket_id:0,actions=output:3"},
+		{&GroupMod{Command: GroupRemoveBucket, GroupID: 9, CommandBucketID: 0}, "remove_bucket group_id=9,command_bucket_id=0,type=all"},
+		{&GroupMod{Command: GroupDelete, GroupID: 9, Type: GroupTypeSelect}, "delete group_id=9"},
+	} {
+		if got := tc.m.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -76,6 +76,8 @@ type Switch interface {
 	BeginBundle(ctx context.Context) (Bundle, error)
 	// Ports describes the bridge's ports, LOCAL included.
 	Ports(ctx context.Context) ([]openflow.Port, error)
+	// Groups describes the bridge's groups, every controller's.
+	Groups(ctx context.Context) ([]openflow.GroupDesc, error)
 	// FlushConntrack removes the connections the filter selects.
 	FlushConntrack(ctx context.Context, filter *openflow.CTFlush) error
 	// Connected reports whether the connection is up now.

@@ -43,21 +43,46 @@ type bundleStream struct {
 	sent    int // messages sent in parts so far
 }
 
-// add encodes c's flow mods, deletes first, and empties c; it sends them
-// once a part's worth has gathered.
+// add encodes c's changes and empties c: the groups added or modified,
+// then the flows deleted, the flows added, and the groups deleted, so that
+// a flow never names a group the bundle has not made yet (the Ledger sends
+// group deletes only after every flow). It sends them once a part's worth
+// has gathered.
 func (s *bundleStream) add(ctx context.Context, c *dataplane.Changes) error {
+	if err := addAll(&s.pending, c.AddGroups); err != nil {
+		return err
+	}
 	for _, mods := range [][]*openflow.FlowMod{c.Delete, c.Add} {
-		for _, fm := range mods {
-			if err := s.pending.Add(fm); err != nil {
-				return fmt.Errorf("encode %s: %w", fm, err)
-			}
+		if err := addAll(&s.pending, mods); err != nil {
+			return err
 		}
 	}
-	clear(c.Delete)
-	clear(c.Add)
-	c.Delete, c.Add = c.Delete[:0], c.Add[:0]
+	if err := addAll(&s.pending, c.DeleteGroups); err != nil {
+		return err
+	}
+	for _, mods := range []*[]*openflow.FlowMod{&c.Delete, &c.Add} {
+		clear(*mods)
+		*mods = (*mods)[:0]
+	}
+	for _, mods := range []*[]*openflow.GroupMod{&c.AddGroups, &c.DeleteGroups} {
+		clear(*mods)
+		*mods = (*mods)[:0]
+	}
 	if s.pending.Size() >= bundlePartBytes {
 		return s.flush(ctx)
+	}
+	return nil
+}
+
+// addAll encodes msgs into b.
+func addAll[M interface {
+	openflow.Message
+	fmt.Stringer
+}](b *openflow.Batch, msgs []M) error {
+	for _, m := range msgs {
+		if err := b.Add(m); err != nil {
+			return fmt.Errorf("encode %s: %w", m, err)
+		}
 	}
 	return nil
 }

@@ -32,6 +32,11 @@ func (s OpenFlowSwitch) Ports(ctx context.Context) ([]openflow.Port, error) {
 	return s.Client.Ports(ctx)
 }
 
+// Groups describes the bridge's groups.
+func (s OpenFlowSwitch) Groups(ctx context.Context) ([]openflow.GroupDesc, error) {
+	return s.Client.Groups(ctx)
+}
+
 // FlushConntrack removes the connections the filter selects.
 func (s OpenFlowSwitch) FlushConntrack(ctx context.Context, filter *openflow.CTFlush) error {
 	return s.Client.FlushConntrack(ctx, filter)

@@ -174,7 +174,7 @@ func readPorts(ctx context.Context, sw Switch, uplinkPort string) (dataplane.Por
 	return out, nil
 }
 
-// readBridge indexes egressflow's flows.
+// readBridge indexes egressflow's flows and groups.
 func (a *Agent) readBridge(ctx context.Context) *bridgeRead {
 	r := &bridgeRead{generation: a.cfg.Switch.Generation()}
 	// Indexed as the dump arrives: only the index is ever held.
@@ -185,6 +185,12 @@ func (a *Agent) readBridge(ctx context.Context) *bridgeRead {
 		r.err = fmt.Errorf("read egressflow's flows from the bridge: %w", err)
 		return r
 	}
+	groups, err := a.cfg.Switch.Groups(ctx)
+	if err != nil {
+		r.err = fmt.Errorf("read the bridge's groups: %w", err)
+		return r
+	}
+	r.installed.AddGroups(groups)
 	klog.InfoS("Read egressflow's flows from the bridge", "node", a.cfg.Node.Name, "flows", r.installed.Len(), "duration", time.Since(start).Round(time.Millisecond))
 	return r
 }

@@ -13,8 +13,9 @@ import (
 
 // Uninstall removes what egressflow holds on the node: every flow carrying
 // its cookie prefix (the pod guard among them, so the node's pods egress as
-// the CNI sends them, as before egressflow), its policy-routing rules, its
-// nftables table (removeHostFirewall, if not nil), and a hold of a restarting ovs-vswitchd it may have left. The agent runs it
+// the CNI sends them, as before egressflow) and every group of its ID
+// range, its policy-routing rules, its nftables table (removeHostFirewall,
+// if not nil), and a hold of a restarting ovs-vswitchd it may have left. The agent runs it
 // on its way out when egressflow itself is being removed (cmd/egressflow-
 // agent); a restarting agent keeps everything in place. It tries every
 // part and reports the failures together.
@@ -25,8 +26,15 @@ func Uninstall(ctx context.Context, sw Switch, rules RuleSyncer, removeHostFirew
 		Command: openflow.FlowDelete, Table: openflow.TableAll,
 		Cookie: dataplane.CookiePrefix, CookieMask: dataplane.CookiePrefixMask,
 	}}
+	// Its groups, after the flows that use them; a bridge whose groups
+	// cannot be read still loses egressflow's flows.
+	if groups, err := sw.Groups(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("read the bridge's groups: %w", err))
+	} else {
+		changes.DeleteGroups = dataplane.GroupDeletes(groups)
+	}
 	if _, err := applyOnce(ctx, sw, &changes); err != nil {
-		errs = append(errs, fmt.Errorf("delete egressflow's flows: %w", err))
+		errs = append(errs, fmt.Errorf("delete egressflow's flows and groups: %w", err))
 	}
 	if _, removed, err := rules.Sync(nil); err != nil {
 		errs = append(errs, fmt.Errorf("remove egressflow's ip rules: %w", err))

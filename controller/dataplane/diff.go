@@ -24,6 +24,11 @@ type Changes struct {
 	// by FlowID hash, with their cookie: such an index keeps no matches, so
 	// their deletes are built from a second dump (DeleteStale).
 	Stale map[uint64]uint64
+	// AddGroups holds the groups to add or modify (GroupAdd, GroupModify),
+	// sent before any flow: a flow may only name a group that exists.
+	// DeleteGroups holds those to delete, sent after every flow: deleting
+	// a group deletes the flows that use it.
+	AddGroups, DeleteGroups []*openflow.GroupMod
 
 	// Reused by every DiffFlows and DeleteRest.
 	scratch []byte
@@ -32,7 +37,9 @@ type Changes struct {
 }
 
 // Empty reports whether there is nothing to send.
-func (c *Changes) Empty() bool { return len(c.Add)+len(c.Delete)+len(c.Stale) == 0 }
+func (c *Changes) Empty() bool {
+	return len(c.Add)+len(c.Delete)+len(c.Stale)+len(c.AddGroups)+len(c.DeleteGroups) == 0
+}
 
 // DeleteStale returns the strict delete of a dumped flow if it is one of
 // Stale, which it then forgets; otherwise nil. Fed a second dump of the
@@ -76,7 +83,9 @@ type Installed struct {
 	flows map[uint64]flowState
 	// sent holds the flows InstalledOf was given, which a delete is built
 	// from; a dump's flows are not kept.
-	sent    map[uint64]*openflow.FlowMod
+	sent map[uint64]*openflow.FlowMod
+	// groups are egressflow's groups on the bridge, by ID (AddGroups).
+	groups  map[uint32]*openflow.GroupMod
 	scratch []byte
 }
 
@@ -110,6 +119,29 @@ func (in *Installed) AddDumped(e openflow.FlowEntry) {
 	if e.Cookie()&CookiePrefixMask == CookiePrefix {
 		in.flows[entryHash(e)] = flowState{cookie: e.Cookie(), actions: fnv64(fnvOffset64, e.Instructions())}
 	}
+}
+
+// AddGroups records the groups read from the bridge that are egressflow's
+// (by ID: GroupIDPrefix); the rest belong to someone else.
+func (in *Installed) AddGroups(groups []openflow.GroupDesc) {
+	if in.groups == nil {
+		in.groups = map[uint32]*openflow.GroupMod{}
+	}
+	for i := range groups {
+		if g := &groups[i]; g.GroupID&GroupIDMask == GroupIDPrefix {
+			in.groups[g.GroupID] = g.GroupMod()
+		}
+	}
+}
+
+// GroupDeletes returns the deletes of egressflow's groups among groups (by
+// ID: GroupIDPrefix), in the order of their IDs.
+func GroupDeletes(groups []openflow.GroupDesc) []*openflow.GroupMod {
+	var in Installed
+	in.AddGroups(groups)
+	var c Changes
+	c.diffGroups(nil, in.groups) // deletes only: nothing to encode
+	return c.DeleteGroups
 }
 
 // InstalledOf indexes flows known to be on the bridge because they were

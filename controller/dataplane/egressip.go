@@ -106,8 +106,8 @@ type EgressIPPart struct {
 	Pods []EgressIPPod
 }
 
-// Role is what its flows are counted under.
-func (p EgressIPPart) Role() Role { return RoleEgressIP }
+// FlowRole is RoleEgressIP.
+func (p EgressIPPart) FlowRole() Role { return RoleEgressIP }
 
 // Equal reports whether two parts render the same flows.
 func (p EgressIPPart) Equal(o EgressIPPart) bool {
@@ -131,7 +131,7 @@ func (p EgressIPPart) AddTranslations(out conntrack.Translations) {
 // for its addresses (their traffic cannot reach it anyway).
 func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports Ports) []*openflow.FlowMod {
 	add := func(kind FlowKind, table uint8, priority uint16, insts []openflow.Instruction) *openflow.Match {
-		fm := b.add(Cookie(kind, p.Key), table, priority, insts)
+		fm := b.Add(Cookie(kind, p.Key), table, priority, insts)
 		dst = append(dst, fm)
 		return &fm.Match
 	}

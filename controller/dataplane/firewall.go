@@ -467,7 +467,7 @@ func FirewallSharedFlows(exempt []netip.Prefix, resolvers []netip.Addr) []*openf
 	var buf FlowBuffer
 	out := buf.appendSnoopDNS(nil, Cookie(KindFirewallSnoop, ""), resolvers)
 	for _, p := range exempt {
-		fm := buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallExempt, resubmitQoS)
+		fm := buf.Add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallExempt, resubmitQoS)
 		setIP(&fm.Match, p.Addr(), openflow.FieldNone)
 		fm.Match.SetPrefix(dstField(p.Addr()), p)
 		out = append(out, fm)
@@ -476,16 +476,16 @@ func FirewallSharedFlows(exempt []netip.Prefix, resolvers []netip.Addr) []*openf
 	// direction of a connection the outside opened passes, and what no
 	// rule judges is committed, so that its own replies are known as such.
 	for _, family := range qosFamilies {
-		fm := buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallReply, resubmitQoS)
+		fm := buf.Add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallReply, resubmitQoS)
 		setIP(&fm.Match, family, openflow.FieldNone)
 		fm.Match.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk|openflow.CTStateRpl), uint64(openflow.CTStateTrk|openflow.CTStateRpl))
 		out = append(out, fm)
-		fm = buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallCommitted, allowAndCommit)
+		fm = buf.Add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallCommitted, allowAndCommit)
 		setIP(&fm.Match, family, openflow.FieldNone)
 		fm.Match.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk))
 		out = append(out, fm)
 	}
-	return append(out, buf.add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallDefault, resubmitQoS))
+	return append(out, buf.Add(Cookie(KindFirewallPass, ""), TableFirewall, priorityFirewallDefault, resubmitQoS))
 }
 
 // AppendFlows renders ns's flows into b and appends them to dst
@@ -494,8 +494,8 @@ func (ns FirewallNamespace) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, 
 	return b.AppendFirewallNamespace(dst, ns)
 }
 
-// Role is RoleFirewall.
-func (FirewallNamespace) Role() Role { return RoleFirewall }
+// FlowRole is RoleFirewall.
+func (FirewallNamespace) FlowRole() Role { return RoleFirewall }
 
 // AppendFirewallNamespace renders ns's flows into b and appends them to
 // dst: a classifying flow per source, then for each rule a flow per
@@ -511,7 +511,7 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 		openflow.CT{Zone: conntrack.FirewallZone, Recirculate: true, Table: TableFirewall})}
 	var families [2]bool // IPv4, IPv6: of the sources
 	for _, src := range ns.Sources {
-		fm := b.add(cookieClassify, TableFirewall, priorityFirewallClassify, classify)
+		fm := b.Add(cookieClassify, TableFirewall, priorityFirewallClassify, classify)
 		setIP(&fm.Match, src, srcField(src))
 		fm.Match.SetUint(firewallNamespaceRegister, 0)
 		dst = append(dst, fm)
@@ -519,7 +519,7 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 	}
 	cookieInbound := Cookie(KindFirewallInbound, ns.Key)
 	for _, pod := range ns.Sources {
-		fm := b.add(cookieInbound, TableClassify, priorityFirewallInbound, inboundToPod)
+		fm := b.Add(cookieInbound, TableClassify, priorityFirewallInbound, inboundToPod)
 		setIP(&fm.Match, pod, dstField(pod))
 		dst = append(dst, fm)
 	}
@@ -540,7 +540,7 @@ func (b *FlowBuffer) AppendFirewallNamespace(dst []*openflow.FlowMod, ns Firewal
 				continue
 			}
 			add := func() *openflow.Match {
-				fm := b.add(cookie, TableFirewall, priority, insts)
+				fm := b.Add(cookie, TableFirewall, priority, insts)
 				setIP(&fm.Match, d.Addr(), openflow.FieldNone)
 				fm.Match.SetUint(firewallNamespaceRegister, uint64(ns.ID))
 				fm.Match.SetPrefix(dstField(d.Addr()), d)
@@ -578,7 +578,7 @@ func (b *FlowBuffer) appendSnoopDNS(dst []*openflow.FlowMod, cookie uint64, pods
 			proto uint64
 			port  openflow.Field
 		}{{17, openflow.FieldUDPSrc}, {6, openflow.FieldTCPSrc}} {
-			fm := b.add(cookie, TableClassify, priorityFirewallSnoop, snoopDNSReply)
+			fm := b.Add(cookie, TableClassify, priorityFirewallSnoop, snoopDNSReply)
 			setIP(&fm.Match, pod, dstField(pod))
 			fm.Match.SetUint(openflow.FieldIPProto, from.proto)
 			fm.Match.SetUint(from.port, 53)

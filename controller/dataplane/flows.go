@@ -105,18 +105,6 @@ func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 	return append(out, SharedFlows(sharedOf(node, state), ports)...)
 }
 
-// StagePart is one object's part of a node-local stage: an
-// EgressFirewall's namespace in TableFirewall (FirewallNamespace), an
-// EgressQoS's in TableQoS (QoSNamespace). The Ledger diffs it by its
-// object's key, as it diffs a Service.
-type StagePart interface {
-	// AppendFlows renders the part into b for ports and appends its
-	// flows to dst.
-	AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports Ports) []*openflow.FlowMod
-	// Role is what its flows are counted under (DiffOutput.Count).
-	Role() Role
-}
-
 // sharedOf is what node's shared flows depend on in state.
 func sharedOf(node NodeConfig, state State) Shared {
 	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted, AdmittedLate: state.AdmittedLate,
@@ -169,8 +157,9 @@ const (
 // before becomes invalid.
 func (b *FlowBuffer) Reset() { b.chunk, b.used = 0, 0 }
 
-// add renders one flow mod into the buffer.
-func (b *FlowBuffer) add(cookie uint64, table uint8, priority uint16, insts []openflow.Instruction) *openflow.FlowMod {
+// Add renders one flow mod into the buffer: an ADD with cookie, table,
+// priority and instructions, and an empty match for the caller to fill.
+func (b *FlowBuffer) Add(cookie uint64, table uint8, priority uint16, insts []openflow.Instruction) *openflow.FlowMod {
 	if b.chunk < len(b.chunks) && b.used == len(b.chunks[b.chunk]) {
 		b.chunk, b.used = b.chunk+1, 0
 	}
@@ -222,7 +211,7 @@ func snatTo(addr netip.Addr) []openflow.Instruction {
 // dst. The flows of one kind share their instructions.
 func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Ports) []*openflow.FlowMod {
 	add := func(kind FlowKind, table uint8, insts []openflow.Instruction) *openflow.Match {
-		fm := b.add(Cookie(kind, s.Key), table, priorityService, insts)
+		fm := b.Add(Cookie(kind, s.Key), table, priorityService, insts)
 		dst = append(dst, fm)
 		return &fm.Match
 	}
@@ -301,12 +290,12 @@ type Shared struct {
 // replies and TableUplink.
 func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 	var buf FlowBuffer
-	out := []*openflow.FlowMod{buf.add(Cookie(KindMarker, ""), TableMarker, 0, nil)}
+	out := []*openflow.FlowMod{buf.Add(Cookie(KindMarker, ""), TableMarker, 0, nil)}
 	if len(shared.Guarded)+shared.Hosting+shared.Steering == 0 {
 		return out
 	}
 	add := func(kind FlowKind, table uint8, priority uint16, insts []openflow.Instruction) *openflow.Match {
-		fm := buf.add(Cookie(kind, ""), table, priority, insts)
+		fm := buf.Add(Cookie(kind, ""), table, priority, insts)
 		out = append(out, fm)
 		return &fm.Match
 	}

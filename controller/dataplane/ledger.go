@@ -3,7 +3,6 @@ package dataplane
 import (
 	"bytes"
 	"fmt"
-	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -15,13 +14,9 @@ import (
 // Desired is the desired state a Ledger diffs the bridge against: the
 // Planner's.
 type Desired interface {
-	// Service returns an EgressService key's part; false when the node
-	// does nothing for it.
-	Service(key string) (Service, bool)
-	// Stage returns a node-local stage's object's part (an
-	// EgressFirewall's or an EgressQoS's); false when the node does
-	// nothing for it.
-	Stage(key string) (StagePart, bool)
+	// Part returns the part of the object of key, of whichever API;
+	// false (and a nil Part) when the node does nothing for it.
+	Part(key string) (Part, bool)
 	// Keys returns the key of every object there is, of every API.
 	Keys() []string
 	// Shared returns what the shared flows depend on.
@@ -29,18 +24,19 @@ type Desired interface {
 }
 
 // Ledger is the node agent's account of what egressflow holds on the
-// bridge: which services' flows are there as rendered from which part, the
-// shared flows as sent, the bridge's ports they name, and the services
-// whose part changed since their flows were last committed and their stale
-// conntrack translations flushed. It is the seam between the desired state
+// bridge: which objects' flows (and groups) are there as rendered from
+// which part, the shared flows as sent, the bridge's ports they name, and
+// the objects whose part changed since their flows were last committed and
+// their stale conntrack translations flushed. It diffs every API's parts
+// alike (Part), by their object's key. It is the seam between the desired state
 // and the apply step (as Antrea keeps one between its flow cache and its
 // bridge client): Diff says what to send, the agent sends it as one atomic
 // bundle, and only once the bundle committed does Commit make it the
 // ledger's; a bundle that fails leaves the ledger as it was, so the next
 // Diff sends the same again.
 //
-// It keeps no flow, only each service's part (a few addresses): a changed
-// service is diffed against its flows as last committed, re-rendered, so no
+// It keeps no flow, only each object's part (a few addresses): a changed
+// object is diffed against its flows as last committed, re-rendered, so no
 // index of the node's hundreds of thousands of flows is held between syncs.
 //
 // A Ledger is pure: it does no I/O, and is not safe for concurrent use.
@@ -56,19 +52,14 @@ type Ledger struct {
 	// node holds: changed, and not yet converged (flows committed and
 	// stale translations flushed).
 	unapplied map[string]bool
-	// onBridge is each service's part as its flows on the bridge render it.
-	onBridge map[string]Service
-	// stagesOnBridge is each stage object's part as its flows on the
-	// bridge render it.
-	stagesOnBridge map[string]StagePart
+	// onBridge is each object's part as its flows on the bridge render it.
+	onBridge map[string]Part
 	// sharedOnBridge are the shared flows as last committed.
 	sharedOnBridge []*openflow.FlowMod
-	// unflushed holds the part of each unapplied service as it was before
-	// its flows last changed, until its stale translations are flushed;
-	// unflushedStages the same of each stage part that translates
-	// (translator: an EgressIP's).
-	unflushed       map[string]Service
-	unflushedStages map[string]StagePart
+	// unflushed holds the part of each unapplied object that translates
+	// as it was before its flows last changed, until its stale
+	// translations are flushed.
+	unflushed map[string]Translator
 	// byGroup holds the keys that have a desired part, by the service hash
 	// of their flows' cookies.
 	byGroup groupKeys
@@ -77,12 +68,10 @@ type Ledger struct {
 // NewLedger returns the ledger of a bridge whose content is unknown.
 func NewLedger() *Ledger {
 	return &Ledger{
-		unapplied:       map[string]bool{},
-		onBridge:        map[string]Service{},
-		stagesOnBridge:  map[string]StagePart{},
-		unflushed:       map[string]Service{},
-		unflushedStages: map[string]StagePart{},
-		byGroup:         groupKeys{},
+		unapplied: map[string]bool{},
+		onBridge:  map[string]Part{},
+		unflushed: map[string]Translator{},
+		byGroup:   groupKeys{},
 	}
 }
 
@@ -92,7 +81,7 @@ func (l *Ledger) Changed(desired Desired, keys []string) {
 	for _, k := range keys {
 		l.unapplied[k] = true
 		group := ServiceHash(k)
-		if hasPart(desired, k) {
+		if _, ok := desired.Part(k); ok {
 			l.byGroup.add(group, k)
 		} else {
 			l.byGroup.remove(group, k)
@@ -124,7 +113,7 @@ type DiffOutput struct {
 	// flows no longer desired are deleted as this second dump finds them
 	// (Changes.DeleteStale), since the index of the first keeps no match.
 	Dump func(fn func(openflow.FlowEntry) error) error
-	// Count, if not nil, is told how many flows each service that Diff
+	// Count, if not nil, is told how many flows each object that Diff
 	// renders wants, with the role they were rendered for; that a key
 	// diffed has no part any more (role "", 0 flows); and how many shared
 	// flows there are (key "").
@@ -142,13 +131,13 @@ type Diffed struct {
 	desired Desired
 	ports   Ports
 	// unapplied is the ledger's unapplied set (Diff only reads it); after
-	// a read of the bridge, others holds every other service there is or
-	// was. Both are the services diffed.
+	// a read of the bridge, others holds every other object there is or
+	// was. Both are the objects diffed.
 	unapplied, others map[string]bool
 	shared            []*openflow.FlowMod
 }
 
-// keys yields the services diffed.
+// keys yields the objects diffed.
 func (d Diffed) keys(yield func(string) bool) {
 	for _, set := range []map[string]bool{d.unapplied, d.others} {
 		for k := range set {
@@ -160,9 +149,9 @@ func (d Diffed) keys(yield func(string) bool) {
 }
 
 // Diff finds what turns the bridge into desired, rendered for ports: the
-// flows of every unapplied service, and the shared flows. With bridge nil,
+// flows of every unapplied object, and the shared flows. With bridge nil,
 // each is diffed against its flows as committed; with the bridge as read
-// (NeedsRead; Diff takes its flows out of it), every service is, and what
+// (NeedsRead; Diff takes its flows out of it), every object is, and what
 // is left of the bridge once every one was diffed goes. It sends the
 // changes to out as it finds them, group by group, in a stable order.
 //
@@ -180,6 +169,15 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 		changed[g] = append(changed[g], k)
 	}
 	var changes Changes
+	// The groups go first, before any flow that may use them, but for
+	// their deletes, which go last.
+	groupDeletes, err := l.diffGroups(&changes, d, bridge)
+	if err != nil {
+		return Diffed{}, err
+	}
+	if err := out.Send(&changes); err != nil {
+		return Diffed{}, err
+	}
 	// diffGroup diffs a group's flows against the bridge as read (what is
 	// left of it once every group is diffed must go), or else against the
 	// group's flows as committed (what is left of those goes now).
@@ -215,23 +213,13 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 		sentBuf.Reset()
 		want, sent = want[:0], sent[:0]
 		for _, k := range keys {
-			if s, ok := desired.Service(k); ok {
-				n := len(want)
-				want = wantBuf.AppendService(want, s, ports)
-				out.count(k, s.Role, len(want)-n)
-			}
-			if part, ok := desired.Stage(k); ok {
+			if part, ok := desired.Part(k); ok {
 				n := len(want)
 				want = part.AppendFlows(&wantBuf, want, ports)
-				out.count(k, part.Role(), len(want)-n)
+				out.count(k, part.FlowRole(), len(want)-n)
 			}
-			if bridge == nil {
-				if s, ok := l.onBridge[k]; ok {
-					sent = sentBuf.AppendService(sent, s, ports)
-				}
-				if part, ok := l.stagesOnBridge[k]; ok {
-					sent = part.AppendFlows(&sentBuf, sent, ports)
-				}
+			if part, ok := l.onBridge[k]; ok && bridge == nil {
+				sent = part.AppendFlows(&sentBuf, sent, ports)
 			}
 		}
 		diffGroup(want, sent)
@@ -241,7 +229,7 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 		}
 	}
 	for k := range d.keys {
-		if !hasPart(desired, k) {
+		if _, ok := desired.Part(k); !ok {
 			out.count(k, "", 0)
 		}
 	}
@@ -252,12 +240,42 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 		return Diffed{}, err
 	}
 	if bridge != nil {
-		changes.DeleteRest(bridge) // flows of no service any more, to Stale
+		changes.DeleteRest(bridge) // flows of no object any more, to Stale
 	}
 	if err := deleteStale(&changes, out); err != nil {
 		return Diffed{}, err
 	}
+	if len(groupDeletes) > 0 {
+		changes.DeleteGroups = groupDeletes
+		if err := out.Send(&changes); err != nil {
+			return Diffed{}, err
+		}
+	}
 	return d, nil
+}
+
+// diffGroups puts in changes the groups to add or modify for the parts of
+// the keys diffed, and returns the deletes, to send after every flow: the
+// groups of those keys' parts against the groups of their parts as
+// committed, or, against the bridge as read, every desired group against
+// egressflow's groups on the bridge.
+func (l *Ledger) diffGroups(changes *Changes, d Diffed, bridge *Installed) ([]*openflow.GroupMod, error) {
+	want, had := map[uint32]*openflow.GroupMod{}, map[uint32]*openflow.GroupMod{}
+	desired := func(k string) Part { part, _ := d.desired.Part(k); return part }
+	if err := groupsOf(want, d.keys, desired, d.ports); err != nil {
+		return nil, err
+	}
+	if bridge != nil {
+		had = bridge.groups
+	} else if err := groupsOf(had, d.keys, func(k string) Part { return l.onBridge[k] }, l.ports); err != nil {
+		return nil, err
+	}
+	if err := changes.diffGroups(want, had); err != nil {
+		return nil, err
+	}
+	deletes := changes.DeleteGroups
+	changes.DeleteGroups = nil
+	return deletes, nil
 }
 
 // appliedKeys are the keys, desired or on the bridge, that are not
@@ -269,11 +287,9 @@ func (l *Ledger) appliedKeys(desired Desired) map[string]bool {
 			applied[k] = true
 		}
 	}
-	for _, onBridge := range []iter.Seq[string]{maps.Keys(l.onBridge), maps.Keys(l.stagesOnBridge)} {
-		for k := range onBridge {
-			if !l.unapplied[k] {
-				applied[k] = true
-			}
+	for k := range l.onBridge {
+		if !l.unapplied[k] {
+			applied[k] = true
 		}
 	}
 	return applied
@@ -303,35 +319,25 @@ func deleteStale(changes *Changes, out DiffOutput) error {
 
 // Commit makes what Diff found the ledger's, once the bridge has taken
 // every change it sent: the bridge now holds the desired flows of the
-// services diffed, and the shared ones. Those services stay unapplied
+// objects diffed, and the shared ones. Those objects stay unapplied
 // until their stale translations are flushed (Flushed).
 func (l *Ledger) Commit(d Diffed) {
 	l.known, l.ports, l.sharedOnBridge = true, d.ports, d.shared
 	for k := range d.keys {
 		if _, pending := l.unflushed[k]; !pending {
-			if old, ok := l.onBridge[k]; ok {
+			if old, ok := l.onBridge[k].(Translator); ok {
 				l.unflushed[k] = old
 			}
 		}
-		if _, pending := l.unflushedStages[k]; !pending {
-			if old, ok := l.stagesOnBridge[k].(translator); ok {
-				l.unflushedStages[k] = old.(StagePart)
-			}
-		}
-		if s, ok := d.desired.Service(k); ok {
-			l.onBridge[k] = s
+		if part, ok := d.desired.Part(k); ok {
+			l.onBridge[k] = part
 		} else {
 			delete(l.onBridge, k)
 		}
-		if part, ok := d.desired.Stage(k); ok {
-			l.stagesOnBridge[k] = part
-		} else {
-			delete(l.stagesOnBridge, k)
-		}
 	}
-	// The services diffed are unapplied until flushed: the smaller set is
+	// The objects diffed are unapplied until flushed: the smaller set is
 	// added to the larger (after a restart, the unapplied set is every
-	// service; after a reconnection, the others are).
+	// object; after a reconnection, the others are).
 	into, from := d.unapplied, d.others
 	if len(from) > len(into) {
 		into, from = from, into
@@ -343,30 +349,26 @@ func (l *Ledger) Commit(d Diffed) {
 }
 
 // StaleSources returns the endpoints whose conntrack translations (their
-// SNAT to an LB IP) no committed flow makes any more: those each unapplied
-// service's part made before its flows changed, that its part as committed
+// SNAT to an LB IP or an egress IP) no committed flow makes any more: those
+// each unapplied object's part made before its flows changed, that its part as committed
 // does not. Only once no flow SNATs them any more (or SNATs them to
 // another address) can their old translations go: a connection flushed
 // before would be re-created with the old mapping. Sorted.
 //
-// Each service is compared as it was when its flows first changed after
+// Each object is compared as it was when its flows first changed after
 // the last flush: a translation its flows made only in between (committed
 // and changed again while the flush kept failing, or applied by a bundle
 // whose reply was lost and changed before the next sync) is not flushed.
 func (l *Ledger) StaleSources() []netip.Addr {
 	before, after := conntrack.Translations{}, conntrack.Translations{}
-	for _, s := range l.unflushed {
-		s.AddTranslations(before)
-	}
-	for _, part := range l.unflushedStages {
-		part.(translator).AddTranslations(before)
+	for _, part := range l.unflushed {
+		part.AddTranslations(before)
 	}
 	if len(before) == 0 {
 		return nil // nothing is stale: a first sync has no past
 	}
 	for k := range l.unapplied {
-		l.onBridge[k].AddTranslations(after)
-		if part, ok := l.stagesOnBridge[k].(translator); ok {
+		if part, ok := l.onBridge[k].(Translator); ok {
 			part.AddTranslations(after)
 		}
 	}
@@ -374,29 +376,13 @@ func (l *Ledger) StaleSources() []netip.Addr {
 }
 
 // Flushed records that the stale translations are gone: every unapplied
-// service has converged.
+// object has converged.
 func (l *Ledger) Flushed() {
 	// New maps rather than cleared ones: after a full sync these held
-	// every service, and a cleared map keeps its room (and is walked over
+	// every object, and a cleared map keeps its room (and is walked over
 	// all of it) for as long as the agent runs.
-	l.unflushed = map[string]Service{}
-	l.unflushedStages = map[string]StagePart{}
+	l.unflushed = map[string]Translator{}
 	l.unapplied = map[string]bool{}
-}
-
-// translator is a stage part whose flows SNAT (an EgressIP's): its
-// translations are flushed like a service's when they go or change.
-type translator interface {
-	AddTranslations(out conntrack.Translations)
-}
-
-// hasPart reports whether desired has a part for key, of any API.
-func hasPart(desired Desired, key string) bool {
-	if _, ok := desired.Service(key); ok {
-		return true
-	}
-	_, ok := desired.Stage(key)
-	return ok
 }
 
 // groupKeys holds keys by the service hash of their flows' cookies, each

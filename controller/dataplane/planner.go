@@ -848,9 +848,14 @@ func (p *Planner) Problems(key string) []Problem {
 	return p.egressIP.problems[key]
 }
 
-// Stage returns key's part of a node-local stage: an EgressFirewall's or
-// an EgressQoS's (Firewall, QoS).
-func (p *Planner) Stage(key string) (StagePart, bool) {
+// Part returns key's part of the node's dataplane, of whichever API (an
+// EgressService's Service, an EgressIP's, an EgressFirewall's or an
+// EgressQoS's namespace); false, and a nil Part, when the node does
+// nothing for it.
+func (p *Planner) Part(key string) (Part, bool) {
+	if s, ok := p.Service(key); ok {
+		return s, true
+	}
 	if ns, ok := p.Firewall(key); ok {
 		return ns, true
 	}

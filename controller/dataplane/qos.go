@@ -259,12 +259,12 @@ func QoSSharedFlows(exempt []netip.Prefix) []*openflow.FlowMod {
 	var buf FlowBuffer
 	var out []*openflow.FlowMod
 	for _, p := range exempt {
-		fm := buf.add(Cookie(KindQoSPass, ""), TableQoS, priorityQoSExempt, resubmitEgress)
+		fm := buf.Add(Cookie(KindQoSPass, ""), TableQoS, priorityQoSExempt, resubmitEgress)
 		setIP(&fm.Match, p.Addr(), openflow.FieldNone)
 		fm.Match.SetPrefix(dstField(p.Addr()), p.Masked())
 		out = append(out, fm)
 	}
-	return append(out, buf.add(Cookie(KindQoSPass, ""), TableQoS, priorityQoSDefault, resubmitEgress))
+	return append(out, buf.Add(Cookie(KindQoSPass, ""), TableQoS, priorityQoSDefault, resubmitEgress))
 }
 
 // AppendFlows renders ns's flows into b and appends them to dst
@@ -273,8 +273,8 @@ func (ns QoSNamespace) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, _ Por
 	return b.AppendQoSNamespace(dst, ns)
 }
 
-// Role is RoleQoS.
-func (QoSNamespace) Role() Role { return RoleQoS }
+// FlowRole is RoleQoS.
+func (QoSNamespace) FlowRole() Role { return RoleQoS }
 
 // AppendQoSNamespace renders ns's flows into b and appends them to dst:
 // for each class, a classifying flow per source, and a marking flow per
@@ -288,7 +288,7 @@ func (b *FlowBuffer) AppendQoSNamespace(dst []*openflow.FlowMod, ns QoSNamespace
 			openflow.ResubmitTable(TableQoS))}
 		var families [2]bool // IPv4, IPv6: of the class's sources
 		for _, src := range c.Sources {
-			fm := b.add(cookieClassify, TableQoS, priorityQoSClassify, classify)
+			fm := b.Add(cookieClassify, TableQoS, priorityQoSClassify, classify)
 			setIP(&fm.Match, src, srcField(src))
 			fm.Match.SetUint(qosClassRegister, 0)
 			dst = append(dst, fm)
@@ -303,7 +303,7 @@ func (b *FlowBuffer) AppendQoSNamespace(dst []*openflow.FlowMod, ns QoSNamespace
 				if !families[familyIndex(family)] || (rule.Dst.IsValid() && rule.Dst.Addr().Is4() != family.Is4()) {
 					continue
 				}
-				fm := b.add(cookieMark, TableQoS, priorityQoSFirstRule-uint16(rule.Index), mark)
+				fm := b.Add(cookieMark, TableQoS, priorityQoSFirstRule-uint16(rule.Index), mark)
 				setIP(&fm.Match, family, openflow.FieldNone)
 				fm.Match.SetUint(qosClassRegister, uint64(c.ID))
 				if rule.Dst.IsValid() {

@@ -1,0 +1,214 @@
+package agent
+
+import (
+	"context"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/test/ovstest"
+)
+
+// nextHopsPart is a part defined outside the dataplane package that uses
+// a group, as an API with ECMP next hops would: one flow sends Source's
+// packets through Group, whose buckets rewrite the destination MAC to a
+// next hop's and output to the uplink.
+type nextHopsPart struct {
+	key    string
+	group  uint32
+	typ    openflow.GroupType
+	source netip.Addr
+	hops   []uint64 // next hops' MACs
+}
+
+func (p nextHopsPart) FlowRole() dataplane.Role { return "NextHops" }
+
+func (p nextHopsPart) AppendFlows(b *dataplane.FlowBuffer, dst []*openflow.FlowMod, _ dataplane.Ports) []*openflow.FlowMod {
+	fm := b.Add(dataplane.Cookie(dataplane.APIExternalRoute.Kind(1), p.key), dataplane.TableEgress, 7,
+		[]openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.Group{ID: p.group}}}})
+	fm.Match.SetUint(openflow.FieldEthType, 0x0800)
+	fm.Match.SetAddr(openflow.FieldIPv4Src, p.source)
+	return append(dst, fm)
+}
+
+func (p nextHopsPart) AppendGroups(dst []*openflow.GroupMod, ports dataplane.Ports) []*openflow.GroupMod {
+	g := &openflow.GroupMod{Command: openflow.GroupAdd, Type: p.typ, GroupID: p.group}
+	for i, mac := range p.hops {
+		// As the switch describes it back: IDs given, a select bucket's
+		// weight, a fast-failover bucket's watched port.
+		bucket := openflow.Bucket{ID: uint32(i), Actions: []openflow.Action{openflow.SetFieldUint(openflow.FieldEthDst, mac), openflow.Output{Port: ports.Uplink}}}
+		switch p.typ {
+		case openflow.GroupTypeSelect:
+			bucket.Weight = 100
+		case openflow.GroupTypeFastFailover:
+			bucket.WatchPort = ports.Uplink
+		}
+		g.Buckets = append(g.Buckets, bucket)
+	}
+	return append(dst, g)
+}
+
+// mapDesired is a Desired that is a map of parts.
+type mapDesired map[string]dataplane.Part
+
+func (d mapDesired) Part(key string) (dataplane.Part, bool) {
+	part, ok := d[key]
+	return part, ok
+}
+func (d mapDesired) Keys() []string           { return slices.Sorted(maps.Keys(d)) }
+func (d mapDesired) Shared() dataplane.Shared { return dataplane.Shared{} }
+
+// TestLedgerGroupsOnSwitch applies parts that use groups to a real switch
+// through the ledger and the agent's bundle stream: the groups and the
+// flows that use them arrive in one bundle that the switch accepts; a
+// restarted agent that reads the bridge finds them as it would send them,
+// and sends nothing; a bucket changed is a modify, a part gone takes its
+// flow and then its group; another controller's group is never touched,
+// and the uninstall removes egressflow's groups and only those.
+func TestLedgerGroupsOnSwitch(t *testing.T) {
+	sw := ovstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, err := openflow.Dial(ctx, "unix:"+sw.MgmtSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ofsw := OpenFlowSwitch{Client: client}
+	sw.Ofctl(t, "add-group", sw.Bridge, "group_id=5,type=indirect,bucket=bucket_id:0,actions=output:9")
+	foreign := "group_id=5,type=indirect,bucket=bucket_id:0,actions=output:9"
+	ports := dataplane.Ports{Uplink: 1}
+
+	agent := &Agent{cfg: Config{Switch: ofsw}}
+	ledger := dataplane.NewLedger()
+	// sync is the agent's apply step; it returns how many messages the
+	// bundle carried.
+	sync := func(step string, desired mapDesired, changed ...string) int {
+		t.Helper()
+		ledger.Changed(desired, changed)
+		var bridge *dataplane.Installed
+		if ledger.NeedsRead(ports) {
+			read := agent.readBridge(ctx)
+			if read.err != nil {
+				t.Fatalf("%s: %v", step, read.err)
+			}
+			bridge = read.installed
+		}
+		stream := bundleStream{sw: ofsw}
+		d, err := ledger.Diff(desired, ports, bridge, dataplane.DiffOutput{
+			Send: func(c *dataplane.Changes) error { return stream.add(ctx, c) },
+			Dump: func(fn func(openflow.FlowEntry) error) error {
+				return ofsw.DumpFlows(ctx, dataplane.CookiePrefix, dataplane.CookiePrefixMask, fn)
+			},
+		})
+		if err == nil {
+			err = stream.commit(ctx)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		ledger.Commit(d)
+		ledger.Flushed()
+		return stream.sent
+	}
+	groups := func() []string {
+		var out []string
+		for _, l := range strings.Split(sw.Ofctl(t, "--no-names", "dump-groups", sw.Bridge), "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "group_id=") {
+				out = append(out, l)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	// check compares the bridge's groups, and its flows that use one,
+	// with those of the parts (and the foreign group).
+	check := func(step string, desired mapDesired) {
+		t.Helper()
+		want := []string{foreign}
+		var wantFlows []string
+		var buf dataplane.FlowBuffer
+		for _, part := range desired {
+			for _, g := range part.(dataplane.Grouper).AppendGroups(nil, ports) {
+				want = append(want, strings.TrimPrefix(g.String(), "add "))
+			}
+			for _, fm := range part.AppendFlows(&buf, nil, ports) {
+				wantFlows = append(wantFlows, fm.String())
+			}
+		}
+		slices.Sort(want)
+		if got := groups(); !slices.Equal(got, want) {
+			t.Fatalf("%s: the bridge's groups\n%s\nwant\n%s", step, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		var gotFlows []string
+		for _, l := range strings.Split(sw.Ofctl(t, "--no-names", "--no-stats", "dump-flows", sw.Bridge), "\n") {
+			if l = strings.TrimSpace(l); strings.Contains(l, "group:") {
+				fm, err := openflow.ParseFlow(l)
+				if err != nil {
+					t.Fatalf("%s: %q: %v", step, l, err)
+				}
+				gotFlows = append(gotFlows, fm.String())
+			}
+		}
+		slices.Sort(gotFlows)
+		slices.Sort(wantFlows)
+		if !slices.Equal(gotFlows, wantFlows) {
+			t.Fatalf("%s: the flows that use groups\n%s\nwant\n%s", step, strings.Join(gotFlows, "\n"), strings.Join(wantFlows, "\n"))
+		}
+	}
+
+	ecmp := nextHopsPart{key: "AdminPolicyBasedExternalRoute/a", group: dataplane.GroupIDPrefix | 1, typ: openflow.GroupTypeSelect,
+		source: netip.MustParseAddr("10.244.1.5"), hops: []uint64{0x0a0000000001, 0x0a0000000002}}
+	failover := nextHopsPart{key: "AdminPolicyBasedExternalRoute/b", group: dataplane.GroupIDPrefix | 2, typ: openflow.GroupTypeFastFailover,
+		source: netip.MustParseAddr("10.244.1.6"), hops: []uint64{0x0a0000000003, 0x0a0000000004}}
+	desired := mapDesired{ecmp.key: ecmp, failover.key: failover}
+	if sent := sync("first sync", desired, ecmp.key, failover.key); sent == 0 {
+		t.Fatal("first sync sent nothing")
+	}
+	check("first sync", desired)
+
+	// A restarted agent: a new ledger reads the bridge, and finds every
+	// group and flow as it would send it.
+	ledger = dataplane.NewLedger()
+	if sent := sync("after a restart", desired, desired.Keys()...); sent != 0 {
+		t.Errorf("after a restart the sync sent %d messages, want 0: the bridge describes the groups otherwise than they are sent", sent)
+	}
+	check("after a restart", desired)
+
+	// A next hop added: the group is modified in place.
+	ecmp.hops = append(ecmp.hops, 0x0a0000000005)
+	desired[ecmp.key] = ecmp
+	if sent := sync("next hop added", desired, ecmp.key); sent != 1 {
+		t.Errorf("a next hop added sent %d messages, want 1 (the group modified)", sent)
+	}
+	check("next hop added", desired)
+
+	// A part gone: its flow, then its group.
+	delete(desired, failover.key)
+	sync("part gone", desired, failover.key)
+	check("part gone", desired)
+
+	// A stale group of egressflow's (a predecessor's) goes at the next
+	// read of the bridge; the foreign one stays.
+	sw.Ofctl(t, "add-group", sw.Bridge, "group_id=4009754700,type=indirect,bucket=bucket_id:0,actions=output:3")
+	ledger.Forget()
+	sync("stale group", desired)
+	check("stale group", desired)
+
+	if err := Uninstall(ctx, ofsw, noRules{}, nil, nil); err != nil {
+		t.Fatalf("Uninstall: %v", err)
+	}
+	if got := groups(); !slices.Equal(got, []string{foreign}) {
+		t.Fatalf("after the uninstall the bridge has groups %q, want only the foreign one", got)
+	}
+}
+
+// noRules is a node without policy-routing rules.
+type noRules struct{}
+
+func (noRules) Sync([]dataplane.Rule) (int, int, error) { return 0, 0, nil }
