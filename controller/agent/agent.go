@@ -1,17 +1,20 @@
-// Package agent is the node agent's control loop: it watches EgressServices,
-// Services, EndpointSlices, Nodes, the agents' heartbeat Leases and the
-// Pods of its node, keeps this node's desired dataplane current
+// Package agent is the node agent's control loop: it watches the egress
+// family's objects (EgressServices with their Services and EndpointSlices,
+// EgressIPs, EgressQoSes, EgressFirewalls, and those of the members given
+// in Config.Members), Nodes, the agents' Leases and the Pods of its node,
+// keeps this node's desired dataplane current
 // (controller/dataplane's Planner), and converges br-ex, the policy-routing
 // rules and conntrack to it. It owns the apply step, and the removal of
 // everything it applied when egressflow is uninstalled (Uninstall); what to
 // install is decided by pure functions elsewhere.
 //
-// One sync at a time, over one queue key: events mark the EgressServices
-// whose inputs changed and enqueue the key, so bursts collapse into one
-// sync that re-reads those services from the informer caches, recomputes
-// them (and the few that share an endpoint or LB IP with them), and sends
-// what differs from the bridge for those services alone as one atomic
-// OpenFlow bundle. Nodes and Leases are re-read on every sync (they are
+// One sync at a time, over one queue key: events mark the objects whose
+// inputs changed and enqueue the key, so bursts collapse into one sync
+// that re-reads those objects from the informer caches (where each
+// member's objects are read is one table: sources), recomputes them (and
+// the few that share an endpoint or LB IP with them), and sends what
+// differs from the bridge for those objects alone as one atomic OpenFlow
+// bundle. Nodes and Leases are re-read on every sync (they are
 // few), and so are the node's Pods after any of them changed. The first
 // sync, and the first after the OpenFlow connection comes back (OVS
 // restarted, or the agent did), dump the installed flows and diff every
@@ -43,6 +46,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -205,6 +209,36 @@ type Config struct {
 	// take the defaults. Clock, if not nil, times them (tests).
 	Liveness LivenessBounds
 	Clock    clock.PassiveClock
+	// Members are members of the egress family the agent plans beside its
+	// built-in ones (MemberSource).
+	Members []MemberSource
+}
+
+// MemberSource is a member of the egress family, with the informer of its
+// objects: the agent registers the member with its planner, runs the
+// informer, marks an object's key (dataplane.ObjectKey of the member's
+// API) dirty on each of its events, and hands the member the object as
+// the informer holds it, or nil once it is gone. Its parts are diffed,
+// applied and reported like every member's, in the same bundle, and the
+// first sync waits for its informer too.
+type MemberSource struct {
+	Member   dataplane.Member
+	Informer cache.SharedIndexInformer
+}
+
+// memberSource is where the agent reads a member's objects.
+type memberSource struct {
+	// read reads the object of a dirty key as its member takes it
+	// (dataplane.Member.Update): nil, or a typed nil, when it is gone.
+	// Nil: the member's keys are never marked dirty (EgressIP's objects
+	// are handed over whole, setHolderWatches).
+	read func(key string) (any, error)
+	// eventObject returns the object a node's problems with key are
+	// recorded on as Events, nil when it is gone. Nil: its problems are
+	// logged only, as the cluster component reports them once for every
+	// node (EgressQoS's, EgressFirewall's: their families, their rules,
+	// the same on a thousand nodes).
+	eventObject func(key string) runtime.Object
 }
 
 // Agent runs the node's sync loop.
@@ -247,6 +281,9 @@ type Agent struct {
 	ownPodFactory       informers.SharedInformerFactory
 	esFactory           esinformers.SharedInformerFactory
 	synced              []cache.InformerSynced
+	// sources says, for each member's API, where its objects are read:
+	// the one table from informers to members.
+	sources map[dataplane.API]memberSource
 
 	dirtyMu sync.Mutex
 	// dirty holds the keys of the EgressServices whose inputs changed since
@@ -344,7 +381,8 @@ type Agent struct {
 	liveness *liveness
 }
 
-// New builds an Agent; Run starts it.
+// New builds an Agent; Run starts it. It panics if two members of
+// cfg.Members, or one and a built-in member, share an API.
 func New(cfg Config) *Agent {
 	a := &Agent{
 		cfg:      cfg,
@@ -377,6 +415,7 @@ func New(cfg Config) *Agent {
 		liveness:      newLiveness(cfg.Clock, cfg.Liveness),
 	}
 	a.watchInputs()
+	a.watchMembers()
 	if cfg.Metrics != nil && cfg.Switch != nil {
 		connected := cfg.Switch.Connected
 		cfg.Metrics.isConnected.Store(&connected)
@@ -460,6 +499,60 @@ func (a *Agent) watchInputs() {
 		holder:  map[dataplane.PodWatch]*podWatch{}}
 }
 
+// watchMembers registers Config.Members with the planner, and their
+// informers' handlers, beside the built-in members' sources.
+func (a *Agent) watchMembers() {
+	a.sources = map[dataplane.API]memberSource{
+		dataplane.APIEgressService: {
+			read: func(k string) (any, error) { return a.inputs(k) },
+			eventObject: func(k string) runtime.Object {
+				namespace, name, _ := cache.SplitMetaNamespaceKey(k)
+				return orNil(a.egressServices.EgressServices(namespace).Get(name))
+			},
+		},
+		dataplane.APIEgressIP: {
+			eventObject: func(k string) runtime.Object {
+				return orNil(a.egressIPs.Get(strings.TrimPrefix(k, egressIPKeyPrefix)))
+			},
+		},
+		dataplane.APIEgressQoS:      {read: func(k string) (any, error) { return a.qosInput(k) }},
+		dataplane.APIEgressFirewall: {read: func(k string) (any, error) { return a.firewallInput(k) }},
+	}
+	for _, src := range a.cfg.Members {
+		api := src.Member.API()
+		if err := a.planner.RegisterMember(src.Member); err != nil {
+			panic(err)
+		}
+		keyOf := func(obj any) string { return apiObjectKey(api, obj) }
+		registration, err := src.Informer.AddEventHandler(a.eventHandler(keyOf, nil, nil, nil))
+		if err != nil {
+			panic(err) // only fails once the informer has stopped
+		}
+		a.synced = append(a.synced, registration.HasSynced)
+		store, prefix := src.Informer.GetStore(), api.String()+"/"
+		read := func(key string) (any, error) {
+			obj, exists, err := store.GetByKey(strings.TrimPrefix(key, prefix))
+			if !exists {
+				return nil, err
+			}
+			return obj, err
+		}
+		a.sources[api] = memberSource{read: read, eventObject: func(key string) runtime.Object {
+			obj, _ := read(key)
+			o, _ := obj.(runtime.Object)
+			return o
+		}}
+	}
+}
+
+// orNil is obj, or nil when it could not be read.
+func orNil[T runtime.Object](obj T, err error) runtime.Object {
+	if err != nil {
+		return nil
+	}
+	return obj
+}
+
 // eventHandler marks the EgressService an object feeds (keyOf; "": none),
 // or sets its changed flag (if any), and asks for a sync, on every add and
 // delete, and on updates for which relevant says something the dataplane
@@ -516,6 +609,9 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	a.viewFactory.Start(ctx.Done())
 	a.esFactory.Start(ctx.Done())
 	a.ownPodFactory.Start(ctx.Done())
+	for _, src := range a.cfg.Members {
+		go src.Informer.Run(ctx.Done())
+	}
 	go a.holdOnDisconnect(ctx)
 	if a.cfg.DNS != nil {
 		go a.watchDNS(ctx)

@@ -322,21 +322,10 @@ func (a *Agent) updateDirty() ([]string, error) {
 	for k := range dirty {
 		var keys []string
 		var err error
-		switch {
-		case strings.HasPrefix(k, qosKeyPrefix):
-			var q *esv1.EgressQoS
-			if q, err = a.qosInput(k); err == nil {
-				keys = a.planner.UpdateQoS(k, q)
-			}
-		case strings.HasPrefix(k, firewallKeyPrefix):
-			var fw *esv1.EgressFirewall
-			if fw, err = a.firewallInput(k); err == nil {
-				keys = a.planner.UpdateFirewall(k, fw)
-			}
-		default:
-			var in dataplane.ServiceInputs
-			if in, err = a.inputs(k); err == nil {
-				keys = a.planner.Update(k, in)
+		if read := a.sources[a.planner.MemberOf(k).API()].read; read != nil {
+			var obj any
+			if obj, err = read(k); err == nil {
+				keys = a.planner.UpdateObject(k, obj)
 			}
 		}
 		if err != nil {
@@ -545,34 +534,15 @@ func (a *Agent) report(changed []string) {
 			if slices.Contains(a.reported[k], p) {
 				continue
 			}
-			if strings.HasPrefix(k, egressIPKeyPrefix) {
-				// Each node reports its own pods' problems: once each.
-				klog.InfoS("EgressIP not programmed as asked", "egressIP", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
-				if a.cfg.Recorder == nil {
-					continue
-				}
-				if eip, err := a.egressIPs.Get(strings.TrimPrefix(k, egressIPKeyPrefix)); err == nil {
-					a.cfg.Recorder.Eventf(eip, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
-				}
+			api := a.planner.MemberOf(k).API()
+			klog.InfoS("Object not programmed as asked", "kind", api, "object", p.Key, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
+			eventObject := a.sources[api].eventObject
+			if a.cfg.Recorder == nil || eventObject == nil {
 				continue
 			}
-			if strings.HasPrefix(k, qosKeyPrefix) || strings.HasPrefix(k, firewallKeyPrefix) {
-				// Logged only: an EgressQoS's or an EgressFirewall's
-				// problems are nearly all the same on every node (the
-				// cluster's families, its rules), and the cluster
-				// component reports them once, in the object's status and
-				// an Invalid Event, where an Event per node would repeat
-				// them a thousand times.
-				klog.InfoS("Object not programmed as asked", "object", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
-				continue
-			}
-			klog.InfoS("EgressService not programmed as asked", "service", p.Service, "reason", p.Reason, "message", p.Message, "node", a.cfg.Node.Name)
-			if a.cfg.Recorder == nil {
-				continue
-			}
-			namespace, name, _ := cache.SplitMetaNamespaceKey(k)
-			if es, err := a.egressServices.EgressServices(namespace).Get(name); err == nil {
-				a.cfg.Recorder.Eventf(es, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
+			// Each node records its own problems: its endpoints, its pods.
+			if obj := eventObject(k); obj != nil {
+				a.cfg.Recorder.Eventf(obj, corev1.EventTypeWarning, string(p.Reason), "node %s: %s", a.cfg.Node.Name, p.Message)
 			}
 		}
 		if len(problems) == 0 {

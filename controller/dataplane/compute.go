@@ -139,7 +139,7 @@ func serviceSpec(node NodeConfig, es *esv1.EgressService, svc *corev1.Service, e
 	k := key(es.Namespace, es.Name)
 	var problems []Problem
 	problem := func(reason reasons.Reason, format string, args ...any) {
-		problems = append(problems, Problem{Service: k, Reason: reason, Message: fmt.Sprintf(format, args...)})
+		problems = append(problems, Problem{Key: k, Reason: reason, Message: fmt.Sprintf(format, args...)})
 	}
 	if es.Status.Host == "" || svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return Service{}, nil // no host: its endpoints egress normally

@@ -1,10 +1,13 @@
-// Package dataplane is one node's desired dataplane for the cluster's
-// EgressServices, as a pure model:
+// Package dataplane is one node's desired dataplane for the egress family
+// (EgressService, EgressIP, EgressQoS, EgressFirewall, and the members
+// registered beside them), as a pure model:
 //
-//   - what the node must do: which endpoint IPs it SNATs to which LB IP,
-//     which it steers to the host node, which it routes through which
-//     table, and what is never touched (State). Compute is the
-//     specification, the Planner keeps it current one service at a time;
+//   - what the node must do, as each member's parts (Part, Member): which
+//     endpoint IPs it SNATs to which LB IP, which it steers to the host
+//     node, which it routes through which table, which pods an EgressIP
+//     takes, which packets it marks or drops, and what is never touched
+//     (State). Compute is the specification, the Planner keeps it current
+//     one object at a time;
 //   - how that looks on the node: the OpenFlow flows that render it
 //     (Flows, ServiceFlows, SharedFlows) and the policy-routing rules (Rule);
 //   - how the bridge gets there: the diff of those flows against the
@@ -36,7 +39,10 @@ import (
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
-// Role is what a node does for one EgressService.
+// Role is what a node's flows for one object do, the name they are
+// counted under (Part.FlowRole): for an EgressService, whether the node is
+// its host, steers to its host, or routes it (Network); every other member
+// of the family counts its parts under one role of its own.
 type Role string
 
 const (
@@ -189,9 +195,11 @@ func (s Service) LoadBalancerIP(addr netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// Problem says why part of an EgressService is not programmed as asked.
+// Problem says why part of an object, of any member of the family, is not
+// programmed as asked on this node.
 type Problem struct {
-	Service string
+	// Key is the object's (ObjectKey).
+	Key     string
 	Reason  reasons.Reason
 	Message string
 }
@@ -200,12 +208,12 @@ type Problem struct {
 func keyProblems(key string, rules []esv1.RuleProblem) []Problem {
 	out := make([]Problem, 0, len(rules))
 	for _, p := range rules {
-		out = append(out, Problem{Service: key, Reason: p.Reason, Message: p.Message})
+		out = append(out, Problem{Key: key, Reason: p.Reason, Message: p.Message})
 	}
 	return out
 }
 
-// State is the node's whole desired EgressService dataplane.
+// State is the node's whole desired dataplane, every built-in member's.
 type State struct {
 	// Exempt are destinations never rewritten or rerouted: the cluster pod
 	// CIDRs, the service CIDRs, every address of every Node object, and

@@ -310,7 +310,7 @@ func TestComputeNetworks(t *testing.T) {
 	if want := slices.Concat([]Rule{rule("10.244.2.20", 100)}, exempt4, []Rule{landing("0.0.0.0/0")}); !slices.Equal(n2.Rules, want) {
 		t.Errorf("n2 rules %v, want %v", n2.Rules, want)
 	}
-	if len(n2.Problems) != 1 || n2.Problems[0].Service != "shop/typo" || n2.Problems[0].Reason != reasons.UnknownNetwork {
+	if len(n2.Problems) != 1 || n2.Problems[0].Key != "shop/typo" || n2.Problems[0].Reason != reasons.UnknownNetwork {
 		t.Errorf("n2 problems %+v", n2.Problems)
 	}
 	var roles []string
@@ -335,7 +335,7 @@ func TestComputeSharedEndpoint(t *testing.T) {
 				t.Errorf("%s: shop/web kept the endpoint a/first claimed: %+v", cfg.Name, s)
 			}
 		}
-		if len(got.Problems) != 1 || got.Problems[0].Reason != reasons.EndpointClaimed || got.Problems[0].Service != "shop/web" {
+		if len(got.Problems) != 1 || got.Problems[0].Reason != reasons.EndpointClaimed || got.Problems[0].Key != "shop/web" {
 			t.Errorf("%s: problems %+v", cfg.Name, got.Problems)
 		}
 	}

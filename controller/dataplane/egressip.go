@@ -345,7 +345,7 @@ func compareEgressIPs(a, b *esv1.EgressIP) int {
 
 // egressIPProblem is a problem of the EgressIP name.
 func egressIPProblem(name string, reason reasons.Reason, format string, args ...any) Problem {
-	return Problem{Service: ObjectKey(APIEgressIP, "", name), Reason: reason, Message: fmt.Sprintf(format, args...)}
+	return Problem{Key: ObjectKey(APIEgressIP, "", name), Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
 // ComputeEgressIP is the specification of node's EgressIP dataplane, from

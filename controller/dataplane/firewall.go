@@ -225,7 +225,7 @@ func ComputeFirewall(node NodeConfig, firewalls []*esv1.EgressFirewall, pods []*
 		}
 	}
 	slices.SortFunc(out.Namespaces, func(a, b FirewallNamespace) int { return strings.Compare(a.Key, b.Key) })
-	slices.SortStableFunc(out.Problems, func(a, b Problem) int { return strings.Compare(a.Service, b.Service) })
+	slices.SortStableFunc(out.Problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
 	taken := map[uint32]bool{0: true}
 	for i := range out.Namespaces {
 		out.Namespaces[i].ID = takeID(taken, ServiceHash(out.Namespaces[i].Key))
@@ -302,7 +302,7 @@ func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []
 			rule.DNSKey = r.DNSKey
 			addrs, ok := resolved[rule.DNSKey]
 			if !ok {
-				problems = append(problems, Problem{Service: ns.Key, Reason: reasons.DNSNameUnresolved,
+				problems = append(problems, Problem{Key: ns.Key, Reason: reasons.DNSNameUnresolved,
 					Message: fmt.Sprintf("rule %d: dnsName %s is not resolved yet; the rule matches nothing until it is", r.Index, r.DNSName)})
 			}
 			rule.Destinations = hostPrefixes(addrs)

@@ -554,8 +554,8 @@ func TestFirewallProblemsAndIgnored(t *testing.T) {
 	}, nil, map[string][]netip.Addr{})
 	var got []string
 	for _, p := range fw.Problems {
-		if p.Service != "EgressFirewall/shop/default" {
-			t.Errorf("problem of %q", p.Service)
+		if p.Key != "EgressFirewall/shop/default" {
+			t.Errorf("problem of %q", p.Key)
 		}
 		got = append(got, string(p.Reason)+":"+p.Message[:len("rule 0")])
 	}

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"bytes"
 	"fmt"
-	"iter"
 	"maps"
 	"net"
 	"net/netip"
@@ -104,6 +103,10 @@ type Planner struct {
 
 	firewallInputs
 	egressIP egressIPInputs
+
+	// members are the family's APIs, the built-in ones and those
+	// registered (member.go).
+	members members
 }
 
 // plannedQoS is one EgressQoS's part (its namespace's TableQoS).
@@ -137,7 +140,7 @@ func (p *planned) inState() bool { return len(p.result.Endpoints) > 0 }
 
 // NewPlanner returns an empty Planner for node.
 func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
-	return &Planner{
+	p := &Planner{
 		node:           node,
 		tables:         tables,
 		exempt:         exemptions(node, nil),
@@ -158,6 +161,12 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 		firewallInputs: newFirewallInputs(node),
 		egressIP:       newEgressIPInputs(),
 	}
+	for _, m := range builtInMembers(p) {
+		if err := p.RegisterMember(m); err != nil {
+			panic(err) // two built-in members of one API
+		}
+	}
+	return p
 }
 
 // SetLocalPods takes the pods bound to this node, whose addresses the pod
@@ -743,7 +752,7 @@ func (p *Planner) ownedReplies(key string, pl *planned) []netip.Addr {
 func (p *Planner) compute(k string, pl *planned) (Service, []Problem) {
 	var problems []Problem
 	problem := func(reason reasons.Reason, format string, args ...any) {
-		problems = append(problems, Problem{Service: k, Reason: reason, Message: fmt.Sprintf(format, args...)})
+		problems = append(problems, Problem{Key: k, Reason: reason, Message: fmt.Sprintf(format, args...)})
 	}
 	es := pl.es
 	if pl.mismatch {
@@ -830,63 +839,6 @@ func (p *Planner) Service(key string) (Service, bool) {
 		return Service{}, false
 	}
 	return pl.result, true
-}
-
-// Problems returns why key (an EgressService's, an EgressQoS's or an
-// EgressFirewall's) is not programmed as asked, if it is not.
-func (p *Planner) Problems(key string) []Problem {
-	if pl := p.services[key]; pl != nil {
-		return pl.problems
-	}
-	if pl := p.qos[key]; pl != nil {
-		return pl.problems
-	}
-	if pl := p.firewalls[key]; pl != nil {
-		return pl.problems
-	}
-	p.replanEgressIPs()
-	return p.egressIP.problems[key]
-}
-
-// Part returns key's part of the node's dataplane, of whichever API (an
-// EgressService's Service, an EgressIP's, an EgressFirewall's or an
-// EgressQoS's namespace); false, and a nil Part, when the node does
-// nothing for it.
-func (p *Planner) Part(key string) (Part, bool) {
-	if s, ok := p.Service(key); ok {
-		return s, true
-	}
-	if ns, ok := p.Firewall(key); ok {
-		return ns, true
-	}
-	if ns, ok := p.QoS(key); ok {
-		return ns, true
-	}
-	if part, ok := p.EgressIP(key); ok {
-		return part, true
-	}
-	return nil, false
-}
-
-// Keys returns the keys of every EgressService and EgressIP, and every
-// EgressQoS and EgressFirewall named default, given, sorted.
-func (p *Planner) Keys() []string {
-	return slices.Sorted(func(yield func(string) bool) {
-		eips := func(yield func(string) bool) {
-			for _, pl := range p.egressIP.eips {
-				if !yield(pl.key) {
-					return
-				}
-			}
-		}
-		for _, keys := range []iter.Seq[string]{maps.Keys(p.services), maps.Keys(p.qos), maps.Keys(p.firewalls), eips} {
-			for k := range keys {
-				if !yield(k) {
-					return
-				}
-			}
-		}
-	})
 }
 
 // Exempt returns the destinations never rewritten (State.Exempt).

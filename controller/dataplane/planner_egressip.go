@@ -348,5 +348,5 @@ func (p *Planner) egressIPState() EgressIPs {
 }
 
 func compareProblems(a, b Problem) int {
-	return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.Message, b.Message), cmp.Compare(a.Reason, b.Reason))
+	return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Message, b.Message), cmp.Compare(a.Reason, b.Reason))
 }

@@ -642,7 +642,7 @@ func dnsNamesOf(node NodeConfig, c Cluster) []string {
 func unresolvedOf(fw Firewall) []UnresolvedDNSName {
 	var out []UnresolvedDNSName
 	for _, p := range fw.Problems {
-		local := slices.ContainsFunc(fw.Namespaces, func(ns FirewallNamespace) bool { return ns.Key == p.Service })
+		local := slices.ContainsFunc(fw.Namespaces, func(ns FirewallNamespace) bool { return ns.Key == p.Key })
 		if p.Reason != reasons.DNSNameUnresolved || !local {
 			continue
 		}
@@ -654,7 +654,7 @@ func unresolvedOf(fw Firewall) []UnresolvedDNSName {
 		if strings.HasPrefix(name, "*.") {
 			continue
 		}
-		namespace := strings.Split(p.Service, "/")[1] // EgressFirewall/<namespace>/default
+		namespace := strings.Split(p.Key, "/")[1] // EgressFirewall/<namespace>/default
 		out = append(out, UnresolvedDNSName{Namespace: namespace, Name: esv1.DNSNameKey(name)})
 	}
 	slices.SortFunc(out, func(a, b UnresolvedDNSName) int {
@@ -692,7 +692,7 @@ func partOf(s State, key string) any {
 	}
 	var problems []Problem
 	for _, p := range slices.Concat(s.Problems, s.QoS.Problems, s.Firewall.Problems, s.EgressIP.Problems) {
-		if p.Service == key {
+		if p.Key == key {
 			problems = append(problems, p)
 		}
 	}

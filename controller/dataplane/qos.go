@@ -134,7 +134,7 @@ func ComputeQoS(node NodeConfig, qoses []*esv1.EgressQoS, pods []*corev1.Pod) Qo
 		}
 	}
 	slices.SortFunc(out.Namespaces, func(a, b QoSNamespace) int { return strings.Compare(a.Key, b.Key) })
-	slices.SortStableFunc(out.Problems, func(a, b Problem) int { return strings.Compare(a.Service, b.Service) })
+	slices.SortStableFunc(out.Problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
 	assignQoSClassIDs(out.Namespaces)
 	return out
 }

@@ -325,8 +325,8 @@ func TestQoSProblemsAndIgnored(t *testing.T) {
 	})
 	var got []string
 	for _, p := range qos.Problems {
-		if p.Service != "EgressQoS/shop/default" {
-			t.Errorf("problem of %q", p.Service)
+		if p.Key != "EgressQoS/shop/default" {
+			t.Errorf("problem of %q", p.Key)
 		}
 		got = append(got, string(p.Reason)+":"+p.Message[:len("rule 0")])
 	}
