@@ -60,14 +60,8 @@ func (s *bundleStream) add(ctx context.Context, c *dataplane.Changes) error {
 	if err := addAll(&s.pending, c.DeleteGroups); err != nil {
 		return err
 	}
-	for _, mods := range []*[]*openflow.FlowMod{&c.Delete, &c.Add} {
-		clear(*mods)
-		*mods = (*mods)[:0]
-	}
-	for _, mods := range []*[]*openflow.GroupMod{&c.AddGroups, &c.DeleteGroups} {
-		clear(*mods)
-		*mods = (*mods)[:0]
-	}
+	empty(&c.Delete, &c.Add)
+	empty(&c.AddGroups, &c.DeleteGroups)
 	if s.pending.Size() >= bundlePartBytes {
 		return s.flush(ctx)
 	}
@@ -85,6 +79,14 @@ func addAll[M interface {
 		}
 	}
 	return nil
+}
+
+// empty empties lists, keeping their room and no reference.
+func empty[T any](lists ...*[]T) {
+	for _, l := range lists {
+		clear(*l)
+		*l = (*l)[:0]
+	}
 }
 
 // flush sends what has gathered as the bundle's next part.

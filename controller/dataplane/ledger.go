@@ -175,8 +175,10 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 	if err != nil {
 		return Diffed{}, err
 	}
-	if err := out.Send(&changes); err != nil {
-		return Diffed{}, err
+	if len(changes.AddGroups) > 0 {
+		if err := out.Send(&changes); err != nil {
+			return Diffed{}, err
+		}
 	}
 	// diffGroup diffs a group's flows against the bridge as read (what is
 	// left of it once every group is diffed must go), or else against the
