@@ -28,12 +28,15 @@ import (
 
 // The toy member: a member of the family defined only here, to prove the
 // plug-in seam. Its objects are ConfigMaps labelled toyLabel: data.source
-// is a pod address, data.nextHops comma-separated MACs, data.failover
-// "true" for fail-over rather than ECMP. Its part sends the source's
-// packets through a group of its own, a select or fast-failover group
-// whose buckets rewrite the destination MAC to a next hop's and output to
-// the uplink. Two objects with one source: the first by key has it, the
-// other a problem naming it.
+// is an address, or data.pod names a pod of the ConfigMap's namespace
+// whose IPv4 address is the source when the pod is on this node (no part
+// otherwise, as a pod selector's member acts only where its pods are);
+// data.nextHops are comma-separated MACs, data.failover "true" for
+// fail-over rather than ECMP. Its part sends the source's packets through
+// a group of its own, a select or fast-failover group whose buckets
+// rewrite the destination MAC to a next hop's and output to the uplink.
+// Two objects with one source: the first by key has it, the other a
+// problem naming it.
 const (
 	toyAPI   dataplane.API = 14 // unreserved (family.go)
 	toyLabel               = "egressflow.test/next-hops"
@@ -84,43 +87,81 @@ func (p toyPart) equal(o toyPart) bool {
 }
 
 // toyRead is what an object asks for: its part without a claim, or its
-// problem.
-func toyRead(key string, cm *corev1.ConfigMap) (toyPart, *dataplane.Problem) {
+// problem; neither when it names a pod that is not on this node.
+func toyRead(key string, cm *corev1.ConfigMap, pods map[string][]*corev1.Pod) (toyPart, *dataplane.Problem, bool) {
 	part := toyPart{key: key, failover: cm.Data["failover"] == "true"}
 	h := fnv.New32a()
 	h.Write([]byte(key))
 	part.group = dataplane.GroupIDPrefix | h.Sum32()&^dataplane.GroupIDMask
+	source := cm.Data["source"]
+	if name := cm.Data["pod"]; name != "" {
+		i := slices.IndexFunc(pods[cm.Namespace], func(p *corev1.Pod) bool { return p.Name == name })
+		if i < 0 {
+			return toyPart{}, nil, false
+		}
+		source = ""
+		for _, ip := range pods[cm.Namespace][i].Status.PodIPs {
+			if addr, err := netip.ParseAddr(ip.IP); err == nil && addr.Is4() {
+				source = ip.IP
+			}
+		}
+	}
 	var err error
-	if part.source, err = netip.ParseAddr(cm.Data["source"]); err != nil || !part.source.Is4() {
-		return toyPart{}, &dataplane.Problem{Key: key, Reason: reasons.Invalid, Message: fmt.Sprintf("source %q is no IPv4 address", cm.Data["source"])}
+	if part.source, err = netip.ParseAddr(source); err != nil || !part.source.Is4() {
+		return toyPart{}, &dataplane.Problem{Key: key, Reason: reasons.Invalid, Message: fmt.Sprintf("source %q is no IPv4 address", source)}, true
 	}
 	for _, s := range strings.Split(cm.Data["nextHops"], ",") {
 		mac, err := net.ParseMAC(s)
 		if err != nil {
-			return toyPart{}, &dataplane.Problem{Key: key, Reason: reasons.Invalid, Message: fmt.Sprintf("next hop %q: %v", s, err)}
+			return toyPart{}, &dataplane.Problem{Key: key, Reason: reasons.Invalid, Message: fmt.Sprintf("next hop %q: %v", s, err)}, true
 		}
 		part.hops = append(part.hops, mac)
 	}
-	return part, nil
+	return part, nil, true
 }
 
 // toyMember is the incremental planner of the toy's parts: it keeps, for
-// each source, the keys that claim it, sorted, and recomputes only the
-// keys a change touches.
+// each source, the keys that claim it, sorted, and reads again only the
+// keys a change touches: the object changed, the objects naming a pod of
+// a namespace whose pods changed, and those that share a source with them.
 type toyMember struct {
-	read     map[string]toyPart // by key: the objects that parse
+	objects  map[string]*corev1.ConfigMap
+	pods     map[string][]*corev1.Pod // local, by namespace
+	read     map[string]toyPart       // by key: the objects with a source
 	problems map[string]*dataplane.Problem
 	claims   map[netip.Addr][]string
-	keys     map[string]bool
 }
 
 func newToyMember() *toyMember {
-	return &toyMember{read: map[string]toyPart{}, problems: map[string]*dataplane.Problem{}, claims: map[netip.Addr][]string{}, keys: map[string]bool{}}
+	return &toyMember{objects: map[string]*corev1.ConfigMap{}, read: map[string]toyPart{},
+		problems: map[string]*dataplane.Problem{}, claims: map[netip.Addr][]string{}}
 }
 
 func (m *toyMember) API() dataplane.API { return toyAPI }
 
 func (m *toyMember) Update(key string, obj any) []string {
+	if cm, _ := obj.(*corev1.ConfigMap); cm != nil {
+		m.objects[key] = cm
+	} else {
+		delete(m.objects, key)
+	}
+	return m.reread(key)
+}
+
+func (m *toyMember) SetLocalPods(pods map[string][]*corev1.Pod, changed []string) []string {
+	m.pods = pods
+	var out []string
+	for key, cm := range m.objects {
+		if cm.Data["pod"] != "" && slices.Contains(changed, cm.Namespace) {
+			out = append(out, m.reread(key)...)
+		}
+	}
+	return out
+}
+
+// reread withdraws key's claim, reads its object again and claims its
+// source, and returns the keys that may have changed.
+func (m *toyMember) reread(key string) []string {
 	changed := []string{key}
 	if old, ok := m.read[key]; ok {
 		m.claims[old.source] = slices.DeleteFunc(m.claims[old.source], func(k string) bool { return k == key })
@@ -128,22 +169,23 @@ func (m *toyMember) Update(key string, obj any) []string {
 		delete(m.read, key)
 	}
 	delete(m.problems, key)
-	delete(m.keys, key)
-	cm, _ := obj.(*corev1.ConfigMap)
+	cm := m.objects[key]
 	if cm == nil {
 		return changed
 	}
-	m.keys[key] = true
-	part, problem := toyRead(key, cm)
-	if problem != nil {
+	part, problem, ok := toyRead(key, cm, m.pods)
+	switch {
+	case !ok:
+	case problem != nil:
 		m.problems[key] = problem
-		return changed
+	default:
+		m.read[key] = part
+		claimants := append(m.claims[part.source], key)
+		slices.Sort(claimants)
+		m.claims[part.source] = claimants
+		changed = append(changed, claimants...)
 	}
-	m.read[key] = part
-	claimants := append(m.claims[part.source], key)
-	slices.Sort(claimants)
-	m.claims[part.source] = claimants
-	return append(changed, claimants...)
+	return changed
 }
 
 func (m *toyMember) Part(key string) (dataplane.Part, bool) {
@@ -166,16 +208,19 @@ func (m *toyMember) Problems(key string) []dataplane.Problem {
 	return nil
 }
 
-func (m *toyMember) Keys() iter.Seq[string] { return maps.Keys(m.keys) }
+func (m *toyMember) Keys() iter.Seq[string] { return maps.Keys(m.objects) }
 
 // toySpecification is the toy's whole-cluster rule, written apart from
-// toyMember: of the objects that parse, in key order, the first with a
-// source has it.
-func toySpecification(objects map[string]*corev1.ConfigMap) (map[string]toyPart, map[string][]dataplane.Problem) {
+// toyMember: of the objects with a source, in key order, the first with
+// a source has it.
+func toySpecification(objects map[string]*corev1.ConfigMap, pods map[string][]*corev1.Pod) (map[string]toyPart, map[string][]dataplane.Problem) {
 	parts, problems := map[string]toyPart{}, map[string][]dataplane.Problem{}
 	owners := map[netip.Addr]string{}
 	for _, k := range slices.Sorted(maps.Keys(objects)) {
-		part, problem := toyRead(k, objects[k])
+		part, problem, ok := toyRead(k, objects[k], pods)
+		if !ok {
+			continue
+		}
 		switch owner, claimed := owners[part.source]; {
 		case problem != nil:
 			problems[k] = []dataplane.Problem{*problem}
@@ -189,10 +234,14 @@ func toySpecification(objects map[string]*corev1.ConfigMap) (map[string]toyPart,
 	return parts, problems
 }
 
-// toyObject is a toy ConfigMap.
+// toyObject is a toy ConfigMap; a source "pod:<name>" names a pod.
 func toyObject(name, source, hops string, failover bool) *corev1.ConfigMap {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: map[string]string{toyLabel: "true"}},
 		Data: map[string]string{"source": source, "nextHops": hops}}
+	if pod, ok := strings.CutPrefix(source, "pod:"); ok {
+		delete(cm.Data, "source")
+		cm.Data["pod"] = pod
+	}
 	if failover {
 		cm.Data["failover"] = "true"
 	}
@@ -201,36 +250,60 @@ func toyObject(name, source, hops string, failover bool) *corev1.ConfigMap {
 
 // TestToyMemberMatchesSpecification registers the toy with a Planner,
 // beside the built-in members, and drives it through random histories of
-// its objects: after every change, every key's part and problems are the
-// specification's, and the keys Update returned hold every key whose
+// its objects and of the node's pods (SetLocalPods, as the agent calls
+// it): after every change, every key's part and problems are the
+// specification's, and the keys the change returned hold every key whose
 // part or problems changed.
 func TestToyMemberMatchesSpecification(t *testing.T) {
+	const node = "n1"
 	names := []string{"a", "b", "c", "d", "e"}
-	sources := []string{"10.244.1.5", "10.244.1.6", "10.244.1.7", "not-an-address"}
+	podNames := []string{"p", "q"}
+	sources := []string{"10.244.1.5", "10.244.1.6", "10.244.1.7", "not-an-address", "pod:p", "pod:q"}
+	podIPs := []string{"10.244.1.5", "10.244.1.8", "fd00::5"}
 	hops := []string{"0a:00:00:00:00:01", "0a:00:00:00:00:01,0a:00:00:00:00:02", "0a:00:00:00:00:03,zz"}
 	for seed := range uint64(100) {
 		r := rand.New(rand.NewPCG(seed, 14))
-		p := dataplane.NewPlanner(dataplane.NodeConfig{Name: "n1"}, nil)
+		p := dataplane.NewPlanner(dataplane.NodeConfig{Name: node, ClusterPodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00::/64")}}, nil)
 		if err := p.RegisterMember(newToyMember()); err != nil {
 			t.Fatal(err)
 		}
 		objects := map[string]*corev1.ConfigMap{}
-		beforeParts, beforeProblems := toySpecification(objects)
-		for step := range 30 {
-			name := names[r.IntN(len(names))]
-			key := dataplane.ObjectKey(toyAPI, "shop", name)
-			if r.IntN(4) == 0 {
-				delete(objects, key)
-			} else {
-				objects[key] = toyObject(name, sources[r.IntN(len(sources))], hops[r.IntN(len(hops))], r.IntN(2) == 0)
+		pods := map[string]*corev1.Pod{} // by name, in shop, on node or not
+		localPods := func() map[string][]*corev1.Pod {
+			out := map[string][]*corev1.Pod{}
+			for _, name := range slices.Sorted(maps.Keys(pods)) {
+				if pod := pods[name]; pod.Spec.NodeName == node {
+					out[pod.Namespace] = append(out[pod.Namespace], pod)
+				}
 			}
+			return out
+		}
+		beforeParts, beforeProblems := toySpecification(objects, localPods())
+		for step := range 40 {
 			var changed []string
-			if obj, ok := objects[key]; ok {
-				changed = p.UpdateObject(key, obj)
+			if r.IntN(3) == 0 {
+				// A pod comes, goes, moves or changes its address.
+				name := podNames[r.IntN(len(podNames))]
+				if r.IntN(4) == 0 {
+					delete(pods, name)
+				} else {
+					pods[name] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+						Spec:   corev1.PodSpec{NodeName: []string{node, "n2"}[r.IntN(2)]},
+						Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: podIPs[r.IntN(len(podIPs))]}}}}
+				}
+				changed = p.SetLocalPods(slices.Collect(maps.Values(pods)))
 			} else {
-				changed = p.UpdateObject(key, nil)
+				name := names[r.IntN(len(names))]
+				key := dataplane.ObjectKey(toyAPI, "shop", name)
+				if r.IntN(4) == 0 {
+					delete(objects, key)
+					changed = p.UpdateObject(key, nil)
+				} else {
+					objects[key] = toyObject(name, sources[r.IntN(len(sources))], hops[r.IntN(len(hops))], r.IntN(2) == 0)
+					changed = p.UpdateObject(key, objects[key])
+				}
 			}
-			parts, problems := toySpecification(objects)
+			parts, problems := toySpecification(objects, localPods())
 			for _, name := range names {
 				k := dataplane.ObjectKey(toyAPI, "shop", name)
 				got, ok := p.Part(k)
@@ -244,7 +317,7 @@ func TestToyMemberMatchesSpecification(t *testing.T) {
 				before, had := beforeParts[k]
 				moved := had != wantOK || had && !before.equal(want) || !slices.Equal(beforeProblems[k], problems[k])
 				if moved && !slices.Contains(changed, k) {
-					t.Fatalf("seed %d step %d: %s changed, but Update returned %v", seed, step, k, changed)
+					t.Fatalf("seed %d step %d: %s changed, but the change returned %v", seed, step, k, changed)
 				}
 			}
 			if got, want := p.Keys(), slices.Sorted(maps.Keys(objects)); !slices.Equal(got, want) {
@@ -317,11 +390,25 @@ func TestAgentToyMember(t *testing.T) {
 		delete(objects, dataplane.ObjectKey(toyAPI, "shop", name))
 	}
 	uplink := dataplane.Ports{Uplink: n.PortNumber(t, topology.UplinkPort)}
+	// localPods are the node's pods as the API server has them.
+	localPods := func() map[string][]*corev1.Pod {
+		t.Helper()
+		list, err := e.admin.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]*corev1.Pod{}
+		for i := range list.Items {
+			pod := &list.Items[i]
+			out[pod.Namespace] = append(out[pod.Namespace], pod)
+		}
+		return out
+	}
 	// expectBridge waits until the bridge's groups of egressflow's range
 	// and its flows of toyTable are the specification's.
 	expectBridge := func(step string) {
 		t.Helper()
-		parts, _ := toySpecification(objects)
+		parts, _ := toySpecification(objects, localPods())
 		var wantGroups, wantFlows []string
 		var buf dataplane.FlowBuffer
 		for _, part := range parts {
@@ -392,7 +479,22 @@ func TestAgentToyMember(t *testing.T) {
 
 	remove("another")
 	expectBridge("the owner gone: failover has its source back")
-	for _, name := range []string{"ecmp", "failover", "typo"} {
+
+	// An object naming a pod: its part comes with the pod on this node,
+	// and goes with it.
+	set(toyObject("bypod", "pod:web", "0a:00:00:00:00:08", false))
+	expectBridge("a pod named that is not there yet")
+	e.addPod(n, "web")
+	if parts, _ := toySpecification(objects, localPods()); !slices.ContainsFunc(slices.Collect(maps.Values(parts)), func(p toyPart) bool { return p.key == dataplane.ObjectKey(toyAPI, "shop", "bypod") }) {
+		t.Fatal("the specification gives bypod no part: the pod web is not on the node as the API server has it")
+	}
+	expectBridge("the pod named is there")
+	if err := e.admin.Kube.CoreV1().Pods("shop").Delete(ctx, "web", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	expectBridge("the pod named gone")
+
+	for _, name := range []string{"ecmp", "failover", "typo", "bypod"} {
 		remove(name)
 	}
 	expectBridge("every object gone")

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 )
 
@@ -36,6 +38,19 @@ type Member interface {
 	Problems(key string) []Problem
 	// Keys yields the key of every object the member was given.
 	Keys() iter.Seq[string]
+}
+
+// PodReader is a member whose parts read this node's pods (a pod
+// selector, a pod named in its objects): the Planner gives it the local
+// pods whenever they change.
+type PodReader interface {
+	Member
+	// SetLocalPods takes the pods bound to this node by namespace, each
+	// namespace's sorted by name, and the namespaces whose pods changed (a
+	// pod added, gone, or replaced by a newer version), and returns the
+	// keys whose part or problems may have changed. It must not modify
+	// pods.
+	SetLocalPods(pods map[string][]*corev1.Pod, changed []string) []string
 }
 
 // members are a Planner's members, in the order of their APIs.

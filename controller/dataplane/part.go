@@ -41,6 +41,9 @@ type Grouper interface {
 	// AppendGroups appends the part's groups, each as the GroupMod that
 	// adds it, to dst. Their IDs are within GroupIDPrefix, and no two
 	// parts share one: the member that plans the part gives the IDs out.
+	// Each bucket is stated as the switch describes it back (its ID, a
+	// select bucket's weight): a group the bridge describes otherwise is
+	// modified again on every full sync.
 	AppendGroups(dst []*openflow.GroupMod, ports Ports) []*openflow.GroupMod
 }
 

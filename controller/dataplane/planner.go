@@ -170,10 +170,10 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 }
 
 // SetLocalPods takes the pods bound to this node, whose addresses the pod
-// guard admits or holds (AdmittedPods) and TableFirewall and TableQoS
-// classify, and returns the keys of the EgressQoS and EgressFirewall
-// objects whose part changed: those of the namespaces whose pods changed
-// (a pod added, gone, or replaced by a newer version, its labels perhaps
+// guard admits or holds (AdmittedPods), TableFirewall and TableQoS
+// classify and registered members may read (PodReader), and returns the
+// keys whose part changed: those of the namespaces whose pods changed (a
+// pod added, gone, or replaced by a newer version, its labels perhaps
 // changed).
 func (p *Planner) SetLocalPods(pods []*corev1.Pod) []string {
 	p.localPods = pods
@@ -206,7 +206,16 @@ func (p *Planner) SetLocalPods(pods []*corev1.Pod) []string {
 			firewalls = append(firewalls, k)
 		}
 	}
-	return append(p.replanQoS(qos), p.replanFirewalls(firewalls)...)
+	changed := append(p.replanQoS(qos), p.replanFirewalls(firewalls)...)
+	if len(changedNamespaces) > 0 {
+		slices.Sort(changedNamespaces)
+		for _, m := range p.members.list {
+			if r, ok := m.(PodReader); ok {
+				changed = append(changed, r.SetLocalPods(byNamespace, changedNamespaces)...)
+			}
+		}
+	}
+	return changed
 }
 
 // Admitted returns the addresses the pod guard admits in TableClassify
