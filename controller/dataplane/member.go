@@ -163,8 +163,8 @@ func (m serviceMember) Update(key string, obj any) []string {
 }
 
 func (m serviceMember) Part(key string) (Part, bool) {
-	if s, ok := m.p.Service(key); ok {
-		return s, true
+	if pl := m.p.services[key]; pl != nil && pl.inState() {
+		return pl.part, true
 	}
 	return nil, false
 }

@@ -131,7 +131,10 @@ type planned struct {
 	lbIPs    []netip.Addr
 	mismatch bool // status.host does not fit sourceIPBy
 
-	result   Service // what the node does; in State if len(Endpoints) > 0
+	result Service // what the node does; in State if len(Endpoints) > 0
+	// part is result as a Part, boxed once per change rather than on
+	// each of the Ledger's reads (three a key in a full sync).
+	part     Part
 	problems []Problem
 	replyIPs []netip.Addr // LB IPs this service claims in replyClaims
 }
@@ -538,7 +541,7 @@ func (p *Planner) Update(key string, in ServiceInputs) []string {
 		if next != nil {
 			// The old result stays until resolve replaces it, so the
 			// counts by role stay right.
-			next.result, next.problems = old.result, old.problems
+			next.result, next.part, next.problems = old.result, old.part, old.problems
 		}
 	}
 	if next == nil {
@@ -829,7 +832,7 @@ func (p *Planner) setResult(key string, pl *planned, s Service, problems []Probl
 	if pl.inState() {
 		p.acting[pl.result.Role]--
 	}
-	pl.result, pl.problems = s, problems
+	pl.result, pl.part, pl.problems = s, s, problems
 	if pl.inState() {
 		p.acting[s.Role]++
 	}
