@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,45 +14,6 @@ import (
 	"github.com/egressflow/egressflow/openflow"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
-
-// nextHopsPart is a part defined outside the dataplane package that uses
-// a group, as an API with ECMP next hops would: one flow sends Source's
-// packets through Group, whose buckets rewrite the destination MAC to a
-// next hop's and output to the uplink.
-type nextHopsPart struct {
-	key    string
-	group  uint32
-	typ    openflow.GroupType
-	source netip.Addr
-	hops   []uint64 // next hops' MACs
-}
-
-func (p nextHopsPart) FlowRole() dataplane.Role { return "NextHops" }
-
-func (p nextHopsPart) AppendFlows(b *dataplane.FlowBuffer, dst []*openflow.FlowMod, _ dataplane.Ports) []*openflow.FlowMod {
-	fm := b.Add(dataplane.Cookie(dataplane.APIExternalRoute.Kind(1), p.key), dataplane.TableEgress, 7,
-		[]openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.Group{ID: p.group}}}})
-	fm.Match.SetUint(openflow.FieldEthType, 0x0800)
-	fm.Match.SetAddr(openflow.FieldIPv4Src, p.source)
-	return append(dst, fm)
-}
-
-func (p nextHopsPart) AppendGroups(dst []*openflow.GroupMod, ports dataplane.Ports) []*openflow.GroupMod {
-	g := &openflow.GroupMod{Command: openflow.GroupAdd, Type: p.typ, GroupID: p.group}
-	for i, mac := range p.hops {
-		// As the switch describes it back: IDs given, a select bucket's
-		// weight, a fast-failover bucket's watched port.
-		bucket := openflow.Bucket{ID: uint32(i), Actions: []openflow.Action{openflow.SetFieldUint(openflow.FieldEthDst, mac), openflow.Output{Port: ports.Uplink}}}
-		switch p.typ {
-		case openflow.GroupTypeSelect:
-			bucket.Weight = 100
-		case openflow.GroupTypeFastFailover:
-			bucket.WatchPort = ports.Uplink
-		}
-		g.Buckets = append(g.Buckets, bucket)
-	}
-	return append(dst, g)
-}
 
 // mapDesired is a Desired that is a map of parts.
 type mapDesired map[string]dataplane.Part
@@ -162,10 +124,13 @@ func TestLedgerGroupsOnSwitch(t *testing.T) {
 		}
 	}
 
-	ecmp := nextHopsPart{key: "AdminPolicyBasedExternalRoute/a", group: dataplane.GroupIDPrefix | 1, typ: openflow.GroupTypeSelect,
-		source: netip.MustParseAddr("10.244.1.5"), hops: []uint64{0x0a0000000001, 0x0a0000000002}}
-	failover := nextHopsPart{key: "AdminPolicyBasedExternalRoute/b", group: dataplane.GroupIDPrefix | 2, typ: openflow.GroupTypeFastFailover,
-		source: netip.MustParseAddr("10.244.1.6"), hops: []uint64{0x0a0000000003, 0x0a0000000004}}
+	// Parts of the toy member (member_test.go), which use groups as next
+	// hops would: a select group, and a fast-failover one.
+	mac := func(last byte) net.HardwareAddr { return net.HardwareAddr{0x0a, 0, 0, 0, 0, last} }
+	ecmp := toyPart{key: dataplane.ObjectKey(toyAPI, "shop", "a"), group: dataplane.GroupIDPrefix | 1,
+		source: netip.MustParseAddr("10.244.1.5"), hops: []net.HardwareAddr{mac(1), mac(2)}}
+	failover := toyPart{key: dataplane.ObjectKey(toyAPI, "shop", "b"), group: dataplane.GroupIDPrefix | 2, failover: true,
+		source: netip.MustParseAddr("10.244.1.6"), hops: []net.HardwareAddr{mac(3), mac(4)}}
 	desired := mapDesired{ecmp.key: ecmp, failover.key: failover}
 	if sent := sync("first sync", desired, ecmp.key, failover.key); sent == 0 {
 		t.Fatal("first sync sent nothing")
@@ -181,7 +146,7 @@ func TestLedgerGroupsOnSwitch(t *testing.T) {
 	check("after a restart", desired)
 
 	// A next hop added: the group is modified in place.
-	ecmp.hops = append(ecmp.hops, 0x0a0000000005)
+	ecmp.hops = append(ecmp.hops, mac(5))
 	desired[ecmp.key] = ecmp
 	if sent := sync("next hop added", desired, ecmp.key); sent != 1 {
 		t.Errorf("a next hop added sent %d messages, want 1 (the group modified)", sent)
