@@ -140,7 +140,7 @@ func GroupDeletes(groups []openflow.GroupDesc) []*openflow.GroupMod {
 	var in Installed
 	in.AddGroups(groups)
 	var c Changes
-	c.diffGroups(nil, in.groups) // deletes only: nothing to encode
+	c.diffOpenFlowGroups(nil, in.groups) // deletes only: nothing to encode
 	return c.DeleteGroups
 }
 

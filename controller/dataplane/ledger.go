@@ -171,7 +171,7 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 	var changes Changes
 	// The groups go first, before any flow that may use them, but for
 	// their deletes, which go last.
-	groupDeletes, err := l.diffGroups(&changes, d, bridge)
+	openFlowGroupDeletes, err := l.diffOpenFlowGroups(&changes, d, bridge)
 	if err != nil {
 		return Diffed{}, err
 	}
@@ -247,8 +247,8 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 	if err := deleteStale(&changes, out); err != nil {
 		return Diffed{}, err
 	}
-	if len(groupDeletes) > 0 {
-		changes.DeleteGroups = groupDeletes
+	if len(openFlowGroupDeletes) > 0 {
+		changes.DeleteGroups = openFlowGroupDeletes
 		if err := out.Send(&changes); err != nil {
 			return Diffed{}, err
 		}
@@ -256,23 +256,24 @@ func (l *Ledger) Diff(desired Desired, ports Ports, bridge *Installed, out DiffO
 	return d, nil
 }
 
-// diffGroups puts in changes the groups to add or modify for the parts of
-// the keys diffed, and returns the deletes, to send after every flow: the
-// groups of those keys' parts against the groups of their parts as
-// committed, or, against the bridge as read, every desired group against
-// egressflow's groups on the bridge.
-func (l *Ledger) diffGroups(changes *Changes, d Diffed, bridge *Installed) ([]*openflow.GroupMod, error) {
+// diffOpenFlowGroups puts in changes the OpenFlow groups to add or modify
+// for the parts of the keys diffed, and returns the deletes, to send after
+// every flow: the groups of those keys' parts against the groups of their
+// parts as committed, or, against the bridge as read, every desired group
+// against egressflow's groups on the bridge. (The cookie groups Diff
+// walks are another thing: the keys whose flows share a cookie hash.)
+func (l *Ledger) diffOpenFlowGroups(changes *Changes, d Diffed, bridge *Installed) ([]*openflow.GroupMod, error) {
 	want, had := map[uint32]*openflow.GroupMod{}, map[uint32]*openflow.GroupMod{}
 	desired := func(k string) Part { part, _ := d.desired.Part(k); return part }
-	if err := groupsOf(want, d.keys, desired, d.ports); err != nil {
+	if err := openFlowGroupsOf(want, d.keys, desired, d.ports); err != nil {
 		return nil, err
 	}
 	if bridge != nil {
 		had = bridge.groups
-	} else if err := groupsOf(had, d.keys, func(k string) Part { return l.onBridge[k] }, l.ports); err != nil {
+	} else if err := openFlowGroupsOf(had, d.keys, func(k string) Part { return l.onBridge[k] }, l.ports); err != nil {
 		return nil, err
 	}
-	if err := changes.diffGroups(want, had); err != nil {
+	if err := changes.diffOpenFlowGroups(want, had); err != nil {
 		return nil, err
 	}
 	deletes := changes.DeleteGroups

@@ -64,10 +64,10 @@ func (s Service) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports Ports
 	return b.AppendService(dst, s, ports)
 }
 
-// groupsOf appends the groups of the parts of keys that part returns
-// (nil: none), by ID; an ID two keys want is an error: the plan gave it
-// twice.
-func groupsOf(into map[uint32]*openflow.GroupMod, keys func(func(string) bool), part func(string) Part, ports Ports) error {
+// openFlowGroupsOf puts in into the OpenFlow groups of the parts that
+// part returns for keys (nil: none), by ID; an ID two keys want is an
+// error: the plan gave it twice.
+func openFlowGroupsOf(into map[uint32]*openflow.GroupMod, keys func(func(string) bool), part func(string) Part, ports Ports) error {
 	owner := map[uint32]string{}
 	var scratch []*openflow.GroupMod
 	for k := range keys {
@@ -90,10 +90,10 @@ func groupsOf(into map[uint32]*openflow.GroupMod, keys func(func(string) bool), 
 	return nil
 }
 
-// diffGroups fills c.AddGroups with the groups of want that have is lacks
-// or holds otherwise (an add or a modify), and c.DeleteGroups with those
-// of has that want lacks, in the order of their IDs.
-func (c *Changes) diffGroups(want, has map[uint32]*openflow.GroupMod) error {
+// diffOpenFlowGroups fills c.AddGroups with the groups of want that has
+// lacks or holds otherwise (an add or a modify), and c.DeleteGroups with
+// those of has that want lacks, in the order of their IDs.
+func (c *Changes) diffOpenFlowGroups(want, has map[uint32]*openflow.GroupMod) error {
 	for _, id := range slices.Sorted(maps.Keys(want)) {
 		gm := want[id]
 		old, ok := has[id]
