@@ -26,10 +26,11 @@ type Member interface {
 	// API is the member's: the keys of its objects are ObjectKey(API(),
 	// namespace, name), the cookies of its flows carry its kinds.
 	API() API
-	// Update takes the object of key, nil when it is gone (the member's
-	// own type, as its informer holds it), and returns the keys whose
-	// part or problems may have changed: key itself, and any other the
-	// change moved.
+	// Update takes the object of key, nil when it is gone, and returns
+	// the keys whose part or problems may have changed: key itself, and
+	// any other the change moved. The object is of the member's own type:
+	// as its informer holds it, or the inputs gathered for it
+	// (EgressService's ServiceInputs).
 	Update(key string, obj any) []string
 	// Part returns key's part; false (and a nil Part) when the node does
 	// nothing for it.
