@@ -247,13 +247,12 @@ type Agent struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	egressServices eslisters.EgressServiceLister
-	egressQoSes    eslisters.EgressQoSLister
 	// qosInformer is the EgressQoS informer, whose resourceVersions make
-	// the QoS watermark (qosRevision).
-	qosInformer     cache.SharedIndexInformer
-	egressFirewalls eslisters.EgressFirewallLister
+	// the QoS watermark (qosRevision) and whose store the planner reads.
+	qosInformer cache.SharedIndexInformer
 	// firewallInformer is the EgressFirewall informer, whose
-	// resourceVersions make the firewall watermark (firewallRevision).
+	// resourceVersions make the firewall watermark (firewallRevision) and
+	// whose store the planner reads.
 	firewallInformer cache.SharedIndexInformer
 	egressIPs        eslisters.EgressIPLister
 	namespaces       corelisters.NamespaceLister
@@ -485,8 +484,6 @@ func (a *Agent) watchInputs() {
 		a.synced = append(a.synced, registration.HasSynced)
 	}
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
-	a.egressQoSes = a.esFactory.K8s().V1().EgressQoSes().Lister()
-	a.egressFirewalls = a.esFactory.K8s().V1().EgressFirewalls().Lister()
 	a.egressIPs = a.esFactory.K8s().V1().EgressIPs().Lister()
 	a.namespaces = a.kubeFactory.Core().V1().Namespaces().Lister()
 	a.services = a.egressServiceFactory.Core().V1().Services().Lister()
@@ -515,8 +512,8 @@ func (a *Agent) watchMembers() {
 				return orNil(a.egressIPs.Get(strings.TrimPrefix(k, egressIPKeyPrefix)))
 			},
 		},
-		dataplane.APIEgressQoS:      {read: func(k string) (any, error) { return a.qosInput(k) }},
-		dataplane.APIEgressFirewall: {read: func(k string) (any, error) { return a.firewallInput(k) }},
+		dataplane.APIEgressQoS:      {read: storeRead(dataplane.APIEgressQoS, a.qosInformer.GetStore())},
+		dataplane.APIEgressFirewall: {read: storeRead(dataplane.APIEgressFirewall, a.firewallInformer.GetStore())},
 	}
 	for _, src := range a.cfg.Members {
 		api := src.Member.API()
@@ -529,19 +526,25 @@ func (a *Agent) watchMembers() {
 			panic(err) // only fails once the informer has stopped
 		}
 		a.synced = append(a.synced, registration.HasSynced)
-		store, prefix := src.Informer.GetStore(), api.String()+"/"
-		read := func(key string) (any, error) {
-			obj, exists, err := store.GetByKey(strings.TrimPrefix(key, prefix))
-			if !exists {
-				return nil, err
-			}
-			return obj, err
-		}
+		read := storeRead(api, src.Informer.GetStore())
 		a.sources[api] = memberSource{read: read, eventObject: func(key string) runtime.Object {
 			obj, _ := read(key)
 			o, _ := obj.(runtime.Object)
 			return o
 		}}
+	}
+}
+
+// storeRead reads the object of a key of api (dataplane.ObjectKey) from
+// an informer's store, keyed "namespace/name": nil when it is gone.
+func storeRead(api dataplane.API, store cache.Store) func(key string) (any, error) {
+	prefix := api.String() + "/"
+	return func(key string) (any, error) {
+		obj, exists, err := store.GetByKey(strings.TrimPrefix(key, prefix))
+		if !exists {
+			return nil, err
+		}
+		return obj, err
 	}
 }
 

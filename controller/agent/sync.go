@@ -8,10 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/egressflow/egressflow/conntrack"
@@ -439,36 +437,6 @@ func awaitAnswers(ctx context.Context, dns FirewallDNS, names []string) {
 		case <-time.After(answersPollInterval):
 		}
 	}
-}
-
-// qosInput reads the EgressQoS of key from the informer cache; nil when
-// it is gone.
-func (a *Agent) qosInput(key string) (*esv1.EgressQoS, error) {
-	return cachedObject(key, qosKeyPrefix, func(namespace, name string) (*esv1.EgressQoS, error) {
-		return a.egressQoSes.EgressQoSes(namespace).Get(name)
-	})
-}
-
-// firewallInput reads the EgressFirewall of key from the informer cache;
-// nil when it is gone.
-func (a *Agent) firewallInput(key string) (*esv1.EgressFirewall, error) {
-	return cachedObject(key, firewallKeyPrefix, func(namespace, name string) (*esv1.EgressFirewall, error) {
-		return a.egressFirewalls.EgressFirewalls(namespace).Get(name)
-	})
-}
-
-// cachedObject reads the object of key (prefix, then "namespace/name")
-// with get; nil when it is gone.
-func cachedObject[T any](key, prefix string, get func(namespace, name string) (*T, error)) (*T, error) {
-	namespace, name, err := cache.SplitMetaNamespaceKey(strings.TrimPrefix(key, prefix))
-	if err != nil {
-		return nil, err
-	}
-	obj, err := get(namespace, name)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return obj, err
 }
 
 // fence fences the node while its heartbeat Lease has run out, and
