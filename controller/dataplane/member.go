@@ -150,6 +150,15 @@ type (
 	firewallMember struct{ p *Planner }
 )
 
+// asPart is a typed part as a Part: nil when there is none, never a
+// typed zero in the interface.
+func asPart[P Part](part P, ok bool) (Part, bool) {
+	if !ok {
+		return nil, false
+	}
+	return part, true
+}
+
 // builtInMembers are the members every Planner has.
 func builtInMembers(p *Planner) []Member {
 	return []Member{serviceMember{p}, egressIPMember{p}, qosMember{p}, firewallMember{p}}
@@ -199,12 +208,7 @@ func (m egressIPMember) Update(key string, obj any) []string {
 	return m.p.TakeEgressIPChanges()
 }
 
-func (m egressIPMember) Part(key string) (Part, bool) {
-	if part, ok := m.p.EgressIP(key); ok {
-		return part, true
-	}
-	return nil, false
-}
+func (m egressIPMember) Part(key string) (Part, bool) { return asPart(m.p.EgressIP(key)) }
 
 func (m egressIPMember) Problems(key string) []Problem {
 	m.p.replanEgressIPs()
@@ -229,12 +233,7 @@ func (m qosMember) Update(key string, obj any) []string {
 	return m.p.UpdateQoS(key, q)
 }
 
-func (m qosMember) Part(key string) (Part, bool) {
-	if ns, ok := m.p.QoS(key); ok {
-		return ns, true
-	}
-	return nil, false
-}
+func (m qosMember) Part(key string) (Part, bool) { return asPart(m.p.QoS(key)) }
 
 func (m qosMember) Problems(key string) []Problem {
 	if pl := m.p.qos[key]; pl != nil {
@@ -254,12 +253,7 @@ func (m firewallMember) Update(key string, obj any) []string {
 	return m.p.UpdateFirewall(key, fw)
 }
 
-func (m firewallMember) Part(key string) (Part, bool) {
-	if ns, ok := m.p.Firewall(key); ok {
-		return ns, true
-	}
-	return nil, false
-}
+func (m firewallMember) Part(key string) (Part, bool) { return asPart(m.p.Firewall(key)) }
 
 func (m firewallMember) Problems(key string) []Problem {
 	if pl := m.p.firewalls[key]; pl != nil {
