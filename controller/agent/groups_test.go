@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -78,49 +77,16 @@ func TestLedgerGroupsOnSwitch(t *testing.T) {
 		ledger.Flushed()
 		return stream.sent
 	}
-	groups := func() []string {
-		var out []string
-		for _, l := range strings.Split(sw.Ofctl(t, "--no-names", "dump-groups", sw.Bridge), "\n") {
-			if l = strings.TrimSpace(l); strings.HasPrefix(l, "group_id=") {
-				out = append(out, l)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
 	// check compares the bridge's groups, and its flows that use one,
 	// with those of the parts (and the foreign group).
 	check := func(step string, desired mapDesired) {
 		t.Helper()
-		want := []string{foreign}
-		var wantFlows []string
-		var buf dataplane.FlowBuffer
+		var parts []toyPart
 		for _, part := range desired {
-			for _, g := range part.(dataplane.Grouper).AppendGroups(nil, ports) {
-				want = append(want, strings.TrimPrefix(g.String(), "add "))
-			}
-			for _, fm := range part.AppendFlows(&buf, nil, ports) {
-				wantFlows = append(wantFlows, fm.String())
-			}
+			parts = append(parts, part.(toyPart))
 		}
-		slices.Sort(want)
-		if got := groups(); !slices.Equal(got, want) {
-			t.Fatalf("%s: the bridge's groups\n%s\nwant\n%s", step, strings.Join(got, "\n"), strings.Join(want, "\n"))
-		}
-		var gotFlows []string
-		for _, l := range strings.Split(sw.Ofctl(t, "--no-names", "--no-stats", "dump-flows", sw.Bridge), "\n") {
-			if l = strings.TrimSpace(l); strings.Contains(l, "group:") {
-				fm, err := openflow.ParseFlow(l)
-				if err != nil {
-					t.Fatalf("%s: %q: %v", step, l, err)
-				}
-				gotFlows = append(gotFlows, fm.String())
-			}
-		}
-		slices.Sort(gotFlows)
-		slices.Sort(wantFlows)
-		if !slices.Equal(gotFlows, wantFlows) {
-			t.Fatalf("%s: the flows that use groups\n%s\nwant\n%s", step, strings.Join(gotFlows, "\n"), strings.Join(wantFlows, "\n"))
+		if err := toyBridgeDiffers(t, sw, sw.Bridge, parts, ports, foreign); err != nil {
+			t.Fatalf("%s: %v", step, err)
 		}
 	}
 
@@ -168,9 +134,7 @@ func TestLedgerGroupsOnSwitch(t *testing.T) {
 	if err := Uninstall(ctx, ofsw, noRules{}, nil, nil); err != nil {
 		t.Fatalf("Uninstall: %v", err)
 	}
-	if got := groups(); !slices.Equal(got, []string{foreign}) {
-		t.Fatalf("after the uninstall the bridge has groups %q, want only the foreign one", got)
-	}
+	check("after the uninstall: only the foreign group", mapDesired{})
 }
 
 // noRules is a node without policy-routing rules.

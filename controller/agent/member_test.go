@@ -341,6 +341,59 @@ func (m toyNamedAsAPI) API() dataplane.API { return m.api }
 
 func toyNamedAs(api dataplane.API) dataplane.Member { return toyNamedAsAPI{newToyMember(), api} }
 
+// ofctlReader is a switch that ovs-ofctl reads (ovstest.Switch,
+// topology.Node).
+type ofctlReader interface {
+	Ofctl(t testing.TB, args ...string) string
+}
+
+// toyBridgeDiffers compares what bridge holds of the toy with parts
+// rendered for ports: every group, as ovs-ofctl dump-groups prints it
+// (those of parts, and the foreign ones given), and every flow of
+// toyTable or that uses a group (those of parts). It says what differs;
+// nil when they agree.
+func toyBridgeDiffers(t testing.TB, sw ofctlReader, bridge string, parts []toyPart, ports dataplane.Ports, foreign ...string) error {
+	t.Helper()
+	wantGroups := slices.Clone(foreign)
+	var wantFlows []string
+	var buf dataplane.FlowBuffer
+	for _, part := range parts {
+		for _, g := range part.AppendGroups(nil, ports) {
+			wantGroups = append(wantGroups, strings.TrimPrefix(g.String(), "add "))
+		}
+		for _, fm := range part.AppendFlows(&buf, nil, ports) {
+			wantFlows = append(wantFlows, fm.String())
+		}
+	}
+	var groups []string
+	for _, l := range strings.Split(sw.Ofctl(t, "--no-names", "dump-groups", bridge), "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "group_id=") {
+			groups = append(groups, l)
+		}
+	}
+	var flows []string
+	inToyTable := fmt.Sprintf("table=%d,", toyTable)
+	for _, l := range strings.Split(sw.Ofctl(t, "--no-names", "--no-stats", "dump-flows", bridge), "\n") {
+		if l = strings.TrimSpace(l); strings.Contains(l, inToyTable) || strings.Contains(l, "group:") {
+			fm, err := openflow.ParseFlow(l)
+			if err != nil {
+				return fmt.Errorf("%q: %w", l, err)
+			}
+			flows = append(flows, fm.String())
+		}
+	}
+	for _, list := range [][]string{wantGroups, wantFlows, groups, flows} {
+		slices.Sort(list)
+	}
+	if !slices.Equal(groups, wantGroups) {
+		return fmt.Errorf("the bridge's groups\n%s\nwant\n%s", strings.Join(groups, "\n"), strings.Join(wantGroups, "\n"))
+	}
+	if !slices.Equal(flows, wantFlows) {
+		return fmt.Errorf("the bridge's flows of the toy\n%s\nwant\n%s", strings.Join(flows, "\n"), strings.Join(wantFlows, "\n"))
+	}
+	return nil
+}
+
 // TestAgentToyMember runs a real agent with the toy registered
 // (Config.Members), its informer on the real API server's ConfigMaps and
 // its bridge a real switch: the toy's groups and flows arrive on the
@@ -404,50 +457,12 @@ func TestAgentToyMember(t *testing.T) {
 		}
 		return out
 	}
-	// expectBridge waits until the bridge's groups of egressflow's range
-	// and its flows of toyTable are the specification's.
+	// expectBridge waits until the bridge holds of the toy what its
+	// specification says.
 	expectBridge := func(step string) {
 		t.Helper()
 		parts, _ := toySpecification(objects, localPods())
-		var wantGroups, wantFlows []string
-		var buf dataplane.FlowBuffer
-		for _, part := range parts {
-			for _, g := range part.AppendGroups(nil, uplink) {
-				wantGroups = append(wantGroups, strings.TrimPrefix(g.String(), "add "))
-			}
-			for _, fm := range part.AppendFlows(&buf, nil, uplink) {
-				wantFlows = append(wantFlows, fm.String())
-			}
-		}
-		slices.Sort(wantGroups)
-		slices.Sort(wantFlows)
-		eventually(t, step, func() error {
-			var groups []string
-			for _, l := range strings.Split(n.Ofctl(t, "--no-names", "dump-groups", n.Bridge), "\n") {
-				if l = strings.TrimSpace(l); strings.HasPrefix(l, "group_id=") {
-					groups = append(groups, l)
-				}
-			}
-			slices.Sort(groups)
-			if !slices.Equal(groups, wantGroups) {
-				return fmt.Errorf("groups\n%s\nwant\n%s", strings.Join(groups, "\n"), strings.Join(wantGroups, "\n"))
-			}
-			var flows []string
-			for _, l := range strings.Split(n.Ofctl(t, "--no-names", "--no-stats", "dump-flows", n.Bridge, fmt.Sprintf("table=%d", toyTable)), "\n") {
-				if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "OFPST_FLOW") {
-					fm, err := openflow.ParseFlow(l)
-					if err != nil {
-						return err
-					}
-					flows = append(flows, fm.String())
-				}
-			}
-			slices.Sort(flows)
-			if !slices.Equal(flows, wantFlows) {
-				return fmt.Errorf("flows\n%s\nwant\n%s", strings.Join(flows, "\n"), strings.Join(wantFlows, "\n"))
-			}
-			return nil
-		})
+		eventually(t, step, func() error { return toyBridgeDiffers(t, n, n.Bridge, slices.Collect(maps.Values(parts)), uplink) })
 	}
 
 	set(toyObject("ecmp", "10.244.1.5", "0a:00:00:00:00:01,0a:00:00:00:00:02", false))
