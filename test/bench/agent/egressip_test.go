@@ -86,6 +86,18 @@ func setHolder(eip *esv1.EgressIP, holder string) {
 	}
 }
 
+// eipExpectedFlows is the benchmark's own count of the holder's flows,
+// from docs/egressip.md's flow table, not from controller/dataplane: the
+// shared flows (no stage object, no admitted pod), TableReply's three
+// (delivery per family, the rest NORMAL), TableUplink's three (per family
+// out of the uplink what conntrack translated, and the drop of the rest),
+// per object an IPv4 address's reply and ARP flows and an IPv6 one's
+// reply, two solicitation flows and the advertisement's, and an SNAT flow
+// per selected pod address.
+func eipExpectedFlows(e *env, objects, pods int) int {
+	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), 1) + 3 + 3 + objects*(2+4) + 2*pods
+}
+
 func BenchmarkAgentEgressIP(b *testing.B) {
 	ovstest.RequireRoot(b)
 	logs := captureKlog()
@@ -106,19 +118,16 @@ func BenchmarkAgentEgressIP(b *testing.B) {
 	out("setup: %d namespaces, EgressIPs and %d Pods (created and their status written, %d workers) in %v",
 		*eipObjects, *eipPods, *setupWorkers, time.Since(t0).Round(time.Millisecond))
 
+	wantFlows := eipExpectedFlows(e, *eipObjects, *eipPods)
+	wantMods := wantFlows - 1 // the marker stays on a cleared bridge
 	e.clearFlows(b)
 	warm := e.startAgent(b, logs, true)
 	warm.waitHealthy(b)
 	flowSet := warm.sw.firstBundle()
 	warm.stop()
-	// The EgressIP flows are counted by kind, from docs/egressip.md's flow
-	// table, not from controller/dataplane: per object an IPv4 address's
-	// reply and ARP flows and an IPv6 one's reply, two solicitation flows
-	// and the advertisement's, and an SNAT flow per selected pod address.
-	// The shared flows are whatever the layout has, counted as sent; the
-	// marker stays on a cleared bridge.
-	wantMods := len(flowSet)
-	wantFlows := wantMods + 1
+	if len(flowSet) != wantMods {
+		b.Fatalf("the agent's first bundle has %d flows, the benchmark counts %d besides the marker", len(flowSet), wantMods)
+	}
 	byKind := map[dataplane.FlowKind]int{}
 	for _, fm := range flowSet {
 		c, _ := dataplane.DecodeCookie(fm.Cookie)
