@@ -28,12 +28,12 @@ type Desired interface {
 // which part, the shared flows as sent, the bridge's ports they name, and
 // the objects whose part changed since their flows were last committed and
 // their stale conntrack translations flushed. It diffs every API's parts
-// alike (Part), by their object's key. It is the seam between the desired state
-// and the apply step (as Antrea keeps one between its flow cache and its
-// bridge client): Diff says what to send, the agent sends it as one atomic
-// bundle, and only once the bundle committed does Commit make it the
-// ledger's; a bundle that fails leaves the ledger as it was, so the next
-// Diff sends the same again.
+// alike (Part), by their object's key. It is the seam between the desired
+// state and the apply step (as Antrea keeps one between its flow cache and
+// its bridge client): Diff says what to send, the agent sends it as one
+// atomic bundle, and only once the bundle committed does Commit make it
+// the ledger's; a bundle that fails leaves the ledger as it was, so the
+// next Diff sends the same again.
 //
 // It keeps no flow, only each object's part (a few addresses): a changed
 // object is diffed against its flows as last committed, re-rendered, so no
@@ -352,11 +352,12 @@ func (l *Ledger) Commit(d Diffed) {
 }
 
 // StaleSources returns the endpoints whose conntrack translations (their
-// SNAT to an LB IP or an egress IP) no committed flow makes any more: those
-// each unapplied object's part made before its flows changed, that its part as committed
-// does not. Only once no flow SNATs them any more (or SNATs them to
-// another address) can their old translations go: a connection flushed
-// before would be re-created with the old mapping. Sorted.
+// SNAT to an LB IP or an egress IP) no committed flow makes any more:
+// those each unapplied object's part made before its flows changed, that
+// its part as committed does not. Only once no flow SNATs them any more
+// (or SNATs them to another address) can their old translations go: a
+// connection flushed before would be re-created with the old mapping.
+// Sorted.
 //
 // Each object is compared as it was when its flows first changed after
 // the last flush: a translation its flows made only in between (committed
