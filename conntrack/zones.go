@@ -20,4 +20,12 @@ const (
 	ExternalRouteZone uint16 = SNATZone + 2
 	// RouterZone is EgressRouter's, for the destination NAT of its redirect.
 	RouterZone uint16 = SNATZone + 3
+	// EgressIPZone keeps which address of its EgressIP each connection of
+	// a pod leaves with, when the object holds several of the pod's
+	// family: in ct_label, on the pod's own node, so that a connection
+	// stays on its address while that address is held however the
+	// object's addresses come and go. It cannot be SNATZone: the address
+	// is chosen before the packet is steered, on a node that may not be
+	// the one that translates it.
+	EgressIPZone uint16 = SNATZone + 4
 )

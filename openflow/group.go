@@ -391,3 +391,44 @@ func (k *Bucket) appendText(b []byte) []byte {
 	}
 	return appendActionList(b, k.Actions)
 }
+
+// The group property of Open vSwitch's selection method extension (the
+// Netronome experimenter's NTRT_SELECTION_METHOD, OFPGPT15_EXPERIMENTER).
+const (
+	groupPropExperimenter  = 0xffff
+	ntrExperimenterID      = 0x0000154d
+	ntrTypeSelectionMethod = 1
+	selectionMethodLen     = 16 // the method's name, NUL-padded
+)
+
+// HashSelection is the group property (GroupMod.Properties) that has Open
+// vSwitch pick a select group's bucket by a hash of fields
+// (`selection_method=hash,fields(...)`), so that every packet of one
+// connection takes one bucket, as long as the buckets stay. Without it the
+// switch picks by its datapath's hash, which this package cannot name.
+// The fields are written as the switch describes them back: each as its
+// OXM header, then as many bytes of all ones (the part of it hashed).
+// A field a packet lacks (udp_src of a TCP segment) is left out of its
+// hash.
+func HashSelection(fields ...Field) []byte {
+	b := be.AppendUint16(nil, groupPropExperimenter)
+	b = append(b, 0, 0) // length, below
+	b = be.AppendUint32(b, ntrExperimenterID)
+	b = be.AppendUint32(b, ntrTypeSelectionMethod)
+	b = append(b, 0, 0, 0, 0)
+	b = append(b, make([]byte, selectionMethodLen)...)
+	copy(b[len(b)-selectionMethodLen:], "hash")
+	b = be.AppendUint64(b, 0) // the method's parameter: the hash's basis
+	for _, f := range fields {
+		width := f.Width()
+		b = be.AppendUint32(b, f.Header())
+		for range width {
+			b = append(b, 0xff)
+		}
+	}
+	be.PutUint16(b[2:], uint16(len(b)))
+	for len(b)%8 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}

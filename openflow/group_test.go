@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"bytes"
 	"errors"
 	"slices"
 	"strings"
@@ -155,6 +156,42 @@ func TestGroupModString(t *testing.T) {
 	} {
 		if got := tc.m.String(); got != tc.want {
 			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// TestHashSelectionOnSwitch: a select group that ovs-ofctl adds with
+// `selection_method=hash,fields(...)` dumps back with HashSelection's
+// bytes as its property, and a group this package adds with HashSelection
+// reads back in ovs-ofctl as that selection method over those fields.
+func TestHashSelectionOnSwitch(t *testing.T) {
+	sw := ovstest.Start(t)
+	c := dialSwitch(t, sw)
+	ctx := testCtx(t, 30*time.Second)
+	fields := []Field{FieldIPv4Src, FieldIPv4Dst, FieldIPv6Src, FieldIPv6Dst, FieldIPProto, FieldTCPSrc, FieldTCPDst, FieldUDPSrc, FieldUDPDst}
+	const text = "selection_method=hash,fields(ip_src,ip_dst,ipv6_src,ipv6_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst)"
+	sw.Ofctl(t, "add-group", sw.Bridge, "group_id=1,type=select,"+text+",bucket=bucket_id:0,weight:100,actions=output:1")
+	ours := &GroupMod{Command: GroupAdd, Type: GroupTypeSelect, GroupID: 2, Properties: HashSelection(fields...),
+		Buckets: []Bucket{{ID: 0, Weight: 100, Actions: []Action{Output{Port: 1}}}}}
+	if err := c.Bundle(ctx, ours); err != nil {
+		t.Fatalf("a group with HashSelection: %v", err)
+	}
+	dumped, err := c.Groups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dumped) != 2 {
+		t.Fatalf("dumped %d groups, want 2", len(dumped))
+	}
+	for _, g := range dumped {
+		if !bytes.Equal(g.Properties, ours.Properties) {
+			t.Errorf("group %d's property:\n%s", g.GroupID, hexDiff(g.Properties, ours.Properties))
+		}
+	}
+	lines := ofctlGroups(t, sw)
+	for _, l := range lines {
+		if !strings.Contains(l, ",type=select,"+text+",") {
+			t.Errorf("ovs-ofctl reads %q, want %s", l, text)
 		}
 	}
 }

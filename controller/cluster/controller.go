@@ -255,6 +255,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.kubeInformers.Shutdown()
 	defer c.leaseInformers.Shutdown()
 	defer c.esInformers.Shutdown()
+	defer c.uninstallIfBeingRemoved() // first on the way out
 	if !cache.WaitForNamedCacheSync(eventComponent, ctx.Done(), c.synced...) {
 		return ctx.Err()
 	}

@@ -65,12 +65,10 @@ const (
 // Uninstall prepares egressflow's removal while its permissions last (the
 // Helm chart's pre-delete hook, `egressflow-controller --uninstall`): it
 // deletes the controller's Deployment in namespace, so that every replica
-// stops labelling, and removes every egress-service label from every node
-// and the agents' label (endpoints.EgressServiceLabel) from every Service
-// and endpoints object, again whenever one comes back, until none has for
-// uninstallSettle; then
-// it deletes the node views (nodeview), which Helm's kept namespace would
-// otherwise keep. ctx bounds it.
+// stops labelling, removes every egress-service label until none has come
+// back for uninstallSettle (removeLabelsUntilSettled), then deletes the
+// node views (nodeview), which Helm's kept namespace would otherwise keep.
+// ctx bounds it.
 func Uninstall(ctx context.Context, cfg *rest.Config, namespace, deployment string) error {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -82,46 +80,33 @@ func Uninstall(ctx context.Context, cfg *rest.Config, namespace, deployment stri
 		return fmt.Errorf("delete Deployment %s/%s: %w", namespace, deployment, err)
 	}
 	klog.InfoS("Deleted the controller's Deployment; removing every egress-service label", "namespace", namespace, "deployment", deployment)
+	if err := removeLabelsUntilSettled(ctx, kube); err != nil {
+		return err
+	}
+	// The replicas stopped publishing when they saw the Deployment go; the
+	// namespace stays.
+	if err := nodeview.Withdraw(ctx, kube, namespace); err != nil {
+		return fmt.Errorf("delete the node views: %w", err)
+	}
+	return nil
+}
+
+// removeLabelsUntilSettled removes every egress-service label from every
+// node and the agents' label (endpoints.EgressServiceLabel) from every
+// Service and endpoints object, read from the API server, again whenever
+// one comes back (a replica's label patch that was in flight when it saw
+// the sign), until none has for uninstallSettle. ctx bounds it.
+func removeLabelsUntilSettled(ctx context.Context, kube kubernetes.Interface) error {
 	clean := time.Now()
 	for {
-		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		removed, err := removeLabelsOnce(ctx, kube)
 		if err != nil {
-			return fmt.Errorf("list nodes: %w", err)
+			return err
 		}
-		for _, n := range nodes.Items {
-			remove := map[string]any{}
-			for k := range n.Labels {
-				if assign.IsLabelKey(k) {
-					remove[k] = nil
-				}
-			}
-			if len(remove) == 0 {
-				continue
-			}
+		if removed > 0 {
 			clean = time.Now()
-			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": remove}})
-			if err != nil {
-				return err
-			}
-			if _, err := kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("remove egress-service labels of node %s: %w", n.Name, err)
-			}
-			klog.InfoS("Removed egress-service labels", "node", n.Name, "labels", len(remove))
-		}
-		unmarked, err := unmarkAllInputs(ctx, kube)
-		if err != nil {
-			return fmt.Errorf("remove the agents' label from Services and their endpoints: %w", err)
-		}
-		if unmarked > 0 {
-			clean = time.Now()
-			klog.InfoS("Removed the agents' label", "label", endpoints.EgressServiceLabel, "objects", unmarked)
 		}
 		if time.Since(clean) >= uninstallSettle {
-			// The replicas stopped publishing when they saw the
-			// Deployment go; the namespace stays.
-			if err := nodeview.Withdraw(ctx, kube, namespace); err != nil {
-				return fmt.Errorf("delete the node views: %w", err)
-			}
 			return nil
 		}
 		select {
@@ -132,10 +117,76 @@ func Uninstall(ctx context.Context, cfg *rest.Config, namespace, deployment stri
 	}
 }
 
-// uninstallPatchTimeout bounds each label removal on uninstall: the
-// controller's permissions go within a second, so a slower patch would
-// fail anyway.
-const uninstallPatchTimeout = 2 * time.Second
+// removeLabelsOnce lists the nodes and the labelled Services and endpoints
+// objects and takes egressflow's labels off each that carries one; it
+// returns how many objects it changed.
+func removeLabelsOnce(ctx context.Context, kube kubernetes.Interface) (int, error) {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list nodes: %w", err)
+	}
+	removed := 0
+	for _, n := range nodes.Items {
+		ours := serviceLabelsOf(&n)
+		if ours.Len() == 0 {
+			continue
+		}
+		if err := removeNodeLabels(ctx, kube, n.Name, ours); err != nil {
+			return removed, err
+		}
+		removed++
+		klog.InfoS("Removed egress-service labels", "node", n.Name, "labels", ours.Len())
+	}
+	unmarked, err := unmarkAllInputs(ctx, kube)
+	if err != nil {
+		return removed, fmt.Errorf("remove the agents' label from Services and their endpoints: %w", err)
+	}
+	if unmarked > 0 {
+		klog.InfoS("Removed the agents' label", "label", endpoints.EgressServiceLabel, "objects", unmarked)
+	}
+	return removed + unmarked, nil
+}
+
+// serviceLabelsOf are node's egress-service labels.
+func serviceLabelsOf(node *corev1.Node) sets.Set[string] {
+	ours := sets.New[string]()
+	for k := range node.Labels {
+		if assign.IsLabelKey(k) {
+			ours.Insert(k)
+		}
+	}
+	return ours
+}
+
+// removeNodeLabels removes labels from node in one JSON merge patch, which
+// touches no other label; a node that is gone has none left.
+func removeNodeLabels(ctx context.Context, kube kubernetes.Interface, node string, labels sets.Set[string]) error {
+	remove := map[string]any{}
+	for k := range labels {
+		remove[k] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": remove}})
+	if err != nil {
+		return err
+	}
+	if _, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove egress-service labels of node %s: %w", node, err)
+	}
+	return nil
+}
+
+const (
+	// uninstallPatchTimeout bounds each label removal of a replica's
+	// first, parallel pass on uninstall: its permissions go within a
+	// second, so a slower patch would fail anyway.
+	uninstallPatchTimeout = 2 * time.Second
+	// uninstallCheckTimeout bounds a replica's check, after that pass,
+	// that no label is left or has come back (removeLabelsUntilSettled):
+	// within the pod's termination grace period (30 s), which the
+	// namespace's deletion starts. Longer could only wait on permissions
+	// that are gone.
+	uninstallCheckTimeout = 20 * time.Second
+)
 
 // uninstallInformers watches the controller's own namespace.
 func uninstallInformers(c *Controller) informers.SharedInformerFactory {
@@ -183,7 +234,11 @@ func (c *Controller) onNamespace(obj any) {
 	c.uninstall("its namespace " + c.opts.Namespace + " is being deleted")
 }
 
-// uninstall stops labelling and removes every service label, once.
+// uninstall stops labelling and removes every service label, once: first
+// every node's that the informer knows, in parallel (the fastest way,
+// while the permissions last), then again from the API server until none
+// has come back for uninstallSettle, which also takes off a label that a
+// node sync in flight at the sign added after the first pass.
 func (c *Controller) uninstall(why string) {
 	if c.uninstalling.Swap(true) {
 		return
@@ -204,26 +259,56 @@ func (c *Controller) uninstall(why string) {
 		}
 	})
 	for _, n := range nodes {
-		ours := sets.New[string]()
-		for k := range n.Labels {
-			if assign.IsLabelKey(k) {
-				ours.Insert(k)
-			}
-		}
+		ours := serviceLabelsOf(n)
 		if ours.Len() == 0 {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), uninstallPatchTimeout)
 			defer cancel()
 			if _, err := c.patchLabels(ctx, n.Name, nil, ours); err != nil {
 				klog.ErrorS(err, "Could not remove egress-service labels on uninstall", "node", n.Name)
 			}
-		}()
+		})
 	}
 	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), uninstallCheckTimeout)
+	defer cancel()
+	switch err := removeLabelsUntilSettled(ctx, c.kube); {
+	case err == nil:
+		klog.InfoS("No egress-service label is left")
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		klog.ErrorS(err, "egressflow's permissions went before every egress-service label was checked; see docs/troubleshooting.md, \"Cleaning up by hand\"")
+	default:
+		klog.ErrorS(err, "Could not check that no egress-service label is left")
+	}
+}
+
+// uninstallIfBeingRemoved asks the API server, on the replica's way out,
+// whether egressflow is being removed, and if so removes the labels as
+// the watches would have: a namespace being deleted has its pods deleted
+// too, which can stop a replica before its watch delivered the sign
+// (events not yet handled are dropped when the watches stop). Only a
+// namespace or Deployment that the watches saw can be a sign.
+func (c *Controller) uninstallIfBeingRemoved() {
+	if c.uninstalling.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), uninstallPatchTimeout)
+	defer cancel()
+	if len(c.nsInformers.Core().V1().Namespaces().Informer().GetStore().ListKeys()) > 0 {
+		ns, err := c.kube.CoreV1().Namespaces().Get(ctx, c.opts.Namespace, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && ns.DeletionTimestamp != nil {
+			c.uninstall("its namespace " + c.opts.Namespace + " is being deleted (asked on the way out)")
+			return
+		}
+	}
+	if c.deployInformer != nil && len(c.deployInformer.Apps().V1().Deployments().Informer().GetStore().ListKeys()) > 0 {
+		d, err := c.kube.AppsV1().Deployments(c.opts.Namespace).Get(ctx, c.opts.Deployment, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && d.DeletionTimestamp != nil {
+			c.uninstall("its Deployment " + c.opts.Deployment + " is being deleted (asked on the way out)")
+		}
+	}
 }
 
 // namespaceHandler is the uninstall watch's event handler.

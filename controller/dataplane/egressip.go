@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -21,16 +22,20 @@ import (
 
 // EgressIP's part of a node's desired state (docs/egressip.md,
 // "Dataplane"). The cluster component gives each address of an EgressIP a
-// node (status.items); every agent reads the same objects and decides the
-// same way, for every selected pod of the cluster, which of the object's
-// held addresses the pod leaves with (egressIPVia). On the node that holds
-// that address the pod's packets are SNATed to it and committed in
-// conntrack.SNATZone, wherever the pod runs; the pod's own node steers
-// them there (to the holder's bridge MAC), as an EgressService's endpoint
-// is steered to its host. The holder answers ARP and neighbour
-// solicitations for the address from the uplink with flows of its own
-// (no address on any interface), so that the answer comes and goes in the
-// same bundle as the SNAT.
+// node (status.items); every agent reads the same objects. On a node that
+// holds an address, every pod the object selects of that address's family
+// is SNATed to it and committed in conntrack.SNATZone, wherever the pod
+// runs; the pod's own node decides, per connection, which of the object's
+// held addresses of the pod's family it leaves with, and steers it there
+// (to the holder's bridge MAC), as an EgressService's endpoint is steered
+// to its host. With one such address held, that is the pod's address;
+// with several, the pod's connections are spread over them (an OpenFlow
+// select group), and each keeps the address it was given while that
+// address is held (conntrack.EgressIPZone, TableEgressIPSpread), as the
+// reference spreads them with ECMP routes. The holder answers ARP and
+// neighbour solicitations for the address from the uplink with flows of
+// its own (no address on any interface), so that the answer comes and
+// goes in the same bundle as the SNAT.
 //
 // ComputeEgressIP is the specification; the Planner keeps the same parts
 // (replanEgressIPs) from its indexes.
@@ -56,6 +61,19 @@ var (
 	// target link-layer address and goes back out. Duplicate address
 	// detection's solicitations (from ::) are passed on instead.
 	KindEgressIPND = APIEgressIP.Kind(5)
+	// KindEgressIPSpread, in TableEgress, loads the number of a local
+	// selected pod's spread into reg6 (EgressIPSpread.reg6) and sends its
+	// packet through conntrack.EgressIPZone to TableEgressIPSpread.
+	KindEgressIPSpread = APIEgressIP.Kind(6)
+	// KindEgressIPSticky, in TableEgressIPSpread, sends a connection that
+	// was given one of the group's addresses (ct_label) on to it.
+	KindEgressIPSticky = APIEgressIP.Kind(7)
+	// KindEgressIPPick, in TableEgressIPSpread, gives any other connection
+	// of the group's pods an address: the group's.
+	KindEgressIPPick = APIEgressIP.Kind(8)
+	// KindEgressIPCommit, in TableEgressIPSpread, records the address the
+	// group gave a connection in its ct_label and sends it on to it.
+	KindEgressIPCommit = APIEgressIP.Kind(9)
 )
 
 // RoleEgressIP is no EgressService's: the role an EgressIP part's flows
@@ -81,14 +99,43 @@ const (
 	EgressIPUnheldNodeIP = esv1.EgressIPUnheldNodeIP
 )
 
-// EgressIPPod is what a node does with one selected pod address.
-type EgressIPPod struct {
-	Pod netip.Addr
-	// Via is the egress IP the pod leaves with.
+// EgressIPHop is one held address that a node's pods leave with.
+type EgressIPHop struct {
+	// Via is the egress IP.
 	Via netip.Addr
 	// HolderMAC is the bridge MAC of the node that holds Via, when another
 	// node does (steer); nil when this node does (SNAT).
 	HolderMAC net.HardwareAddr
+}
+
+func (h EgressIPHop) equal(o EgressIPHop) bool {
+	return h.Via == o.Via && bytes.Equal(h.HolderMAC, o.HolderMAC)
+}
+
+// EgressIPPod is what a node does with one selected pod address.
+type EgressIPPod struct {
+	Pod netip.Addr
+	// EgressIPHop is the address the pod leaves with, unless Spread.
+	EgressIPHop
+	// Spread: a local pod whose object holds several addresses of its
+	// family; its connections are spread over the part's
+	// Spread[family] (Via and HolderMAC are unset).
+	Spread bool
+}
+
+// EgressIPSpread is how a node spreads its pods' connections over the
+// addresses their EgressIP holds of one family.
+type EgressIPSpread struct {
+	// Group is the ID of the OpenFlow select group that gives a
+	// connection one of Hops (APIEgressIP.GroupID); 0 when the node
+	// spreads no pod of this family.
+	Group uint32
+	// Hops are the held addresses, sorted, one per holder.
+	Hops []EgressIPHop
+}
+
+func (s EgressIPSpread) equal(o EgressIPSpread) bool {
+	return s.Group == o.Group && slices.EqualFunc(s.Hops, o.Hops, EgressIPHop.equal)
 }
 
 // EgressIPPart is one EgressIP's part of a node's dataplane.
@@ -99,29 +146,44 @@ type EgressIPPart struct {
 	// for them on the uplink and un-NATs their replies.
 	Held []netip.Addr
 	// Pods are the selected pod addresses the node acts on, sorted: every
-	// pod whose address this node holds, wherever it runs (SNAT), and each
-	// local pod whose address another node holds, while that node's
-	// bridge MAC is known (steer). A local selected pod without either
-	// has no flow here, and the pod guard drops its egress.
+	// pod of a family of which this node holds an address, wherever it
+	// runs (SNAT), and each local pod whose connections another node's
+	// address takes (steer) or several addresses share (spread). A local
+	// selected pod without a held address it can reach has no flow here,
+	// and the pod guard drops its egress.
 	Pods []EgressIPPod
+	// Spread are, by family (IPv4 first), the addresses the spread pods
+	// of Pods leave through.
+	Spread [2]EgressIPSpread
 }
 
 // FlowRole is RoleEgressIP.
 func (p EgressIPPart) FlowRole() Role { return RoleEgressIP }
 
-// Equal reports whether two parts render the same flows.
+// Equal reports whether two parts render the same flows and groups.
 func (p EgressIPPart) Equal(o EgressIPPart) bool {
 	return p.Key == o.Key && slices.Equal(p.Held, o.Held) &&
 		slices.EqualFunc(p.Pods, o.Pods, func(a, b EgressIPPod) bool {
-			return a.Pod == b.Pod && a.Via == b.Via && bytes.Equal(a.HolderMAC, b.HolderMAC)
-		})
+			return a.Pod == b.Pod && a.Spread == b.Spread && a.EgressIPHop.equal(b.EgressIPHop)
+		}) &&
+		p.Spread[0].equal(o.Spread[0]) && p.Spread[1].equal(o.Spread[1])
 }
 
-// AddTranslations adds the SNAT the part's flows make on this node to out.
+// AddTranslations adds the SNAT the part's flows make on this node to out,
+// a spread pod's to this node's address (those of its connections that
+// take it).
 func (p EgressIPPart) AddTranslations(out conntrack.Translations) {
 	for _, pod := range p.Pods {
-		if pod.HolderMAC == nil {
-			out[pod.Pod] = pod.Via
+		if !pod.Spread {
+			if pod.HolderMAC == nil {
+				out[pod.Pod] = pod.Via
+			}
+			continue
+		}
+		for _, h := range p.Spread[family(pod.Pod)].Hops {
+			if h.HolderMAC == nil {
+				out[pod.Pod] = h.Via
+			}
 		}
 	}
 }
@@ -160,28 +222,123 @@ func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports 
 		solicitation(priorityEgressIP, ndSolicitationToAdvert(addr, ports.BridgeMAC))
 		setNeighbourDiscovery(add(KindEgressIPND, TableNeighbour, priorityEgressIP, ndAdvertTarget(ports.BridgeMAC)), 136, addr)
 	}
-	var snat = map[netip.Addr][]openflow.Instruction{}
-	var steer = map[string][]openflow.Instruction{}
+	// The pods of one hop, or of one family's spread, share instructions.
+	hops := map[string][]openflow.Instruction{}
+	var spread [2][]openflow.Instruction
 	for _, pod := range p.Pods {
 		var insts []openflow.Instruction
 		kind := KindEgressIPSNAT
-		if pod.HolderMAC == nil {
-			if insts = snat[pod.Via]; insts == nil {
-				insts = snatTo(pod.Via)
-				snat[pod.Via] = insts
-			}
-		} else {
-			kind = KindEgressIPSteer
-			if insts = steer[string(pod.HolderMAC)]; insts == nil {
+		switch f := family(pod.Pod); {
+		case pod.Spread:
+			kind = KindEgressIPSpread
+			if insts = spread[f]; insts == nil {
 				insts = []openflow.Instruction{openflow.Apply(
-					openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(pod.HolderMAC)},
-					openflow.Output{Port: ports.Uplink})}
-				steer[string(pod.HolderMAC)] = insts
+					openflow.SetFieldUint(reg6EgressIP, uint64(p.Spread[f].reg6(-1))),
+					openflow.CT{Zone: conntrack.EgressIPZone, Recirculate: true, Table: TableEgressIPSpread})}
+				spread[f] = insts
+			}
+		default:
+			if pod.HolderMAC != nil {
+				kind = KindEgressIPSteer
+			}
+			hop := pod.Via.String() + string(pod.HolderMAC)
+			if insts = hops[hop]; insts == nil {
+				insts = []openflow.Instruction{openflow.Apply(pod.EgressIPHop.actions(ports)...)}
+				hops[hop] = insts
 			}
 		}
 		setIP(add(kind, TableEgress, priorityEgressIP, insts), pod.Pod, srcField(pod.Pod))
 	}
+	for f, s := range p.Spread {
+		if s.Group == 0 {
+			continue
+		}
+		// A SNAT's nat needs the match to name the family.
+		ethType := uint64(0x0800)
+		if f == 1 {
+			ethType = 0x86dd
+		}
+		spread := func(kind FlowKind, priority uint16, reg6 uint32, insts []openflow.Instruction) *openflow.Match {
+			m := add(kind, TableEgressIPSpread, priority, insts)
+			m.SetUint(openflow.FieldEthType, ethType)
+			m.SetUint(reg6EgressIP, uint64(reg6))
+			return m
+		}
+		for i, h := range s.Hops {
+			m := spread(KindEgressIPSticky, priorityEgressIPSticky, s.reg6(-1), []openflow.Instruction{openflow.Apply(h.actions(ports)...)})
+			m.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk))
+			m.Set(openflow.FieldCTLabel, spreadLabel(h.Via))
+			record := openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.EgressIPZone,
+				Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldCTLabel, Value: spreadLabel(h.Via)}}}
+			spread(KindEgressIPCommit, priorityEgressIPSticky, s.reg6(i), []openflow.Instruction{openflow.Apply(append([]openflow.Action{record}, h.actions(ports)...)...)})
+		}
+		spread(KindEgressIPPick, priorityEgressIPPick, s.reg6(-1), []openflow.Instruction{openflow.Apply(openflow.Group{ID: s.Group})})
+	}
 	return dst
+}
+
+// reg6 is reg6's value for the spread's packets (hop -1): the group's
+// low 20 bits; and for its hop i, once the group gave a connection that
+// hop (KindEgressIPCommit): i+1 in the top eight bits above them.
+func (s EgressIPSpread) reg6(hop int) uint32 {
+	return uint32(hop+1)<<24 | s.Group&groupIDsPerAPI
+}
+
+// AppendGroups appends the select group of each family the node spreads
+// pods of: it picks a bucket by a hash of the connection's addresses,
+// protocol and ports (spreadHashFields), one bucket per hop, which takes
+// the packet to that hop's KindEgressIPCommit flow. Open vSwitch commits
+// nothing to conntrack from a select group's bucket itself, so the
+// commit is in that flow.
+func (p EgressIPPart) AppendGroups(dst []*openflow.GroupMod, _ Ports) []*openflow.GroupMod {
+	for _, s := range p.Spread {
+		if s.Group == 0 {
+			continue
+		}
+		g := &openflow.GroupMod{Command: openflow.GroupAdd, Type: openflow.GroupTypeSelect, GroupID: s.Group, Properties: spreadSelection}
+		for i := range s.Hops {
+			g.Buckets = append(g.Buckets, openflow.Bucket{ID: uint32(i), Weight: selectBucketWeight, Actions: []openflow.Action{
+				openflow.SetFieldUint(reg6EgressIP, uint64(s.reg6(i))), openflow.ResubmitTable(TableEgressIPSpread)}})
+		}
+		dst = append(dst, g)
+	}
+	return dst
+}
+
+// spreadSelection has a spread's group pick a connection's bucket by a
+// hash of its 5-tuple: every field either family and TCP, UDP and SCTP
+// have (a packet's hash leaves out the fields it lacks). Without it, Open
+// vSwitch picks by its datapath's hash, which on the userspace datapath
+// sent every UDP flow of a pod to one bucket.
+var spreadSelection = openflow.HashSelection(
+	openflow.FieldIPv4Src, openflow.FieldIPv4Dst, openflow.FieldIPv6Src, openflow.FieldIPv6Dst, openflow.FieldIPProto,
+	openflow.FieldTCPSrc, openflow.FieldTCPDst, openflow.FieldUDPSrc, openflow.FieldUDPDst, openflow.FieldSCTPSrc, openflow.FieldSCTPDst)
+
+// reg6EgressIP is EgressIP's register (docs/dataplane.md, "Conntrack
+// zones, marks and registers"): a spread's packets carry its ID from
+// TableEgress across the recirculation into TableEgressIPSpread, and its
+// group's bucket adds the hop it gave them (EgressIPSpread.reg6).
+var reg6EgressIP = openflow.FieldReg(6)
+
+// selectBucketWeight is every spread bucket's weight: each held address
+// takes an equal share of new connections. It is Open vSwitch's default,
+// which the switch describes back.
+const selectBucketWeight = 100
+
+// spreadLabel is the ct_label of a connection given address via: the
+// address, 16 bytes (an IPv4 one IPv4-mapped), never 0.
+func spreadLabel(via netip.Addr) []byte {
+	b := via.As16()
+	return b[:]
+}
+
+// actions sends a packet through the hop: SNATed to Via here, or steered
+// to its holder.
+func (h EgressIPHop) actions(ports Ports) []openflow.Action {
+	if h.HolderMAC == nil {
+		return []openflow.Action{snatAction(h.Via)}
+	}
+	return []openflow.Action{openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(h.HolderMAC)}, openflow.Output{Port: ports.Uplink}}
 }
 
 // arpResponder turns an ARP request for addr into the reply that mac has
@@ -284,29 +441,100 @@ func family(a netip.Addr) int {
 	return 1
 }
 
-// egressIPVia is the holder a pod address leaves through, among its
-// family's: the highest rendezvous score of (pod, address), so that losing
-// one holder moves only the pods that used it. ok is false with none.
-func egressIPVia(pod netip.Addr, holders [2][]egressIPHolder) (egressIPHolder, bool) {
-	var best egressIPHolder
-	var bestScore uint64
-	for _, h := range holders[family(pod)] {
-		if s := egressIPScore(pod, h.addr); !best.addr.IsValid() || s > bestScore {
-			best, bestScore = h, s
+// planEgressIPPod adds to part what node does with addr, an address of
+// pod that the EgressIP name selects (and no object or service before it
+// takes), given the object's held addresses (egressIPHolders) and the
+// holders' bridge MACs (mac, nil while unknown), and returns the problems
+// it finds, for a pod of this node only:
+//
+//   - a node that holds an address of addr's family SNATs a pod of
+//     another node to it (the pod's node chose it for the connection);
+//   - a local pod leaves through the hops of its family (egressIPHops):
+//     pinned to the one there is, or spread over several; with none, it
+//     has no flow, and the pod guard drops its egress.
+func planEgressIPPod(part *EgressIPPart, node NodeConfig, name string, holders [2][]egressIPHolder, pod *corev1.Pod, addr netip.Addr, mac func(node string) net.HardwareAddr) []Problem {
+	f := family(addr)
+	if pod.Spec.NodeName != node.Name {
+		if node.Fenced {
+			return nil
 		}
+		if i := slices.IndexFunc(holders[f], func(h egressIPHolder) bool { return h.node == node.Name }); i >= 0 {
+			part.Pods = append(part.Pods, EgressIPPod{Pod: addr, EgressIPHop: EgressIPHop{Via: holders[f][i].addr}})
+		}
+		return nil
 	}
-	return best, best.addr.IsValid()
+	hops, unknown := egressIPHops(holders[f], node, mac)
+	var problems []Problem
+	for _, h := range unknown {
+		then := "dropping pod %s/%s's egress until it does"
+		if len(hops) > 0 {
+			then = "pod %s/%s's connections leave with the other held addresses until it does"
+		}
+		problems = append(problems, egressIPProblem(name, reasons.HostUnknown,
+			"node %s, holding %s, has not published its bridge MAC; "+then, h.node, h.addr, pod.Namespace, pod.Name))
+	}
+	switch len(hops) {
+	case 0:
+	case 1:
+		part.Pods = append(part.Pods, EgressIPPod{Pod: addr, EgressIPHop: hops[0]})
+	default:
+		part.Pods = append(part.Pods, EgressIPPod{Pod: addr, Spread: true})
+		part.Spread[f].Hops = hops
+	}
+	return problems
 }
 
-// egressIPScore is the rendezvous score of pod for egress IP via (FNV-1a,
-// 64 bits, over both addresses' bytes).
-func egressIPScore(pod, via netip.Addr) uint64 {
-	h := fnv.New64a()
-	b := pod.As16()
-	h.Write(b[:])
-	b = via.As16()
-	h.Write(b[:])
-	return h.Sum64()
+// egressIPHops are the hops a local pod of one family may leave through,
+// from its object's holders of that family (sorted by address): one per
+// holding node, its lowest address (the cluster component gives a node
+// one address of an object; a node's bridge MAC cannot tell two apart),
+// this node's own unless it is fenced, another's once its bridge MAC is
+// known. unknown are the holders whose MAC is not.
+func egressIPHops(holders []egressIPHolder, node NodeConfig, mac func(node string) net.HardwareAddr) (hops []EgressIPHop, unknown []egressIPHolder) {
+	seen := map[string]bool{}
+	for _, h := range holders {
+		if seen[h.node] {
+			continue
+		}
+		seen[h.node] = true
+		switch m := mac(h.node); {
+		case h.node == node.Name:
+			if !node.Fenced {
+				hops = append(hops, EgressIPHop{Via: h.addr})
+			}
+		case m == nil:
+			unknown = append(unknown, h)
+		default:
+			hops = append(hops, EgressIPHop{Via: h.addr, HolderMAC: m})
+		}
+	}
+	return hops, unknown
+}
+
+// allotSpreadGroups gives each family a part spreads pods of a group ID
+// (APIEgressIP.GroupID), from a hash of the part's key and the family,
+// the next free one on a collision; parts in key order, so that the IDs
+// stay put while other objects come and go, collisions aside.
+func allotSpreadGroups(parts []*EgressIPPart) {
+	taken := map[uint32]bool{}
+	for _, part := range parts {
+		for f := range part.Spread {
+			s := &part.Spread[f]
+			if len(s.Hops) == 0 {
+				s.Group = 0
+				continue
+			}
+			h := fnv.New32a()
+			h.Write([]byte(part.Key))
+			h.Write([]byte{byte(f)})
+			id := h.Sum32() & groupIDsPerAPI
+			for taken[id] {
+				id = (id + 1) & groupIDsPerAPI
+			}
+			taken[id] = true
+			s.Group = APIEgressIP.GroupID(id)
+		}
+	}
 }
 
 // egressIPFamilies says which families eip lists an address of (IPv4,
@@ -408,7 +636,8 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 			if owner == nil {
 				continue
 			}
-			h, held := egressIPVia(addr, egressIPHolders(owner))
+			holders := egressIPHolders(owner)
+			held := len(holders[family(addr)]) > 0
 			if !held && node.EgressIPUnheld.LeavesThroughNode() {
 				continue // as if not selected: the pod guard admits it
 			}
@@ -422,26 +651,12 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 				}
 				continue
 			}
-			if !held {
-				continue // no holder: dropped on its node
-			}
 			part := parts[ObjectKey(APIEgressIP, "", owner.Name)]
-			switch {
-			case h.node == node.Name:
-				if !node.Fenced {
-					part.Pods = append(part.Pods, EgressIPPod{Pod: addr, Via: h.addr})
-				}
-			case local:
-				mac := hostMAC(cluster.Leases[h.node])
-				if mac == nil {
-					out.Problems = append(out.Problems, egressIPProblem(owner.Name, reasons.HostUnknown,
-						"node %s, holding %s, has not published its bridge MAC; dropping pod %s/%s's egress until it does", h.node, h.addr, pod.Namespace, pod.Name))
-					continue
-				}
-				part.Pods = append(part.Pods, EgressIPPod{Pod: addr, Via: h.addr, HolderMAC: mac})
-			}
+			out.Problems = append(out.Problems, planEgressIPPod(part, node, owner.Name, holders, pod, addr,
+				func(n string) net.HardwareAddr { return hostMAC(cluster.Leases[n]) })...)
 		}
 	}
+	var kept []*EgressIPPart
 	for _, eip := range eips {
 		part := parts[ObjectKey(APIEgressIP, "", eip.Name)]
 		if len(part.Held)+len(part.Pods) == 0 {
@@ -449,9 +664,13 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 		}
 		slices.SortFunc(part.Held, netip.Addr.Compare)
 		slices.SortFunc(part.Pods, func(a, b EgressIPPod) int { return a.Pod.Compare(b.Pod) })
+		kept = append(kept, part)
+	}
+	slices.SortFunc(kept, func(a, b *EgressIPPart) int { return cmp.Compare(a.Key, b.Key) })
+	allotSpreadGroups(kept)
+	for _, part := range kept {
 		out.Parts = append(out.Parts, *part)
 	}
-	slices.SortFunc(out.Parts, func(a, b EgressIPPart) int { return cmp.Compare(a.Key, b.Key) })
 	slices.SortFunc(out.Problems, compareProblems)
 	slices.SortFunc(out.Selected, netip.Addr.Compare)
 	out.Selected = slices.Compact(out.Selected)

@@ -46,6 +46,17 @@ const (
 	TableUplink uint8 = 47
 )
 
+// TableEgressIPSpread spreads a local pod's connections over the
+// addresses its EgressIP holds of the pod's family, when it holds more
+// than one: TableEgress commits the packet's connection to
+// conntrack.EgressIPZone (reg6 holding the object's group, ct_label the
+// address a connection was given) and recirculates it here, where a
+// connection keeps the address it was given while that address is held
+// (KindEgressIPSticky), and one without (a new connection, or one whose
+// address went) gets one from the object's select group
+// (KindEgressIPPick), which records it in ct_label.
+const TableEgressIPSpread uint8 = 48
+
 // TableNeighbour is the second half of the neighbour advertisement
 // responder: Open vSwitch lets a flow write nd_tll only if its match says
 // the packet is an advertisement, so the solicitation, rewritten into an
@@ -131,6 +142,12 @@ const priorityFirewallInbound uint16 = 205
 // packet such a flow takes came from outside the node and would go on by
 // NORMAL anyway (TableOrigin hands what the uplink brings to NORMAL).
 const priorityFirewallSnoop uint16 = 210
+
+// Priorities in TableEgressIPSpread: a connection with an address first.
+const (
+	priorityEgressIPSticky uint16 = 200
+	priorityEgressIPPick   uint16 = 100
+)
 
 // priorityEgressIPDAD passes a duplicate address detection solicitation
 // for a held address (source ::) above the responder, which would answer

@@ -201,10 +201,15 @@ var (
 // addr, and sends it on to TableUplink, which lets it out only if the
 // translation happened.
 func snatTo(addr netip.Addr) []openflow.Instruction {
-	return []openflow.Instruction{openflow.Apply(openflow.CT{
+	return []openflow.Instruction{openflow.Apply(snatAction(addr))}
+}
+
+// snatAction is snatTo's action.
+func snatAction(addr netip.Addr) openflow.CT {
+	return openflow.CT{
 		Flags: openflow.CTCommit, Zone: conntrack.SNATZone, Recirculate: true, Table: TableUplink,
 		Actions: []openflow.Action{openflow.NAT{Flags: openflow.NATSrc, MinAddr: addr}},
-	})}
+	}
 }
 
 // AppendService renders s's flows (ServiceFlows) into b and appends them to

@@ -56,6 +56,17 @@ const (
 	GroupIDMask   uint32 = 0xff000000
 )
 
+// GroupID returns the ID of group id of API a's parts: each member gives
+// the IDs of its parts' groups out within its own 2^20 (the API in the
+// four bits above them, as in cookies), so that two members never want
+// one. Only id's low 20 bits count.
+func (a API) GroupID(id uint32) uint32 {
+	return GroupIDPrefix | uint32(a&0xf)<<20 | id&groupIDsPerAPI
+}
+
+// groupIDsPerAPI masks the IDs an API gives out (API.GroupID).
+const groupIDsPerAPI = 1<<20 - 1
+
 // FlowRole is the service's role: its flows are counted under it.
 func (s Service) FlowRole() Role { return s.Role }
 

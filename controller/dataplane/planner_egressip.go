@@ -3,6 +3,7 @@ package dataplane
 import (
 	"cmp"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 
@@ -218,8 +219,7 @@ func (p *Planner) replanEgressIPs() {
 				continue
 			}
 			owned[pk] = pl.eip.Name
-			h, held := egressIPVia(pa.addr, pl.holders)
-			if !held && p.node.EgressIPUnheld.LeavesThroughNode() {
+			if len(pl.holders[family(pa.addr)]) == 0 && p.node.EgressIPUnheld.LeavesThroughNode() {
 				continue // leaves as its node's unselected pods do
 			}
 			if local {
@@ -232,20 +232,9 @@ func (p *Planner) replanEgressIPs() {
 				}
 				continue
 			}
-			switch {
-			case !held:
-			case h.node == p.node.Name:
-				if !p.node.Fenced {
-					part.Pods = append(part.Pods, EgressIPPod{Pod: pa.addr, Via: h.addr})
-				}
-			case local:
-				mac := p.hostMACs[h.node]
-				if mac == nil {
-					problems[pl.key] = append(problems[pl.key], egressIPProblem(pl.eip.Name, reasons.HostUnknown,
-						"node %s, holding %s, has not published its bridge MAC; dropping pod %s/%s's egress until it does", h.node, h.addr, pa.pod.Namespace, pa.pod.Name))
-					continue
-				}
-				part.Pods = append(part.Pods, EgressIPPod{Pod: pa.addr, Via: h.addr, HolderMAC: mac})
+			if found := planEgressIPPod(part, p.node, pl.eip.Name, pl.holders, pa.pod, pa.addr,
+				func(n string) net.HardwareAddr { return p.hostMACs[n] }); len(found) > 0 {
+				problems[pl.key] = append(problems[pl.key], found...)
 			}
 		}
 	}
@@ -300,7 +289,9 @@ func (in *egressIPInputs) take(parts map[string]*EgressIPPart, problems map[stri
 		}
 	}
 	next := make(map[string]EgressIPPart, len(parts))
-	for k, part := range parts {
+	var kept []*EgressIPPart
+	for _, k := range slices.Sorted(maps.Keys(parts)) {
+		part := parts[k]
 		if len(part.Held)+len(part.Pods) == 0 {
 			if _, had := in.parts[k]; had {
 				in.changed[k] = true
@@ -309,10 +300,14 @@ func (in *egressIPInputs) take(parts map[string]*EgressIPPart, problems map[stri
 		}
 		slices.SortFunc(part.Held, netip.Addr.Compare)
 		slices.SortFunc(part.Pods, func(a, b EgressIPPod) int { return a.Pod.Compare(b.Pod) })
-		if old, had := in.parts[k]; !had || !old.Equal(*part) {
-			in.changed[k] = true
+		kept = append(kept, part)
+	}
+	allotSpreadGroups(kept)
+	for _, part := range kept {
+		if old, had := in.parts[part.Key]; !had || !old.Equal(*part) {
+			in.changed[part.Key] = true
 		}
-		next[k] = *part
+		next[part.Key] = *part
 	}
 	for k, list := range problems {
 		slices.SortFunc(list, compareProblems)

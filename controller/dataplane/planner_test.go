@@ -516,8 +516,9 @@ func TestPlannerMatchesCompute(t *testing.T) {
 				for _, part := range want.EgressIP.Parts {
 					seen["an EgressIP address held"] = seen["an EgressIP address held"] || len(part.Held) > 0
 					for _, pod := range part.Pods {
-						seen["a pod SNATed to an egress IP"] = seen["a pod SNATed to an egress IP"] || pod.HolderMAC == nil
+						seen["a pod SNATed to an egress IP"] = seen["a pod SNATed to an egress IP"] || !pod.Spread && pod.HolderMAC == nil
 						seen["a pod steered to a holder"] = seen["a pod steered to a holder"] || pod.HolderMAC != nil
+						seen["a pod's connections spread over several egress IPs"] = seen["a pod's connections spread over several egress IPs"] || pod.Spread
 					}
 				}
 				if cfg.EgressIPUnheld.LeavesThroughNode() {
@@ -537,7 +538,7 @@ func TestPlannerMatchesCompute(t *testing.T) {
 	}
 	// The histories reach every case of EgressIP's part, and both of the
 	// resolver pods'.
-	for _, what := range []string{"an EgressIP address held", "a pod SNATed to an egress IP", "a pod steered to a holder",
+	for _, what := range []string{"an EgressIP address held", "a pod SNATed to an egress IP", "a pod steered to a holder", "a pod's connections spread over several egress IPs",
 		"also selected by EgressIP", "is an endpoint of EgressService", "has not published its bridge MAC",
 		"a selected pod leaving through its node while unheld", "a published host address exempt",
 		"a node's Lease publishing addresses before its Node exists",

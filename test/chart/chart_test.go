@@ -475,3 +475,50 @@ func files(t *testing.T, dir, glob string) map[string][]byte {
 	}
 	return m
 }
+
+// TestDeletionOrder: `kubectl delete -k deploy/` deletes in the build's
+// order, and the controller takes the egress-service labels off the nodes
+// when it sees its namespace being deleted, which it can do only while its
+// ServiceAccount and RBAC last. So the namespace comes first and every
+// ServiceAccount, Role, ClusterRole and binding after every other object:
+// the workloads, the admission policies and the FlowSchema are deleted in
+// between, which gives the controller their time.
+func TestDeletionOrder(t *testing.T) {
+	objs := kustomize(t, "deploy")
+	if len(objs) == 0 || objs[0].kind() != "Namespace" {
+		t.Fatalf("the build does not start with the namespace: %v", kinds(objs))
+	}
+	identity := func(o object) bool {
+		switch o.kind() {
+		case "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding":
+			return true
+		}
+		return false
+	}
+	first := slices.IndexFunc(objs, identity)
+	if first < 0 {
+		t.Fatalf("no ServiceAccount or RBAC in the build: %v", kinds(objs))
+	}
+	if rest := objs[first:]; !slices.ContainsFunc(rest, func(o object) bool { return o.key() == "ServiceAccount/"+deployNamespace+"/egressflow-controller" }) ||
+		slices.ContainsFunc(rest, func(o object) bool { return !identity(o) }) {
+		t.Errorf("an object comes after the first ServiceAccount or RBAC object, or the controller's ServiceAccount is missing: %v", kinds(objs))
+	}
+	// Between the namespace and the permissions: at least both workloads.
+	for _, kind := range []string{"DaemonSet", "Deployment"} {
+		if i := slices.IndexFunc(objs, func(o object) bool { return o.kind() == kind }); i < 1 || i > first {
+			t.Errorf("%s is not deleted between the namespace and the permissions: %v", kind, kinds(objs))
+		}
+	}
+	// The ServiceAccounts last: deleting one ends its tokens.
+	if last := objs[len(objs)-1]; last.kind() != "ServiceAccount" {
+		t.Errorf("the build ends with %s, not a ServiceAccount: %v", last.key(), kinds(objs))
+	}
+}
+
+func kinds(objs []object) []string {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		out[i] = o.key()
+	}
+	return out
+}

@@ -20,6 +20,7 @@
 package dockercluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -28,6 +29,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,6 +98,51 @@ type Cluster struct {
 	subnet byte
 	// namespace is where egressflow is installed (InstallNamespace).
 	namespace string
+	// followed are the logs FollowLogs keeps for the failure dump.
+	followed []*followedLogs
+}
+
+// followedLogs is what one `kubectl logs -f` printed.
+type followedLogs struct {
+	selector string
+	mu       sync.Mutex
+	buf      bytes.Buffer
+}
+
+func (f *followedLogs) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.buf.Write(p)
+}
+
+func (f *followedLogs) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.buf.String()
+}
+
+// FollowLogs follows the logs of egressflow's pods that selector selects,
+// as they run, for the failure dump: the logs of pods that the test
+// deletes (an uninstall, a rollout) are gone from the nodes by the time a
+// failure is dumped. It stops with the test.
+func (c *Cluster) FollowLogs(selector string) {
+	c.t.Helper()
+	path, err := c.kubectlPath()
+	if err != nil {
+		c.t.Fatalf("dockercluster: %v", err)
+	}
+	f := &followedLogs{selector: selector}
+	cmd := exec.Command(path, "--kubeconfig", c.Kubeconfig, "logs", "-f", "--prefix", "--timestamps", "--max-log-requests=20",
+		"-n", c.InstallNamespace(), "-l", selector)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("dockercluster: kubectl logs -f: %v", err)
+	}
+	c.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	c.followed = append(c.followed, f)
 }
 
 // Node is one node container.
@@ -415,6 +462,9 @@ func (c *Cluster) dumpState() {
 		out, err := c.kubectl(args...)
 		fmt.Fprintf(&dump, "=== kubectl %s\n%s%v\n", strings.Join(args, " "), out, errOrEmpty(err))
 	}
+	for _, f := range c.followed {
+		fmt.Fprintf(&dump, "=== kubectl logs -f -l %s, followed during the test\n%s\n", f.selector, f.String())
+	}
 	for _, n := range c.Nodes {
 		out, err := run("docker", "exec", n.Container, "tail", "-n", "60", "/var/log/kubelet.log")
 		fmt.Fprintf(&dump, "=== %s kubelet log tail\n%s%v\n", n.Name, out, errOrEmpty(err))
@@ -513,20 +563,30 @@ func (c *Cluster) Kubectl(args ...string) string {
 }
 
 func (c *Cluster) kubectl(args ...string) (string, error) {
+	path, err := c.kubectlPath()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(path, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// kubectlPath is the cached kubectl's path (build-binaries.sh builds it
+// the first time).
+func (c *Cluster) kubectlPath() (string, error) {
 	out, err := run("bash", filepath.Join(mustRepoRoot(c.t), "test", "tools", "build-binaries.sh"), "--with-kubectl")
 	if err != nil {
 		return "", err
 	}
 	for _, line := range strings.Split(out, "\n") {
 		if name, path, ok := strings.Cut(line, "="); ok && name == "kubectl" {
-			cmd := exec.Command(path, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr.String())
-			}
-			return string(out), nil
+			return path, nil
 		}
 	}
 	return "", fmt.Errorf("build-binaries.sh did not report kubectl")

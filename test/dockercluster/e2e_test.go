@@ -254,6 +254,7 @@ func TestUninstall(t *testing.T) {
 		return nil
 	})
 
+	c.FollowLogs("app.kubernetes.io/name=egressflow-controller")
 	started := time.Now()
 	c.Uninstall()
 	t.Logf("kubectl delete -k deploy/ returned after %v", time.Since(started).Round(time.Millisecond))

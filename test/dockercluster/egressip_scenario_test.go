@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +18,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	"github.com/egressflow/egressflow/test/kubetest"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 // egressAssignable is the label that makes a node an egress node.
@@ -25,6 +28,54 @@ const egressAssignable = "k8s.ovn.org/egress-assignable"
 // cluster's segment, where the external host resolves them.
 func (c *Cluster) egressIPs() [2]netip.Addr {
 	return [2]netip.Addr{netip.MustParseAddr(fmt.Sprintf("172.31.%d.50", c.subnet)), netip.MustParseAddr(fmt.Sprintf("fd00:172:31:%x::50", c.subnet))}
+}
+
+// secondEgressIP4 is another IPv4 address of the segment for the EgressIP
+// tests, beside egressIPs'.
+func (c *Cluster) secondEgressIP4() netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("172.31.%d.51", c.subnet))
+}
+
+// expectSpread waits until probe pod's log shows, since since, target
+// seeing each of want as the pod's source (a probe's datagrams are a new
+// flow each), and no other.
+func (c *Cluster) expectSpread(pod *corev1.Pod, target string, since time.Time, want ...netip.Addr) {
+	c.t.Helper()
+	wait.Until(c.t, convergeTimeout, func() error {
+		tail := int64(400)
+		raw, err := c.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+		if err != nil {
+			return err
+		}
+		seen := map[string]int{}
+		for _, line := range strings.Split(string(raw), "\n") {
+			words := strings.Fields(line)
+			if len(words) < 3 || words[1] != "target="+target {
+				continue
+			}
+			if at, err := time.Parse(time.RFC3339Nano, words[0]); err != nil || !at.After(since) {
+				continue
+			}
+			if source, ok := strings.CutPrefix(words[2], "source="); ok && source != "" {
+				seen[source]++
+			}
+		}
+		var wanted []string
+		for _, a := range want {
+			wanted = append(wanted, a.String())
+		}
+		for _, w := range wanted {
+			if seen[w] == 0 {
+				return fmt.Errorf("%s to %s seen as %v since %v, want each of %v", pod.Name, target, seen, since.Format(time.StampMilli), wanted)
+			}
+		}
+		for source := range seen {
+			if !slices.Contains(wanted, source) {
+				return fmt.Errorf("%s to %s seen as %s since %v, not one of %v", pod.Name, target, source, since.Format(time.StampMilli), wanted)
+			}
+		}
+		return nil
+	})
 }
 
 // labelEgressNode adds (on) or removes the egress-assignable label of n.

@@ -37,7 +37,8 @@ const neighbourMoveBound = 5 * time.Second
 // node's label removed leaves its address without a node (the condition
 // says why, the pods' egress of that family is dropped), and the third
 // node labelled takes it, the external host's entry following at once; a
-// pod relabelled into the EgressIP; an egress node killed, its address
+// pod relabelled into the EgressIP; a second IPv4 address held, over
+// which each pod's connections spread; an egress node killed, its address
 // moving to the next egress node; and that a capture on the external host
 // sees no selected pod's IP throughout.
 func TestEgressIP(t *testing.T) {
@@ -175,9 +176,52 @@ func TestEgressIP(t *testing.T) {
 	selected = append(selected, other)
 	selectedSince[other.Name] = time.Now()
 
-	// The IPv6 holder dies: the node whose label went comes back as an
-	// egress node first, and takes the IPv6 address.
+	// A second IPv4 address goes to the egress node that holds none of
+	// the object's (two of an object's addresses are never on one node):
+	// each selected pod's IPv4 connections (the probe opens a new flow for
+	// each datagram) leave with both, as through the reference's ECMP
+	// routes. Then it goes again, and they leave with the first alone.
 	label(v4Holder, true)
+	eip4b := c.secondEgressIP4()
+	setAddresses := func(addrs ...netip.Addr) {
+		t.Helper()
+		eip, err := eips.Get(ctx, "billing", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eip.Spec.EgressIPs = nil
+		for _, a := range addrs {
+			eip.Spec.EgressIPs = append(eip.Spec.EgressIPs, a.String())
+		}
+		if _, err := eips.Update(ctx, eip, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setAddresses(eip4, eip6, eip4b)
+	holders("a second IPv4 address on "+v4Holder.Name, func(m map[netip.Addr]string) error {
+		if m[eip4b] != v4Holder.Name || m[eip4] != leader.Name || m[eip6] != v6Holder.Name {
+			return fmt.Errorf("want %s on %s", eip4b, v4Holder.Name)
+		}
+		return nil
+	})
+	spreadSince := time.Now()
+	for _, p := range selected {
+		c.expectSpread(p, server.Addr.String(), spreadSince, eip4, eip4b)
+	}
+	t.Logf("%s on %s beside %s: every selected pod's IPv4 connections seen as each within %v", eip4b, v4Holder.Name, eip4, time.Since(spreadSince).Round(time.Millisecond))
+	setAddresses(eip4, eip6)
+	holders("the second IPv4 address gone", func(m map[netip.Addr]string) error {
+		if _, ok := m[eip4b]; ok || len(m) != 2 {
+			return fmt.Errorf("want %s gone", eip4b)
+		}
+		return nil
+	})
+	for _, p := range selected {
+		c.ExpectSources(p, targets, want)
+	}
+
+	// The IPv6 holder dies: the node whose label went, an egress node
+	// again since the second IPv4 address, takes the IPv6 address.
 	c.docker("kill", v6Holder.Container)
 	killed := time.Now()
 	holders("IPv6 address on "+v4Holder.Name, func(m map[netip.Addr]string) error {
@@ -208,7 +252,7 @@ func TestEgressIP(t *testing.T) {
 	packets := capture.Stop()
 	fromEIP := 0
 	for _, p := range packets {
-		if p.Src == eip4 || p.Src == eip6 {
+		if p.Src == eip4 || p.Src == eip6 || p.Src == eip4b {
 			fromEIP++
 			continue
 		}

@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/wait"
@@ -73,6 +75,7 @@ func (c *Cluster) overlayOf(deploy, namespace string, values map[string]string, 
 		lines = append(lines, "namespace: "+namespace)
 	}
 	lines = append(lines, "resources:", "- "+base)
+	lines = append(lines, sortOptionsOf(c.t, deploy)...)
 	if image != "" {
 		name, tag, _ := strings.Cut(image, ":")
 		lines = append(lines, "images:", "- name: egressflow", "  newName: "+name, "  newTag: "+tag)
@@ -87,6 +90,30 @@ func (c *Cluster) overlayOf(deploy, namespace string, values map[string]string, 
 		c.t.Fatal(err)
 	}
 	return dir
+}
+
+// sortOptionsOf are the lines of the sortOptions of the kustomization in
+// deploy (none if it has none), as an overlay copies them: kustomize reads
+// the field only in the kustomization it builds, and deploy/'s order is
+// what lets its uninstall remove every label (deploy/kustomization.yaml).
+func sortOptionsOf(t testing.TB, deploy string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(deploy, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k map[string]any
+	if err := yaml.Unmarshal(raw, &k); err != nil {
+		t.Fatalf("%s/kustomization.yaml: %v", deploy, err)
+	}
+	if k["sortOptions"] == nil {
+		return nil
+	}
+	out, err := yaml.Marshal(map[string]any{"sortOptions": k["sortOptions"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 }
 
 // InstallWithValues installs egressflow as a user whose cluster differs
