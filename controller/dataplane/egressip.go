@@ -117,6 +117,10 @@ type EgressIPPod struct {
 	Pod netip.Addr
 	// EgressIPHop is the address the pod leaves with, unless Spread.
 	EgressIPHop
+	// Local: the pod runs on this node. Each of its connections is
+	// recorded in conntrack.EgressIPZone with the address it leaves
+	// with, so that it keeps that address when others come (Spread).
+	Local bool
 	// Spread: a local pod whose object holds several addresses of its
 	// family; its connections are spread over the part's
 	// Spread[family] (Via and HolderMAC are unset).
@@ -164,7 +168,7 @@ func (p EgressIPPart) FlowRole() Role { return RoleEgressIP }
 func (p EgressIPPart) Equal(o EgressIPPart) bool {
 	return p.Key == o.Key && slices.Equal(p.Held, o.Held) &&
 		slices.EqualFunc(p.Pods, o.Pods, func(a, b EgressIPPod) bool {
-			return a.Pod == b.Pod && a.Spread == b.Spread && a.EgressIPHop.equal(b.EgressIPHop)
+			return a.Pod == b.Pod && a.Local == b.Local && a.Spread == b.Spread && a.EgressIPHop.equal(b.EgressIPHop)
 		}) &&
 		p.Spread[0].equal(o.Spread[0]) && p.Spread[1].equal(o.Spread[1])
 }
@@ -241,9 +245,13 @@ func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports 
 			if pod.HolderMAC != nil {
 				kind = KindEgressIPSteer
 			}
-			hop := pod.Via.String() + string(pod.HolderMAC)
+			hop := fmt.Sprint(pod.Via, pod.HolderMAC, pod.Local)
 			if insts = hops[hop]; insts == nil {
-				insts = []openflow.Instruction{openflow.Apply(pod.EgressIPHop.actions(ports)...)}
+				actions := pod.EgressIPHop.actions(ports)
+				if pod.Local {
+					actions = append([]openflow.Action{recordHop(pod.Via)}, actions...)
+				}
+				insts = []openflow.Instruction{openflow.Apply(actions...)}
 				hops[hop] = insts
 			}
 		}
@@ -268,9 +276,7 @@ func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports 
 			m := spread(KindEgressIPSticky, priorityEgressIPSticky, s.reg6(-1), []openflow.Instruction{openflow.Apply(h.actions(ports)...)})
 			m.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk))
 			m.Set(openflow.FieldCTLabel, spreadLabel(h.Via))
-			record := openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.EgressIPZone,
-				Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldCTLabel, Value: spreadLabel(h.Via)}}}
-			spread(KindEgressIPCommit, priorityEgressIPSticky, s.reg6(i), []openflow.Instruction{openflow.Apply(append([]openflow.Action{record}, h.actions(ports)...)...)})
+			spread(KindEgressIPCommit, priorityEgressIPSticky, s.reg6(i), []openflow.Instruction{openflow.Apply(append([]openflow.Action{recordHop(h.Via)}, h.actions(ports)...)...)})
 		}
 		spread(KindEgressIPPick, priorityEgressIPPick, s.reg6(-1), []openflow.Instruction{openflow.Apply(openflow.Group{ID: s.Group})})
 	}
@@ -324,6 +330,16 @@ var reg6EgressIP = openflow.FieldReg(6)
 // takes an equal share of new connections. It is Open vSwitch's default,
 // which the switch describes back.
 const selectBucketWeight = 100
+
+// recordHop commits a local pod's connection to conntrack.EgressIPZone
+// with the address it leaves with (spreadLabel): a connection of a pod
+// whose object holds one address of its family is recorded too, so that
+// it keeps that address when a second comes and the pod's connections are
+// spread.
+func recordHop(via netip.Addr) openflow.CT {
+	return openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.EgressIPZone,
+		Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldCTLabel, Value: spreadLabel(via)}}}
+}
 
 // spreadLabel is the ct_label of a connection given address via: the
 // address, 16 bytes (an IPv4 one IPv4-mapped), never 0.
@@ -476,9 +492,9 @@ func planEgressIPPod(part *EgressIPPart, node NodeConfig, name string, holders [
 	switch len(hops) {
 	case 0:
 	case 1:
-		part.Pods = append(part.Pods, EgressIPPod{Pod: addr, EgressIPHop: hops[0]})
+		part.Pods = append(part.Pods, EgressIPPod{Pod: addr, EgressIPHop: hops[0], Local: true})
 	default:
-		part.Pods = append(part.Pods, EgressIPPod{Pod: addr, Spread: true})
+		part.Pods = append(part.Pods, EgressIPPod{Pod: addr, Local: true, Spread: true})
 		part.Spread[f].Hops = hops
 	}
 	return problems

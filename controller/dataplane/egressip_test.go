@@ -127,7 +127,9 @@ func TestEgressIPUnheld(t *testing.T) {
 // the one IPv6 address as before (steered to n2); each holder SNATs every
 // selected pod of its address's family to its own address, wherever the
 // pod runs; a holder whose bridge MAC is unknown is left out of the group
-// (a problem), and with one address left the pod is pinned to it.
+// (a problem), and with one address left the pod is pinned to it. A local
+// pod's pinned connections are recorded with their address too, so that
+// they keep it when a second address comes.
 func TestEgressIPSpread(t *testing.T) {
 	const a4, b4, a6 = "172.18.0.100", "172.18.0.101", "2001:db8::100"
 	const mac2, mac3 = "02:00:00:00:00:02", "02:00:00:00:00:03"
@@ -164,7 +166,7 @@ func TestEgressIPSpread(t *testing.T) {
 	hop := func(i int) uint32 { return uint32(i+1)<<24 | id }
 	want := []string{
 		fmt.Sprintf("table=41, priority=190,ip,nw_src=10.244.1.5 actions=set_field:%#x->reg6,ct(table=48,zone=%d)", id, conntrack.EgressIPZone),
-		"table=41, priority=190,ipv6,ipv6_src=fd00:10:244:1::5 actions=set_field:" + mac2 + "->eth_dst,output:1",
+		fmt.Sprintf("table=41, priority=190,ipv6,ipv6_src=fd00:10:244:1::5 actions=ct(commit,zone=%d,exec(set_field:0x20010db8000000000000000000000100->ct_label)),set_field:%s->eth_dst,output:1", conntrack.EgressIPZone, mac2),
 		fmt.Sprintf("table=48, priority=200,ct_state=+trk,ct_label=0xffffac120064,ip,reg6=%#x actions=set_field:%s->eth_dst,output:1", id, mac2),
 		fmt.Sprintf("table=48, priority=200,ip,reg6=%#x actions=ct(commit,zone=%d,exec(set_field:0xffffac120064->ct_label)),set_field:%s->eth_dst,output:1", hop(0), conntrack.EgressIPZone, mac2),
 		fmt.Sprintf("table=48, priority=200,ct_state=+trk,ct_label=0xffffac120065,ip,reg6=%#x actions=set_field:%s->eth_dst,output:1", id, mac3),

@@ -78,6 +78,43 @@ func (c *Cluster) expectSpread(pod *corev1.Pod, target string, since time.Time, 
 	})
 }
 
+// expectKeptFlows waits until probe pod's log shows, for each of its
+// flows flows to target (RunKeptFlowsProbePod), a line logged since since,
+// and fails unless the last of each says want.
+func (c *Cluster) expectKeptFlows(pod *corev1.Pod, target string, flows int, since time.Time, want netip.Addr) {
+	c.t.Helper()
+	var last map[string]string
+	wait.Until(c.t, convergeTimeout, func() error {
+		tail := int64(100 * flows)
+		raw, err := c.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+		if err != nil {
+			return err
+		}
+		last = map[string]string{}
+		for _, line := range strings.Split(string(raw), "\n") {
+			words := strings.Fields(line)
+			if len(words) < 3 || words[1] != "target="+target {
+				continue
+			}
+			if at, err := time.Parse(time.RFC3339Nano, words[0]); err != nil || !at.After(since) {
+				continue
+			}
+			if flow := words[len(words)-1]; strings.HasPrefix(flow, "flow=") {
+				last[flow], _ = strings.CutPrefix(words[2], "source=")
+			}
+		}
+		if len(last) < flows {
+			return fmt.Errorf("%s: %d of %d flows to %s logged since %v", pod.Name, len(last), flows, target, since.Format(time.StampMilli))
+		}
+		return nil
+	})
+	for flow, source := range last {
+		if source != want.String() {
+			c.t.Errorf("%s's %s to %s seen as %q, want %s: the flow did not keep its address", pod.Name, flow, target, source, want)
+		}
+	}
+}
+
 // labelEgressNode adds (on) or removes the egress-assignable label of n.
 func (c *Cluster) labelEgressNode(t testing.TB, n *Node, on bool) {
 	t.Helper()

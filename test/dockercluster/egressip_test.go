@@ -38,7 +38,8 @@ const neighbourMoveBound = 5 * time.Second
 // says why, the pods' egress of that family is dropped), and the third
 // node labelled takes it, the external host's entry following at once; a
 // pod relabelled into the EgressIP; a second IPv4 address held, over
-// which each pod's connections spread; an egress node killed, its address
+// which each pod's new connections spread while those opened before keep
+// the first; an egress node killed, its address
 // moving to the next egress node; and that a capture on the external host
 // sees no selected pod's IP throughout.
 func TestEgressIP(t *testing.T) {
@@ -181,6 +182,12 @@ func TestEgressIP(t *testing.T) {
 	// each selected pod's IPv4 connections (the probe opens a new flow for
 	// each datagram) leave with both, as through the reference's ECMP
 	// routes. Then it goes again, and they leave with the first alone.
+	// A pod's flows opened while one IPv4 address is held keep it.
+	const keptFlows = 8
+	kept := c.RunKeptFlowsProbePod(ns, "kept", v4Holder, map[string]string{"app": "web"}, keptFlows, targets...)
+	selected = append(selected, kept)
+	selectedSince[kept.Name] = time.Now()
+	c.expectKeptFlows(kept, server.Addr.String(), keptFlows, time.Now(), eip4)
 	label(v4Holder, true)
 	eip4b := c.secondEgressIP4()
 	setAddresses := func(addrs ...netip.Addr) {
@@ -206,9 +213,13 @@ func TestEgressIP(t *testing.T) {
 	})
 	spreadSince := time.Now()
 	for _, p := range selected {
-		c.expectSpread(p, server.Addr.String(), spreadSince, eip4, eip4b)
+		if p != kept {
+			c.expectSpread(p, server.Addr.String(), spreadSince, eip4, eip4b)
+		}
 	}
 	t.Logf("%s on %s beside %s: every selected pod's IPv4 connections seen as each within %v", eip4b, v4Holder.Name, eip4, time.Since(spreadSince).Round(time.Millisecond))
+	c.expectKeptFlows(kept, server.Addr.String(), keptFlows, time.Now(), eip4)
+	t.Logf("%s's %d flows opened before %s came kept %s", kept.Name, keptFlows, eip4b, eip4)
 	setAddresses(eip4, eip6)
 	holders("the second IPv4 address gone", func(m map[netip.Addr]string) error {
 		if _, ok := m[eip4b]; ok || len(m) != 2 {

@@ -63,6 +63,18 @@ func (c *Cluster) CreateLoadBalancer(namespace, name string, selector map[string
 // (testapp probe) and returns it once it runs, with its addresses.
 func (c *Cluster) RunProbePod(namespace, name string, node *Node, labels map[string]string, targets ...string) *corev1.Pod {
 	c.t.Helper()
+	return c.RunKeptFlowsProbePod(namespace, name, node, labels, 0, targets...)
+}
+
+// RunKeptFlowsProbePod is RunProbePod whose probe sends to each target
+// over flows flows kept for the pod's life (testapp probe --flows), each
+// logged apart; 0: a new flow for each datagram.
+func (c *Cluster) RunKeptFlowsProbePod(namespace, name string, node *Node, labels map[string]string, flows int, targets ...string) *corev1.Pod {
+	c.t.Helper()
+	args := []string{"--interval=" + probeInterval.String()}
+	if flows > 0 {
+		args = append(args, fmt.Sprintf("--flows=%d", flows))
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 		Spec: corev1.PodSpec{
@@ -70,7 +82,7 @@ func (c *Cluster) RunProbePod(namespace, name string, node *Node, labels map[str
 			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "probe", Image: TestAppImage, ImagePullPolicy: corev1.PullNever,
-				Args: append([]string{"--interval=" + probeInterval.String()}, targets...),
+				Args: append(args, targets...),
 			}},
 		},
 	}

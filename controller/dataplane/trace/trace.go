@@ -34,7 +34,9 @@
 //   - resubmit(,table);
 //   - ct with a constant zone, commit, recirculation (table=) and nat:
 //     nat(src=A) or nat(dst=A) of one address, or nat without a range
-//     (undo the translation) on recirculation.
+//     (undo the translation) on recirculation; exec(set_field) of the
+//     connection's ct_mark or ct_label on a commit that does not
+//     recirculate (it changes the entry, not the pass).
 //
 // # Conntrack
 //
@@ -203,6 +205,15 @@ func checkCT(a openflow.CT) error {
 		return errors.New("ALGs are not modelled")
 	}
 	for _, x := range a.Actions {
+		if set, ok := x.(openflow.SetField); ok {
+			switch {
+			case set.Field != openflow.FieldCTMark && set.Field != openflow.FieldCTLabel:
+				return fmt.Errorf("%v inside ct is not modelled", x)
+			case a.Flags&openflow.CTCommit == 0 || a.Recirculate:
+				return errors.New("setting the connection's mark or label is modelled only on a commit without recirculation, where it does not reach the pass")
+			}
+			continue
+		}
 		nat, ok := x.(openflow.NAT)
 		if !ok {
 			return fmt.Errorf("%v inside ct is not modelled", x)
@@ -490,9 +501,10 @@ func (p *pass) output(port uint32) {
 // model's ct_state; the pass goes on with the conntrack fields cleared.
 func (p *pass) conntrack(a openflow.CT) error {
 	var nat *openflow.NAT
-	if len(a.Actions) > 0 {
-		n := a.Actions[0].(openflow.NAT) // checkCT allows nothing else
-		nat = &n
+	for _, x := range a.Actions {
+		if n, ok := x.(openflow.NAT); ok { // checkCT allows it and the connection's mark and label
+			nat = &n
+		}
 	}
 	if nat != nil && nat.Flags&openflow.NATSrc != 0 {
 		p.natSrc = nat.MinAddr

@@ -10,7 +10,9 @@
 //     the test's source server (topology.SourceServer) makes the source
 //     address it saw. It logs a line per target whenever that source
 //     changes, and every --report interval, so a test reads in the pod's log
-//     (kubectl logs) what the outside saw of this very pod. (The log, not
+//     (kubectl logs) what the outside saw of this very pod; with --flows N,
+//     over N flows per target kept for the pod's life, each logged apart.
+//     (The log, not
 //     a port of the pod: an endpoint's answers to a client outside the
 //     cluster would leave SNATed, which is the point.)
 //   - `testapp dnswindow SERVER NAME COUNT PORT` looks NAME's A record up
@@ -37,7 +39,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] TARGET... | dnswindow [flags] SERVER NAME COUNT PORT | dnsforward [--listen ADDR] UPSTREAM")
+		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] [--flows N] TARGET... | dnswindow [flags] SERVER NAME COUNT PORT | dnsforward [--listen ADDR] UPSTREAM")
 		os.Exit(2)
 	}
 	var err error
@@ -91,18 +93,24 @@ func sleep(args []string) error {
 	return nil
 }
 
-// report is what a probe knows of one target.
+// report is what a probe knows of one target (of one flow to it, with
+// --flows).
 type report struct {
 	target     string
+	flow       int    // 0: a new flow for each datagram; else the flow's number, from 1
 	lastSource string // as the target saw this pod
 	answers    int
 	failures   int
 	lastError  string
 }
 
-// String is the log line: "target=T source=S answers=N failures=M".
+// String is the log line: "target=T source=S answers=N failures=M", with
+// " flow=F" after it for a kept flow.
 func (r report) String() string {
 	line := fmt.Sprintf("target=%s source=%s answers=%d failures=%d", r.target, r.lastSource, r.answers, r.failures)
+	if r.flow > 0 {
+		line += fmt.Sprintf(" flow=%d", r.flow)
+	}
 	if r.lastError != "" {
 		line += " error=" + strings.ReplaceAll(r.lastError, " ", "_")
 	}
@@ -119,6 +127,7 @@ func probe(args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	interval := fs.Duration("interval", 50*time.Millisecond, "time between datagrams to each target")
 	every := fs.Duration("report", time.Second, "how often each target's state is logged besides its changes")
+	flows := fs.Int("flows", 0, "send to each target over this many flows (sockets) kept for the pod's life, each logged apart; 0: a new flow for each datagram")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -129,15 +138,38 @@ func probe(args []string) error {
 	defer stop()
 	var mu sync.Mutex // one log line at a time
 	var wg sync.WaitGroup
+	type flow struct {
+		target string
+		number int
+	}
+	var all []flow
 	for _, target := range fs.Args() {
+		if *flows == 0 {
+			all = append(all, flow{target, 0})
+		}
+		for i := range *flows {
+			all = append(all, flow{target, i + 1})
+		}
+	}
+	for _, f := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := report{target: target}
+			r := report{target: f.target, flow: f.number}
 			buf := make([]byte, 256)
 			logged := time.Now()
+			send := func() (string, error) { return exchange(f.target, buf) }
+			if f.number > 0 {
+				conn, err := net.Dial("udp", f.target)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "testapp:", err)
+					return
+				}
+				defer conn.Close()
+				send = func() (string, error) { return exchangeOn(conn, buf) }
+			}
 			for ctx.Err() == nil {
-				src, err := exchange(target, buf)
+				src, err := send()
 				changed := false
 				if err != nil {
 					r.failures++
@@ -172,6 +204,11 @@ func exchange(target string, buf []byte) (string, error) {
 		return "", err
 	}
 	defer conn.Close()
+	return exchangeOn(conn, buf)
+}
+
+// exchangeOn sends one datagram on conn and returns the answer.
+func exchangeOn(conn net.Conn, buf []byte) (string, error) {
 	_ = conn.SetDeadline(time.Now().Add(answerTimeout))
 	if _, err := conn.Write([]byte("probe\n")); err != nil {
 		return "", err
