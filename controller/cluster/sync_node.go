@@ -107,6 +107,19 @@ func (c *Controller) syncNode(ctx context.Context, t *term, name string) error {
 	return nil
 }
 
+// labelsPatch is the JSON merge patch that adds labels add (value "") and
+// removes labels remove, and touches no other label.
+func labelsPatch(add, remove sets.Set[string]) ([]byte, error) {
+	labels := map[string]any{}
+	for k := range add {
+		labels[k] = ""
+	}
+	for k := range remove {
+		labels[k] = nil
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+}
+
 // desiredLabels are the service labels node should carry: none once
 // egressflow is being uninstalled.
 func (c *Controller) desiredLabels(s *state, node string) sets.Set[string] {
@@ -119,14 +132,7 @@ func (c *Controller) desiredLabels(s *state, node string) sets.Set[string] {
 // patchLabels adds (value "") and removes service labels of node in one
 // JSON merge patch, which touches no other label.
 func (c *Controller) patchLabels(ctx context.Context, node string, add, remove sets.Set[string]) (*corev1.Node, error) {
-	labels := map[string]any{}
-	for k := range add {
-		labels[k] = ""
-	}
-	for k := range remove {
-		labels[k] = nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	patch, err := labelsPatch(add, remove)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -161,11 +160,7 @@ func serviceLabelsOf(node *corev1.Node) sets.Set[string] {
 // removeNodeLabels removes labels from node in one JSON merge patch, which
 // touches no other label; a node that is gone has none left.
 func removeNodeLabels(ctx context.Context, kube kubernetes.Interface, node string, labels sets.Set[string]) error {
-	remove := map[string]any{}
-	for k := range labels {
-		remove[k] = nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": remove}})
+	patch, err := labelsPatch(nil, labels)
 	if err != nil {
 		return err
 	}

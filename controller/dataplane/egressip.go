@@ -292,7 +292,7 @@ func (s EgressIPSpread) reg6(hop int) uint32 {
 
 // AppendGroups appends the select group of each family the node spreads
 // pods of: it picks a bucket by a hash of the connection's addresses,
-// protocol and ports (spreadHashFields), one bucket per hop, which takes
+// protocol and ports (spreadSelection), one bucket per hop, which takes
 // the packet to that hop's KindEgressIPCommit flow. Open vSwitch commits
 // nothing to conntrack from a select group's bucket itself, so the
 // commit is in that flow.
@@ -527,6 +527,26 @@ func egressIPHops(holders []egressIPHolder, node NodeConfig, mac func(node strin
 	return hops, unknown
 }
 
+// sortEgressIPPods sorts pods by address and keeps one entry an address:
+// a local pod's, when a pod of another node still reports the address
+// too (the kubelet has not yet reported a finished pod whose address a
+// new pod here took), since one flow per address is all the table holds.
+func sortEgressIPPods(pods []EgressIPPod) []EgressIPPod {
+	slices.SortFunc(pods, func(a, b EgressIPPod) int {
+		if c := a.Pod.Compare(b.Pod); c != 0 {
+			return c
+		}
+		switch {
+		case a.Local == b.Local:
+			return 0
+		case a.Local:
+			return -1
+		}
+		return 1
+	})
+	return slices.CompactFunc(pods, func(a, b EgressIPPod) bool { return a.Pod == b.Pod })
+}
+
 // allotSpreadGroups gives each family a part spreads pods of a group ID
 // (APIEgressIP.GroupID), from a hash of the part's key and the family,
 // the next free one on a collision; parts in key order, so that the IDs
@@ -679,7 +699,7 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 			continue
 		}
 		slices.SortFunc(part.Held, netip.Addr.Compare)
-		slices.SortFunc(part.Pods, func(a, b EgressIPPod) int { return a.Pod.Compare(b.Pod) })
+		part.Pods = sortEgressIPPods(part.Pods)
 		kept = append(kept, part)
 	}
 	slices.SortFunc(kept, func(a, b *EgressIPPart) int { return cmp.Compare(a.Key, b.Key) })

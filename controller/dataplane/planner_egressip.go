@@ -299,7 +299,7 @@ func (in *egressIPInputs) take(parts map[string]*EgressIPPart, problems map[stri
 			continue
 		}
 		slices.SortFunc(part.Held, netip.Addr.Compare)
-		slices.SortFunc(part.Pods, func(a, b EgressIPPod) int { return a.Pod.Compare(b.Pod) })
+		part.Pods = sortEgressIPPods(part.Pods)
 		kept = append(kept, part)
 	}
 	allotSpreadGroups(kept)
