@@ -6,8 +6,8 @@
 // Open vSwitch, containerd, the kubelet and kube-proxy, laid out as
 // OVN-Kubernetes and OpenShift nodes are (node-setup.sh): the uplink eth0 is
 // a port of br-ex and the node IP sits on br-ex's LOCAL port; pods use
-// Debian's bridge CNI plugin without masquerade and reach br-ex routed
-// through the host stack. An external host container stands outside the
+// Debian's bridge CNI plugin without masquerade, or flannel (Config.PodNetwork),
+// and reach br-ex routed through the host stack. An external host container stands outside the
 // cluster on the same network; its network namespace is registered with
 // `ip netns`, so test/topology's source servers and captures run there.
 //
@@ -34,7 +34,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -62,12 +64,33 @@ const readyTimeout = 3 * time.Minute
 type Config struct {
 	// Nodes is how many node containers run (default 3).
 	Nodes int
+	// PodNetwork is the CNI the pods use (default BridgeNetwork).
+	PodNetwork PodNetwork
 	// NodeDNS: the node containers' resolver (their /etc/resolv.conf, and
 	// so the pods' and the agents', by dnsPolicy Default or a kubelet
 	// without cluster DNS) is Cluster.DNSAddr, an address of the external
 	// host where the test serves DNS itself. Without it they use Docker's.
 	NodeDNS bool
 }
+
+// PodNetwork is a CNI a cluster's pods can use, both dual-stack and
+// without masquerade: egressflow needs the pods' own addresses on br-ex.
+type PodNetwork string
+
+const (
+	// BridgeNetwork: Debian's bridge plugin with host-local addresses from
+	// the node's pod CIDRs, and routes to the other nodes' pod CIDRs via
+	// their addresses (host-gw style), which node-setup.sh writes.
+	BridgeNetwork PodNetwork = ""
+	// FlannelNetwork: flannel, as its users run it, but for its masquerade
+	// (off: flanneld --ip-masq=false, and the bridge it delegates to told
+	// so): flanneld with the Kubernetes subnet manager on every node,
+	// reading the Node's pod CIDRs (which Start assigns, as
+	// kube-controller-manager's node IPAM would), its default VXLAN
+	// backend over br-ex's addresses, and its CNI plugin, which hands the
+	// pod to the bridge plugin with the subnet flanneld leased.
+	FlannelNetwork PodNetwork = "flannel"
+)
 
 // Cluster is a running cluster in Docker.
 type Cluster struct {
@@ -94,8 +117,9 @@ type Cluster struct {
 	// address from the start).
 	DNSAddr netip.Addr
 
-	assets *assets
-	subnet byte
+	assets     *assets
+	subnet     byte
+	podNetwork PodNetwork
 	// namespace is where egressflow is installed (InstallNamespace).
 	namespace string
 	// followed are the logs FollowLogs keeps for the failure dump.
@@ -166,7 +190,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	}
 	started := time.Now()
 	sweep()
-	c := &Cluster{t: t, subnet: byte(rand.IntN(200) + 20)}
+	c := &Cluster{t: t, subnet: byte(rand.IntN(200) + 20), podNetwork: cfg.PodNetwork}
 	c.Name = fmt.Sprintf("ef%d", c.subnet)
 	if cfg.NodeDNS {
 		c.DNSAddr = netip.MustParseAddr(fmt.Sprintf("172.31.%d.53", c.subnet))
@@ -185,6 +209,9 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	for _, n := range c.Nodes {
 		users = append(users, kubetest.NodeUser(n.Name))
 	}
+	if c.podNetwork == FlannelNetwork {
+		users = append(users, flannelUser)
+	}
 	c.API, err = kubetest.LaunchWith(kubetest.Options{Address: c.Gateway4.String(), Users: users, Cluster: true, ServiceCIDRs: ServiceCIDRs})
 	if err != nil {
 		t.Fatalf("dockercluster: control plane: %v", err)
@@ -194,6 +221,9 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	c.Kube = kubernetes.NewForConfigOrDie(c.API.Config(kubetest.Admin))
 	if err := c.writeNodeFiles(dir); err != nil {
 		t.Fatalf("dockercluster: %v", err)
+	}
+	if c.podNetwork == FlannelNetwork {
+		c.authorizeFlannel()
 	}
 	for _, n := range c.Nodes {
 		c.startNode(n, dir)
@@ -208,6 +238,9 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	})
 	for _, n := range c.Nodes {
 		c.setUpNode(n, false)
+	}
+	if c.podNetwork == FlannelNetwork {
+		c.assignPodCIDRs()
 	}
 	c.routePodsFromHost()
 	wait.Until(t, readyTimeout, func() error {
@@ -286,6 +319,11 @@ func (c *Cluster) writeNodeFiles(dir string) error {
 	if err := c.API.WriteKubeconfig(filepath.Join(dir, "kube-proxy.kubeconfig"), kubetest.KubeProxy); err != nil {
 		return err
 	}
+	if c.podNetwork == FlannelNetwork {
+		if err := c.API.WriteKubeconfig(filepath.Join(dir, "flannel.kubeconfig"), flannelUser); err != nil {
+			return err
+		}
+	}
 	root, err := kubetest.RepoRoot()
 	if err != nil {
 		return err
@@ -363,10 +401,63 @@ func (c *Cluster) setUpNode(n *Node, coldGuard bool) {
 	if coldGuard {
 		guard = "1"
 	}
-	c.docker("exec", "-e", "NODE_NAME="+n.Name, "-e", "POD_CIDR4="+n.PodCIDR4.String(), "-e", "POD_CIDR6="+n.PodCIDR6.String(),
+	c.docker("exec", "-e", "NODE_NAME="+n.Name, "-e", "POD_NETWORK="+string(c.podNetwork),
+		"-e", "POD_CIDR4="+n.PodCIDR4.String(), "-e", "POD_CIDR6="+n.PodCIDR6.String(),
 		"-e", "CLUSTER_CIDRS="+ClusterPodCIDR4+","+ClusterPodCIDR6, "-e", "SERVICE_CIDRS="+ServiceCIDRs,
 		"-e", "PEER_ROUTES="+strings.Join(peers, " "), "-e", "EGRESSFLOW_COLD_GUARD="+guard,
 		n.Container, "bash", "/egressflow/node-setup.sh")
+}
+
+// flannelUser is flanneld's identity: the ServiceAccount flannel's own
+// manifests run it as (a static token here). A kubelet's identity would
+// not do: the Node authorizer lets a node read only its own Node, and
+// flanneld watches every Node for its peers' leases.
+var flannelUser = kubetest.User{
+	Name:   "system:serviceaccount:kube-flannel:flannel",
+	Token:  "flannel-token",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-flannel", "system:authenticated"},
+}
+
+// authorizeFlannel grants flannelUser what flannel's manifests grant its
+// ServiceAccount: read the Nodes (and pods), annotate its own Node with
+// its lease, and clear the Node's NetworkUnavailable condition.
+func (c *Cluster) authorizeFlannel() {
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "flannel"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "flannel"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: flannelUser.Name}},
+	}
+	if _, err := c.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("dockercluster: flannel's ClusterRole: %v", err)
+	}
+	if _, err := c.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("dockercluster: flannel's ClusterRoleBinding: %v", err)
+	}
+}
+
+// assignPodCIDRs writes each node's pod CIDRs into its Node, once the
+// kubelet has registered it, as kube-controller-manager's node IPAM does
+// for a cluster whose CNI reads them (flannel's Kubernetes subnet
+// manager): the same CIDRs as Node.PodCIDR4 and PodCIDR6, which the host
+// and the external host route to the node.
+func (c *Cluster) assignPodCIDRs() {
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q,%q]}}`, n.PodCIDR4, n.PodCIDR4, n.PodCIDR6)
+		wait.Until(c.t, readyTimeout, func() error {
+			_, err := c.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			return err
+		})
+	}
 }
 
 // startExternal runs the external host: routes to every pod CIDR via its
@@ -468,6 +559,10 @@ func (c *Cluster) dumpState() {
 	for _, n := range c.Nodes {
 		out, err := run("docker", "exec", n.Container, "tail", "-n", "60", "/var/log/kubelet.log")
 		fmt.Fprintf(&dump, "=== %s kubelet log tail\n%s%v\n", n.Name, out, errOrEmpty(err))
+		if c.podNetwork == FlannelNetwork {
+			out, err = run("docker", "exec", n.Container, "tail", "-n", "40", "/var/log/flanneld.log")
+			fmt.Fprintf(&dump, "=== %s flanneld log tail\n%s%v\n", n.Name, out, errOrEmpty(err))
+		}
 		// From the node's disk: kubectl logs needs the API server and the
 		// kubelet, which the failure may have taken away.
 		out, err = run("docker", "exec", n.Container, "bash", "-c", "tail -n 200 /var/log/pods/"+Namespace+"_*/*/*.log")

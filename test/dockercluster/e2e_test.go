@@ -23,16 +23,21 @@ import (
 )
 
 // TestEgressServiceOnTheCluster: egressflow installed with kubectl apply -k
-// on a three-node cluster; an EgressService's endpoints on the host node and
-// on the two others reach the external host with the LB IP of each family,
-// their replies come back (the probes read the answers), a pod that is no
-// endpoint keeps its own addresses, and a capture on the external host sees
-// no endpoint's pod IP once the service has a host. Every agent serves its
-// probes on the node's address in plain HTTP, and its metrics there over
-// TLS to the PodMonitors' token alone (deploy/monitoring).
+// on a three-node cluster whose pod network is flannel (VXLAN, dual-stack:
+// a CNI written elsewhere, where the other tests run Debian's bridge
+// plugin); an EgressService's endpoints on the host node and on the two
+// others reach the external host with the LB IP of each family, their
+// replies come back (the probes read the answers: the host un-SNATs them
+// and its host stack sends them to the other nodes' endpoints through
+// flannel's VXLAN devices), a pod that is no endpoint keeps its own
+// addresses, and a capture on the external host sees no endpoint's pod IP
+// once the service has a host. Every agent serves its probes on the node's
+// address in plain HTTP, and its metrics there over TLS to the
+// PodMonitors' token alone (deploy/monitoring).
 func TestEgressServiceOnTheCluster(t *testing.T) {
-	c := Start(t, Config{Nodes: 3})
+	c := Start(t, Config{Nodes: 3, PodNetwork: FlannelNetwork})
 	c.Install()
+	expectFlannelRoutes(t, c)
 	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
 	s.expectLBIPs()
 	capture := c.External.Capture(t)
@@ -64,6 +69,30 @@ func TestEgressServiceOnTheCluster(t *testing.T) {
 			kubetest.CheckMetricsAuth(t, c.agentMetricsTransport(), netip.AddrPortFrom(n.IP, AgentMetricsPort).String(), tokens,
 				"egressflow_agent_openflow_connected 1")
 		})
+	}
+}
+
+// expectFlannelRoutes fails the test unless every node routes the other
+// nodes' pod CIDRs through flannel's VXLAN devices (flanneld leased each
+// node its Node's pod CIDRs and wrote the routes), as its pods' replies
+// from another host node then travel.
+func expectFlannelRoutes(t *testing.T, c *Cluster) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		for _, o := range c.Nodes {
+			if o == n {
+				continue
+			}
+			for _, r := range []struct{ family, cidr, dev string }{{"-4", o.PodCIDR4.String(), "flannel.1"}, {"-6", o.PodCIDR6.String(), "flannel-v6.1"}} {
+				wait.Until(t, convergeTimeout, func() error {
+					route := strings.TrimSpace(c.Exec(n, "ip", r.family, "route", "show", r.cidr))
+					if !slices.Contains(strings.Fields(route), r.dev) {
+						return fmt.Errorf("%s routes %s as %q, want through %s", n.Name, r.cidr, route, r.dev)
+					}
+					return nil
+				})
+			}
+		}
 	}
 }
 

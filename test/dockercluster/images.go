@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -96,9 +97,11 @@ func prepareAssets(dir string) (*assets, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What runs inside the nodes: flannel's daemon and CNI plugin only on
+	// the clusters whose pods use flannel (node-setup.sh).
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		name, path, _ := strings.Cut(line, "=")
-		if name == "kubelet" || name == "kube-proxy" {
+		if slices.Contains([]string{"kubelet", "kube-proxy", "flanneld", "cni-flannel"}, name) {
 			if err := copyFile(path, filepath.Join(dir, name), 0o755); err != nil {
 				return nil, err
 			}

@@ -4,12 +4,14 @@
 #   eth0 (the container's uplink) is a port of the OVS bridge br-ex, and the
 #   node's addresses and default routes sit on br-ex's LOCAL port; pods hang
 #   off a Linux bridge (Debian's bridge CNI plugin, no masquerade) and reach
-#   br-ex through the host stack, routed, as a host-gw CNI delivers them.
+#   br-ex through the host stack, routed, as a host-gw CNI delivers them;
+#   or, with POD_NETWORK=flannel, flannel's (VXLAN between the nodes).
 # Then containerd, the kubelet and kube-proxy start, detached.
 # br-ex and the cold guard come from the node recipe operators run
 # (deploy/node: br-ex.sh, cold-guard.sh, copied to /egressflow/node).
 # Inputs: /egressflow (read-only: binaries, kubeconfigs, image tarballs) and
-# the environment: NODE_NAME, POD_CIDR4, POD_CIDR6, CLUSTER_CIDRS,
+# the environment: NODE_NAME, POD_NETWORK ("" or flannel: the pod network,
+# test/dockercluster's PodNetwork), POD_CIDR4, POD_CIDR6, CLUSTER_CIDRS,
 # SERVICE_CIDRS, PEER_ROUTES ("cidr=via ..." for the other nodes' pod
 # CIDRs), and EGRESSFLOW_COLD_GUARD (set: egressflow is installed).
 set -euo pipefail
@@ -48,9 +50,12 @@ if [ -n "${EGRESSFLOW_COLD_GUARD:-}" ]; then
     bash /egressflow/node/cold-guard.sh
 fi
 
-# The pod network: a Linux bridge per node, routes to the other nodes'.
+# The pod network.
 mkdir -p /etc/cni/net.d
-cat >/etc/cni/net.d/10-pods.conflist <<CNI
+case "${POD_NETWORK:-}" in
+"")
+  # A Linux bridge per node, routes to the other nodes'.
+  cat >/etc/cni/net.d/10-pods.conflist <<CNI
 {
   "cniVersion": "1.0.0",
   "name": "pods",
@@ -64,9 +69,43 @@ cat >/etc/cni/net.d/10-pods.conflist <<CNI
   }, {"type": "portmap", "capabilities": {"portMappings": true}}]
 }
 CNI
-for route in $PEER_ROUTES; do
-  ip route replace "${route%%=*}" via "${route#*=}"
-done
+  for route in $PEER_ROUTES; do
+    ip route replace "${route%%=*}" via "${route#*=}"
+  done
+  ;;
+flannel)
+  # flanneld with the Kubernetes subnet manager (the Node's pod CIDRs),
+  # VXLAN over br-ex's addresses, both families, and no masquerade of its
+  # own; its CNI plugin delegates to the bridge plugin, told not to
+  # masquerade either (it would, when flanneld does not).
+  cp /egressflow/cni-flannel /usr/lib/cni/flannel
+  mkdir -p /etc/kube-flannel
+  cat >/etc/kube-flannel/net-conf.json <<NET
+{"Network": "${CLUSTER_CIDRS%%,*}", "IPv6Network": "${CLUSTER_CIDRS#*,}", "EnableIPv6": true, "Backend": {"Type": "vxlan"}}
+NET
+  cat >/etc/cni/net.d/10-flannel.conflist <<CNI
+{
+  "cniVersion": "0.4.0",
+  "name": "pods",
+  "plugins": [{
+    "type": "flannel",
+    "delegate": {"bridge": "cni0", "hairpinMode": true, "isDefaultGateway": true, "ipMasq": false}
+  }, {"type": "portmap", "capabilities": {"portMappings": true}}]
+}
+CNI
+  # Restarted when it exits, as its DaemonSet's pod would be: it exits
+  # while the Node is not registered yet or has no pod CIDRs.
+  NODE_NAME=$NODE_NAME setsid bash -c 'while true; do
+    /egressflow/flanneld --kube-subnet-mgr --kubeconfig-file=/egressflow/flannel.kubeconfig \
+      --iface=br-ex --ip-masq=false --net-config-path=/etc/kube-flannel/net-conf.json
+    sleep 1
+  done' >/var/log/flanneld.log 2>&1 </dev/null &
+  ;;
+*)
+  echo "unknown POD_NETWORK $POD_NETWORK" >&3
+  exit 1
+  ;;
+esac
 
 # containerd, with the fixes a node in a container needs.
 mkdir -p /etc/containerd

@@ -6,7 +6,8 @@
 #   $EGRESSFLOW_CACHE/bin/helm-<v>                          (test/tools/helm)
 # and, with --with-cluster, what the cluster in Docker (test/dockercluster)
 # runs besides: kubelet, kube-controller-manager, kube-scheduler, kube-proxy,
-# kubectl; with --with-kwok, kwok (test/tools/kwok), which make bench-scale
+# kubectl, and flannel's daemon and CNI plugin (test/tools/flannel,
+# test/tools/cni-flannel) for the clusters whose pods use flannel; with --with-kwok, kwok (test/tools/kwok), which make bench-scale
 # runs as the kubelets of thousands of simulated nodes.
 # The versions come from the go.mod files of those two tools modules, which
 # keep k8s.io/kubernetes out of the product's go.mod. A binary already in the
@@ -21,7 +22,7 @@ version_of() { # module dir, module path
   (cd "$1" && go list -m -f '{{.Version}}' "$2")
 }
 
-build() { # name, module dir, package, version, [extra -ldflags]
+build() { # name, module dir, package, version, [extra -ldflags]; env: CGO=1 (cgo), BUILD_FLAGS
   local out="$cache/bin/$1-$4"
   if [ ! -x "$out" ]; then
     echo "building $1 $4 (cached afterwards in $cache/bin)" >&2
@@ -31,7 +32,7 @@ build() { # name, module dir, package, version, [extra -ldflags]
     # a test that starts the API server) must not move each other's file.
     local tmp
     tmp=$(mktemp "$out.XXXXXX.tmp")
-    (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4 ${5:-}" -o "$tmp" "$3") || { rm -f "$tmp"; exit 1; }
+    (cd "$2" && CGO_ENABLED=${CGO:-0} go build -trimpath ${BUILD_FLAGS:-} -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$4 ${5:-}" -o "$tmp" "$3") || { rm -f "$tmp"; exit 1; }
     chmod 0755 "$tmp"
     mv "$tmp" "$out"
   fi
@@ -61,7 +62,14 @@ for arg in "$@"; do
   --with-cluster)
     for cmd in kubectl kubelet kube-controller-manager kube-scheduler kube-proxy; do
       build "$cmd" "$here/kube" "k8s.io/kubernetes/cmd/$cmd" "$kube"
-    done ;;
+    done
+    # flanneld's UDP backend is C (cgo), as its release builds are: linked
+    # statically, so that it runs in any node image.
+    flannel=$(version_of "$here/flannel" github.com/flannel-io/flannel)
+    CGO=1 BUILD_FLAGS="-tags netgo,osusergo" build flanneld "$here/flannel" github.com/flannel-io/flannel "$flannel" \
+      "-X github.com/flannel-io/flannel/pkg/version.Version=$flannel -linkmode external -extldflags -static"
+    build cni-flannel "$here/cni-flannel" github.com/containernetworking/plugins/plugins/meta/flannel \
+      "$(version_of "$here/cni-flannel" github.com/containernetworking/plugins)" ;;
   *)
     echo "build-binaries: unknown argument $arg" >&2; exit 2 ;;
   esac
