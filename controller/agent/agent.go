@@ -228,6 +228,11 @@ type MemberSource struct {
 
 // memberSource is where the agent reads a member's objects.
 type memberSource struct {
+	// informer holds the member's objects; the agent marks keyOf of each
+	// of its events dirty. Nil: EgressIP, whose objects are handed over
+	// whole (setHolderWatches).
+	informer cache.SharedIndexInformer
+	keyOf    func(obj any) string
 	// read reads the object of a dirty key as its member takes it
 	// (dataplane.Member.Update): nil, or a typed nil, when it is gone.
 	// Nil: the member's keys are never marked dirty (EgressIP's objects
@@ -239,6 +244,38 @@ type memberSource struct {
 	// node (EgressQoS's, EgressFirewall's: their families, their rules,
 	// the same on a thousand nodes).
 	eventObject func(key string) runtime.Object
+	// seen, of a member whose rollout the cluster component reports
+	// (rolledOut), is the newest resourceVersion of an event of its
+	// objects the handlers have taken in (marked dirty), or of the initial
+	// list once the informer has synced; nil for the others.
+	seen *revisionWatermark
+}
+
+// rolledOut is src of a member whose rollout the cluster component
+// reports from every node's heartbeat (EgressQoS, EgressFirewall): the
+// agent publishes the watermark of its objects as of its last successful
+// sync (AppliedRevision), and leaves the Events to the cluster component,
+// which reports its problems once for every node (its families, its
+// rules, the same on a thousand nodes), so they are only logged here.
+func rolledOut(src memberSource) memberSource {
+	src.seen, src.eventObject = &revisionWatermark{}, nil
+	return src
+}
+
+// storeSource is the source of a member's objects held by informer, keyed
+// dataplane.ObjectKey(api, namespace, name).
+func storeSource(api dataplane.API, informer cache.SharedIndexInformer) memberSource {
+	read := storeRead(api, informer.GetStore())
+	return memberSource{
+		informer: informer,
+		keyOf:    func(obj any) string { return apiObjectKey(api, obj) },
+		read:     read,
+		eventObject: func(key string) runtime.Object {
+			obj, _ := read(key)
+			o, _ := obj.(runtime.Object)
+			return o
+		},
+	}
 }
 
 // Agent runs the node's sync loop.
@@ -247,17 +284,10 @@ type Agent struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	egressServices eslisters.EgressServiceLister
-	// qosInformer is the EgressQoS informer, whose resourceVersions make
-	// the QoS watermark (qosRevision) and whose store the planner reads.
-	qosInformer cache.SharedIndexInformer
-	// firewallInformer is the EgressFirewall informer, whose
-	// resourceVersions make the firewall watermark (firewallRevision) and
-	// whose store the planner reads.
-	firewallInformer cache.SharedIndexInformer
-	egressIPs        eslisters.EgressIPLister
-	namespaces       corelisters.NamespaceLister
-	services         corelisters.ServiceLister
-	endpointSlices   cache.Indexer
+	egressIPs      eslisters.EgressIPLister
+	namespaces     corelisters.NamespaceLister
+	services       corelisters.ServiceLister
+	endpointSlices cache.Indexer
 	// nodes are the Nodes as the cluster component publishes them
 	// (nodeview): addresses and labels.
 	nodes *nodeview.Reader
@@ -298,11 +328,6 @@ type Agent struct {
 	// (announceTakeovers). Written by the worker, read by announcers.
 	heldMu sync.Mutex
 	held   map[netip.Addr]bool
-	// qosSeen is the newest resourceVersion of an EgressQoS event the
-	// handlers have taken in (marked dirty), or of the initial list once
-	// the informer has synced (see revisionWatermark); firewallSeen, of an
-	// EgressFirewall's.
-	qosSeen, firewallSeen revisionWatermark
 	// dnsChanged: the DNS names' answers changed since the worker last
 	// read them (Config.DNS).
 	dnsChanged atomic.Bool
@@ -367,10 +392,9 @@ type Agent struct {
 	// sync started on: the flows are known to be on the bridge only while
 	// the connection is still that one.
 	syncedGeneration uint64
-	// qosRevision and firewallRevision are the QoS and firewall
-	// watermarks as the last successful sync began
-	// (heartbeat.Facts.QoSRevision, FirewallRevision); "" before it.
-	qosRevision, firewallRevision string
+	// appliedRevisions are the rolled-out members' watermarks (their
+	// sources' seen) as the last successful sync began; empty before it.
+	appliedRevisions map[dataplane.API]string
 	// unresolvedDNS is heartbeat.Facts.FirewallUnresolvedDNS as of the
 	// last successful sync (nil before it), under mu; syncUnresolved is
 	// what the sync running now found, touched by the worker only.
@@ -427,9 +451,6 @@ func New(cfg Config) *Agent {
 // watchInputs registers the agent's handlers on the informers of what the
 // dataplane reads, and takes their listers.
 func (a *Agent) watchInputs() {
-	esInformer := a.esFactory.K8s().V1().EgressServices().Informer()
-	a.qosInformer = a.esFactory.K8s().V1().EgressQoSes().Informer()
-	a.firewallInformer = a.esFactory.K8s().V1().EgressFirewalls().Informer()
 	serviceInformer := a.egressServiceFactory.Core().V1().Services().Informer()
 	sliceInformer := a.egressServiceFactory.Discovery().V1().EndpointSlices().Informer()
 	if err := sliceInformer.AddIndexers(cache.Indexers{serviceIndex: sliceServiceKeys}); err != nil {
@@ -450,15 +471,10 @@ func (a *Agent) watchInputs() {
 		changed  *atomic.Bool
 		seen     *revisionWatermark
 	}{
-		{esInformer, objectKey, nil, nil, nil},
+		// An EgressService's Service and EndpointSlices mark it dirty
+		// (the members' own informers: watchMembers).
 		{serviceInformer, objectKey, nil, nil, nil},
 		{sliceInformer, sliceServiceKey, nil, nil, nil},
-		// The agent must not sync before it has seen every EgressQoS: a
-		// restart would unmark their pods until it had.
-		{a.qosInformer, qosObjectKey, nil, nil, &a.qosSeen},
-		// Nor before it has seen every EgressFirewall: a restart would
-		// let their pods out unjudged until it had.
-		{a.firewallInformer, firewallObjectKey, nil, nil, &a.firewallSeen},
 		// The nodes' addresses and labels (nodeSelector rules), as the
 		// cluster component publishes them: no kubelet status report
 		// reaches the agents. The peers' Leases: only their published
@@ -496,12 +512,19 @@ func (a *Agent) watchInputs() {
 		holder:  map[dataplane.PodWatch]*podWatch{}}
 }
 
-// watchMembers registers Config.Members with the planner, and their
-// informers' handlers, beside the built-in members' sources.
+// watchMembers makes the table of where each member of the family reads
+// its objects, the built-in ones' and Config.Members' (registered with the
+// planner), and registers the handlers on their informers. The agent must
+// not sync before it has seen every object of every member: a restart
+// would, until it had, unmark EgressQoS's pods, let EgressFirewall's out
+// unjudged, and drop an EgressService's steering.
 func (a *Agent) watchMembers() {
+	es := a.esFactory.K8s().V1()
 	a.sources = map[dataplane.API]memberSource{
 		dataplane.APIEgressService: {
-			read: func(k string) (any, error) { return a.inputs(k) },
+			informer: es.EgressServices().Informer(),
+			keyOf:    objectKey,
+			read:     func(k string) (any, error) { return a.inputs(k) },
 			eventObject: func(k string) runtime.Object {
 				namespace, name, _ := cache.SplitMetaNamespaceKey(k)
 				return orNil(a.egressServices.EgressServices(namespace).Get(name))
@@ -512,26 +535,24 @@ func (a *Agent) watchMembers() {
 				return orNil(a.egressIPs.Get(strings.TrimPrefix(k, egressIPKeyPrefix)))
 			},
 		},
-		dataplane.APIEgressQoS:      {read: storeRead(dataplane.APIEgressQoS, a.qosInformer.GetStore())},
-		dataplane.APIEgressFirewall: {read: storeRead(dataplane.APIEgressFirewall, a.firewallInformer.GetStore())},
+		dataplane.APIEgressQoS:      rolledOut(storeSource(dataplane.APIEgressQoS, es.EgressQoSes().Informer())),
+		dataplane.APIEgressFirewall: rolledOut(storeSource(dataplane.APIEgressFirewall, es.EgressFirewalls().Informer())),
 	}
 	for _, src := range a.cfg.Members {
-		api := src.Member.API()
 		if err := a.planner.RegisterMember(src.Member); err != nil {
 			panic(err)
 		}
-		keyOf := func(obj any) string { return apiObjectKey(api, obj) }
-		registration, err := src.Informer.AddEventHandler(a.eventHandler(keyOf, nil, nil, nil))
+		a.sources[src.Member.API()] = storeSource(src.Member.API(), src.Informer)
+	}
+	for _, src := range a.sources {
+		if src.informer == nil {
+			continue
+		}
+		registration, err := src.informer.AddEventHandler(a.eventHandler(src.keyOf, nil, nil, src.seen))
 		if err != nil {
 			panic(err) // only fails once the informer has stopped
 		}
 		a.synced = append(a.synced, registration.HasSynced)
-		read := storeRead(api, src.Informer.GetStore())
-		a.sources[api] = memberSource{read: read, eventObject: func(key string) runtime.Object {
-			obj, _ := read(key)
-			o, _ := obj.(runtime.Object)
-			return o
-		}}
 	}
 }
 
@@ -665,10 +686,13 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return errors.New("informer caches did not sync")
 	}
-	// The initial list of EgressQoS objects has been taken in: its
-	// resourceVersion is the watermark's floor.
-	a.qosSeen.observeRevision(a.qosInformer.LastSyncResourceVersion())
-	a.firewallSeen.observeRevision(a.firewallInformer.LastSyncResourceVersion())
+	// The rolled-out members' initial lists have been taken in: their
+	// resourceVersions are the watermarks' floors.
+	for _, src := range a.sources {
+		if src.seen != nil {
+			src.seen.observeRevision(src.informer.LastSyncResourceVersion())
+		}
+	}
 	// A restarted holder must not drop the SNAT of the pods it serves:
 	// the first sync waits for their watches too.
 	if _, err := a.setHolderWatches(ctx); err != nil {
@@ -916,9 +940,14 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		return true
 	}
 	generation := a.cfg.Switch.Generation()
-	// Read before the sync takes the dirty keys: every EgressQoS event up
-	// to it is among them, or was taken before.
-	qosRevision, firewallRevision := a.qosSeen.revision(), a.firewallSeen.revision()
+	// Read before the sync takes the dirty keys: every rolled-out
+	// member's event up to them is among them, or was taken before.
+	revisions := map[dataplane.API]string{}
+	for api, src := range a.sources {
+		if src.seen != nil {
+			revisions[api] = src.seen.revision()
+		}
+	}
 	// From here on the attempt counts towards Live's bound, waiting for
 	// the cold guard's bundle included.
 	a.liveness.syncStarting()
@@ -931,7 +960,7 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	if err == nil {
 		a.everSynced = true
 		a.syncedGeneration = generation
-		a.qosRevision, a.firewallRevision = qosRevision, firewallRevision
+		a.appliedRevisions = revisions
 		a.unresolvedDNS = a.syncUnresolved
 	}
 	a.mu.Unlock()
@@ -981,23 +1010,23 @@ func (a *Agent) SyncState() heartbeat.SyncState {
 	return heartbeat.SyncStateSynced
 }
 
-// QoSRevision is the heartbeat's EgressQoS watermark
-// (heartbeat.Facts.QoSRevision): the resourceVersion of the newest
-// EgressQoS list or event the agent had taken in when its last successful
-// sync began; "" before the first.
-func (a *Agent) QoSRevision() string {
+// AppliedRevision is the watermark of a rolled-out member's objects
+// (rolledOut): the resourceVersion of the newest list or event of them the
+// agent had taken in when its last successful sync began; "" before the
+// first, and for the other members.
+func (a *Agent) AppliedRevision(api dataplane.API) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.qosRevision
+	return a.appliedRevisions[api]
 }
 
+// QoSRevision is the heartbeat's EgressQoS watermark
+// (heartbeat.Facts.QoSRevision).
+func (a *Agent) QoSRevision() string { return a.AppliedRevision(dataplane.APIEgressQoS) }
+
 // FirewallRevision is the heartbeat's EgressFirewall watermark
-// (heartbeat.Facts.FirewallRevision), as QoSRevision is EgressQoS's.
-func (a *Agent) FirewallRevision() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.firewallRevision
-}
+// (heartbeat.Facts.FirewallRevision).
+func (a *Agent) FirewallRevision() string { return a.AppliedRevision(dataplane.APIEgressFirewall) }
 
 // FirewallUnresolvedDNS is the heartbeat's list of the EgressFirewall
 // dnsNames this node has no answer for (heartbeat.Facts.
@@ -1107,14 +1136,6 @@ func objectKey(obj any) string {
 	}
 	return key
 }
-
-// qosObjectKey is the key of an EgressQoS, or of a deleted one's last
-// state: dataplane.ObjectKey(APIEgressQoS, namespace, name).
-func qosObjectKey(obj any) string { return apiObjectKey(dataplane.APIEgressQoS, obj) }
-
-// firewallObjectKey is the key of an EgressFirewall, as qosObjectKey is
-// an EgressQoS's.
-func firewallObjectKey(obj any) string { return apiObjectKey(dataplane.APIEgressFirewall, obj) }
 
 // apiObjectKey is dataplane.ObjectKey of an object of api, or of a
 // deleted one's last state.
