@@ -6,9 +6,10 @@
 // Open vSwitch, containerd, the kubelet and kube-proxy, laid out as
 // OVN-Kubernetes and OpenShift nodes are (node-setup.sh): the uplink eth0 is
 // a port of br-ex and the node IP sits on br-ex's LOCAL port; pods use
-// Debian's bridge CNI plugin without masquerade, or flannel (Config.PodNetwork),
-// and reach br-ex routed through the host stack. An external host container stands outside the
-// cluster on the same network; its network namespace is registered with
+// Debian's bridge CNI plugin without masquerade, or flannel with its VXLAN
+// or host-gw backend (Config.PodNetwork), and reach br-ex routed through
+// the host stack. An external host container stands outside the cluster
+// on the same network; its network namespace is registered with
 // `ip netns`, so test/topology's source servers and captures run there.
 //
 // Everything is built here and nothing is pulled: the node image by
@@ -82,15 +83,22 @@ const (
 	// the node's pod CIDRs, and routes to the other nodes' pod CIDRs via
 	// their addresses (host-gw style), which node-setup.sh writes.
 	BridgeNetwork PodNetwork = ""
-	// FlannelNetwork: flannel, as its users run it, but for its masquerade
+	// FlannelVXLAN: flannel, as its users run it, but for its masquerade
 	// (off: flanneld --ip-masq=false, and the bridge it delegates to told
 	// so): flanneld with the Kubernetes subnet manager on every node,
 	// reading the Node's pod CIDRs (which Start assigns, as
 	// kube-controller-manager's node IPAM would), its default VXLAN
 	// backend over br-ex's addresses, and its CNI plugin, which hands the
 	// pod to the bridge plugin with the subnet flanneld leased.
-	FlannelNetwork PodNetwork = "flannel"
+	FlannelVXLAN PodNetwork = "flannel-vxlan"
+	// FlannelHostGW: flannel as FlannelVXLAN, with its host-gw backend:
+	// flanneld routes the other nodes' pod CIDRs via their addresses on
+	// br-ex.
+	FlannelHostGW PodNetwork = "flannel-host-gw"
 )
+
+// flannel reports whether the pods use flannel, whichever its backend.
+func (p PodNetwork) flannel() bool { return strings.HasPrefix(string(p), "flannel-") }
 
 // Cluster is a running cluster in Docker.
 type Cluster struct {
@@ -209,7 +217,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	for _, n := range c.Nodes {
 		users = append(users, kubetest.NodeUser(n.Name))
 	}
-	if c.podNetwork == FlannelNetwork {
+	if c.podNetwork.flannel() {
 		users = append(users, flannelUser)
 	}
 	c.API, err = kubetest.LaunchWith(kubetest.Options{Address: c.Gateway4.String(), Users: users, Cluster: true, ServiceCIDRs: ServiceCIDRs})
@@ -222,7 +230,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	if err := c.writeNodeFiles(dir); err != nil {
 		t.Fatalf("dockercluster: %v", err)
 	}
-	if c.podNetwork == FlannelNetwork {
+	if c.podNetwork.flannel() {
 		c.authorizeFlannel()
 	}
 	for _, n := range c.Nodes {
@@ -239,7 +247,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	for _, n := range c.Nodes {
 		c.setUpNode(n, false)
 	}
-	if c.podNetwork == FlannelNetwork {
+	if c.podNetwork.flannel() {
 		c.assignPodCIDRs()
 	}
 	c.routePodsFromHost()
@@ -319,7 +327,7 @@ func (c *Cluster) writeNodeFiles(dir string) error {
 	if err := c.API.WriteKubeconfig(filepath.Join(dir, "kube-proxy.kubeconfig"), kubetest.KubeProxy); err != nil {
 		return err
 	}
-	if c.podNetwork == FlannelNetwork {
+	if c.podNetwork.flannel() {
 		if err := c.API.WriteKubeconfig(filepath.Join(dir, "flannel.kubeconfig"), flannelUser); err != nil {
 			return err
 		}
@@ -559,7 +567,7 @@ func (c *Cluster) dumpState() {
 	for _, n := range c.Nodes {
 		out, err := run("docker", "exec", n.Container, "tail", "-n", "60", "/var/log/kubelet.log")
 		fmt.Fprintf(&dump, "=== %s kubelet log tail\n%s%v\n", n.Name, out, errOrEmpty(err))
-		if c.podNetwork == FlannelNetwork {
+		if c.podNetwork.flannel() {
 			out, err = run("docker", "exec", n.Container, "tail", "-n", "40", "/var/log/flanneld.log")
 			fmt.Fprintf(&dump, "=== %s flanneld log tail\n%s%v\n", n.Name, out, errOrEmpty(err))
 		}

@@ -35,7 +35,7 @@ import (
 // address in plain HTTP, and its metrics there over TLS to the
 // PodMonitors' token alone (deploy/monitoring).
 func TestEgressServiceOnTheCluster(t *testing.T) {
-	c := Start(t, Config{Nodes: 3, PodNetwork: FlannelNetwork})
+	c := Start(t, Config{Nodes: 3, PodNetwork: FlannelVXLAN})
 	c.Install()
 	expectFlannelRoutes(t, c)
 	s := newEgressScenario(t, c, esv1.EgressServiceSpec{})
@@ -73,9 +73,10 @@ func TestEgressServiceOnTheCluster(t *testing.T) {
 }
 
 // expectFlannelRoutes fails the test unless every node routes the other
-// nodes' pod CIDRs through flannel's VXLAN devices (flanneld leased each
-// node its Node's pod CIDRs and wrote the routes), as its pods' replies
-// from another host node then travel.
+// nodes' pod CIDRs as flannel's backend does (flanneld leased each node its
+// Node's pod CIDRs and wrote the routes; node-setup.sh wrote none):
+// through its VXLAN devices, or, with host-gw, via the other node's
+// addresses. Its pods' replies from another host node travel there.
 func expectFlannelRoutes(t *testing.T, c *Cluster) {
 	t.Helper()
 	for _, n := range c.Nodes {
@@ -83,11 +84,15 @@ func expectFlannelRoutes(t *testing.T, c *Cluster) {
 			if o == n {
 				continue
 			}
-			for _, r := range []struct{ family, cidr, dev string }{{"-4", o.PodCIDR4.String(), "flannel.1"}, {"-6", o.PodCIDR6.String(), "flannel-v6.1"}} {
+			routes := []struct{ family, cidr, want string }{{"-4", o.PodCIDR4.String(), "flannel.1"}, {"-6", o.PodCIDR6.String(), "flannel-v6.1"}}
+			if c.podNetwork == FlannelHostGW {
+				routes[0].want, routes[1].want = o.IP.String(), o.IP6.String()
+			}
+			for _, r := range routes {
 				wait.Until(t, convergeTimeout, func() error {
 					route := strings.TrimSpace(c.Exec(n, "ip", r.family, "route", "show", r.cidr))
-					if !slices.Contains(strings.Fields(route), r.dev) {
-						return fmt.Errorf("%s routes %s as %q, want through %s", n.Name, r.cidr, route, r.dev)
+					if !slices.Contains(strings.Fields(route), r.want) {
+						return fmt.Errorf("%s routes %s as %q, want through %s", n.Name, r.cidr, route, r.want)
 					}
 					return nil
 				})
@@ -102,9 +107,11 @@ func expectFlannelRoutes(t *testing.T, c *Cluster) {
 // and the LB IPs leave through it, and a capture on the external host never
 // sees an endpoint's pod IP. The EgressService keeps off the node of the
 // leading controller, whose own failure is another story (leader election).
+// The pods use flannel with its host-gw backend.
 func TestHostFailures(t *testing.T) {
-	c := Start(t, Config{Nodes: 3})
+	c := Start(t, Config{Nodes: 3, PodNetwork: FlannelHostGW})
 	c.Install()
+	expectFlannelRoutes(t, c)
 	s := newEgressScenario(t, c, offLeader(c))
 	s.expectLBIPs()
 	capture := c.External.Capture(t)

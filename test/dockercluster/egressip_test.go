@@ -41,10 +41,12 @@ const neighbourMoveBound = 5 * time.Second
 // which each pod's new connections spread while those opened before keep
 // the first; an egress node killed, its address
 // moving to the next egress node; and that a capture on the external host
-// sees no selected pod's IP throughout.
+// sees no selected pod's IP throughout. The pods use flannel with its
+// host-gw backend.
 func TestEgressIP(t *testing.T) {
-	c := Start(t, Config{Nodes: 3})
+	c := Start(t, Config{Nodes: 3, PodNetwork: FlannelHostGW})
 	c.Install()
+	expectFlannelRoutes(t, c)
 	ctx := context.Background()
 	server := c.External.Serve(t)
 	targets := []string{server.Addr.String(), server.Addr6.String()}

@@ -5,15 +5,16 @@
 #   node's addresses and default routes sit on br-ex's LOCAL port; pods hang
 #   off a Linux bridge (Debian's bridge CNI plugin, no masquerade) and reach
 #   br-ex through the host stack, routed, as a host-gw CNI delivers them;
-#   or, with POD_NETWORK=flannel, flannel's (VXLAN between the nodes).
+#   or, with POD_NETWORK=flannel-<backend>, flannel's (VXLAN or host-gw).
 # Then containerd, the kubelet and kube-proxy start, detached.
 # br-ex and the cold guard come from the node recipe operators run
 # (deploy/node: br-ex.sh, cold-guard.sh, copied to /egressflow/node).
 # Inputs: /egressflow (read-only: binaries, kubeconfigs, image tarballs) and
-# the environment: NODE_NAME, POD_NETWORK ("" or flannel: the pod network,
-# test/dockercluster's PodNetwork), POD_CIDR4, POD_CIDR6, CLUSTER_CIDRS,
-# SERVICE_CIDRS, PEER_ROUTES ("cidr=via ..." for the other nodes' pod
-# CIDRs), and EGRESSFLOW_COLD_GUARD (set: egressflow is installed).
+# the environment: NODE_NAME, POD_NETWORK ("", flannel-vxlan or
+# flannel-host-gw: the pod network, test/dockercluster's PodNetwork),
+# POD_CIDR4, POD_CIDR6, CLUSTER_CIDRS, SERVICE_CIDRS, PEER_ROUTES
+# ("cidr=via ..." for the other nodes' pod CIDRs, with the bridge plugin),
+# and EGRESSFLOW_COLD_GUARD (set: egressflow is installed).
 set -euo pipefail
 log=/var/log/egressflow-node-setup.log
 exec 3>&2 2>>"$log"
@@ -73,15 +74,15 @@ CNI
     ip route replace "${route%%=*}" via "${route#*=}"
   done
   ;;
-flannel)
+flannel-vxlan | flannel-host-gw)
   # flanneld with the Kubernetes subnet manager (the Node's pod CIDRs),
-  # VXLAN over br-ex's addresses, both families, and no masquerade of its
+  # its backend (VXLAN or host-gw) over br-ex's addresses, both families, and no masquerade of its
   # own; its CNI plugin delegates to the bridge plugin, told not to
   # masquerade either (it would, when flanneld does not).
   cp /egressflow/cni-flannel /usr/lib/cni/flannel
   mkdir -p /etc/kube-flannel
   cat >/etc/kube-flannel/net-conf.json <<NET
-{"Network": "${CLUSTER_CIDRS%%,*}", "IPv6Network": "${CLUSTER_CIDRS#*,}", "EnableIPv6": true, "Backend": {"Type": "vxlan"}}
+{"Network": "${CLUSTER_CIDRS%%,*}", "IPv6Network": "${CLUSTER_CIDRS#*,}", "EnableIPv6": true, "Backend": {"Type": "${POD_NETWORK#flannel-}"}}
 NET
   cat >/etc/cni/net.d/10-flannel.conflist <<CNI
 {
