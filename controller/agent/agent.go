@@ -469,31 +469,30 @@ func (a *Agent) watchInputs() {
 		keyOf    func(any) string
 		relevant func(old, new any) bool
 		changed  *atomic.Bool
-		seen     *revisionWatermark
 	}{
 		// An EgressService's Service and EndpointSlices mark it dirty
 		// (the members' own informers: watchMembers).
-		{serviceInformer, objectKey, nil, nil, nil},
-		{sliceInformer, sliceServiceKey, nil, nil, nil},
+		{serviceInformer, objectKey, nil, nil},
+		{sliceInformer, sliceServiceKey, nil, nil},
 		// The nodes' addresses and labels (nodeSelector rules), as the
 		// cluster component publishes them: no kubelet status report
 		// reaches the agents. The peers' Leases: only their published
 		// facts.
-		{viewInformer, noKey, viewDataChanged, nil, nil},
-		{leaseInformer, noKey, leaseFactsChanged, nil, nil},
-		{heartbeatInformer, noKey, leaseFactsChanged, nil, nil},
+		{viewInformer, noKey, viewDataChanged, nil},
+		{leaseInformer, noKey, leaseFactsChanged, nil},
+		{heartbeatInformer, noKey, leaseFactsChanged, nil},
 		// Kubelets update a pod's status on every probe and container
 		// change; the pod guard reads its labels, phase and addresses.
-		{podInformer, noKey, podAdmissionChanged, &a.podsChanged, nil},
-		// Nor before it has seen every EgressIP: a restart would let
-		// their pods out with their pod IPs until it had.
-		{eipInformer, noKey, nil, &a.egressIPsChanged, nil},
-		{namespaceInformer, noKey, namespaceLabelsChanged, &a.namespacesChanged, nil},
+		{podInformer, noKey, podAdmissionChanged, &a.podsChanged},
+		// The agent must not sync before it has seen every EgressIP: a
+		// restart would let their pods out with their pod IPs until it had.
+		{eipInformer, noKey, nil, &a.egressIPsChanged},
+		{namespaceInformer, noKey, namespaceLabelsChanged, &a.namespacesChanged},
 	} {
 		// The registration has synced once this handler has seen every
 		// object of the initial list, so the first sync's dirty set is
 		// complete.
-		registration, err := h.informer.AddEventHandler(a.eventHandler(h.keyOf, h.relevant, h.changed, h.seen))
+		registration, err := h.informer.AddEventHandler(a.eventHandler(h.keyOf, h.relevant, h.changed, nil))
 		if err != nil {
 			panic(err) // only fails once the informer has stopped
 		}
