@@ -38,7 +38,7 @@ import (
 // goes in the same bundle as the SNAT.
 //
 // ComputeEgressIP is the specification; the Planner keeps the same parts
-// (replanEgressIPs) from its indexes.
+// incrementally (planner_egressip.go).
 
 // Flow kinds of EgressIP.
 var (
@@ -612,6 +612,20 @@ func egressIPProblem(name string, reason reasons.Reason, format string, args ...
 	return Problem{Key: ObjectKey(APIEgressIP, "", name), Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
+// outrankedProblem is the problem of the EgressIP name, which selects
+// addr of pod, when the older EgressIP owner takes it.
+func outrankedProblem(name string, pod *corev1.Pod, addr netip.Addr, owner string) Problem {
+	return egressIPProblem(name, reasons.PodClaimed, "pod %s/%s (%s) also selected by EgressIP %s, which takes precedence (older)",
+		pod.Namespace, pod.Name, addr, owner)
+}
+
+// claimedProblem is the problem of the EgressIP name, which takes addr of
+// pod, when the LoadBalancerIP-mode EgressService svc claims it.
+func claimedProblem(name string, pod *corev1.Pod, addr netip.Addr, svc string) Problem {
+	return egressIPProblem(name, reasons.PodClaimed, "pod %s/%s (%s) is an endpoint of EgressService %s, whose LB IP it leaves with",
+		pod.Namespace, pod.Name, addr, svc)
+}
+
 // ComputeEgressIP is the specification of node's EgressIP dataplane, from
 // the EgressIPs, namespaces and pods of the cluster, the agents' Leases,
 // and lbClaimed: whether a pod address is an endpoint that an
@@ -662,8 +676,7 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 				}
 				if owner != nil {
 					if local {
-						out.Problems = append(out.Problems, egressIPProblem(eip.Name, reasons.PodClaimed,
-							"pod %s/%s (%s) also selected by EgressIP %s, which takes precedence (older)", pod.Namespace, pod.Name, addr, owner.Name))
+						out.Problems = append(out.Problems, outrankedProblem(eip.Name, pod, addr, owner.Name))
 					}
 					continue
 				}
@@ -682,8 +695,7 @@ func ComputeEgressIP(node NodeConfig, cluster Cluster, lbClaimed func(netip.Addr
 			}
 			if svc, claimed := lbClaimed(addr); claimed {
 				if local {
-					out.Problems = append(out.Problems, egressIPProblem(owner.Name, reasons.PodClaimed,
-						"pod %s/%s (%s) is an endpoint of EgressService %s, whose LB IP it leaves with", pod.Namespace, pod.Name, addr, svc))
+					out.Problems = append(out.Problems, claimedProblem(owner.Name, pod, addr, svc))
 				}
 				continue
 			}

@@ -190,40 +190,19 @@ func (m serviceMember) Keys() iter.Seq[string] { return maps.Keys(m.p.services) 
 
 func (egressIPMember) API() API { return APIEgressIP }
 
-// Update takes one EgressIP (*esv1.EgressIP) among those SetEgressIPs
-// was given, and returns the keys whose part changed since the last
-// TakeEgressIPChanges.
+// Update takes key's EgressIP (*esv1.EgressIP; nil when it is gone), and
+// returns the keys whose part changed since the last TakeEgressIPChanges.
 func (m egressIPMember) Update(key string, obj any) []string {
 	eip, _ := obj.(*esv1.EgressIP)
-	var eips []*esv1.EgressIP
-	for _, pl := range m.p.egressIP.eips {
-		if pl.key != key {
-			eips = append(eips, pl.eip)
-		}
-	}
-	if eip != nil {
-		eips = append(eips, eip)
-	}
-	m.p.SetEgressIPs(eips)
+	m.p.updateEgressIP(key, eip)
 	return m.p.TakeEgressIPChanges()
 }
 
 func (m egressIPMember) Part(key string) (Part, bool) { return asPart(m.p.EgressIP(key)) }
 
-func (m egressIPMember) Problems(key string) []Problem {
-	m.p.replanEgressIPs()
-	return m.p.egressIP.problems[key]
-}
+func (m egressIPMember) Problems(key string) []Problem { return m.p.egressIPProblems(key) }
 
-func (m egressIPMember) Keys() iter.Seq[string] {
-	return func(yield func(string) bool) {
-		for _, pl := range m.p.egressIP.eips {
-			if !yield(pl.key) {
-				return
-			}
-		}
-	}
-}
+func (m egressIPMember) Keys() iter.Seq[string] { return maps.Keys(m.p.egressIP.byKey) }
 
 func (qosMember) API() API { return APIEgressQoS }
 

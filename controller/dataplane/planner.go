@@ -490,8 +490,16 @@ func (p *Planner) SetLeases(leases map[string]*coordinationv1.Lease) []string {
 		p.hostAddresses = hostAddresses
 		p.updateExempt()
 	}
-	if !maps.EqualFunc(macs, p.hostMACs, func(a, b net.HardwareAddr) bool { return bytes.Equal(a, b) }) {
-		p.egressIP.stale = true // a local pod may be steered to that node
+	macChanged := map[string]bool{}
+	for _, m := range []map[string]net.HardwareAddr{macs, p.hostMACs} {
+		for nodeName := range m {
+			if !bytes.Equal(macs[nodeName], p.hostMACs[nodeName]) {
+				macChanged[nodeName] = true
+			}
+		}
+	}
+	if len(macChanged) > 0 {
+		p.egressIP.hostsChanged(macChanged) // a local pod may be steered there
 	}
 	var dirty []string
 	for nodeName := range p.byHost {
@@ -512,7 +520,7 @@ func (p *Planner) SetFenced(fenced bool) []string {
 		return nil
 	}
 	p.node.Fenced = fenced
-	p.egressIP.stale = true // a fenced node holds no address
+	p.egressIP.markAll() // a fenced node holds no address
 	return p.resolve(slices.Collect(maps.Keys(p.byHost[p.node.Name])))
 }
 
@@ -528,7 +536,13 @@ func (p *Planner) Update(key string, in ServiceInputs) []string {
 	next := p.plan(in)
 	dirty := []string{key}
 	// Which endpoints a LoadBalancerIP-mode service claims may change.
-	p.egressIP.stale = p.egressIP.stale || len(p.egressIP.eips) > 0
+	for _, pl := range []*planned{old, next} {
+		if pl != nil {
+			for _, ep := range pl.all {
+				p.egressIP.claimsChanged(ep.IP)
+			}
+		}
+	}
 	p.trackSelector(key, old, next)
 	if old != nil {
 		dirty = append(dirty, p.unclaim(key, old)...)

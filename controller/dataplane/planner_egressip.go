@@ -11,20 +11,29 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
-	"github.com/egressflow/egressflow/controller/reasons"
 )
 
-// The Planner's EgressIP part. Its inputs (the EgressIP objects, the
-// namespaces' labels, the cluster's pods, the hosts' bridge MACs, the
-// fence, and which endpoints a LoadBalancerIP-mode service claims) mark it
-// stale; replanEgressIPs then recomputes every object's part at once, from
-// indexes: each object's selectors and holders parsed once per object
-// version, the pods by namespace, and each object's selected namespaces
-// found before its pods. It costs the selected pods plus objects ×
-// namespaces, once per sync that changed an input, however many inputs
-// changed; the Ledger then diffs only the objects whose part differs.
-// ComputeEgressIP is the specification it is held to
-// (TestPlannerMatchesCompute).
+// The Planner's EgressIP part, kept incrementally. Each pod address that
+// an EgressIP selects is decided once (eipAddr: the object that takes it,
+// and for a local pod the later objects that select it too) and filed
+// under those objects; an input marks only what it touches:
+//
+//   - a pod added, changed or gone: its own addresses are decided again,
+//     against the objects that select its namespace (selecting);
+//   - a namespace's labels: the objects that select it, and its pods;
+//   - an EgressIP's selectors: the pods of the namespaces it selected or
+//     selects; its status (the holders) only its own part;
+//   - a host's bridge MAC: the objects with a holder there; the fence:
+//     every object; a LoadBalancerIP-mode service's endpoints: the
+//     objects that take those addresses.
+//
+// A marked object's part, problems and local selected addresses are then
+// rebuilt from the addresses filed under it, so that a change costs the
+// pods it touches plus the pods of the objects it marks, not the whole
+// cluster. The spread groups' IDs are allotted again, over every part that
+// spreads, only when which parts spread changes. ComputeEgressIP is the
+// specification it is held to (TestPlannerMatchesCompute,
+// TestEgressIPPlannerIncremental).
 
 // plannedEgressIP is one EgressIP as the planner keeps it.
 type plannedEgressIP struct {
@@ -33,86 +42,303 @@ type plannedEgressIP struct {
 	nsSel, podSel labels.Selector // nil when they do not parse
 	holders       [2][]egressIPHolder
 	families      [2]bool // of its spec's addresses
+	// namespaces are those whose selecting list holds it.
+	namespaces map[string]bool
+	// owned are the pod addresses it takes; outranked the local pod
+	// addresses it selects that an object before it takes.
+	owned, outranked map[*eipAddr]bool
+	// part, problems and selected (the local pod addresses it takes,
+	// sorted) are as last rebuilt; part.Spread's groups as last allotted.
+	part     EgressIPPart
+	problems []Problem
+	selected []netip.Addr
 }
 
-// egressIPInputs are the Planner's EgressIP inputs and results.
-type egressIPInputs struct {
-	// eips are the EgressIPs given, in precedence order (compareEgressIPs).
-	eips []*plannedEgressIP
-	// namespaces are the namespaces' labels, by name.
-	namespaces map[string]labels.Set
-	// clusterPods are the pods given to SetClusterPods, by namespace.
-	clusterPods map[string][]*corev1.Pod
-	// stale: an input changed since the parts were computed.
-	stale bool
+// hasFlows reports whether the object's part renders flows.
+func (pl *plannedEgressIP) hasFlows() bool { return len(pl.part.Held)+len(pl.part.Pods) > 0 }
 
-	parts    map[string]EgressIPPart // by key; only parts with flows
-	problems map[string][]Problem    // by key
-	// selected are the local pod addresses an EgressIP selects, sorted.
-	selected []netip.Addr
+// spreads reports, by family, whether the part spreads pods.
+func (pl *plannedEgressIP) spreads() [2]bool {
+	return [2]bool{len(pl.part.Spread[0].Hops) > 0, len(pl.part.Spread[1].Hops) > 0}
+}
+
+// spreadGroups are the part's spread groups, by family.
+func (pl *plannedEgressIP) spreadGroups() [2]uint32 {
+	return [2]uint32{pl.part.Spread[0].Group, pl.part.Spread[1].Group}
+}
+
+// eipAddr is one address of a pod that an EgressIP selects.
+type eipAddr struct {
+	pod  *corev1.Pod
+	addr netip.Addr
+	// owner takes it: the first object in precedence order that selects
+	// it.
+	owner *plannedEgressIP
+	// outranked are the later objects that select it too, for a pod of
+	// this node only (their problems).
+	outranked []*plannedEgressIP
+}
+
+// sameDecision reports whether d and o take the same address of the same
+// pod the same way, so that a new version of the pod changes no part.
+func (d *eipAddr) sameDecision(o *eipAddr) bool {
+	return d.addr == o.addr && d.owner == o.owner && slices.Equal(d.outranked, o.outranked) &&
+		d.pod.Spec.NodeName == o.pod.Spec.NodeName
+}
+
+// podRef names a pod.
+type podRef struct{ namespace, name string }
+
+// egressIPInputs are the Planner's EgressIP inputs, indexes and results.
+type egressIPInputs struct {
+	// byKey are the EgressIPs given; order the same, in precedence order
+	// (compareEgressIPs).
+	byKey map[string]*plannedEgressIP
+	order []*plannedEgressIP
+	// namespaces are the namespaces' labels, by name; selecting, for each,
+	// the objects whose namespaceSelector matches them, in precedence
+	// order.
+	namespaces map[string]labels.Set
+	selecting  map[string][]*plannedEgressIP
+	// pods are the pods given to SetClusterPods, by namespace and name.
+	pods map[string]map[string]*corev1.Pod
+	// decided are the selected addresses of each pod; byAddr the same by
+	// address (for the claims of LoadBalancerIP-mode services).
+	decided map[podRef][]*eipAddr
+	byAddr  map[netip.Addr][]*eipAddr
+
+	// redecide are the pods whose addresses are to be decided again;
+	// dirty the objects whose part is to be rebuilt; regroup: which parts
+	// spread changed, and the groups are to be allotted again.
+	redecide map[podRef]bool
+	dirty    map[*plannedEgressIP]bool
+	regroup  bool
+
+	// selectedCount counts, for each local pod address, the objects that
+	// list it in selected (one, unless it moves between objects within a
+	// sync); selectedMoved: an address came or went since the pod guard
+	// last learnt of it.
+	selectedCount map[netip.Addr]int
+	selectedMoved bool
 	// changed holds the keys whose part or problems changed since
 	// TakeEgressIPChanges.
 	changed map[string]bool
+	// work counts the pods decided and the objects rebuilt, for the tests
+	// that hold the planner to touching only what an input changed.
+	work struct{ decided, rebuilt int }
 }
 
 func newEgressIPInputs() egressIPInputs {
-	return egressIPInputs{namespaces: map[string]labels.Set{}, clusterPods: map[string][]*corev1.Pod{},
-		parts: map[string]EgressIPPart{}, problems: map[string][]Problem{}, changed: map[string]bool{}}
+	return egressIPInputs{byKey: map[string]*plannedEgressIP{}, namespaces: map[string]labels.Set{},
+		selecting: map[string][]*plannedEgressIP{}, pods: map[string]map[string]*corev1.Pod{},
+		decided: map[podRef][]*eipAddr{}, byAddr: map[netip.Addr][]*eipAddr{},
+		redecide: map[podRef]bool{}, dirty: map[*plannedEgressIP]bool{},
+		selectedCount: map[netip.Addr]int{}, changed: map[string]bool{}}
 }
 
 // SetEgressIPs takes the cluster's EgressIP objects.
 func (p *Planner) SetEgressIPs(eips []*esv1.EgressIP) {
-	byName := map[string]*plannedEgressIP{}
-	for _, pl := range p.egressIP.eips {
-		byName[pl.eip.Name] = pl
-	}
-	next := make([]*plannedEgressIP, 0, len(eips))
+	given := make(map[string]bool, len(eips))
 	for _, eip := range eips {
-		if pl := byName[eip.Name]; pl != nil && pl.eip == eip {
-			next = append(next, pl)
+		key := ObjectKey(APIEgressIP, "", eip.Name)
+		given[key] = true
+		p.egressIP.put(key, eip)
+	}
+	for key, pl := range p.egressIP.byKey {
+		if !given[key] {
+			p.egressIP.remove(pl)
+		}
+	}
+}
+
+// updateEgressIP takes one EgressIP, nil when it is gone.
+func (p *Planner) updateEgressIP(key string, eip *esv1.EgressIP) {
+	if eip != nil {
+		p.egressIP.put(key, eip)
+	} else if pl := p.egressIP.byKey[key]; pl != nil {
+		p.egressIP.remove(pl)
+	}
+}
+
+// put takes eip, keyed key: a new version whose selection is the same
+// (only its status changed, say) marks its own part; any other is taken
+// as the old one gone and a new one come.
+func (in *egressIPInputs) put(key string, eip *esv1.EgressIP) {
+	old := in.byKey[key]
+	if old != nil && old.eip == eip {
+		return
+	}
+	pl := &plannedEgressIP{eip: eip, key: key, holders: egressIPHolders(eip), families: egressIPFamilies(eip),
+		namespaces: map[string]bool{}, owned: map[*eipAddr]bool{}, outranked: map[*eipAddr]bool{}}
+	pl.nsSel, pl.podSel, _ = egressIPSelectors(eip)
+	if old != nil && sameSelection(old, pl) {
+		old.eip, old.holders = eip, pl.holders
+		in.dirty[old] = true
+		return
+	}
+	if old != nil {
+		in.remove(old)
+	}
+	in.byKey[key] = pl
+	i, _ := slices.BinarySearchFunc(in.order, pl, compareRank)
+	in.order = slices.Insert(in.order, i, pl)
+	in.dirty[pl] = true // its held addresses
+	if pl.nsSel == nil {
+		return
+	}
+	for ns, nsLabels := range in.namespaces {
+		if !pl.nsSel.Matches(nsLabels) {
 			continue
 		}
-		pl := &plannedEgressIP{eip: eip, key: ObjectKey(APIEgressIP, "", eip.Name), holders: egressIPHolders(eip), families: egressIPFamilies(eip)}
-		pl.nsSel, pl.podSel, _ = egressIPSelectors(eip)
-		next = append(next, pl)
-		p.egressIP.stale = true
+		list := in.selecting[ns]
+		i, _ := slices.BinarySearchFunc(list, pl, compareRank)
+		in.selecting[ns] = slices.Insert(list, i, pl)
+		pl.namespaces[ns] = true
+		for name, pod := range in.pods[ns] {
+			if pl.podSel.Matches(labels.Set(pod.Labels)) {
+				in.redecide[podRef{ns, name}] = true
+			}
+		}
 	}
-	if len(next) != len(p.egressIP.eips) {
-		p.egressIP.stale = true
+}
+
+// sameSelection reports whether a and b select the same pods with the
+// same precedence.
+func sameSelection(a, b *plannedEgressIP) bool {
+	selString := func(s labels.Selector) string {
+		if s == nil {
+			return "\x00invalid"
+		}
+		return s.String()
 	}
-	slices.SortFunc(next, func(a, b *plannedEgressIP) int { return compareEgressIPs(a.eip, b.eip) })
-	p.egressIP.eips = next
+	return a.families == b.families && selString(a.nsSel) == selString(b.nsSel) && selString(a.podSel) == selString(b.podSel) &&
+		a.eip.CreationTimestamp.Equal(&b.eip.CreationTimestamp)
+}
+
+// compareRank orders planned objects by precedence.
+func compareRank(a, b *plannedEgressIP) int { return compareEgressIPs(a.eip, b.eip) }
+
+// remove forgets pl: its pods are decided again without it.
+func (in *egressIPInputs) remove(pl *plannedEgressIP) {
+	for _, set := range []map[*eipAddr]bool{pl.owned, pl.outranked} {
+		for d := range set {
+			in.redecide[podRef{d.pod.Namespace, d.pod.Name}] = true
+		}
+	}
+	for ns := range pl.namespaces {
+		in.selecting[ns] = slices.DeleteFunc(in.selecting[ns], func(o *plannedEgressIP) bool { return o == pl })
+	}
+	if i := slices.Index(in.order, pl); i >= 0 {
+		in.order = slices.Delete(in.order, i, i+1)
+	}
+	in.setSelected(pl, nil)
+	if pl.hasFlows() || len(pl.problems) > 0 {
+		in.changed[pl.key] = true
+	}
+	if pl.spreads() != [2]bool{} {
+		in.regroup = true
+	}
+	delete(in.byKey, pl.key)
+	delete(in.dirty, pl)
 }
 
 // SetNamespaces takes the cluster's namespaces, whose labels
 // namespaceSelector reads.
 func (p *Planner) SetNamespaces(namespaces []*corev1.Namespace) {
-	next := make(map[string]labels.Set, len(namespaces))
+	in := &p.egressIP
+	given := make(map[string]bool, len(namespaces))
 	for _, ns := range namespaces {
-		next[ns.Name] = labels.Set(ns.Labels)
+		given[ns.Name] = true
+		if old, known := in.namespaces[ns.Name]; !known || !maps.Equal(old, labels.Set(ns.Labels)) {
+			in.relist(ns.Name, labels.Set(ns.Labels), true)
+		}
 	}
-	if !maps.EqualFunc(next, p.egressIP.namespaces, func(a, b labels.Set) bool { return maps.Equal(a, b) }) {
-		p.egressIP.stale = true
+	for ns := range in.namespaces {
+		if !given[ns] {
+			in.relist(ns, nil, false)
+		}
 	}
-	p.egressIP.namespaces = next
+}
+
+// relist gives the namespace ns new labels (known: false when it is gone),
+// finds the objects that select it, and marks its pods.
+func (in *egressIPInputs) relist(ns string, nsLabels labels.Set, known bool) {
+	for _, pl := range in.selecting[ns] {
+		delete(pl.namespaces, ns)
+	}
+	delete(in.selecting, ns)
+	delete(in.namespaces, ns)
+	if known {
+		in.namespaces[ns] = nsLabels
+		var list []*plannedEgressIP
+		for _, pl := range in.order {
+			if pl.nsSel != nil && pl.nsSel.Matches(nsLabels) {
+				list = append(list, pl)
+				pl.namespaces[ns] = true
+			}
+		}
+		if len(list) > 0 {
+			in.selecting[ns] = list
+		}
+	}
+	for name := range in.pods[ns] {
+		in.redecide[podRef{ns, name}] = true
+	}
 }
 
 // SetClusterPods takes the pods beyond the node's own that the node acts
 // on: an EgressIP's holder SNATs the pods it selects wherever they run.
 // The agent gives it its node's pods and those of the EgressIPs it holds
-// (HolderPodWatches); the parts are those of every pod given.
+// (HolderPodWatches); the parts are those of every pod given. Only the
+// pods added, gone or replaced by a new version are decided again.
 func (p *Planner) SetClusterPods(pods []*corev1.Pod) {
-	next := map[string][]*corev1.Pod{}
+	in := &p.egressIP
+	next := map[string]map[string]*corev1.Pod{}
 	for _, pod := range pods {
-		next[pod.Namespace] = append(next[pod.Namespace], pod)
+		if next[pod.Namespace] == nil {
+			next[pod.Namespace] = map[string]*corev1.Pod{}
+		}
+		next[pod.Namespace][pod.Name] = pod
+		if in.pods[pod.Namespace][pod.Name] != pod {
+			in.redecide[podRef{pod.Namespace, pod.Name}] = true
+		}
 	}
-	for _, list := range next {
-		slices.SortFunc(list, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+	for ns, byName := range in.pods {
+		for name := range byName {
+			if _, ok := next[ns][name]; !ok {
+				in.redecide[podRef{ns, name}] = true
+			}
+		}
 	}
-	if !maps.EqualFunc(next, p.egressIP.clusterPods, slices.Equal) {
-		p.egressIP.stale = true
+	in.pods = next
+}
+
+// hostsChanged marks the objects with a holder on one of nodes,
+// whose bridge MAC changed: a local pod may be steered there.
+func (in *egressIPInputs) hostsChanged(nodes map[string]bool) {
+	for _, pl := range in.order {
+		for _, hs := range pl.holders {
+			if slices.ContainsFunc(hs, func(h egressIPHolder) bool { return nodes[h.node] }) {
+				in.dirty[pl] = true
+			}
+		}
 	}
-	p.egressIP.clusterPods = next
+}
+
+// markAll marks every object (the fence changed: a fenced node holds no
+// address and SNATs no other node's pod).
+func (in *egressIPInputs) markAll() {
+	for _, pl := range in.order {
+		in.dirty[pl] = true
+	}
+}
+
+// claimsChanged marks the objects that take addr, which a
+// LoadBalancerIP-mode service may have begun or stopped claiming.
+func (in *egressIPInputs) claimsChanged(addr netip.Addr) {
+	for _, d := range in.byAddr[addr] {
+		in.dirty[d.owner] = true
+	}
 }
 
 // TakeEgressIPChanges brings the EgressIP parts up to date and returns the
@@ -128,16 +354,27 @@ func (p *Planner) TakeEgressIPChanges() []string {
 // EgressIP returns key's part; false when the node does nothing for it.
 func (p *Planner) EgressIP(key string) (EgressIPPart, bool) {
 	p.replanEgressIPs()
-	part, ok := p.egressIP.parts[key]
-	return part, ok
+	if pl := p.egressIP.byKey[key]; pl != nil && pl.hasFlows() {
+		return pl.part, true
+	}
+	return EgressIPPart{}, false
+}
+
+// egressIPProblems returns key's problems.
+func (p *Planner) egressIPProblems(key string) []Problem {
+	p.replanEgressIPs()
+	if pl := p.egressIP.byKey[key]; pl != nil {
+		return pl.problems
+	}
+	return nil
 }
 
 // HeldEgressIPs returns every EgressIP address this node holds, sorted.
 func (p *Planner) HeldEgressIPs() []netip.Addr {
 	p.replanEgressIPs()
 	var out []netip.Addr
-	for _, part := range p.egressIP.parts {
-		out = append(out, part.Held...)
+	for _, pl := range p.egressIP.order {
+		out = append(out, pl.part.Held...)
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
@@ -147,8 +384,8 @@ func (p *Planner) HeldEgressIPs() []netip.Addr {
 func (p *Planner) egressIPsHeld() int {
 	p.replanEgressIPs()
 	n := 0
-	for _, part := range p.egressIP.parts {
-		if len(part.Held) > 0 {
+	for _, pl := range p.egressIP.order {
+		if len(pl.part.Held) > 0 {
 			n++
 		}
 	}
@@ -159,8 +396,7 @@ func (p *Planner) egressIPsHeld() int {
 // EgressIP selects.
 func (p *Planner) selectedByEgressIP(addr netip.Addr) bool {
 	p.replanEgressIPs()
-	_, found := slices.BinarySearchFunc(p.egressIP.selected, addr, netip.Addr.Compare)
-	return found
+	return p.egressIP.selectedCount[addr] > 0
 }
 
 // lbClaimed returns the LoadBalancerIP-mode service that claims an
@@ -173,172 +409,234 @@ func (p *Planner) lbClaimed(addr netip.Addr) (string, bool) {
 	return k, p.services[k].es.Status.Host != esv1.HostAll
 }
 
-// replanEgressIPs recomputes every EgressIP's part, if an input changed.
+// replanEgressIPs decides the marked pods again, rebuilds the marked
+// objects' parts, and allots the spread groups again if which parts
+// spread changed.
 func (p *Planner) replanEgressIPs() {
 	in := &p.egressIP
-	if !in.stale {
+	if len(in.redecide) == 0 && len(in.dirty) == 0 && !in.regroup {
 		return
 	}
-	in.stale = false
-	// The owner's name, by pod and address: each pod's own (two pods never
-	// share an address for long, but a pod the kubelet has not reported
-	// finished yet may still hold its successor's).
-	type podAddrKey struct {
-		namespace, name string
-		addr            netip.Addr
+	for ref := range in.redecide {
+		p.decide(ref)
 	}
-	owned := map[podAddrKey]string{}
-	parts := map[string]*EgressIPPart{}
-	problems := map[string][]Problem{}
-	var selected []netip.Addr
-	namespaces := slices.Sorted(maps.Keys(in.clusterPods))
-	for _, pl := range in.eips {
-		part := &EgressIPPart{Key: pl.key}
-		parts[pl.key] = part
-		if !p.node.Fenced {
-			for _, hs := range pl.holders {
-				for _, h := range hs {
-					if h.node == p.node.Name {
-						part.Held = append(part.Held, h.addr)
-					}
-				}
-			}
+	clear(in.redecide)
+	previous := make(map[*plannedEgressIP]plannedEgressIP, len(in.dirty))
+	for pl := range in.dirty {
+		if in.byKey[pl.key] != pl {
+			continue // removed since it was marked
 		}
-		if pl.nsSel == nil {
-			continue
-		}
-		for _, pa := range in.selectedBy(pl, namespaces, p.node.ClusterPodCIDRs) {
-			local := pa.pod.Spec.NodeName == p.node.Name
-			pk := podAddrKey{pa.pod.Namespace, pa.pod.Name, pa.addr}
-			if owner := owned[pk]; owner != "" {
-				if local {
-					problems[pl.key] = append(problems[pl.key], egressIPProblem(pl.eip.Name, reasons.PodClaimed,
-						"pod %s/%s (%s) also selected by EgressIP %s, which takes precedence (older)",
-						pa.pod.Namespace, pa.pod.Name, pa.addr, owner))
-				}
-				continue
-			}
-			owned[pk] = pl.eip.Name
-			if len(pl.holders[family(pa.addr)]) == 0 && p.node.EgressIPUnheld.LeavesThroughNode() {
-				continue // leaves as its node's unselected pods do
-			}
-			if local {
-				selected = append(selected, pa.addr)
-			}
-			if svc, claimed := p.lbClaimed(pa.addr); claimed {
-				if local {
-					problems[pl.key] = append(problems[pl.key], egressIPProblem(pl.eip.Name, reasons.PodClaimed,
-						"pod %s/%s (%s) is an endpoint of EgressService %s, whose LB IP it leaves with", pa.pod.Namespace, pa.pod.Name, pa.addr, svc))
-				}
-				continue
-			}
-			if found := planEgressIPPod(part, p.node, pl.eip.Name, pl.holders, pa.pod, pa.addr,
-				func(n string) net.HardwareAddr { return p.hostMACs[n] }); len(found) > 0 {
-				problems[pl.key] = append(problems[pl.key], found...)
-			}
+		old := *pl
+		previous[pl] = old
+		p.rebuild(pl)
+		if pl.spreads() != old.spreads() {
+			in.regroup = true
 		}
 	}
-
-	if in.take(parts, problems, selected) {
+	clear(in.dirty)
+	if in.regroup {
+		in.regroup = false
+		in.allotSpreadGroups()
+	}
+	if in.selectedMoved {
+		in.selectedMoved = false
 		// The pod guard admits none of them, and their Network-mode
 		// routes are withheld.
 		p.admittedStale = true
 	}
-}
-
-// podAddr is one address of a pod.
-type podAddr struct {
-	pod  *corev1.Pod
-	addr netip.Addr
-}
-
-// selectedBy are the addresses (of its families, in cidrs) of the pods pl
-// selects: those of the namespaces it selects, in the order of namespaces
-// (the order does not matter: every address is decided by the first
-// object in precedence order).
-func (in *egressIPInputs) selectedBy(pl *plannedEgressIP, namespaces []string, cidrs []netip.Prefix) []podAddr {
-	var mine []podAddr
-	for _, ns := range namespaces {
-		nsLabels, known := in.namespaces[ns]
-		if !known || !pl.nsSel.Matches(nsLabels) {
-			continue
+	for pl, old := range previous {
+		partChanged := pl.hasFlows() != old.hasFlows() || (pl.hasFlows() && !pl.part.Equal(old.part))
+		if partChanged || !slices.Equal(pl.problems, old.problems) {
+			in.changed[pl.key] = true
 		}
-		for _, pod := range in.clusterPods[ns] {
-			if !pl.podSel.Matches(labels.Set(pod.Labels)) {
-				continue
+	}
+}
+
+// allotSpreadGroups allots the groups of every part that spreads
+// (allotSpreadGroups, in key order), and marks the objects whose groups
+// it changed.
+func (in *egressIPInputs) allotSpreadGroups() {
+	var spreading []*plannedEgressIP
+	for _, pl := range in.order {
+		if pl.spreads() != [2]bool{} {
+			spreading = append(spreading, pl)
+		}
+	}
+	slices.SortFunc(spreading, func(a, b *plannedEgressIP) int { return cmp.Compare(a.key, b.key) })
+	parts := make([]*EgressIPPart, len(spreading))
+	before := make([][2]uint32, len(spreading))
+	for i, pl := range spreading {
+		parts[i], before[i] = &pl.part, pl.spreadGroups()
+	}
+	allotSpreadGroups(parts)
+	for i, pl := range spreading {
+		if pl.spreadGroups() != before[i] {
+			in.changed[pl.key] = true
+		}
+	}
+}
+
+// decide decides the addresses of the pod ref (given to SetClusterPods,
+// or gone) again: for each, the first object that selects it in
+// precedence order, among those that select its namespace, takes it. A
+// new version of the pod decided the same way only replaces the old one;
+// any other change marks the objects involved before and after.
+func (p *Planner) decide(ref podRef) {
+	in := &p.egressIP
+	in.work.decided++
+	old := in.decided[ref]
+	var next []*eipAddr
+	if pod := in.pods[ref.namespace][ref.name]; pod != nil && len(in.selecting[ref.namespace]) > 0 {
+		local := pod.Spec.NodeName == p.node.Name
+		podLabels := labels.Set(pod.Labels)
+		for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {
+			var d *eipAddr
+			for _, pl := range in.selecting[ref.namespace] {
+				if !pl.families[family(addr)] || !pl.podSel.Matches(podLabels) {
+					continue
+				}
+				if d == nil {
+					d = &eipAddr{pod: pod, addr: addr, owner: pl}
+					if !local {
+						break // problems are reported for local pods only
+					}
+					continue
+				}
+				d.outranked = append(d.outranked, pl)
 			}
-			for _, addr := range podAddresses(pod, cidrs) {
-				if pl.families[family(addr)] {
-					mine = append(mine, podAddr{pod, addr})
+			if d != nil {
+				next = append(next, d)
+			}
+		}
+	}
+	if len(old) > 0 && slices.EqualFunc(old, next, (*eipAddr).sameDecision) {
+		for i, d := range old {
+			d.pod = next[i].pod
+		}
+		return
+	}
+	for _, d := range old {
+		in.file(d, false)
+	}
+	for _, d := range next {
+		in.file(d, true)
+	}
+	if len(next) > 0 {
+		in.decided[ref] = next
+	} else {
+		delete(in.decided, ref)
+	}
+}
+
+// file files d under its objects and its address (add), or takes it out
+// of them, and marks the objects.
+func (in *egressIPInputs) file(d *eipAddr, add bool) {
+	set := func(m map[*eipAddr]bool) {
+		if add {
+			m[d] = true
+		} else {
+			delete(m, d)
+		}
+	}
+	set(d.owner.owned)
+	in.dirty[d.owner] = true
+	for _, pl := range d.outranked {
+		set(pl.outranked)
+		in.dirty[pl] = true
+	}
+	if add {
+		in.byAddr[d.addr] = append(in.byAddr[d.addr], d)
+	} else if list := slices.DeleteFunc(in.byAddr[d.addr], func(o *eipAddr) bool { return o == d }); len(list) > 0 {
+		in.byAddr[d.addr] = list
+	} else {
+		delete(in.byAddr, d.addr)
+	}
+}
+
+// rebuild computes pl's part, problems and local selected addresses from
+// the addresses filed under it, keeping its spread groups for the
+// families it still spreads.
+func (p *Planner) rebuild(pl *plannedEgressIP) {
+	p.egressIP.work.rebuilt++
+	part := EgressIPPart{Key: pl.key}
+	if !p.node.Fenced {
+		for _, hs := range pl.holders {
+			for _, h := range hs {
+				if h.node == p.node.Name {
+					part.Held = append(part.Held, h.addr)
 				}
 			}
 		}
 	}
-	return mine
-}
-
-// take makes parts (empty ones left out), problems and the local selected
-// pod addresses the current ones, marks in changed every key whose part
-// or problems differ from before, and reports whether the selected
-// addresses changed.
-func (in *egressIPInputs) take(parts map[string]*EgressIPPart, problems map[string][]Problem, selected []netip.Addr) bool {
-	// What changed, by key: parts gone, parts new or different, problems.
-	for k := range in.parts {
-		if _, ok := parts[k]; !ok {
-			in.changed[k] = true
-		}
+	var problems []Problem
+	var selected []netip.Addr
+	for d := range pl.outranked {
+		problems = append(problems, outrankedProblem(pl.eip.Name, d.pod, d.addr, d.owner.eip.Name))
 	}
-	next := make(map[string]EgressIPPart, len(parts))
-	var kept []*EgressIPPart
-	for _, k := range slices.Sorted(maps.Keys(parts)) {
-		part := parts[k]
-		if len(part.Held)+len(part.Pods) == 0 {
-			if _, had := in.parts[k]; had {
-				in.changed[k] = true
+	for d := range pl.owned {
+		local := d.pod.Spec.NodeName == p.node.Name
+		if len(pl.holders[family(d.addr)]) == 0 && p.node.EgressIPUnheld.LeavesThroughNode() {
+			continue // leaves as its node's unselected pods do
+		}
+		if local {
+			selected = append(selected, d.addr)
+		}
+		if svc, claimed := p.lbClaimed(d.addr); claimed {
+			if local {
+				problems = append(problems, claimedProblem(pl.eip.Name, d.pod, d.addr, svc))
 			}
 			continue
 		}
-		slices.SortFunc(part.Held, netip.Addr.Compare)
-		part.Pods = sortEgressIPPods(part.Pods)
-		kept = append(kept, part)
+		problems = append(problems, planEgressIPPod(&part, p.node, pl.eip.Name, pl.holders, d.pod, d.addr,
+			func(n string) net.HardwareAddr { return p.hostMACs[n] })...)
 	}
-	allotSpreadGroups(kept)
-	for _, part := range kept {
-		if old, had := in.parts[part.Key]; !had || !old.Equal(*part) {
-			in.changed[part.Key] = true
-		}
-		next[part.Key] = *part
-	}
-	for k, list := range problems {
-		slices.SortFunc(list, compareProblems)
-		if !slices.Equal(list, in.problems[k]) {
-			in.changed[k] = true
+	slices.SortFunc(part.Held, netip.Addr.Compare)
+	part.Pods = sortEgressIPPods(part.Pods)
+	for f := range part.Spread {
+		if len(part.Spread[f].Hops) > 0 {
+			part.Spread[f].Group = pl.part.Spread[f].Group
 		}
 	}
-	for k := range in.problems {
-		if _, ok := problems[k]; !ok {
-			in.changed[k] = true
-		}
-	}
-	in.parts, in.problems = next, problems
+	slices.SortFunc(problems, compareProblems)
 	slices.SortFunc(selected, netip.Addr.Compare)
-	selected = slices.Compact(selected)
-	selectedChanged := !slices.Equal(selected, in.selected)
-	in.selected = selected
-	return selectedChanged
+	pl.part, pl.problems = part, problems
+	p.egressIP.setSelected(pl, slices.Compact(selected))
+}
+
+// setSelected makes selected pl's local selected addresses, and marks the
+// pod guard's admitted addresses stale if the node's set of them changed.
+func (in *egressIPInputs) setSelected(pl *plannedEgressIP, selected []netip.Addr) {
+	if slices.Equal(pl.selected, selected) {
+		return
+	}
+	for _, a := range pl.selected {
+		if in.selectedCount[a]--; in.selectedCount[a] == 0 {
+			delete(in.selectedCount, a)
+			in.selectedMoved = true
+		}
+	}
+	for _, a := range selected {
+		if in.selectedCount[a]++; in.selectedCount[a] == 1 {
+			in.selectedMoved = true
+		}
+	}
+	pl.selected = selected
 }
 
 // egressIPState is State.EgressIP, as ComputeEgressIP returns it.
 func (p *Planner) egressIPState() EgressIPs {
 	p.replanEgressIPs()
 	var out EgressIPs
-	for _, k := range slices.Sorted(maps.Keys(p.egressIP.parts)) {
-		out.Parts = append(out.Parts, p.egressIP.parts[k])
+	keys := slices.Sorted(maps.Keys(p.egressIP.byKey))
+	for _, k := range keys {
+		if pl := p.egressIP.byKey[k]; pl.hasFlows() {
+			out.Parts = append(out.Parts, pl.part)
+		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(p.egressIP.problems)) {
-		out.Problems = append(out.Problems, p.egressIP.problems[k]...)
+	for _, k := range keys {
+		out.Problems = append(out.Problems, p.egressIP.byKey[k].problems...)
 	}
-	out.Selected = slices.Clone(p.egressIP.selected)
+	out.Selected = slices.SortedFunc(maps.Keys(p.egressIP.selectedCount), netip.Addr.Compare)
 	return out
 }
 
