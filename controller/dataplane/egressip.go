@@ -227,7 +227,12 @@ func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports 
 		setNeighbourDiscovery(add(KindEgressIPND, TableNeighbour, priorityEgressIP, ndAdvertTarget(ports.BridgeMAC)), 136, addr)
 	}
 	// The pods of one hop, or of one family's spread, share instructions.
-	hops := map[string][]openflow.Instruction{}
+	type hopKey struct {
+		via   netip.Addr
+		mac   string
+		local bool
+	}
+	hops := map[hopKey][]openflow.Instruction{}
 	var spread [2][]openflow.Instruction
 	for _, pod := range p.Pods {
 		var insts []openflow.Instruction
@@ -245,7 +250,7 @@ func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports 
 			if pod.HolderMAC != nil {
 				kind = KindEgressIPSteer
 			}
-			hop := fmt.Sprint(pod.Via, pod.HolderMAC, pod.Local)
+			hop := hopKey{pod.Via, string(pod.HolderMAC), pod.Local}
 			if insts = hops[hop]; insts == nil {
 				actions := pod.EgressIPHop.actions(ports)
 				if pod.Local {

@@ -44,9 +44,13 @@ type plannedEgressIP struct {
 	families      [2]bool // of its spec's addresses
 	// namespaces are those whose selecting list holds it.
 	namespaces map[string]bool
-	// owned are the pod addresses it takes; outranked the local pod
-	// addresses it selects that an object before it takes.
-	owned, outranked map[*eipAddr]bool
+	// owned are the pod addresses it takes (each knows its index here);
+	// outranked the local pod addresses it selects that an object before
+	// it takes (nil while none: that is rare).
+	owned     []*eipAddr
+	outranked map[*eipAddr]bool
+	// dirty: it is in egressIPInputs.dirty.
+	dirty bool
 	// part, problems and selected (the local pod addresses it takes,
 	// sorted) are as last rebuilt; part.Spread's groups as last allotted.
 	part     EgressIPPart
@@ -77,11 +81,15 @@ type eipAddr struct {
 	// outranked are the later objects that select it too, for a pod of
 	// this node only (their problems).
 	outranked []*plannedEgressIP
+	// ownedAt is its index in owner.owned; sameAddr is the next decided
+	// address equal to addr (egressIPInputs.byAddr's chain).
+	ownedAt  int
+	sameAddr *eipAddr
 }
 
 // sameDecision reports whether d and o take the same address of the same
 // pod the same way, so that a new version of the pod changes no part.
-func (d *eipAddr) sameDecision(o *eipAddr) bool {
+func (d eipAddr) sameDecision(o eipAddr) bool {
 	return d.addr == o.addr && d.owner == o.owner && slices.Equal(d.outranked, o.outranked) &&
 		d.pod.Spec.NodeName == o.pod.Spec.NodeName
 }
@@ -102,16 +110,17 @@ type egressIPInputs struct {
 	selecting  map[string][]*plannedEgressIP
 	// pods are the pods given to SetClusterPods, by namespace and name.
 	pods map[string]map[string]*corev1.Pod
-	// decided are the selected addresses of each pod; byAddr the same by
-	// address (for the claims of LoadBalancerIP-mode services).
-	decided map[podRef][]*eipAddr
-	byAddr  map[netip.Addr][]*eipAddr
+	// decided are the selected addresses of each pod; byAddr the first of
+	// those of each address (for the claims of LoadBalancerIP-mode
+	// services), the others chained through sameAddr.
+	decided map[podRef][]eipAddr
+	byAddr  map[netip.Addr]*eipAddr
 
 	// redecide are the pods whose addresses are to be decided again;
-	// dirty the objects whose part is to be rebuilt; regroup: which parts
-	// spread changed, and the groups are to be allotted again.
+	// dirty the objects whose part is to be rebuilt (mark); regroup: which
+	// parts spread changed, and the groups are to be allotted again.
 	redecide map[podRef]bool
-	dirty    map[*plannedEgressIP]bool
+	dirty    []*plannedEgressIP
 	regroup  bool
 
 	// selectedCount counts, for each local pod address, the objects that
@@ -131,8 +140,8 @@ type egressIPInputs struct {
 func newEgressIPInputs() egressIPInputs {
 	return egressIPInputs{byKey: map[string]*plannedEgressIP{}, namespaces: map[string]labels.Set{},
 		selecting: map[string][]*plannedEgressIP{}, pods: map[string]map[string]*corev1.Pod{},
-		decided: map[podRef][]*eipAddr{}, byAddr: map[netip.Addr][]*eipAddr{},
-		redecide: map[podRef]bool{}, dirty: map[*plannedEgressIP]bool{},
+		decided: map[podRef][]eipAddr{}, byAddr: map[netip.Addr]*eipAddr{},
+		redecide:      map[podRef]bool{},
 		selectedCount: map[netip.Addr]int{}, changed: map[string]bool{}}
 }
 
@@ -169,11 +178,11 @@ func (in *egressIPInputs) put(key string, eip *esv1.EgressIP) {
 		return
 	}
 	pl := &plannedEgressIP{eip: eip, key: key, holders: egressIPHolders(eip), families: egressIPFamilies(eip),
-		namespaces: map[string]bool{}, owned: map[*eipAddr]bool{}, outranked: map[*eipAddr]bool{}}
+		namespaces: map[string]bool{}}
 	pl.nsSel, pl.podSel, _ = egressIPSelectors(eip)
 	if old != nil && sameSelection(old, pl) {
 		old.eip, old.holders = eip, pl.holders
-		in.dirty[old] = true
+		in.mark(old)
 		return
 	}
 	if old != nil {
@@ -182,7 +191,7 @@ func (in *egressIPInputs) put(key string, eip *esv1.EgressIP) {
 	in.byKey[key] = pl
 	i, _ := slices.BinarySearchFunc(in.order, pl, compareRank)
 	in.order = slices.Insert(in.order, i, pl)
-	in.dirty[pl] = true // its held addresses
+	in.mark(pl) // its held addresses
 	if pl.nsSel == nil {
 		return
 	}
@@ -220,10 +229,11 @@ func compareRank(a, b *plannedEgressIP) int { return compareEgressIPs(a.eip, b.e
 
 // remove forgets pl: its pods are decided again without it.
 func (in *egressIPInputs) remove(pl *plannedEgressIP) {
-	for _, set := range []map[*eipAddr]bool{pl.owned, pl.outranked} {
-		for d := range set {
-			in.redecide[podRef{d.pod.Namespace, d.pod.Name}] = true
-		}
+	for _, d := range pl.owned {
+		in.redecide[podRef{d.pod.Namespace, d.pod.Name}] = true
+	}
+	for d := range pl.outranked {
+		in.redecide[podRef{d.pod.Namespace, d.pod.Name}] = true
 	}
 	for ns := range pl.namespaces {
 		in.selecting[ns] = slices.DeleteFunc(in.selecting[ns], func(o *plannedEgressIP) bool { return o == pl })
@@ -239,7 +249,6 @@ func (in *egressIPInputs) remove(pl *plannedEgressIP) {
 		in.regroup = true
 	}
 	delete(in.byKey, pl.key)
-	delete(in.dirty, pl)
 }
 
 // SetNamespaces takes the cluster's namespaces, whose labels
@@ -293,6 +302,11 @@ func (in *egressIPInputs) relist(ns string, nsLabels labels.Set, known bool) {
 // pods added, gone or replaced by a new version are decided again.
 func (p *Planner) SetClusterPods(pods []*corev1.Pod) {
 	in := &p.egressIP
+	if len(in.decided) == 0 && len(in.redecide) == 0 {
+		// The first pods (a start): sized for them, not grown to them.
+		in.decided, in.redecide = make(map[podRef][]eipAddr, len(pods)), make(map[podRef]bool, len(pods))
+		in.byAddr = make(map[netip.Addr]*eipAddr, 2*len(pods))
+	}
 	next := map[string]map[string]*corev1.Pod{}
 	for _, pod := range pods {
 		if next[pod.Namespace] == nil {
@@ -313,13 +327,21 @@ func (p *Planner) SetClusterPods(pods []*corev1.Pod) {
 	in.pods = next
 }
 
+// mark marks pl's part to be rebuilt.
+func (in *egressIPInputs) mark(pl *plannedEgressIP) {
+	if !pl.dirty {
+		pl.dirty = true
+		in.dirty = append(in.dirty, pl)
+	}
+}
+
 // hostsChanged marks the objects with a holder on one of nodes,
 // whose bridge MAC changed: a local pod may be steered there.
 func (in *egressIPInputs) hostsChanged(nodes map[string]bool) {
 	for _, pl := range in.order {
 		for _, hs := range pl.holders {
 			if slices.ContainsFunc(hs, func(h egressIPHolder) bool { return nodes[h.node] }) {
-				in.dirty[pl] = true
+				in.mark(pl)
 			}
 		}
 	}
@@ -329,15 +351,15 @@ func (in *egressIPInputs) hostsChanged(nodes map[string]bool) {
 // address and SNATs no other node's pod).
 func (in *egressIPInputs) markAll() {
 	for _, pl := range in.order {
-		in.dirty[pl] = true
+		in.mark(pl)
 	}
 }
 
 // claimsChanged marks the objects that take addr, which a
 // LoadBalancerIP-mode service may have begun or stopped claiming.
 func (in *egressIPInputs) claimsChanged(addr netip.Addr) {
-	for _, d := range in.byAddr[addr] {
-		in.dirty[d.owner] = true
+	for d := in.byAddr[addr]; d != nil; d = d.sameAddr {
+		in.mark(d.owner)
 	}
 }
 
@@ -414,26 +436,30 @@ func (p *Planner) lbClaimed(addr netip.Addr) (string, bool) {
 // spread changed.
 func (p *Planner) replanEgressIPs() {
 	in := &p.egressIP
-	if len(in.redecide) == 0 && len(in.dirty) == 0 && !in.regroup {
+	if len(in.redecide) == 0 && len(in.dirty) == 0 && !in.regroup && !in.selectedMoved {
 		return
 	}
 	for ref := range in.redecide {
 		p.decide(ref)
 	}
 	clear(in.redecide)
-	previous := make(map[*plannedEgressIP]plannedEgressIP, len(in.dirty))
-	for pl := range in.dirty {
+	// rebuilt are the objects rebuilt, each with itself as it was.
+	type rebuilt struct{ pl, old *plannedEgressIP }
+	done := make([]rebuilt, 0, len(in.dirty))
+	for _, pl := range in.dirty {
+		pl.dirty = false
 		if in.byKey[pl.key] != pl {
 			continue // removed since it was marked
 		}
 		old := *pl
-		previous[pl] = old
+		done = append(done, rebuilt{pl, &old})
 		p.rebuild(pl)
 		if pl.spreads() != old.spreads() {
 			in.regroup = true
 		}
 	}
 	clear(in.dirty)
+	in.dirty = in.dirty[:0]
 	if in.regroup {
 		in.regroup = false
 		in.allotSpreadGroups()
@@ -444,7 +470,8 @@ func (p *Planner) replanEgressIPs() {
 		// routes are withheld.
 		p.admittedStale = true
 	}
-	for pl, old := range previous {
+	for _, r := range done {
+		pl, old := r.pl, r.old
 		partChanged := pl.hasFlows() != old.hasFlows() || (pl.hasFlows() && !pl.part.Equal(old.part))
 		if partChanged || !slices.Equal(pl.problems, old.problems) {
 			in.changed[pl.key] = true
@@ -485,18 +512,20 @@ func (p *Planner) decide(ref podRef) {
 	in := &p.egressIP
 	in.work.decided++
 	old := in.decided[ref]
-	var next []*eipAddr
+	var next []eipAddr
 	if pod := in.pods[ref.namespace][ref.name]; pod != nil && len(in.selecting[ref.namespace]) > 0 {
 		local := pod.Spec.NodeName == p.node.Name
 		podLabels := labels.Set(pod.Labels)
-		for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {
-			var d *eipAddr
+		addrs := podAddresses(pod, p.node.ClusterPodCIDRs)
+		next = make([]eipAddr, 0, len(addrs))
+		for _, addr := range addrs {
+			d := eipAddr{pod: pod, addr: addr}
 			for _, pl := range in.selecting[ref.namespace] {
 				if !pl.families[family(addr)] || !pl.podSel.Matches(podLabels) {
 					continue
 				}
-				if d == nil {
-					d = &eipAddr{pod: pod, addr: addr, owner: pl}
+				if d.owner == nil {
+					d.owner = pl
 					if !local {
 						break // problems are reported for local pods only
 					}
@@ -504,22 +533,22 @@ func (p *Planner) decide(ref podRef) {
 				}
 				d.outranked = append(d.outranked, pl)
 			}
-			if d != nil {
+			if d.owner != nil {
 				next = append(next, d)
 			}
 		}
 	}
-	if len(old) > 0 && slices.EqualFunc(old, next, (*eipAddr).sameDecision) {
-		for i, d := range old {
-			d.pod = next[i].pod
+	if len(old) > 0 && slices.EqualFunc(old, next, eipAddr.sameDecision) {
+		for i := range old {
+			old[i].pod = next[i].pod
 		}
 		return
 	}
-	for _, d := range old {
-		in.file(d, false)
+	for i := range old {
+		in.file(&old[i], false)
 	}
-	for _, d := range next {
-		in.file(d, true)
+	for i := range next {
+		in.file(&next[i], true)
 	}
 	if len(next) > 0 {
 		in.decided[ref] = next
@@ -531,25 +560,41 @@ func (p *Planner) decide(ref podRef) {
 // file files d under its objects and its address (add), or takes it out
 // of them, and marks the objects.
 func (in *egressIPInputs) file(d *eipAddr, add bool) {
-	set := func(m map[*eipAddr]bool) {
+	owner := d.owner
+	in.mark(owner)
+	for _, pl := range d.outranked {
+		in.mark(pl)
 		if add {
-			m[d] = true
+			if pl.outranked == nil {
+				pl.outranked = map[*eipAddr]bool{}
+			}
+			pl.outranked[d] = true
 		} else {
-			delete(m, d)
+			delete(pl.outranked, d)
 		}
 	}
-	set(d.owner.owned)
-	in.dirty[d.owner] = true
-	for _, pl := range d.outranked {
-		set(pl.outranked)
-		in.dirty[pl] = true
-	}
 	if add {
-		in.byAddr[d.addr] = append(in.byAddr[d.addr], d)
-	} else if list := slices.DeleteFunc(in.byAddr[d.addr], func(o *eipAddr) bool { return o == d }); len(list) > 0 {
-		in.byAddr[d.addr] = list
+		d.ownedAt, owner.owned = len(owner.owned), append(owner.owned, d)
+		d.sameAddr, in.byAddr[d.addr] = in.byAddr[d.addr], d
+		return
+	}
+	last := owner.owned[len(owner.owned)-1]
+	owner.owned[d.ownedAt], last.ownedAt = last, d.ownedAt
+	owner.owned[len(owner.owned)-1] = nil
+	owner.owned = owner.owned[:len(owner.owned)-1]
+	if first := in.byAddr[d.addr]; first == d {
+		if d.sameAddr != nil {
+			in.byAddr[d.addr] = d.sameAddr
+		} else {
+			delete(in.byAddr, d.addr)
+		}
 	} else {
-		delete(in.byAddr, d.addr)
+		for o := first; o != nil; o = o.sameAddr {
+			if o.sameAddr == d {
+				o.sameAddr = d.sameAddr
+				break
+			}
+		}
 	}
 }
 
@@ -573,7 +618,7 @@ func (p *Planner) rebuild(pl *plannedEgressIP) {
 	for d := range pl.outranked {
 		problems = append(problems, outrankedProblem(pl.eip.Name, d.pod, d.addr, d.owner.eip.Name))
 	}
-	for d := range pl.owned {
+	for _, d := range pl.owned {
 		local := d.pod.Spec.NodeName == p.node.Name
 		if len(pl.holders[family(d.addr)]) == 0 && p.node.EgressIPUnheld.LeavesThroughNode() {
 			continue // leaves as its node's unselected pods do
