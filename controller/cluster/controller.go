@@ -25,7 +25,6 @@ import (
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	esscheme "github.com/egressflow/egressflow/controller/generated/clientset/versioned/scheme"
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
-	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/nodeview"
 )
@@ -51,8 +50,6 @@ type Controller struct {
 	deployInformer informers.SharedInformerFactory // the uninstall watch of its Deployment; nil without one
 	esInformers    esinformers.SharedInformerFactory
 
-	esLister      eslisters.EgressServiceLister
-	eipLister     eslisters.EgressIPLister
 	serviceLister corelisters.ServiceLister
 	nodeLister    corelisters.NodeLister
 	leaseLister   coordinationlisters.LeaseLister
@@ -84,12 +81,10 @@ type Controller struct {
 	// last seen (every replica), for the assignments.
 	leaseFacts candidacyFacts
 
-	// qos and firewall report where EgressQoSes and EgressFirewalls are
-	// applied (rollout.go); every replica feeds their trackers (first
-	// sightings of generations, agents' watermarks). rollouts are both.
-	qos      *rollout[*esv1.EgressQoS]
-	firewall *rollout[*esv1.EgressFirewall]
-	rollouts []rolloutRunner
+	// members are the APIs' cluster-side work (member.go): the
+	// EgressService hosts, the EgressIP assignment, and where EgressQoSes
+	// and EgressFirewalls are applied (rollout.go).
+	members []member
 
 	// views publishes the nodes' addresses and labels for the agents
 	// (nodeview), while leading.
@@ -98,22 +93,35 @@ type Controller struct {
 
 // term is one period of leadership: its queues and state live and die with it.
 type term struct {
-	state    *state
-	services workqueue.TypedRateLimitingInterface[string]
-	nodes    workqueue.TypedRateLimitingInterface[string]
+	// agents are the agents' liveness as last judged (judgeLiveness);
+	// liveness re-judges them when a Lease runs out or a held death is
+	// due.
+	agents   agentLiveness
 	liveness workqueue.TypedDelayingInterface[string]
-	// labelLocks serialize label additions per label key (see syncNode).
-	labelLocks stripedLocks
-	// qos and firewall write EgressQoS and EgressFirewall status: their
-	// queues (namespace/name) and bookkeeping. podCIDRs are the Nodes'
-	// pod CIDRs, which both check rules' families against.
-	qos      *rolloutTerm[*esv1.EgressQoS]
-	firewall *rolloutTerm[*esv1.EgressFirewall]
+	// podCIDRs are the Nodes' pod CIDRs, which the rollouts check rules'
+	// families against.
 	podCIDRs podCIDRCache
-	// eips and eipQueue assign EgressIPs' addresses to nodes
-	// (egressip.go): the bookkeeping and the queue of EgressIP names.
-	eips     *eipState
-	eipQueue workqueue.TypedRateLimitingInterface[string]
+	// parts are the members' parts of the term (their queues and state),
+	// by slot.
+	parts []any
+}
+
+// agentLiveness is agent liveness per node, from the heartbeat Leases and
+// the probes; unreachable are the nodes the probes judged dead. It is
+// guarded by mu, which is taken after any other lock of the term and
+// held for no call out.
+type agentLiveness struct {
+	mu          sync.Mutex
+	alive       map[string]bool
+	unreachable map[string]bool
+}
+
+// of says whether node's agent is alive, and whether the probes judged it
+// unreachable.
+func (a *agentLiveness) of(node string) (alive, unreachable bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.alive[node], a.unreachable[node]
 }
 
 // New builds a controller that talks to the API server of cfg.
@@ -173,31 +181,30 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{endpointSliceServiceIndex: sliceServiceKeys}); err != nil {
 		return nil, err
 	}
-	c.qos = newQoSRollout(c, qosInf.Informer())
-	c.firewall = newFirewallRollout(c, firewallInf.Informer())
-	c.rollouts = []rolloutRunner{c.qos, c.firewall}
-	c.esLister, c.serviceLister, c.nodeLister, c.leaseLister = esInf.Lister(), svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
+	register(c, func(s slot[*svcTerm]) member {
+		return newEgressServices(c, esInf, svcInf.Informer(), sliceInf.Informer(), s)
+	})
+	register(c, func(s slot[*eipTerm]) member { return newEgressIPs(c, eipInf, s) })
+	register(c, func(s slot[*rolloutTerm[*esv1.EgressQoS]]) member { return newQoSRollout(c, qosInf.Informer(), s) })
+	register(c, func(s slot[*rolloutTerm[*esv1.EgressFirewall]]) member {
+		return newFirewallRollout(c, firewallInf.Informer(), s)
+	})
+	c.serviceLister, c.nodeLister, c.leaseLister = svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()
-	c.eipLister = eipInf.Lister()
 	if c.views, err = nodeview.NewPublisher(kube, opts.Namespace, nodeInf, c.viewInformers.Core().V1().ConfigMaps(), c.uninstalling.Load); err != nil {
 		return nil, err
 	}
 	c.synced = append(c.synced, c.views.HasSynced)
 
-	for _, h := range []struct {
-		inf     cache.SharedIndexInformer
-		handler cache.ResourceEventHandler
-	}{
-		{esInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressService, UpdateFunc: c.onEgressServiceUpdate, DeleteFunc: c.onEgressService}},
-		{qosInf.Informer(), c.qos.handler()},
-		{firewallInf.Informer(), c.firewall.handler()},
-		{eipInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onEgressIP, UpdateFunc: c.onEgressIPUpdate, DeleteFunc: c.onEgressIP}},
-		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onService, UpdateFunc: c.onServiceUpdate, DeleteFunc: c.onService}},
-		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onSlice, UpdateFunc: c.onSliceUpdate, DeleteFunc: c.onSlice}},
+	var watches []watch
+	for _, m := range c.members {
+		watches = append(watches, m.watches()...)
+	}
+	for _, h := range append(watches, []watch{
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onNodeAdd, UpdateFunc: c.onNodeUpdate, DeleteFunc: c.onNodeDelete}},
 		{leaseInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.onLease, UpdateFunc: func(_, n any) { c.onLease(n) }, DeleteFunc: c.onLeaseDelete}},
-	} {
-		reg, err := h.inf.AddEventHandler(h.handler)
+	}...) {
+		reg, err := h.informer.AddEventHandler(h.handler)
 		if err != nil {
 			return nil, err
 		}

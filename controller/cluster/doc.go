@@ -44,6 +44,14 @@
 // conditions (qos.go), EgressFirewall's status.status and status.messages
 // (firewall.go).
 //
+// Each API's queues belong to a member (member.go): the EgressService
+// hosts (services.go: the service and node queues), the EgressIP
+// assignment (egressip.go) and the rollouts (rollout.go), each with its
+// queues and state in each term and its own metrics, called by the shared
+// parts (leadership, the agents' liveness, the Node handlers, the probes)
+// through one interface. The next API's cluster-side work is one more
+// member.
+//
 // Writes are level-triggered and idempotent: each sync compares the desired
 // state with the cache (or with this replica's own newer write, until the
 // cache catches up) and writes only a difference. A resync therefore costs

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"context"
 	"net/netip"
 	"slices"
 	"strings"
@@ -14,10 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/endpoints"
+	esinformersv1 "github.com/egressflow/egressflow/controller/generated/informers/externalversions/egressservice/v1"
+	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 )
 
@@ -35,6 +39,93 @@ import (
 // address is held by a node and, as its reason, why not (that of the
 // first address not held, in spec order).
 const ConditionAssigned = "Assigned"
+
+// egressIPs is the EgressIP assignment, a member (member.go): it gives
+// each address of an EgressIP a node, in status.items, from its queue of
+// EgressIP names; its part of a term is the queue and the eipState.
+type egressIPs struct {
+	c        *Controller
+	informer cache.SharedIndexInformer
+	lister   eslisters.EgressIPLister
+	slot     slot[*eipTerm]
+	memberHooks
+}
+
+// eipTerm is the EgressIP assignment's part of a term.
+type eipTerm struct {
+	state *eipState
+	queue workqueue.TypedRateLimitingInterface[string]
+}
+
+func newEgressIPs(c *Controller, inf esinformersv1.EgressIPInformer, s slot[*eipTerm]) *egressIPs {
+	return &egressIPs{c: c, informer: inf.Informer(), lister: inf.Lister(), slot: s}
+}
+
+func (m *egressIPs) state(t *term) *eipState { return m.slot.of(t).state }
+func (m *egressIPs) queue(t *term) workqueue.TypedRateLimitingInterface[string] {
+	return m.slot.of(t).queue
+}
+
+func (m *egressIPs) watches() []watch {
+	return []watch{{m.informer, cache.ResourceEventHandlerFuncs{AddFunc: m.onEgressIP, UpdateFunc: m.onEgressIPUpdate, DeleteFunc: m.onEgressIP}}}
+}
+
+func (m *egressIPs) newTerm(limiter func() workqueue.TypedRateLimiter[string]) any {
+	return &eipTerm{state: newEIPState(), queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressips", Clock: m.c.opts.Clock})}
+}
+
+// prepare adopts the assignments the objects' status records
+// (adoptEgressIPs).
+func (m *egressIPs) prepare(ctx context.Context, t *term) { m.adoptEgressIPs(ctx, t) }
+
+func (m *egressIPs) pools() []workerPool {
+	return []workerPool{{m.c.opts.EgressIPWorkers, func(ctx context.Context, t *term) bool {
+		return process(ctx, m.c, m.queue(t), queueEgressIP, func(ctx context.Context, name string) error { return m.syncEgressIP(ctx, t, name) })
+	}}}
+}
+
+func (m *egressIPs) queueLen(t *term) int { return m.queue(t).Len() }
+func (m *egressIPs) shutDown(t *term)     { m.queue(t).ShutDown() }
+func (m *egressIPs) clearStates()         {}
+
+func (m *egressIPs) enqueueAll(t *term) {
+	eips, _ := m.lister.List(labels.Everything())
+	for _, eip := range eips {
+		m.queue(t).Add(eip.Name)
+	}
+}
+
+// nodeEvent is egressNodeEvent.
+func (m *egressIPs) nodeEvent(t *term, old, cur *corev1.Node) { m.egressNodeEvent(t, old, cur) }
+
+// agentsLivenessChanged and agentCandidacyChanged (its subnets or its
+// restart mark) sync again the EgressIPs the nodes may concern.
+func (m *egressIPs) agentsLivenessChanged(t *term, nodes []string) {
+	for _, node := range nodes {
+		m.egressLivenessChanged(t, node)
+	}
+}
+func (m *egressIPs) agentCandidacyChanged(t *term, node string, _, _ bool) {
+	m.egressNodeChanged(t, node, m.c.isEgressNode(node))
+}
+
+// agentUnreachable is noteUnreachable.
+func (m *egressIPs) agentUnreachable(t *term, node string, cause assign.NodeProblem) {
+	m.noteUnreachable(t, node, cause)
+}
+
+// addHolders adds the nodes that hold an address.
+func (m *egressIPs) addHolders(t *term, into map[string]bool) {
+	e := m.state(t)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for node, eips := range e.byNode {
+		if eips.Len() > 0 {
+			into[node] = true
+		}
+	}
+}
 
 // eipState is what one term knows of the EgressIP assignment beyond the
 // caches. Every field is guarded by mu; no method makes an API call.
@@ -277,8 +368,9 @@ func (s *eipState) takeEvent(name string) (time.Time, bool) {
 // egressNodes is the node view of the EgressIP decisions: the nodes
 // labelled egress-assignable with their readiness, agent liveness and
 // subnets, rebuilt when a node change made it stale.
-func (c *Controller) egressNodes(t *term) assign.EgressNodes {
-	e := t.eips
+func (m *egressIPs) egressNodes(t *term) assign.EgressNodes {
+	c := m.c
+	e := m.state(t)
 	e.mu.Lock()
 	if e.view != nil && e.viewGen == e.gen {
 		v := *e.view
@@ -289,14 +381,13 @@ func (c *Controller) egressNodes(t *term) assign.EgressNodes {
 	e.mu.Unlock()
 
 	nodes, _ := c.nodeLister.List(labels.Everything())
-	t.state.mu.Lock()
 	alive := make(map[string]bool, len(nodes))
 	unreachable := make(map[string]bool)
+	t.agents.mu.Lock()
 	for _, n := range nodes {
-		alive[n.Name] = t.state.alive[n.Name]
-		unreachable[n.Name] = t.state.unreachable[n.Name]
+		alive[n.Name], unreachable[n.Name] = t.agents.alive[n.Name], t.agents.unreachable[n.Name]
 	}
-	t.state.mu.Unlock()
+	t.agents.mu.Unlock()
 	view := assign.EgressNodes{Assignable: map[string]*assign.EgressNode{}, Exists: c.nodeExists, Addresses: map[netip.Addr]string{}}
 	for _, n := range nodes {
 		for _, a := range endpoints.NodeAddresses(n) {
@@ -328,51 +419,55 @@ func (c *Controller) nodeExists(name string) bool {
 
 // Event handlers: they record and enqueue; syncEgressIP decides.
 
-func (c *Controller) enqueueEgressIP(t *term, name string) {
-	t.eips.mu.Lock()
-	t.eips.noteEvent(name, c.opts.Clock.Now())
-	t.eips.mu.Unlock()
-	t.eipQueue.Add(name)
+func (m *egressIPs) enqueueEgressIP(t *term, name string) {
+	c := m.c
+	m.state(t).mu.Lock()
+	m.state(t).noteEvent(name, c.opts.Clock.Now())
+	m.state(t).mu.Unlock()
+	m.queue(t).Add(name)
 }
 
-func (c *Controller) onEgressIP(obj any) {
+func (m *egressIPs) onEgressIP(obj any) {
+	c := m.c
 	t := c.term.Load()
 	if t == nil {
 		return
 	}
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.enqueueEgressIP(t, key)
+		m.enqueueEgressIP(t, key)
 	}
 }
 
-func (c *Controller) onEgressIPUpdate(oldObj, newObj any) {
+func (m *egressIPs) onEgressIPUpdate(oldObj, newObj any) {
+	c := m.c
 	t := c.term.Load()
 	if t == nil {
 		return
 	}
 	o, n := oldObj.(*esv1.EgressIP), newObj.(*esv1.EgressIP)
-	t.eips.mu.Lock()
-	w, ours := t.eips.written[n.Name]
+	m.state(t).mu.Lock()
+	w, ours := m.state(t).written[n.Name]
 	ours = ours && w.ResourceVersion == n.ResourceVersion
-	t.eips.freshest(n.Name, n) // drops our write once the cache has it
-	t.eips.mu.Unlock()
+	m.state(t).freshest(n.Name, n) // drops our write once the cache has it
+	m.state(t).mu.Unlock()
 	if ours || o.Generation == n.Generation {
 		// Our own write coming back (what it says is on record), or
 		// metadata only: spec and status bump the generation (no status
 		// subresource).
 		return
 	}
-	c.enqueueEgressIP(t, n.Name)
+	m.enqueueEgressIP(t, n.Name)
 }
 
 // egressNodeChanged syncs again the EgressIPs a change of node may
 // concern; relevant says whether the node is or was an egress node.
-func (c *Controller) egressNodeChanged(t *term, node string, relevant bool) {
-	t.eips.mu.Lock()
-	keys := t.eips.nodeChanged(node, relevant, c.opts.Clock.Now())
-	t.eips.mu.Unlock()
+func (m *egressIPs) egressNodeChanged(t *term, node string, relevant bool) {
+	c := m.c
+	m.state(t).mu.Lock()
+	keys := m.state(t).nodeChanged(node, relevant, c.opts.Clock.Now())
+	m.state(t).mu.Unlock()
 	for _, k := range keys {
-		t.eipQueue.Add(k)
+		m.queue(t).Add(k)
 	}
 }
 
@@ -380,7 +475,7 @@ func (c *Controller) egressNodeChanged(t *term, node string, relevant bool) {
 // EgressIP assignment: a change of the label or of readiness matters; a
 // node that stops being Ready while it holds addresses counts as
 // unreachable.
-func (c *Controller) egressNodeEvent(t *term, old, cur *corev1.Node) {
+func (m *egressIPs) egressNodeEvent(t *term, old, cur *corev1.Node) {
 	var was, is bool
 	var wasReady, isReady corev1.ConditionStatus
 	name := ""
@@ -400,45 +495,47 @@ func (c *Controller) egressNodeEvent(t *term, old, cur *corev1.Node) {
 		curAddrs = endpoints.NodeAddresses(cur)
 	}
 	if !slices.Equal(oldAddrs, curAddrs) {
-		c.egressNodeAddressesChanged(t, oldAddrs, curAddrs)
+		m.egressNodeAddressesChanged(t, oldAddrs, curAddrs)
 	}
 	if old != nil && cur != nil && was == is && wasReady == isReady {
 		return
 	}
 	// Unknown is the agent's liveness to judge (assign.NodeServes).
 	if was && wasReady == corev1.ConditionTrue && cur != nil && isReady != corev1.ConditionTrue && isReady != corev1.ConditionUnknown {
-		c.noteUnreachable(t, name, assign.NodeNotReady)
+		m.noteUnreachable(t, name, assign.NodeNotReady)
 	}
-	c.egressNodeChanged(t, name, was || is)
+	m.egressNodeChanged(t, name, was || is)
 }
 
 // egressNodeAddressesChanged re-syncs the EgressIPs that list an address a
 // node gained or lost, with a fresh node view.
-func (c *Controller) egressNodeAddressesChanged(t *term, old, cur []netip.Addr) {
-	t.eips.mu.Lock()
-	t.eips.gen++
+func (m *egressIPs) egressNodeAddressesChanged(t *term, old, cur []netip.Addr) {
+	c := m.c
+	m.state(t).mu.Lock()
+	m.state(t).gen++
 	keys := sets.New[string]()
 	for _, a := range slices.Concat(old, cur) {
 		if slices.Contains(old, a) != slices.Contains(cur, a) {
-			keys = keys.Union(t.eips.claims[a])
+			keys = keys.Union(m.state(t).claims[a])
 		}
 	}
 	now := c.opts.Clock.Now()
 	for k := range keys {
-		t.eips.noteEvent(k, now)
+		m.state(t).noteEvent(k, now)
 	}
-	t.eips.mu.Unlock()
+	m.state(t).mu.Unlock()
 	for k := range keys {
-		t.eipQueue.Add(k)
+		m.queue(t).Add(k)
 	}
 }
 
 // noteUnreachable counts an egress node that holds addresses becoming
 // unreachable (cause NodeNotReady, AgentLeaseExpired or AgentUnreachable).
-func (c *Controller) noteUnreachable(t *term, node string, cause assign.NodeProblem) {
-	t.eips.mu.Lock()
-	holds := t.eips.load[node] > 0
-	t.eips.mu.Unlock()
+func (m *egressIPs) noteUnreachable(t *term, node string, cause assign.NodeProblem) {
+	c := m.c
+	m.state(t).mu.Lock()
+	holds := m.state(t).load[node] > 0
+	m.state(t).mu.Unlock()
 	if holds {
 		c.metrics.eipNodeUnreachable.WithLabelValues(string(cause)).Inc()
 	}
@@ -446,8 +543,9 @@ func (c *Controller) noteUnreachable(t *term, node string, cause assign.NodeProb
 
 // egressLivenessChanged feeds a change of an agent's liveness (judged in
 // judgeLiveness) to the EgressIP assignment.
-func (c *Controller) egressLivenessChanged(t *term, node string) {
-	c.egressNodeChanged(t, node, c.isEgressNode(node))
+func (m *egressIPs) egressLivenessChanged(t *term, node string) {
+	c := m.c
+	m.egressNodeChanged(t, node, c.isEgressNode(node))
 }
 
 // isEgressNode says whether node is labelled egress-assignable in the
@@ -526,10 +624,9 @@ func (c *Controller) leaseCandidacyObserved(l *coordinationv1.Lease, deleted boo
 	if t == nil {
 		return
 	}
-	if restart {
-		c.nodeChanged(t, l.Name)
+	for _, m := range c.members {
+		m.agentCandidacyChanged(t, l.Name, subnets, restart)
 	}
-	c.egressNodeChanged(t, l.Name, c.isEgressNode(l.Name))
 }
 
 // sortEIPs orders EgressIPs oldest first (creationTimestamp, then name).

@@ -38,7 +38,7 @@ const firewallStatusMessages = 20
 // watches: an object not named default is reported Invalid (no agent
 // applies it; the CRD refuses such objects, but one stored before it did
 // is shown).
-func newFirewallRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*esv1.EgressFirewall] {
+func newFirewallRollout(c *Controller, inf cache.SharedIndexInformer, s slot[*rolloutTerm[*esv1.EgressFirewall]]) *rollout[*esv1.EgressFirewall] {
 	return newRollout(c, rolloutConfig{
 		kind: firewallKind, name: esv1.EgressFirewallName, reportMisnamed: true,
 		resource: "egressfirewalls", queueLabel: queueFirewall, writeKind: "firewall_status",
@@ -48,7 +48,7 @@ func newFirewallRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*
 		states: c.metrics.firewallStates, applied: c.metrics.firewallApplied,
 	}, firewallAPI{}, inf,
 		func(ns string) statusClient[*esv1.EgressFirewall] { return c.es.K8sV1().EgressFirewalls(ns) },
-		func(t *term) **rolloutTerm[*esv1.EgressFirewall] { return &t.firewall })
+		s)
 }
 
 // firewallKey is the queue key of an EgressFirewall, whatever its name:

@@ -7,13 +7,9 @@ import (
 	"sync"
 	"time"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-
-	"github.com/egressflow/egressflow/controller/endpoints"
 )
 
 // lead does the leader's work until ctx ends: it builds a fresh term from
@@ -32,22 +28,15 @@ func (c *Controller) lead(ctx context.Context) {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](c.opts.RetryBaseDelay, c.opts.RetryMaxDelay)
 	}
 	t := &term{
-		state:    newState(),
-		services: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressservices", Clock: c.opts.Clock}),
-		nodes:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", Clock: c.opts.Clock}),
+		agents:   agentLiveness{alive: map[string]bool{}},
 		liveness: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "agent-leases", Clock: c.opts.Clock}),
-		eips:     newEIPState(),
-		eipQueue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressips", Clock: c.opts.Clock}),
 	}
-	for _, r := range c.rollouts {
-		r.newTerm(t, limiter())
-		defer r.shutDown(t)
-		defer r.clearStates()
+	for _, m := range c.members {
+		t.parts = append(t.parts, m.newTerm(limiter))
+		defer m.shutDown(t)
+		defer m.clearStates()
 	}
-	defer t.services.ShutDown()
-	defer t.nodes.ShutDown()
 	defer t.liveness.ShutDown()
-	defer t.eipQueue.ShutDown()
 
 	// From here on, event handlers feed this term; what they add while the
 	// repair runs is processed after it.
@@ -55,16 +44,10 @@ func (c *Controller) lead(ctx context.Context) {
 	defer c.term.Store(nil)
 
 	c.judgeLiveness(t)
-	nodes, _ := c.nodeLister.List(labels.Everything())
-	t.state.mu.Lock()
-	for _, n := range nodes {
-		t.state.observeNode(n)
-	}
-	t.state.mu.Unlock()
-
 	start := c.opts.Clock.Now()
-	c.repair(ctx, t)
-	c.adoptEgressIPs(ctx, t)
+	for _, m := range c.members {
+		m.prepare(ctx, t)
+	}
 	logger.Info("Startup repair done", "duration", c.opts.Clock.Since(start))
 
 	c.enqueueAll(t)
@@ -78,14 +61,13 @@ func (c *Controller) lead(ctx context.Context) {
 			})
 		}
 	}
-	run(c.opts.ServiceWorkers, c.processService)
-	run(c.opts.NodeWorkers, c.processNode)
 	run(1, c.processLiveness)
 	wg.Go(func() { c.runProber(ctx, t) })
-	run(c.opts.EgressIPWorkers, c.processEgressIP)
 	wg.Go(func() { c.views.Run(ctx, c.opts.NodeWorkers) })
-	for _, r := range c.rollouts {
-		run(r.workerCount(), r.process)
+	for _, m := range c.members {
+		for _, p := range m.pools() {
+			run(p.workers, p.process)
+		}
 	}
 	if c.opts.ResyncPeriod > 0 {
 		wg.Go(func() {
@@ -102,49 +84,19 @@ func (c *Controller) lead(ctx context.Context) {
 		})
 	}
 	<-ctx.Done()
-	t.services.ShutDown()
-	t.nodes.ShutDown()
 	t.liveness.ShutDown()
-	t.eipQueue.ShutDown()
-	for _, r := range c.rollouts {
-		r.shutDown(t)
+	for _, m := range c.members {
+		m.shutDown(t)
 	}
 	wg.Wait()
 	logger.Info("Stopped leading work", "identity", c.opts.Identity)
 }
 
-// enqueueAll enqueues every EgressService, EgressIP, EgressQoS,
-// EgressFirewall and node: a resync. Syncs of objects that are right cost
-// no API call.
+// enqueueAll enqueues every object of every member and every node: a
+// resync. Syncs of objects that are right cost no API call.
 func (c *Controller) enqueueAll(t *term) {
-	ess, _ := c.esLister.List(labels.Everything())
-	for _, es := range ess {
-		t.services.Add(es.Namespace + "/" + es.Name)
-	}
-	// And what carries the agents' label, in case its EgressService went
-	// while no replica led: the sync takes the label off.
-	svcs, _ := c.serviceLister.List(labels.SelectorFromSet(labels.Set{endpoints.EgressServiceLabel: endpoints.EgressServiceLabelValue}))
-	for _, s := range svcs {
-		t.services.Add(s.Namespace + "/" + s.Name)
-	}
-	for _, o := range c.slices.List() {
-		if s := o.(*discoveryv1.EndpointSlice); marked(s.Labels) {
-			keys, _ := sliceServiceKeys(s)
-			for _, k := range keys {
-				t.services.Add(k)
-			}
-		}
-	}
-	nodes, _ := c.nodeLister.List(labels.Everything())
-	for _, n := range nodes {
-		t.nodes.Add(n.Name)
-	}
-	eips, _ := c.eipLister.List(labels.Everything())
-	for _, eip := range eips {
-		t.eipQueue.Add(eip.Name)
-	}
-	for _, r := range c.rollouts {
-		r.enqueueAll(t)
+	for _, m := range c.members {
+		m.enqueueAll(t)
 	}
 	c.views.Resync()
 }
@@ -165,11 +117,11 @@ func (c *Controller) Leading() bool { return c.term.Load() != nil }
 // progress (delayed retries and Lease expiry checks are not counted).
 func (c *Controller) Idle() bool {
 	t := c.term.Load()
-	if t == nil || t.services.Len() > 0 || t.nodes.Len() > 0 || t.eipQueue.Len() > 0 || c.views.Pending() > 0 || c.active.Load() > 0 {
+	if t == nil || c.views.Pending() > 0 || c.active.Load() > 0 {
 		return false
 	}
-	for _, r := range c.rollouts {
-		if r.queueLen(t) > 0 {
+	for _, m := range c.members {
+		if m.queueLen(t) > 0 {
 			return false
 		}
 	}
@@ -207,18 +159,6 @@ func process[T comparable](ctx context.Context, c *Controller, q workqueue.Typed
 	klog.FromContext(ctx).Error(err, "Sync failed, will retry", "queue", name, "key", item, "retries", q.NumRequeues(item))
 	q.AddRateLimited(item)
 	return true
-}
-
-func (c *Controller) processService(ctx context.Context, t *term) bool {
-	return process(ctx, c, t.services, queueService, func(ctx context.Context, key string) error { return c.syncService(ctx, t, key) })
-}
-
-func (c *Controller) processEgressIP(ctx context.Context, t *term) bool {
-	return process(ctx, c, t.eipQueue, queueEgressIP, func(ctx context.Context, name string) error { return c.syncEgressIP(ctx, t, name) })
-}
-
-func (c *Controller) processNode(ctx context.Context, t *term) bool {
-	return process(ctx, c, t.nodes, queueNode, func(ctx context.Context, name string) error { return c.syncNode(ctx, t, name) })
 }
 
 // processLiveness judges the agents again when a Lease runs out or a death

@@ -114,25 +114,9 @@ func (c *Controller) probeReport(t *term, node string, reachable bool) {
 func (c *Controller) probeTargets(t *term) []heartbeat.ProbeTarget {
 	agents := c.probes.snapshot()
 	holders := make(map[string]bool)
-	t.state.mu.Lock()
-	for node, svcs := range t.state.byHost {
-		if svcs.Len() > 0 {
-			holders[node] = true
-		}
+	for _, m := range c.members {
+		m.addHolders(t, holders)
 	}
-	for node, svcs := range t.state.byConfirmed {
-		if svcs.Len() > 0 {
-			holders[node] = true
-		}
-	}
-	t.state.mu.Unlock()
-	t.eips.mu.Lock()
-	for node, eips := range t.eips.byNode {
-		if eips.Len() > 0 {
-			holders[node] = true
-		}
-	}
-	t.eips.mu.Unlock()
 	out := make([]heartbeat.ProbeTarget, 0, len(agents))
 	for node, a := range agents {
 		interval := heartbeat.DefaultIdleProbeInterval

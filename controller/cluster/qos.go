@@ -46,7 +46,7 @@ const qosConditionProblems = 10
 // newQoSRollout is the EgressQoS rollout, of the objects inf watches:
 // objects not named default are ignored (the CRD refuses them; one stored
 // before it did is not applied by any agent either).
-func newQoSRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*esv1.EgressQoS] {
+func newQoSRollout(c *Controller, inf cache.SharedIndexInformer, s slot[*rolloutTerm[*esv1.EgressQoS]]) *rollout[*esv1.EgressQoS] {
 	return newRollout(c, rolloutConfig{
 		kind: qosKind, name: esv1.EgressQoSName,
 		resource: "egressqoses", queueLabel: queueQoS, writeKind: "qos_status",
@@ -55,7 +55,7 @@ func newQoSRollout(c *Controller, inf cache.SharedIndexInformer) *rollout[*esv1.
 		states: c.metrics.qosStates, applied: c.metrics.qosApplied,
 	}, qosAPI{}, inf,
 		func(ns string) statusClient[*esv1.EgressQoS] { return c.es.K8sV1().EgressQoSes(ns) },
-		func(t *term) **rolloutTerm[*esv1.EgressQoS] { return &t.qos })
+		s)
 }
 
 // qosKey is the queue key of an EgressQoS that counts (named default), or

@@ -26,10 +26,11 @@ import (
 //
 // Then the workers start and converge the rest (new services, missing
 // labels). A failure here is logged and left to the workers, which retry.
-func (c *Controller) repair(ctx context.Context, t *term) {
+func (m *egressServices) repair(ctx context.Context, t *term) {
+	c := m.c
 	logger := klog.FromContext(ctx)
-	s := t.state
-	ess, _ := c.esLister.List(labels.Everything())
+	s := m.state(t)
+	ess, _ := m.lister.List(labels.Everything())
 	slices.SortFunc(ess, func(a, b *esv1.EgressService) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
@@ -41,14 +42,14 @@ func (c *Controller) repair(ctx context.Context, t *term) {
 		if host == "" {
 			continue
 		}
-		in, err := c.input(es)
+		in, err := m.input(es)
 		if err != nil {
 			stale = append(stale, key)
 			continue
 		}
 		el := assign.Evaluate(in)
 		s.mu.Lock()
-		n := c.nodesView(t)[host]
+		n := m.nodesView(t)[host]
 		switch {
 		case host == esv1.HostAll && el.Reason == reasons.AllNodes:
 		case host != esv1.HostAll && el.Reason == "" && n != nil && el.Check(n) == assign.NodeOK:
@@ -85,7 +86,7 @@ func (c *Controller) repair(ctx context.Context, t *term) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err := c.syncService(ctx, t, key); err != nil {
+		if err := m.syncService(ctx, t, key); err != nil {
 			logger.Error(err, "Startup repair: stale host not fixed; the service worker retries", "egressService", key)
 		}
 	}

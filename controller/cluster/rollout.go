@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
@@ -225,8 +224,11 @@ type rollout[T rolloutObject] struct {
 	tracker *revisionTracker
 	// notes are the agents' nodeNotes, recorded in every replica.
 	notes *agentNotes
-	// termSlot is where a term holds this API's part.
-	termSlot func(*term) **rolloutTerm[T]
+	// informer watches the API's objects; slot is where a term holds this
+	// API's part.
+	informer cache.SharedIndexInformer
+	slot     slot[*rolloutTerm[T]]
+	memberHooks
 }
 
 // statusClient is what a rollout uses of a generated clientset's client.
@@ -235,11 +237,12 @@ type statusClient[T any] interface {
 	UpdateStatus(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
 }
 
-// newRollout is the rollout of one API, whose objects inf watches.
+// newRollout is the rollout of one API, whose objects inf watches, a
+// member whose part of a term is in s.
 func newRollout[T rolloutObject](c *Controller, cfg rolloutConfig, api rolloutAPI[T], inf cache.SharedIndexInformer,
-	client func(namespace string) statusClient[T], termSlot func(*term) **rolloutTerm[T]) *rollout[T] {
-	return &rollout[T]{c: c, api: api, rolloutConfig: cfg, indexer: inf.GetIndexer(), client: client,
-		tracker: newRevisionTracker(), notes: &agentNotes{byNode: map[string]map[string][]string{}}, termSlot: termSlot}
+	client func(namespace string) statusClient[T], s slot[*rolloutTerm[T]]) *rollout[T] {
+	return &rollout[T]{c: c, api: api, rolloutConfig: cfg, indexer: inf.GetIndexer(), informer: inf, client: client,
+		tracker: newRevisionTracker(), notes: &agentNotes{byNode: map[string]map[string][]string{}}, slot: s}
 }
 
 // get reads the object of key from the informer cache.
@@ -286,31 +289,13 @@ type rolloutConfig struct {
 	applied prometheus.Histogram
 }
 
-// rolloutRunner is what the controller does with a rollout, whatever its
-// API: lead's workers and the Lease and Node handlers go through it.
-type rolloutRunner interface {
-	// newTerm sets this API's part of a new term t.
-	newTerm(t *term, limiter workqueue.TypedRateLimiter[string])
-	// shutDown stops t's queue; its workers return.
-	shutDown(t *term)
-	// clearStates zeroes the state gauge, as a term ends.
-	clearStates()
-	process(ctx context.Context, t *term) bool
-	workerCount() int
-	queueLen(t *term) int
-	enqueueAll(t *term)
-	observeAgent(t *term, node string, facts heartbeat.Facts)
-	forgetAgent(node string)
-	agentLivenessChanged(t *term, node string)
-}
-
 // termOf is this API's part of t.
-func (r *rollout[T]) termOf(t *term) *rolloutTerm[T] { return *r.termSlot(t) }
+func (r *rollout[T]) termOf(t *term) *rolloutTerm[T] { return r.slot.of(t) }
 
 func (r *rollout[T]) key(obj any) string { return rolloutKey[T](obj, r.name, r.reportMisnamed) }
 
-func (r *rollout[T]) handler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{AddFunc: r.onAdd, UpdateFunc: r.onUpdate, DeleteFunc: r.onDelete}
+func (r *rollout[T]) watches() []watch {
+	return []watch{{r.informer, cache.ResourceEventHandlerFuncs{AddFunc: r.onAdd, UpdateFunc: r.onUpdate, DeleteFunc: r.onDelete}}}
 }
 
 // observe records obj's generation in the tracker; a misnamed object is
@@ -385,10 +370,7 @@ func (r *rollout[T]) observeAgent(t *term, node string, facts heartbeat.Facts) {
 	if (!changed && len(noted) == 0) || t == nil {
 		return
 	}
-	t.state.mu.Lock()
-	alive := t.state.alive[node]
-	t.state.mu.Unlock()
-	if !alive {
+	if alive, _ := t.agents.of(node); !alive {
 		return // a change of liveness re-queues what it flips
 	}
 	s := r.termOf(t)
@@ -419,20 +401,22 @@ func (r *rollout[T]) forgetAgent(node string) {
 	r.tracker.forgetWatermark(node)
 }
 
-// agentLivenessChanged re-queues the objects whose applied-ness on node
+// agentsLivenessChanged re-queues the objects whose applied-ness on a node
 // differs from "applied": those that node's agent, coming to life, has not
 // applied, or, dying, no longer holds back.
-func (r *rollout[T]) agentLivenessChanged(t *term, node string) {
-	w := r.tracker.watermarksOf([]string{node})[node]
+func (r *rollout[T]) agentsLivenessChanged(t *term, nodes []string) {
 	s := r.termOf(t)
-	for _, key := range r.tracker.flipped(nil, w, revision{n: ^uint64(0), ok: true}) {
-		s.queue.Add(key)
-	}
-	for _, key := range r.notes.keysOf(node) {
-		s.queue.Add(key)
-	}
-	if !r.tracker.known(node) {
-		r.notes.set(node, nil) // its Lease is gone
+	for _, node := range nodes {
+		w := r.tracker.watermarksOf([]string{node})[node]
+		for _, key := range r.tracker.flipped(nil, w, revision{n: ^uint64(0), ok: true}) {
+			s.queue.Add(key)
+		}
+		for _, key := range r.notes.keysOf(node) {
+			s.queue.Add(key)
+		}
+		if !r.tracker.known(node) {
+			r.notes.set(node, nil) // its Lease is gone
+		}
 	}
 }
 
@@ -502,7 +486,7 @@ func (r *rollout[T]) enqueueAll(t *term) {
 	}
 }
 
-func (r *rollout[T]) workerCount() int { return r.workers }
+func (r *rollout[T]) pools() []workerPool { return []workerPool{{r.workers, r.process}} }
 
 func (r *rollout[T]) queueLen(t *term) int { return r.termOf(t).queue.Len() }
 

@@ -348,8 +348,8 @@ func (s *rolloutTerm[T]) counts() map[string]int {
 	return out
 }
 
-func (r *rollout[T]) newTerm(t *term, limiter workqueue.TypedRateLimiter[string]) {
-	*r.termSlot(t) = newRolloutTerm[T](workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
+func (r *rollout[T]) newTerm(limiter func() workqueue.TypedRateLimiter[string]) any {
+	return newRolloutTerm[T](workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: r.resource, Clock: r.c.opts.Clock}))
 }
 
@@ -524,10 +524,10 @@ func (r *rollout[T]) writeStatus(ctx context.Context, obj T, v rolloutVerdict) (
 
 // liveNodes are the nodes whose agents are alive.
 func (r *rollout[T]) liveNodes(t *term) []string {
-	t.state.mu.Lock()
-	defer t.state.mu.Unlock()
-	nodes := make([]string, 0, len(t.state.alive))
-	for n := range t.state.alive {
+	t.agents.mu.Lock()
+	defer t.agents.mu.Unlock()
+	nodes := make([]string, 0, len(t.agents.alive))
+	for n := range t.agents.alive {
 		nodes = append(nodes, n)
 	}
 	return nodes
@@ -566,12 +566,12 @@ func (c *Controller) clusterPodCIDRs(t *term) []netip.Prefix {
 	return p.prefixes
 }
 
-// nodeCIDRsChanged re-evaluates every object of every node-local API when
-// the Nodes' pod CIDRs, which stand for the cluster's without --pod-cidrs,
-// changed.
-func (c *Controller) nodeCIDRsChanged(t *term, before, after *corev1.Node) {
+// nodeCIDRsChanged reports whether a Node's pod CIDRs, which stand for
+// the cluster's without --pod-cidrs, changed; if so, it marks the term's
+// cache of them stale.
+func (c *Controller) nodeCIDRsChanged(t *term, before, after *corev1.Node) bool {
 	if len(c.opts.PodCIDRs) > 0 {
-		return
+		return false
 	}
 	var a, b []string
 	if before != nil {
@@ -581,12 +581,18 @@ func (c *Controller) nodeCIDRsChanged(t *term, before, after *corev1.Node) {
 		b = after.Spec.PodCIDRs
 	}
 	if slices.Equal(a, b) {
-		return
+		return false
 	}
 	t.podCIDRs.mu.Lock()
 	t.podCIDRs.fresh = false
 	t.podCIDRs.mu.Unlock()
-	for _, r := range c.rollouts {
+	return true
+}
+
+// nodeEvent re-evaluates every object when the Nodes' pod CIDRs changed
+// (the rules' families are checked against them).
+func (r *rollout[T]) nodeEvent(t *term, old, cur *corev1.Node) {
+	if r.c.nodeCIDRsChanged(t, old, cur) {
 		r.enqueueAll(t)
 	}
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/egressflow/egressflow/controller/assign"
 )
 
-// state is what one leadership term knows beyond the informer caches: the
-// assignments it made, the node labels it saw or wrote, agent liveness, and
-// its own writes that the caches have not caught up with. Every field is
+// state is what one leadership term knows of the EgressService hosts
+// beyond the informer caches: the assignments it made, the node labels it
+// saw or wrote, and its own writes that the caches have not caught up
+// with (agent liveness is the term's, shared by every member). Every field is
 // guarded by mu; no method makes an API call.
 type state struct {
 	mu sync.Mutex
@@ -41,10 +42,6 @@ type state struct {
 	actual   map[string]*nodeLabels
 	carriers map[string]sets.Set[string]
 
-	// alive is agent liveness per node, from the heartbeat Leases and the
-	// probes; unreachable are the nodes the probes judged dead.
-	alive       map[string]bool
-	unreachable map[string]bool
 	// view is the candidacy input of every node (nil until first built);
 	// staleNodes are the nodes whose entry is refreshed before the next
 	// decision, so that a node's change costs one entry, not the view.
@@ -82,7 +79,6 @@ func newState() *state {
 		withoutHost: sets.New[string](),
 		actual:      map[string]*nodeLabels{},
 		carriers:    map[string]sets.Set[string]{},
-		alive:       map[string]bool{},
 		staleNodes:  sets.New[string](),
 		written:     map[string]*esv1.EgressService{},
 		eventTime:   map[string]time.Time{},

@@ -31,34 +31,35 @@ var errSpecChanged = errors.New("spec changed since the decision")
 // the Assigned condition if they differ, with the object (EgressIP has no
 // status subresource), never changing its spec. It writes nothing when the
 // status is already right.
-func (c *Controller) syncEgressIP(ctx context.Context, t *term, name string) error {
-	e := t.eips
-	eip, err := c.eipLister.Get(name)
+func (m *egressIPs) syncEgressIP(ctx context.Context, t *term, name string) error {
+	c := m.c
+	e := m.state(t)
+	eip, err := m.lister.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.egressIPDeleted(t, name)
+		m.egressIPDeleted(t, name)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	view := c.egressNodes(t)
+	view := m.egressNodes(t)
 
 	e.mu.Lock()
 	eventAt, hasEvent := e.takeEvent(name)
 	eip = e.freshest(name, eip)
 	d, affected := e.decide(eip, view)
-	c.setEgressIPGauges(e)
+	m.setEgressIPGauges(e)
 	e.mu.Unlock()
 	for _, k := range affected {
-		c.enqueueEgressIP(t, k)
+		m.enqueueEgressIP(t, k)
 	}
 
 	items := d.StatusItems()
 	cond := assignedCondition(eip, d, c.opts.EgressIPUnheld)
-	written, err := c.writeEgressIPStatus(ctx, eip, items, cond)
+	written, err := m.writeEgressIPStatus(ctx, eip, items, cond)
 	if errors.Is(err, errSpecChanged) {
 		// The informer brings the new spec; decide again from it.
-		t.eipQueue.Add(name)
+		m.queue(t).Add(name)
 		err = nil
 	}
 	if err != nil || written == nil {
@@ -72,19 +73,20 @@ func (c *Controller) syncEgressIP(ctx context.Context, t *term, name string) err
 	e.mu.Lock()
 	e.written[name] = written
 	e.mu.Unlock()
-	c.reportEgressIP(ctx, eip, d, cond, eventAt, hasEvent)
+	m.reportEgressIP(ctx, eip, d, cond, eventAt, hasEvent)
 	return nil
 }
 
 // egressIPDeleted forgets a deleted EgressIP: its addresses are no longer
 // held anywhere (there is no object left to write), and the EgressIPs
 // that list the same addresses may take them.
-func (c *Controller) egressIPDeleted(t *term, name string) {
-	e := t.eips
+func (m *egressIPs) egressIPDeleted(t *term, name string) {
+	c := m.c
+	e := m.state(t)
 	e.mu.Lock()
 	eventAt, hasEvent := e.takeEvent(name)
 	held, affected := e.release(name)
-	c.setEgressIPGauges(e)
+	m.setEgressIPGauges(e)
 	e.mu.Unlock()
 	if hasEvent {
 		for range held {
@@ -92,7 +94,7 @@ func (c *Controller) egressIPDeleted(t *term, name string) {
 		}
 	}
 	for _, k := range affected {
-		c.enqueueEgressIP(t, k)
+		m.enqueueEgressIP(t, k)
 	}
 }
 
@@ -124,7 +126,8 @@ func unheldCount(d assign.EgressIPDecision) (unheld int, waiting bool) {
 	return unheld, waiting
 }
 
-func (c *Controller) setEgressIPGauges(e *eipState) {
+func (m *egressIPs) setEgressIPGauges(e *eipState) {
+	c := m.c
 	held, unheld := e.totals()
 	c.metrics.eipAddresses.WithLabelValues("held").Set(float64(held))
 	c.metrics.eipAddresses.WithLabelValues("unheld").Set(float64(unheld))
@@ -189,7 +192,8 @@ func egressIPUpToDate(eip *esv1.EgressIP, items []esv1.EgressIPStatusItem, cond 
 // conflict it reads the object again and, if its spec is still the one
 // decided on, tries again. It returns the object as written, or nil when
 // nothing was written.
-func (c *Controller) writeEgressIPStatus(ctx context.Context, eip *esv1.EgressIP, items []esv1.EgressIPStatusItem, cond metav1.Condition) (*esv1.EgressIP, error) {
+func (m *egressIPs) writeEgressIPStatus(ctx context.Context, eip *esv1.EgressIP, items []esv1.EgressIPStatusItem, cond metav1.Condition) (*esv1.EgressIP, error) {
+	c := m.c
 	client := c.es.K8sV1().EgressIPs()
 	written, err := writeStatusRetrying(eip,
 		func() (*esv1.EgressIP, error) { return client.Get(ctx, eip.Name, metav1.GetOptions{}) },
@@ -213,7 +217,8 @@ func (c *Controller) writeEgressIPStatus(ctx context.Context, eip *esv1.EgressIP
 
 // reportEgressIP emits the Events and metrics of a status write: eip is
 // the object before it, d the decision written.
-func (c *Controller) reportEgressIP(ctx context.Context, eip *esv1.EgressIP, d assign.EgressIPDecision, cond metav1.Condition, eventAt time.Time, hasEvent bool) {
+func (m *egressIPs) reportEgressIP(ctx context.Context, eip *esv1.EgressIP, d assign.EgressIPDecision, cond metav1.Condition, eventAt time.Time, hasEvent bool) {
+	c := m.c
 	logger := klog.FromContext(ctx).WithValues("egressIP", klog.KObj(eip))
 	before := map[netip.Addr]string{}
 	for _, it := range eip.Status.Items {
@@ -286,13 +291,13 @@ func lostCause(it assign.EgressIPItem, prev string) string {
 // still valid, so that a new leader moves nothing that is right and counts
 // every node's load before it places anything. The workers then converge
 // the rest.
-func (c *Controller) adoptEgressIPs(ctx context.Context, t *term) {
-	e := t.eips
-	eips, _ := c.eipLister.List(labels.Everything())
-	view := c.egressNodes(t)
+func (m *egressIPs) adoptEgressIPs(ctx context.Context, t *term) {
+	e := m.state(t)
+	eips, _ := m.lister.List(labels.Everything())
+	view := m.egressNodes(t)
 	e.mu.Lock()
 	adopted := e.adopt(eips, view)
-	c.setEgressIPGauges(e)
+	m.setEgressIPGauges(e)
 	e.mu.Unlock()
 	klog.FromContext(ctx).Info("EgressIP assignments adopted", "egressIPs", len(eips), "addresses", adopted)
 }

@@ -48,8 +48,9 @@ func (l *stripedLocks) lock(keys []string) func() {
 // node carries it (as far as the cache and this term's own patches tell);
 // otherwise the addition waits until the other node has lost it, so one
 // service is never labelled on two nodes. Removals never wait.
-func (c *Controller) syncNode(ctx context.Context, t *term, name string) error {
-	s := t.state
+func (m *egressServices) syncNode(ctx context.Context, t *term, name string) error {
+	c := m.c
+	s := m.state(t)
 	node, err := c.nodeLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil // onNodeDelete forgot its labels
@@ -59,15 +60,15 @@ func (c *Controller) syncNode(ctx context.Context, t *term, name string) error {
 	}
 	s.mu.Lock()
 	s.observeNode(node)
-	want := c.desiredLabels(s, name)
+	want := m.desiredLabels(s, name)
 	adds := want.Difference(s.actualLabels(name)).UnsortedList()
 	s.mu.Unlock()
 
-	unlock := t.labelLocks.lock(adds)
+	unlock := m.labelLocks(t).lock(adds)
 	defer unlock()
 	locked := sets.New(adds...)
 	s.mu.Lock()
-	want = c.desiredLabels(s, name)
+	want = m.desiredLabels(s, name)
 	have := s.actualLabels(name)
 	removes := have.Difference(want)
 	add := sets.New[string]()
@@ -84,10 +85,10 @@ func (c *Controller) syncNode(ctx context.Context, t *term, name string) error {
 	}
 	s.mu.Unlock()
 	if unlocked {
-		t.nodes.Add(name)
+		m.nodes(t).Add(name)
 	}
 	if blocked {
-		t.nodes.AddAfter(name, blockedLabelRecheck)
+		m.nodes(t).AddAfter(name, blockedLabelRecheck)
 	}
 	if add.Len() == 0 && removes.Len() == 0 {
 		return nil
@@ -103,7 +104,7 @@ func (c *Controller) syncNode(ctx context.Context, t *term, name string) error {
 	s.mu.Lock()
 	removed := s.observeNode(patched)
 	s.mu.Unlock()
-	c.unblockHolders(t, removed)
+	m.unblockHolders(t, removed)
 	return nil
 }
 
@@ -122,7 +123,8 @@ func labelsPatch(add, remove sets.Set[string]) ([]byte, error) {
 
 // desiredLabels are the service labels node should carry: none once
 // egressflow is being uninstalled.
-func (c *Controller) desiredLabels(s *state, node string) sets.Set[string] {
+func (m *egressServices) desiredLabels(s *state, node string) sets.Set[string] {
+	c := m.c
 	if c.uninstalling.Load() {
 		return sets.New[string]()
 	}

@@ -21,23 +21,24 @@ import (
 // caches (keeping a valid one), writes status.host and the Ready condition
 // if they differ, then lets the node queue move the label. It writes
 // nothing when the status is already right.
-func (c *Controller) syncService(ctx context.Context, t *term, key string) error {
+func (m *egressServices) syncService(ctx context.Context, t *term, key string) error {
+	c := m.c
 	ns, name := splitKey(key)
-	s := t.state
-	es, err := c.esLister.EgressServices(ns).Get(name)
+	s := m.state(t)
+	es, err := m.lister.EgressServices(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		s.mu.Lock()
 		nodes, others := s.release(key)
 		c.metrics.withoutHost.Set(float64(s.withoutHost.Len()))
 		c.metrics.noMatchingNode.Set(float64(s.waiting.Len()))
 		s.mu.Unlock()
-		c.enqueue(t, nodes, others)
+		m.enqueue(t, nodes, others)
 		return c.markInputs(ctx, ns, name, false)
 	}
 	if err != nil {
 		return err
 	}
-	in, err := c.input(es)
+	in, err := m.input(es)
 	if err != nil {
 		return err
 	}
@@ -52,7 +53,7 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 	es = s.freshest(key, es)
 	rec := s.record(key)
 	previous := rec.host
-	d := assign.Decide(key, el, previous, c.nodesView(t))
+	d := assign.Decide(key, el, previous, m.nodesView(t))
 	if d.Host == esv1.HostAll {
 		s.reserve(key, "")
 	} else {
@@ -97,10 +98,10 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 	c.metrics.withoutHost.Set(float64(s.withoutHost.Len()))
 	c.metrics.noMatchingNode.Set(float64(s.waiting.Len()))
 	s.mu.Unlock()
-	c.enqueue(t, nodes, others)
+	m.enqueue(t, nodes, others)
 
 	if written != nil {
-		c.report(ctx, es, previous, d, message)
+		m.report(ctx, es, previous, d, message)
 		if hasEvent {
 			c.metrics.eventToStatus.Observe(c.opts.Clock.Since(eventAt).Seconds())
 		}
@@ -109,7 +110,8 @@ func (c *Controller) syncService(ctx context.Context, t *term, key string) error
 }
 
 // input gathers what the eligibility of es depends on from the caches.
-func (c *Controller) input(es *esv1.EgressService) (assign.Input, error) {
+func (m *egressServices) input(es *esv1.EgressService) (assign.Input, error) {
+	c := m.c
 	in := assign.Input{EgressService: es, PodCIDRs: c.opts.PodCIDRs}
 	svc, err := c.serviceLister.Services(es.Namespace).Get(es.Name)
 	switch {
@@ -130,21 +132,22 @@ func (c *Controller) input(es *esv1.EgressService) (assign.Input, error) {
 
 // nodesView is the candidacy input of every node: built from the node
 // cache and agent liveness once, then refreshed node by node as they
-// change (nodeChanged). Call with t.state.mu held.
-func (c *Controller) nodesView(t *term) map[string]*assign.Node {
-	s := t.state
+// change (nodeChanged). Call with m.state(t).mu held.
+func (m *egressServices) nodesView(t *term) map[string]*assign.Node {
+	c := m.c
+	s := m.state(t)
 	if s.view == nil {
 		nodes, _ := c.nodeLister.List(labels.Everything())
 		s.view = make(map[string]*assign.Node, len(nodes))
 		for _, n := range nodes {
-			s.view[n.Name] = c.candidacy(s, n)
+			s.view[n.Name] = m.candidacy(t, n)
 		}
 		s.staleNodes.Clear()
 		return s.view
 	}
 	for name := range s.staleNodes {
 		if n, err := c.nodeLister.Get(name); err == nil {
-			s.view[name] = c.candidacy(s, n)
+			s.view[name] = m.candidacy(t, n)
 		} else {
 			delete(s.view, name)
 		}
@@ -153,15 +156,19 @@ func (c *Controller) nodesView(t *term) map[string]*assign.Node {
 	return s.view
 }
 
-// candidacy is what Decide needs to know of node n. Call with s.mu held.
-func (c *Controller) candidacy(s *state, n *corev1.Node) *assign.Node {
-	return &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeServes(n, s.alive[n.Name]), AgentAlive: s.alive[n.Name], AgentUnreachable: s.unreachable[n.Name],
-		AgentRestarting: c.leaseFacts.restarting(n.Name), Load: s.load(n.Name)}
+// candidacy is what Decide needs to know of node n. Call with m.state(t).mu
+// held.
+func (m *egressServices) candidacy(t *term, n *corev1.Node) *assign.Node {
+	c := m.c
+	alive, unreachable := t.agents.of(n.Name)
+	return &assign.Node{Name: n.Name, Labels: n.Labels, Ready: assign.NodeServes(n, alive), AgentAlive: alive, AgentUnreachable: unreachable,
+		AgentRestarting: c.leaseFacts.restarting(n.Name), Load: m.state(t).load(n.Name)}
 }
 
 // report emits the Events and metrics of a status change from es's status
 // (before the write) to decision d; previous is the host reserved before d.
-func (c *Controller) report(ctx context.Context, es *esv1.EgressService, previous string, d assign.Decision, message string) {
+func (m *egressServices) report(ctx context.Context, es *esv1.EgressService, previous string, d assign.Decision, message string) {
+	c := m.c
 	prevHost := es.Status.Host
 	prevReason := ""
 	if cond := meta.FindStatusCondition(es.Status.Conditions, ConditionReady); cond != nil {
@@ -174,7 +181,7 @@ func (c *Controller) report(ctx context.Context, es *esv1.EgressService, previou
 		if next == "" {
 			next = "none (" + string(d.Reason) + ")"
 		}
-		c.event(es, corev1.EventTypeWarning, reasons.HostLost, fmt.Sprintf("host %s lost (%s); new host: %s", previous, d.Lost, next))
+		m.event(es, corev1.EventTypeWarning, reasons.HostLost, fmt.Sprintf("host %s lost (%s); new host: %s", previous, d.Lost, next))
 		logger.Info("Host lost", "host", previous, "cause", d.Lost, "newHost", d.Host)
 	}
 	switch {
@@ -182,33 +189,34 @@ func (c *Controller) report(ctx context.Context, es *esv1.EgressService, previou
 		// only the message or the observed generation changed
 	case d.Host != prevHost && d.Reason == reasons.Assigned:
 		c.metrics.assignments.Inc()
-		c.event(es, corev1.EventTypeNormal, d.Reason, message)
+		m.event(es, corev1.EventTypeNormal, d.Reason, message)
 		logger.Info("Host assigned", "host", d.Host, "previous", prevHost)
 	case d.Reason == reasons.AllNodes:
-		c.event(es, corev1.EventTypeNormal, d.Reason, message)
+		m.event(es, corev1.EventTypeNormal, d.Reason, message)
 		logger.Info("Host set to ALL", "previous", prevHost)
 	default:
 		eventType := corev1.EventTypeWarning
 		if d.Host != "" {
 			eventType = corev1.EventTypeNormal
 		}
-		c.event(es, eventType, d.Reason, message)
+		m.event(es, eventType, d.Reason, message)
 		logger.Info("No host", "reason", d.Reason, "message", message, "previous", prevHost)
 	}
 }
 
 // event emits an Event on es (the emitter counts it).
-func (c *Controller) event(es *esv1.EgressService, eventType string, reason reasons.Reason, message string) {
+func (m *egressServices) event(es *esv1.EgressService, eventType string, reason reasons.Reason, message string) {
+	c := m.c
 	c.events.Event(es, eventType, string(reason), message)
 }
 
 // enqueue queues nodes and services (from state changes).
-func (c *Controller) enqueue(t *term, nodes, services []string) {
+func (m *egressServices) enqueue(t *term, nodes, services []string) {
 	for _, n := range nodes {
-		t.nodes.Add(n)
+		m.nodes(t).Add(n)
 	}
 	for _, k := range services {
-		t.services.Add(k)
+		m.services(t).Add(k)
 	}
 }
 
