@@ -73,7 +73,7 @@ type QoSRule struct {
 // has). An object stored before the CRD validated it may hold what it
 // refuses.
 func (s *EgressQoSSpec) Rules(podCIDRs []netip.Prefix) ([]QoSRule, []RuleProblem) {
-	var rules []QoSRule
+	rules := make([]QoSRule, 0, min(len(s.Egress), MaxEgressQoSRules))
 	var problems ruleProblems
 	for i, r := range s.Egress {
 		if i >= MaxEgressQoSRules {
@@ -140,7 +140,7 @@ type FirewallRule struct {
 // Rules reads spec.egress for a cluster whose pods have addresses in
 // podCIDRs, as EgressQoSSpec.Rules does.
 func (s *EgressFirewallSpec) Rules(podCIDRs []netip.Prefix) ([]FirewallRule, []RuleProblem) {
-	var rules []FirewallRule
+	rules := make([]FirewallRule, 0, min(len(s.Egress), MaxEgressFirewallRules))
 	var problems ruleProblems
 	for i, r := range s.Egress {
 		if i >= MaxEgressFirewallRules {
