@@ -120,11 +120,7 @@ func (m *egressIPs) addHolders(t *term, into map[string]bool) {
 	e := m.state(t)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for node, eips := range e.byNode {
-		if eips.Len() > 0 {
-			into[node] = true
-		}
-	}
+	addHolding(into, e.byNode)
 }
 
 // eipState is what one term knows of the EgressIP assignment beyond the
@@ -420,23 +416,14 @@ func (c *Controller) nodeExists(name string) bool {
 // Event handlers: they record and enqueue; syncEgressIP decides.
 
 func (m *egressIPs) enqueueEgressIP(t *term, name string) {
-	c := m.c
-	m.state(t).mu.Lock()
-	m.state(t).noteEvent(name, c.opts.Clock.Now())
-	m.state(t).mu.Unlock()
+	e := m.state(t)
+	e.mu.Lock()
+	e.noteEvent(name, m.c.opts.Clock.Now())
+	e.mu.Unlock()
 	m.queue(t).Add(name)
 }
 
-func (m *egressIPs) onEgressIP(obj any) {
-	c := m.c
-	t := c.term.Load()
-	if t == nil {
-		return
-	}
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		m.enqueueEgressIP(t, key)
-	}
-}
+func (m *egressIPs) onEgressIP(obj any) { m.c.onObject(obj, m.enqueueEgressIP) }
 
 func (m *egressIPs) onEgressIPUpdate(oldObj, newObj any) {
 	c := m.c

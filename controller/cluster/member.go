@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -88,6 +89,27 @@ func (memberHooks) agentUnreachable(*term, string, assign.NodeProblem) {}
 func (memberHooks) agentCandidacyChanged(*term, string, bool, bool)    {}
 func (memberHooks) nodeEvent(*term, *corev1.Node, *corev1.Node)        {}
 func (memberHooks) addHolders(*term, map[string]bool)                  {}
+
+// onObject is an add or delete handler's work: obj's key enqueued in the
+// current term, if any.
+func (c *Controller) onObject(obj any, enqueue func(t *term, key string)) {
+	t := c.term.Load()
+	if t == nil {
+		return
+	}
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		enqueue(t, key)
+	}
+}
+
+// addHolding adds to into the nodes that hold at least one item of byNode.
+func addHolding(into map[string]bool, byNode map[string]sets.Set[string]) {
+	for node, items := range byNode {
+		if items.Len() > 0 {
+			into[node] = true
+		}
+	}
+}
 
 // slot is where a term holds one member's part, of type P.
 type slot[P any] int

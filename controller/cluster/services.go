@@ -170,16 +170,8 @@ func (m *egressServices) addHolders(t *term, into map[string]bool) {
 	s := m.state(t)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for node, svcs := range s.byHost {
-		if svcs.Len() > 0 {
-			into[node] = true
-		}
-	}
-	for node, svcs := range s.byConfirmed {
-		if svcs.Len() > 0 {
-			into[node] = true
-		}
-	}
+	addHolding(into, s.byHost)
+	addHolding(into, s.byConfirmed)
 }
 
 // Event handlers: they record and enqueue; syncService and syncNode
@@ -193,16 +185,7 @@ func (m *egressServices) enqueueService(t *term, key string) {
 	m.services(t).Add(key)
 }
 
-func (m *egressServices) onEgressService(obj any) {
-	c := m.c
-	t := c.term.Load()
-	if t == nil {
-		return
-	}
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		m.enqueueService(t, key)
-	}
-}
+func (m *egressServices) onEgressService(obj any) { m.c.onObject(obj, m.enqueueService) }
 
 func (m *egressServices) onEgressServiceUpdate(oldObj, newObj any) {
 	c := m.c

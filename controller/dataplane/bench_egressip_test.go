@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
-	"github.com/egressflow/egressflow/openflow"
 )
 
 // benchEgressIPCluster is make bench-egressip's agent workload without an
@@ -54,14 +53,7 @@ func BenchmarkEgressIPFirstSync(b *testing.B) {
 	cfg := NodeConfig{Name: "n1", ClusterPodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00:10:244::/48")},
 		ServiceCIDRs: n1Config.ServiceCIDRs}
 	var sent int
-	out := DiffOutput{
-		Send: func(c *Changes) error {
-			sent += len(c.Add) + len(c.Delete)
-			c.Add, c.Delete = c.Add[:0], c.Delete[:0]
-			return nil
-		},
-		Dump: func(func(openflow.FlowEntry) error) error { return nil },
-	}
+	out := countingOutput(&sent)
 	b.ReportAllocs()
 	for b.Loop() {
 		p := NewPlanner(cfg, tables)

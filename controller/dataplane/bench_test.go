@@ -117,14 +117,7 @@ func BenchmarkLedgerEndpointAdded(b *testing.B) {
 		l.Changed(p, p.Update(k, ServiceInputs{EgressService: es, Service: cluster.Services[k], EndpointSlices: cluster.EndpointSlices[k]}))
 	}
 	var sent int
-	out := DiffOutput{
-		Send: func(c *Changes) error {
-			sent += len(c.Add) + len(c.Delete)
-			c.Add, c.Delete = c.Add[:0], c.Delete[:0]
-			return nil
-		},
-		Dump: func(func(openflow.FlowEntry) error) error { return nil },
-	}
+	out := countingOutput(&sent)
 	ports := Ports{Uplink: 1}
 	full, err := l.Diff(p, ports, NewInstalled(nil), out)
 	if err != nil {
@@ -152,6 +145,19 @@ func BenchmarkLedgerEndpointAdded(b *testing.B) {
 		}
 		l.Flushed()
 		i++
+	}
+}
+
+// countingOutput is a DiffOutput that counts the flow mods it is sent in
+// *sent, and dumps an empty bridge.
+func countingOutput(sent *int) DiffOutput {
+	return DiffOutput{
+		Send: func(c *Changes) error {
+			*sent += len(c.Add) + len(c.Delete)
+			c.Add, c.Delete = c.Add[:0], c.Delete[:0]
+			return nil
+		},
+		Dump: func(func(openflow.FlowEntry) error) error { return nil },
 	}
 }
 
