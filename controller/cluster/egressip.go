@@ -87,7 +87,6 @@ func (m *egressIPs) pools() []workerPool {
 
 func (m *egressIPs) queueLen(t *term) int { return m.queue(t).Len() }
 func (m *egressIPs) shutDown(t *term)     { m.queue(t).ShutDown() }
-func (m *egressIPs) clearStates()         {}
 
 func (m *egressIPs) enqueueAll(t *term) {
 	eips, _ := m.lister.List(labels.Everything())
@@ -96,19 +95,14 @@ func (m *egressIPs) enqueueAll(t *term) {
 	}
 }
 
-// nodeEvent is egressNodeEvent.
-func (m *egressIPs) nodeEvent(t *term, old, cur *corev1.Node) { m.egressNodeEvent(t, old, cur) }
-
 // agentsLivenessChanged and agentCandidacyChanged (its subnets or its
 // restart mark) sync again the EgressIPs the nodes may concern.
 func (m *egressIPs) agentsLivenessChanged(t *term, nodes []string) {
 	for _, node := range nodes {
-		m.egressLivenessChanged(t, node)
+		m.agentChanged(t, node)
 	}
 }
-func (m *egressIPs) agentCandidacyChanged(t *term, node string, _, _ bool) {
-	m.egressNodeChanged(t, node, m.c.isEgressNode(node))
-}
+func (m *egressIPs) agentCandidacyChanged(t *term, node string, _, _ bool) { m.agentChanged(t, node) }
 
 // agentUnreachable is noteUnreachable.
 func (m *egressIPs) agentUnreachable(t *term, node string, cause assign.NodeProblem) {
@@ -432,11 +426,12 @@ func (m *egressIPs) onEgressIPUpdate(oldObj, newObj any) {
 		return
 	}
 	o, n := oldObj.(*esv1.EgressIP), newObj.(*esv1.EgressIP)
-	m.state(t).mu.Lock()
-	w, ours := m.state(t).written[n.Name]
+	e := m.state(t)
+	e.mu.Lock()
+	w, ours := e.written[n.Name]
 	ours = ours && w.ResourceVersion == n.ResourceVersion
-	m.state(t).freshest(n.Name, n) // drops our write once the cache has it
-	m.state(t).mu.Unlock()
+	e.freshest(n.Name, n) // drops our write once the cache has it
+	e.mu.Unlock()
 	if ours || o.Generation == n.Generation {
 		// Our own write coming back (what it says is on record), or
 		// metadata only: spec and status bump the generation (no status
@@ -458,11 +453,11 @@ func (m *egressIPs) egressNodeChanged(t *term, node string, relevant bool) {
 	}
 }
 
-// egressNodeEvent feeds a Node add, update or delete (nil for none) to the
+// nodeEvent feeds a Node add, update or delete (nil for none) to the
 // EgressIP assignment: a change of the label or of readiness matters; a
 // node that stops being Ready while it holds addresses counts as
 // unreachable.
-func (m *egressIPs) egressNodeEvent(t *term, old, cur *corev1.Node) {
+func (m *egressIPs) nodeEvent(t *term, old, cur *corev1.Node) {
 	var was, is bool
 	var wasReady, isReady corev1.ConditionStatus
 	name := ""
@@ -528,11 +523,11 @@ func (m *egressIPs) noteUnreachable(t *term, node string, cause assign.NodeProbl
 	}
 }
 
-// egressLivenessChanged feeds a change of an agent's liveness (judged in
-// judgeLiveness) to the EgressIP assignment.
-func (m *egressIPs) egressLivenessChanged(t *term, node string) {
-	c := m.c
-	m.egressNodeChanged(t, node, c.isEgressNode(node))
+// agentChanged feeds a change of node's agent, its liveness (judged in
+// judgeLiveness) or what it publishes of its candidacy, to the EgressIP
+// assignment.
+func (m *egressIPs) agentChanged(t *term, node string) {
+	m.egressNodeChanged(t, node, m.c.isEgressNode(node))
 }
 
 // isEgressNode says whether node is labelled egress-assignable in the

@@ -171,7 +171,7 @@ func (s *eipSim) step() string {
 			n.ready = !n.ready
 			s.nodeEvent(name, n.labelled)
 			return "readiness " + name
-		case 2: // liveness, judged (egressLivenessChanged)
+		case 2: // liveness, judged (agentChanged)
 			n.alive = !n.alive
 			s.nodeEvent(name, n.labelled)
 			return "liveness " + name

@@ -82,6 +82,7 @@ type workerPool struct {
 type memberHooks struct{}
 
 func (memberHooks) prepare(context.Context, *term)                     {}
+func (memberHooks) clearStates()                                       {}
 func (memberHooks) observeAgent(*term, string, heartbeat.Facts)        {}
 func (memberHooks) forgetAgent(string)                                 {}
 func (memberHooks) agentsLivenessChanged(*term, []string)              {}

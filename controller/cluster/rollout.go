@@ -406,8 +406,9 @@ func (r *rollout[T]) forgetAgent(node string) {
 // applied, or, dying, no longer holds back.
 func (r *rollout[T]) agentsLivenessChanged(t *term, nodes []string) {
 	s := r.termOf(t)
+	watermarks := r.tracker.watermarksOf(nodes)
 	for _, node := range nodes {
-		w := r.tracker.watermarksOf([]string{node})[node]
+		w := watermarks[node]
 		for _, key := range r.tracker.flipped(nil, w, revision{n: ^uint64(0), ok: true}) {
 			s.queue.Add(key)
 		}

@@ -107,8 +107,6 @@ func (m *egressServices) shutDown(t *term) {
 	m.nodes(t).ShutDown()
 }
 
-func (m *egressServices) clearStates() {}
-
 // enqueueAll queues every EgressService, what carries the agents' label
 // (in case its EgressService went while no replica led: the sync takes
 // the label off), and every node.

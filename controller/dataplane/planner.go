@@ -502,10 +502,10 @@ func (p *Planner) SetLeases(leases map[string]*coordinationv1.Lease) []string {
 		p.egressIP.hostsChanged(macChanged) // a local pod may be steered there
 	}
 	var dirty []string
-	for nodeName := range p.byHost {
+	for nodeName := range macChanged {
 		// Only steering renders a host's MAC: this node's own MAC never
 		// changes its flows (it is published after the first sync).
-		if nodeName != p.node.Name && !bytes.Equal(macs[nodeName], p.hostMACs[nodeName]) {
+		if nodeName != p.node.Name {
 			dirty = slices.AppendSeq(dirty, maps.Keys(p.byHost[nodeName]))
 		}
 	}

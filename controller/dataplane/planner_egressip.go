@@ -302,7 +302,7 @@ func (in *egressIPInputs) relist(ns string, nsLabels labels.Set, known bool) {
 // pods added, gone or replaced by a new version are decided again.
 func (p *Planner) SetClusterPods(pods []*corev1.Pod) {
 	in := &p.egressIP
-	if len(in.decided) == 0 && len(in.redecide) == 0 {
+	if len(in.pods) == 0 && len(in.decided) == 0 && len(in.redecide) == 0 {
 		// The first pods (a start): sized for them, not grown to them.
 		in.decided, in.redecide = make(map[podRef][]eipAddr, len(pods)), make(map[podRef]bool, len(pods))
 		in.byAddr = make(map[netip.Addr]*eipAddr, 2*len(pods))
