@@ -46,7 +46,7 @@ E2E_TIMEOUT ?= 45m
 FUZZTIME ?= 50000x
 FUZZTIME_LONG ?= 10m
 # How many generated flow texts `make fuzz` checks against ovs-ofctl and a
-# real switch (openflow's TestTextAgainstOvsOfctl; every `go test` checks a
+# real switch (openflow/flowtext's TestTextAgainstOvsOfctl; every `go test` checks a
 # few hundred). About a second per 5000 here; it needs root, like make test.
 DIFF_FLOWS_LONG ?= 50000
 
@@ -179,7 +179,7 @@ fuzz-smoke:
 ## texts checked against ovs-ofctl and a real switch (needs root).
 fuzz:
 	bash test/tools/fuzz.sh $(FUZZTIME_LONG)
-	OPENFLOW_DIFF_FLOWS=$(DIFF_FLOWS_LONG) go test -count=1 -v -run '^TestTextAgainstOvsOfctl$$' ./openflow/
+	OPENFLOW_DIFF_FLOWS=$(DIFF_FLOWS_LONG) go test -count=1 -v -run '^TestTextAgainstOvsOfctl$$' ./openflow/flowtext/
 
 ## bench-openflow: our OpenFlow client against ovs-ofctl on the same switch.
 bench-openflow: test-deps

@@ -45,7 +45,7 @@ func Stale(before, after Translations) []netip.Addr {
 	return stale
 }
 
-// Flusher deletes conntrack entries; *openflow.Client is one.
+// Flusher deletes conntrack entries; *ofconn.Client is one.
 type Flusher interface {
 	FlushConntrack(ctx context.Context, filter *openflow.CTFlush) error
 }

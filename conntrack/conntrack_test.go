@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressflow/egressflow/conntrack"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/topology"
 )
 
@@ -125,7 +126,7 @@ func TestFlushSourcesOnRealSwitch(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := openflow.Dial(ctx, "unix:"+n.MgmtSocket)
+	client, err := ofconn.Dial(ctx, "unix:"+n.MgmtSocket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,10 @@
 package openflow
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
+)
 
 // Action is one OpenFlow action. The concrete types in this package are
 // values (Output, SetField, CT, ...); actions this package does not model
@@ -146,7 +150,7 @@ func parseAction(b []byte, depth int) (Action, error) {
 		}
 		// Only the two VLAN ethertypes have a text form (Open vSwitch
 		// refuses others); anything else stays verbatim.
-		if et := be.Uint16(b[4:]); (et == 0x8100 || et == 0x88a8) && isZero(b[6:8]) {
+		if et := be.Uint16(b[4:]); (et == 0x8100 || et == 0x88a8) && ofnum.IsZero(b[6:8]) {
 			return PushVLAN{EtherType: et}, nil
 		}
 	case actSetField:
@@ -293,7 +297,7 @@ func (a DecTTL) AppendBinary(b []byte) ([]byte, error) {
 // stays a RawAction.
 func parseDecTTLCntIDs(b []byte) Action {
 	n := int(be.Uint16(b[10:]))
-	if n == 0 || !isZero(b[12:16]) || len(b) != pad8(16+2*n) || !isZero(b[16+2*n:]) {
+	if n == 0 || !ofnum.IsZero(b[12:16]) || len(b) != pad8(16+2*n) || !ofnum.IsZero(b[16+2*n:]) {
 		return RawAction{Data: cloneBytes(b)}
 	}
 	a := DecTTL{ControllerIDs: make([]uint16, n)}
@@ -359,12 +363,12 @@ type SetField struct {
 // SetFieldUint returns a SetField writing v into f (the low 64 bits for
 // 16-byte fields).
 func SetFieldUint(f Field, v uint64) SetField {
-	return SetField{Field: f, Value: uintBytes(v, f.Width())}
+	return SetField{Field: f, Value: ofnum.UintBytes(v, f.Width())}
 }
 
 // SetFieldUintMasked returns a SetField writing the bits of v selected by mask.
 func SetFieldUintMasked(f Field, v, mask uint64) SetField {
-	return SetField{Field: f, Value: uintBytes(v, f.Width()), Mask: uintBytes(mask, f.Width())}
+	return SetField{Field: f, Value: ofnum.UintBytes(v, f.Width()), Mask: ofnum.UintBytes(mask, f.Width())}
 }
 
 func (a SetField) AppendBinary(b []byte) ([]byte, error) {
@@ -374,7 +378,7 @@ func (a SetField) AppendBinary(b []byte) ([]byte, error) {
 	}
 	start := len(b)
 	b = append(b, 0, actSetField, 0, 0)
-	if a.Mask == nil || isOnes(a.Mask) {
+	if a.Mask == nil || ofnum.IsOnes(a.Mask) {
 		b = be.AppendUint32(b, fi.header)
 		b = append(b, a.Value...)
 	} else {
@@ -402,7 +406,7 @@ func parseSetField(b []byte) (Action, error) {
 		return RawAction{Data: cloneBytes(b)}, nil
 	}
 	a := SetField{Field: f, Value: cloneBytes(payload[:w])}
-	if masked && !isOnes(payload[w:]) {
+	if masked && !ofnum.IsOnes(payload[w:]) {
 		a.Mask = cloneBytes(payload[w:])
 		for i := range a.Mask {
 			if a.Value[i]&^a.Mask[i] != 0 {
@@ -435,8 +439,8 @@ type CopyField struct {
 }
 
 func (a CopyField) AppendBinary(b []byte) ([]byte, error) {
-	n := a.Src.nbits()
-	if !a.Src.Field.valid() || !a.Dst.Field.valid() || n != a.Dst.nbits() || n <= 0 {
+	n := a.Src.NBits()
+	if !a.Src.Field.valid() || !a.Dst.Field.valid() || n != a.Dst.NBits() || n <= 0 {
 		return b, encodeErr("copy_field", "%v and %v differ in width or are invalid", a.Src, a.Dst)
 	}
 	b = append(b, 0, actCopyField, 0, 24)
@@ -456,7 +460,7 @@ func parseCopyField(b []byte) (Action, error) {
 	n, so, do := be.Uint16(b[4:]), be.Uint16(b[6:]), be.Uint16(b[8:])
 	src, ok1 := fieldFromHeader(be.Uint32(b[12:]))
 	dst, ok2 := fieldFromHeader(be.Uint32(b[16:]))
-	if !ok1 || !ok2 || len(b) != 24 || n == 0 || !isZero(b[20:]) || !isZero(b[10:12]) ||
+	if !ok1 || !ok2 || len(b) != 24 || n == 0 || !ofnum.IsZero(b[20:]) || !ofnum.IsZero(b[10:12]) ||
 		int(so)+int(n) > src.Bits() || int(do)+int(n) > dst.Bits() {
 		return RawAction{Data: cloneBytes(b)}, nil
 	}

@@ -3,6 +3,8 @@ package openflow
 import (
 	"net/netip"
 	"strconv"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
 )
 
 // Nicira (Open vSwitch) extension actions: type 0xffff, vendor 0x00002320,
@@ -35,10 +37,10 @@ func parseNiciraAction(b []byte, depth int) (Action, error) {
 		if len(b) != 16 {
 			return nil, decodeErr("resubmit action", 0, "length %d, want 16", len(b))
 		}
-		if !isZero(b[13:16]) || (sub == nxastResubmit && b[12] != 0) {
+		if !ofnum.IsZero(b[13:16]) || (sub == nxastResubmit && b[12] != 0) {
 			break
 		}
-		a := Resubmit{Port: port16To32(be.Uint16(b[10:])), Table: b[12], CT: sub == nxastResubmitCT}
+		a := Resubmit{Port: Port16To32(be.Uint16(b[10:])), Table: b[12], CT: sub == nxastResubmitCT}
 		if sub == nxastResubmit {
 			a.Table = TableAll
 		}
@@ -56,11 +58,11 @@ func parseNiciraAction(b []byte, depth int) (Action, error) {
 	case nxastDecTTLCntIDs:
 		return parseDecTTLCntIDs(b), nil
 	case nxastExit:
-		if len(b) == 16 && isZero(b[10:]) {
+		if len(b) == 16 && ofnum.IsZero(b[10:]) {
 			return Exit{}, nil
 		}
 	case nxastCTClear:
-		if len(b) == 16 && isZero(b[10:]) {
+		if len(b) == 16 && ofnum.IsZero(b[10:]) {
 			return CTClear{}, nil
 		}
 	case nxastConjunction:
@@ -76,7 +78,7 @@ func parseNiciraAction(b []byte, depth int) (Action, error) {
 	case nxastNAT:
 		return parseNAT(b)
 	case nxastClone:
-		if len(b) < 16 || !isZero(b[10:16]) {
+		if len(b) < 16 || !ofnum.IsZero(b[10:16]) {
 			break
 		}
 		acts, err := parseActions(b[16:], depth+1)
@@ -252,6 +254,10 @@ func (a Clone) appendText(b []byte) []byte {
 	return append(b, ')')
 }
 
+// FormatActions prints an action list as ovs-ofctl does after "actions=",
+// comma-separated.
+func FormatActions(acts []Action) string { return string(appendActionList(nil, acts)) }
+
 func appendActionList(b []byte, acts []Action) []byte {
 	for i, a := range acts {
 		if i > 0 {
@@ -340,7 +346,7 @@ func parseCT(b []byte, depth int) (Action, error) {
 	if t := b[18]; t != ctNoRecirc {
 		a.Recirculate, a.Table = true, t
 	}
-	if !isZero(b[19:22]) {
+	if !ofnum.IsZero(b[19:22]) {
 		return RawAction{Data: cloneBytes(b)}, nil
 	}
 	acts, err := parseActions(b[24:], depth+1)
@@ -630,13 +636,13 @@ func (a ControllerPause) AppendBinary(b []byte) ([]byte, error) {
 // parseController2 reads an NXAST_CONTROLLER2 that carries the pause flag
 // and at most a max_len; any other form stays a RawAction.
 func parseController2(b []byte) (Action, bool) {
-	if len(b) < 16 || !isZero(b[10:16]) {
+	if len(b) < 16 || !ofnum.IsZero(b[10:16]) {
 		return nil, false
 	}
 	a, pause := ControllerPause{MaxLen: 0xffff}, false
 	ok := props(b[16:], func(typ uint16, value, _ []byte) bool {
 		switch {
-		case typ == controller2MaxLen && len(value) == 4 && isZero(value[2:]):
+		case typ == controller2MaxLen && len(value) == 4 && ofnum.IsZero(value[2:]):
 			a.MaxLen = be.Uint16(value)
 		case typ == controller2Pause && len(value) == 0:
 			pause = true

@@ -1,4 +1,4 @@
-package openflow
+package openflow_test
 
 import (
 	"bufio"
@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/internal/oftest"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
 
@@ -25,17 +28,17 @@ const (
 // benchCookieFilter selects the benchmarks' flows for ovs-ofctl.
 var benchCookieFilter = fmt.Sprintf("cookie=%#x/-1", benchCookie)
 
-func benchFlowMods(n int) []*FlowMod {
-	fms := make([]*FlowMod, n)
+func benchFlowMods(n int) []*openflow.FlowMod {
+	fms := make([]*openflow.FlowMod, n)
 	for i := range fms {
-		fms[i] = snatFlow(i, benchCookie)
+		fms[i] = oftest.SNATFlow(i, benchCookie)
 	}
 	return fms
 }
 
-func deleteByCookie(b testing.TB, c *Client, cookie uint64) {
-	ctx := testCtx(b, time.Minute)
-	del := &FlowMod{Command: FlowDelete, Table: TableAll, Cookie: cookie, CookieMask: ^uint64(0)}
+func deleteByCookie(b testing.TB, c *ofconn.Client, cookie uint64) {
+	ctx := oftest.TestCtx(b, time.Minute)
+	del := &openflow.FlowMod{Command: openflow.FlowDelete, Table: openflow.TableAll, Cookie: cookie, CookieMask: ^uint64(0)}
 	if err := c.SendFlowMods(ctx, del); err != nil {
 		b.Fatal(err)
 	}
@@ -56,9 +59,9 @@ func deleteByCookie(b testing.TB, c *Client, cookie uint64) {
 // limit, and the mean settling wait.
 func BenchmarkBundleInstall100k(b *testing.B) {
 	sw := ovstest.Start(b)
-	c := dialSwitch(b, sw)
+	c := oftest.DialSwitch(b, sw)
 	flows := benchFlowMods(benchFlows)
-	msgs := asMessages(flows)
+	msgs := oftest.AsMessages(flows)
 	file := ovstest.WriteFlowFile(b, flows)
 	raw := encodeRawBundle(b, flows)
 
@@ -79,7 +82,7 @@ func BenchmarkBundleInstall100k(b *testing.B) {
 	client := func() time.Duration {
 		b.StartTimer()
 		start := time.Now()
-		if err := c.Bundle(testCtx(b, 5*time.Minute), msgs...); err != nil {
+		if err := c.Bundle(oftest.TestCtx(b, 5*time.Minute), msgs...); err != nil {
 			b.Fatal(err)
 		}
 		d := time.Since(start)
@@ -135,24 +138,24 @@ type rawBundle struct {
 	commitXid uint32
 }
 
-func encodeRawBundle(tb testing.TB, fms []*FlowMod) rawBundle {
+func encodeRawBundle(tb testing.TB, fms []*openflow.FlowMod) rawBundle {
 	const id = 0x7a11
 	var r rawBundle
 	xid := uint32(1)
-	put := func(m Message) {
+	put := func(m openflow.Message) {
 		var err error
-		if r.stream, err = AppendMessage(r.stream, xid, m); err != nil {
+		if r.stream, err = openflow.AppendMessage(r.stream, xid, m); err != nil {
 			tb.Fatal(err)
 		}
 		xid++
 	}
-	put(&BundleControl{BundleID: id, Type: BundleOpenRequest, Flags: bundleFlags})
+	put(&openflow.BundleControl{BundleID: id, Type: openflow.BundleOpenRequest, Flags: ofconn.TransactionFlags})
 	for _, fm := range fms {
-		put(&BundleAdd{BundleID: id, Flags: bundleFlags, Message: fm})
+		put(&openflow.BundleAdd{BundleID: id, Flags: ofconn.TransactionFlags, Message: fm})
 	}
-	put(&BundleControl{BundleID: id, Type: BundleCloseRequest, Flags: bundleFlags})
+	put(&openflow.BundleControl{BundleID: id, Type: openflow.BundleCloseRequest, Flags: ofconn.TransactionFlags})
 	r.commitXid = xid
-	put(&BundleControl{BundleID: id, Type: BundleCommitRequest, Flags: bundleFlags})
+	put(&openflow.BundleControl{BundleID: id, Type: openflow.BundleCommitRequest, Flags: ofconn.TransactionFlags})
 	return r
 }
 
@@ -168,7 +171,7 @@ func (r rawBundle) install(tb testing.TB, sw *ovstest.Switch) time.Duration {
 	if err := conn.SetDeadline(time.Now().Add(5 * time.Minute)); err != nil {
 		tb.Fatal(err)
 	}
-	hello, err := MarshalMessage(0, &Hello{Versions: []uint8{Version}})
+	hello, err := openflow.MarshalMessage(0, &openflow.Hello{Versions: []uint8{openflow.Version}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -176,9 +179,9 @@ func (r rawBundle) install(tb testing.TB, sw *ovstest.Switch) time.Duration {
 		tb.Fatal(err)
 	}
 	br := bufio.NewReader(conn)
-	if _, m, _, err := ReadMessage(br, nil); err != nil {
+	if _, m, _, err := openflow.ReadMessage(br, nil); err != nil {
 		tb.Fatalf("reading the switch's HELLO: %v", err)
-	} else if _, ok := m.(*Hello); !ok {
+	} else if _, ok := m.(*openflow.Hello); !ok {
 		tb.Fatalf("the switch sent %T, not HELLO", m)
 	}
 	// Replies are read while the stream is written, so that the switch
@@ -188,18 +191,18 @@ func (r rawBundle) install(tb testing.TB, sw *ovstest.Switch) time.Duration {
 	go func() {
 		var buf []byte
 		for {
-			h, m, next, err := ReadMessage(br, buf)
+			h, m, next, err := openflow.ReadMessage(br, buf)
 			buf = next
 			if err != nil {
 				replied <- err
 				return
 			}
 			switch x := m.(type) {
-			case *Error:
+			case *openflow.Error:
 				replied <- fmt.Errorf("the switch refused message %d: %s", h.Xid, x.Name())
 				return
-			case *BundleControl:
-				if h.Xid == r.commitXid && x.Type == BundleCommitReply {
+			case *openflow.BundleControl:
+				if h.Xid == r.commitXid && x.Type == openflow.BundleCommitReply {
 					end = time.Now()
 					replied <- nil
 					return
@@ -221,13 +224,13 @@ func (r rawBundle) install(tb testing.TB, sw *ovstest.Switch) time.Duration {
 // add, close, commit) on an idle switch and reports p50 and p99.
 func BenchmarkTransactionLatency(b *testing.B) {
 	sw := ovstest.Start(b)
-	c := dialSwitch(b, sw)
-	ctx := testCtx(b, 10*time.Minute)
+	c := oftest.DialSwitch(b, sw)
+	ctx := oftest.TestCtx(b, 10*time.Minute)
 	const warmup = 50
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N+warmup; i++ {
-		fm := snatFlow(i%60000, benchCookie)
+		fm := oftest.SNATFlow(i%60000, benchCookie)
 		start := time.Now()
 		if err := c.Bundle(ctx, fm); err != nil {
 			b.Fatal(err)
@@ -247,10 +250,10 @@ func BenchmarkTransactionLatency(b *testing.B) {
 }
 
 // installBench puts 100k flows on the switch, untimed.
-func installBench(b *testing.B, c *Client, msgs []Message) {
+func installBench(b *testing.B, c *ofconn.Client, msgs []openflow.Message) {
 	b.StopTimer()
 	defer b.StartTimer()
-	if err := c.Bundle(testCtx(b, 5*time.Minute), msgs...); err != nil {
+	if err := c.Bundle(oftest.TestCtx(b, 5*time.Minute), msgs...); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -259,8 +262,8 @@ func installBench(b *testing.B, c *Client, msgs []Message) {
 // delete (and the barrier that confirms it).
 func BenchmarkDeleteByCookie100k(b *testing.B) {
 	sw := ovstest.Start(b)
-	c := dialSwitch(b, sw)
-	msgs := asMessages(benchFlowMods(benchFlows))
+	c := oftest.DialSwitch(b, sw)
+	msgs := oftest.AsMessages(benchFlowMods(benchFlows))
 	var total time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -285,10 +288,10 @@ func BenchmarkDeleteByCookie100k(b *testing.B) {
 // their ratios against ovs-ofctl.
 func BenchmarkDump100k(b *testing.B) {
 	sw := ovstest.Start(b)
-	c := dialSwitch(b, sw)
-	installBench(b, c, asMessages(benchFlowMods(benchFlows)))
-	ctx := testCtx(b, 10*time.Minute)
-	req := &FlowDescRequest{Table: TableAll, Cookie: benchCookie, CookieMask: ^uint64(0)}
+	c := oftest.DialSwitch(b, sw)
+	installBench(b, c, oftest.AsMessages(benchFlowMods(benchFlows)))
+	ctx := oftest.TestCtx(b, 10*time.Minute)
+	req := &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: benchCookie, CookieMask: ^uint64(0)}
 	var decoded, inPlace, ofctl time.Duration
 	timed := func(total *time.Duration, dump func() (int, error)) {
 		start := time.Now()
@@ -309,7 +312,7 @@ func BenchmarkDump100k(b *testing.B) {
 		})
 		timed(&inPlace, func() (int, error) {
 			n := 0
-			err := c.DumpFlowEntries(ctx, req, func(e FlowEntry) error {
+			err := c.DumpFlowEntries(ctx, req, func(e openflow.FlowEntry) error {
 				if e.Cookie() == benchCookie {
 					n++
 				}

@@ -1,6 +1,10 @@
 package openflow
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
+)
 
 // BundleControlType is the type of a BUNDLE_CONTROL message
 // (OFPBCT_*): requests are even, their replies the next odd number.
@@ -120,7 +124,7 @@ func decodeBundleAdd(h Header, b []byte) (Message, error) {
 	m.Message = msg
 	if rest := inner[ih.Length:]; len(rest) > 0 {
 		p := pad8(int(ih.Length)) - int(ih.Length)
-		if p > len(rest) || !isZero(rest[:p]) {
+		if p > len(rest) || !ofnum.IsZero(rest[:p]) {
 			return nil, decodeErr("BUNDLE_ADD_MESSAGE", 8+int(ih.Length), "bad padding before properties")
 		}
 		m.Properties = cloneBytes(rest[p:])

@@ -1,4 +1,4 @@
-package openflow
+package openflow_test
 
 import (
 	"crypto/rand"
@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/internal/oftest"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
 
@@ -205,18 +207,18 @@ func TestConntrackFlush(t *testing.T) {
 	sw := ovstest.Start(t)
 	a := addHost(t, sw, "10.200.0.1/24")
 	b := addHost(t, sw, "10.200.0.2/24")
-	c := dialSwitch(t, sw)
-	ctx := testCtx(t, 60*time.Second)
+	c := oftest.DialSwitch(t, sw)
+	ctx := oftest.TestCtx(t, 60*time.Second)
 
 	if p, err := c.PortByName(ctx, b.port); err != nil || p != b.ofport {
 		t.Fatalf("PortByName(%s) = %d, %v; ovs-vsctl says %d", b.port, p, err, b.ofport)
 	}
-	var flows []Message
+	var flows []openflow.Message
 	for _, f := range []struct {
 		port int
 		zone uint16
 	}{{5000, 5}, {5001, 5}, {6000, 6}} {
-		flows = append(flows, mustParseFlow(t, fmt.Sprintf(
+		flows = append(flows, oftest.MustParseFlow(t, fmt.Sprintf(
 			"cookie=0x7, priority=100,udp,in_port=%d,tp_dst=%d actions=ct(commit,zone=%d,nat(src=10.200.0.100)),output:%d",
 			a.ofport, f.port, f.zone, b.ofport)))
 	}
@@ -237,9 +239,9 @@ func TestConntrackFlush(t *testing.T) {
 	// A tuple without a zone means zone 0 to Open vSwitch: nothing in
 	// zone 5 goes.
 	e5000 := all[0]
-	tuple := CTTuple{Src: netip.MustParseAddr(e5000.src), Dst: netip.MustParseAddr(e5000.dst),
+	tuple := openflow.CTTuple{Src: netip.MustParseAddr(e5000.src), Dst: netip.MustParseAddr(e5000.dst),
 		SrcPort: e5000.sport, DstPort: e5000.dport}
-	if err := c.FlushConntrack(ctx, &CTFlush{Proto: 17, Orig: tuple}); err != nil {
+	if err := c.FlushConntrack(ctx, &openflow.CTFlush{Proto: 17, Orig: tuple}); err != nil {
 		t.Fatal(err)
 	}
 	if got := dports(conntrack(t, sw)); got != "5000@zone5 5001@zone5 6000@zone6" {
@@ -247,7 +249,7 @@ func TestConntrackFlush(t *testing.T) {
 	}
 
 	// The 5-tuple in zone 5 removes exactly that entry.
-	if err := c.FlushConntrack(ctx, &CTFlush{Proto: 17, Zone: 5, HasZone: true, Orig: tuple}); err != nil {
+	if err := c.FlushConntrack(ctx, &openflow.CTFlush{Proto: 17, Zone: 5, HasZone: true, Orig: tuple}); err != nil {
 		t.Fatal(err)
 	}
 	left := waitConntrack(t, sw, "two entries", nil, func(e []ctEntry) bool { return len(e) == 2 })

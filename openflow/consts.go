@@ -109,8 +109,8 @@ const (
 	port16Off uint32 = 0xffff0000 // OF1.1 port = OF1.0 port + offset, for reserved ports
 )
 
-// port16To32 converts an OpenFlow 1.0 16-bit port number to 32 bits.
-func port16To32(p uint16) uint32 {
+// Port16To32 converts an OpenFlow 1.0 16-bit port number to 32 bits.
+func Port16To32(p uint16) uint32 {
 	if p >= port16Max {
 		return uint32(p) + port16Off
 	}

@@ -1,4 +1,4 @@
-package openflow
+package openflow_test
 
 import (
 	"bytes"
@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/flowtext"
+	"github.com/egressflow/egressflow/openflow/internal/oftest"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
 
@@ -15,36 +19,36 @@ import (
 // the rest of the flow's actions run (the second packet-in, not paused).
 func TestPauseAndResume(t *testing.T) {
 	sw := ovstest.Start(t)
-	got := make(chan *PacketIn2, 4)
-	c := dialSwitch(t, sw, WithUnsolicited(func(_ Header, m Message) {
-		if pi, ok := m.(*PacketIn2); ok {
+	got := make(chan *openflow.PacketIn2, 4)
+	c := oftest.DialSwitch(t, sw, ofconn.WithUnsolicited(func(_ openflow.Header, m openflow.Message) {
+		if pi, ok := m.(*openflow.PacketIn2); ok {
 			got <- pi
 		}
 	}))
-	ctx := testCtx(t, 30*time.Second)
-	if err := c.Send(ctx, &SetConfig{SwitchConfig{MissSendLen: 0xffff}}, &SetPacketInFormat{Format: PacketInNX2}); err != nil {
+	ctx := oftest.TestCtx(t, 30*time.Second)
+	if err := c.Send(ctx, &openflow.SetConfig{openflow.SwitchConfig{MissSendLen: 0xffff}}, &openflow.SetPacketInFormat{Format: openflow.PacketInNX2}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fm, err := ParseFlow("cookie=0x77, table=3, priority=10, udp, actions=controller(pause),CONTROLLER:65535")
+	fm, err := flowtext.ParseFlow("cookie=0x77, table=3, priority=10, udp, actions=controller(pause),CONTROLLER:65535")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.SendFlowMods(ctx, fm); err != nil {
 		t.Fatal(err)
 	}
-	if flows := ofctlFlows(t, sw, "table=3"); len(flows) != 1 || !strings.HasSuffix(flows[0], "udp actions=controller(pause),CONTROLLER:65535") {
+	if flows := oftest.OfctlFlows(t, sw, "table=3"); len(flows) != 1 || !strings.HasSuffix(flows[0], "udp actions=controller(pause),CONTROLLER:65535") {
 		t.Fatalf("ovs-ofctl reads the flow as %q", flows)
 	}
-	packet := mustHex(t, "ffffffffffff0011223344550800450000140001000040117cca0a0000010a000002"+"0035c35500080000")
-	var fromController Match
-	fromController.SetUint(FieldInPort, uint64(PortController))
-	if err := c.SendPacketOut(ctx, &PacketOut{BufferID: NoBuffer, Match: fromController, Actions: []Action{ResubmitTable(3)}, Data: packet}); err != nil {
+	packet := oftest.MustHex(t, "ffffffffffff0011223344550800450000140001000040117cca0a0000010a000002"+"0035c35500080000")
+	var fromController openflow.Match
+	fromController.SetUint(openflow.FieldInPort, uint64(openflow.PortController))
+	if err := c.SendPacketOut(ctx, &openflow.PacketOut{BufferID: openflow.NoBuffer, Match: fromController, Actions: []openflow.Action{openflow.ResubmitTable(3)}, Data: packet}); err != nil {
 		t.Fatal(err)
 	}
-	next := func(what string) *PacketIn2 {
+	next := func(what string) *openflow.PacketIn2 {
 		t.Helper()
 		select {
 		case pi := <-got:
@@ -58,7 +62,7 @@ func TestPauseAndResume(t *testing.T) {
 	// (A packet injected by a packet-out is reported with the packet-out's
 	// table and cookie, 0, not the flow's; the agent's tests see the
 	// flow's cookie on packets that enter through a port.)
-	if !paused.Paused || paused.Reason != PacketInApplyAction || !bytes.Equal(paused.Data, packet) {
+	if !paused.Paused || paused.Reason != openflow.PacketInApplyAction || !bytes.Equal(paused.Data, packet) {
 		t.Fatalf("first packet-in: paused %v, reason %d, data %x", paused.Paused, paused.Reason, paused.Data)
 	}
 	select {

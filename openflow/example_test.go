@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/flowtext"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 )
 
 // Build the SNAT flow egressflow installs and print it as ovs-ofctl would.
@@ -32,7 +34,7 @@ func ExampleFlowMod_String() {
 // Parse a line of `ovs-ofctl dump-flows` (statistics are ignored) and
 // encode it.
 func ExampleParseFlow() {
-	fm, err := openflow.ParseFlow(" cookie=0x5, duration=12.5s, table=1, n_packets=3, n_bytes=180, " +
+	fm, err := flowtext.ParseFlow(" cookie=0x5, duration=12.5s, table=1, n_packets=3, n_bytes=180, " +
 		"priority=10,ct_state=+est+trk,reg0=0x1/0xff,ip actions=resubmit(,2)")
 	if err != nil {
 		log.Fatal(err)
@@ -50,7 +52,7 @@ func ExampleParseFlow() {
 
 // A deletion of every flow of one owner, by cookie mask.
 func ExampleParseFlow_delete() {
-	fm, err := openflow.ParseFlow("delete cookie=0x100/0xff00")
+	fm, err := flowtext.ParseFlow("delete cookie=0x100/0xff00")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -102,7 +104,7 @@ func ExampleMatch() {
 
 // Actions in ovs-ofctl syntax, both ways.
 func ExampleParseActionText() {
-	acts, err := openflow.ParseActionText("load:0x1->NXM_NX_REG0[0..3],move:NXM_NX_REG0[0..15]->NXM_NX_CT_MARK[0..15],ct_clear")
+	acts, err := flowtext.ParseActionText("load:0x1->NXM_NX_REG0[0..3],move:NXM_NX_REG0[0..15]->NXM_NX_CT_MARK[0..15],ct_clear")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -119,22 +121,22 @@ func ExampleParseActionText() {
 // switch restarts.
 func ExampleDial() {
 	ctx := context.Background()
-	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt",
-		openflow.WithEchoInterval(5*time.Second), openflow.WithEchoTimeout(15*time.Second))
+	c, err := ofconn.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt",
+		ofconn.WithEchoInterval(5*time.Second), ofconn.WithEchoTimeout(15*time.Second))
 	if err != nil {
-		log.Fatal(err) // e.g. a *openflow.VersionError if the bridge lacks OpenFlow15
+		log.Fatal(err) // e.g. a *ofconn.VersionError if the bridge lacks OpenFlow15
 	}
 	defer c.Close()
 
 	desired := func() []openflow.Message {
-		fm, _ := openflow.ParseFlow("cookie=0x100, priority=100,ip,nw_src=10.1.0.5 actions=ct(commit,zone=5,nat(src=192.0.2.10)),output:2")
+		fm, _ := flowtext.ParseFlow("cookie=0x100, priority=100,ip,nw_src=10.1.0.5 actions=ct(commit,zone=5,nat(src=192.0.2.10)),output:2")
 		return []openflow.Message{
 			&openflow.FlowMod{Command: openflow.FlowDelete, Table: openflow.TableAll, Cookie: 0x100, CookieMask: 0xffff},
 			fm,
 		}
 	}
 	if err := c.Bundle(ctx, desired()...); err != nil {
-		var be *openflow.BundleError
+		var be *ofconn.BundleError
 		if errors.As(err, &be) && len(be.Failed) > 0 {
 			log.Printf("flow %d refused: %v", be.Failed[0].Index, be.Failed[0].Err)
 		}
@@ -155,7 +157,7 @@ func ExampleDial() {
 func ExampleBatch() {
 	var adds openflow.Batch
 	for i := range 3 {
-		fm, _ := openflow.ParseFlow(fmt.Sprintf("cookie=0x100, priority=100,ip,nw_src=10.1.0.%d actions=output:2", i+1))
+		fm, _ := flowtext.ParseFlow(fmt.Sprintf("cookie=0x100, priority=100,ip,nw_src=10.1.0.%d actions=output:2", i+1))
 		if err := adds.Add(fm); err != nil {
 			log.Fatal(err)
 		}
@@ -178,7 +180,7 @@ func ExampleBatch() {
 // the commit, which applies all of them or none.
 func ExampleClient_BeginBundle() {
 	ctx := context.Background()
-	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
+	c, err := ofconn.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -190,7 +192,7 @@ func ExampleClient_BeginBundle() {
 	var part openflow.Batch
 	for block := range 100 {
 		for i := range 1000 {
-			fm, _ := openflow.ParseFlow(fmt.Sprintf("cookie=0x100, priority=100,ip,nw_src=10.%d.%d.%d actions=output:2", block, i/256, i%256))
+			fm, _ := flowtext.ParseFlow(fmt.Sprintf("cookie=0x100, priority=100,ip,nw_src=10.%d.%d.%d actions=output:2", block, i/256, i%256))
 			if err := part.Add(fm); err != nil {
 				tx.Discard()
 				log.Fatal(err)
@@ -202,14 +204,14 @@ func ExampleClient_BeginBundle() {
 		part.Reset()
 	}
 	if err := tx.Commit(ctx); err != nil {
-		log.Fatal(err) // a *openflow.BundleError naming any refused flow
+		log.Fatal(err) // a *ofconn.BundleError naming any refused flow
 	}
 }
 
 // Dump the flows of one owner, every multipart part collected.
 func ExampleClient_DumpFlows() {
 	ctx := context.Background()
-	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
+	c, err := ofconn.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -226,7 +228,7 @@ func ExampleClient_DumpFlows() {
 // Count one owner's flows by table as the dump arrives, without holding it.
 func ExampleClient_DumpFlowsFunc() {
 	ctx := context.Background()
-	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
+	c, err := ofconn.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -246,7 +248,7 @@ func ExampleClient_DumpFlowsFunc() {
 // Clear the conntrack state of one connection, then of a whole zone.
 func ExampleClient_FlushConntrack() {
 	ctx := context.Background()
-	c, err := openflow.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
+	c, err := ofconn.Dial(ctx, "unix:/var/run/openvswitch/br-ex.mgmt")
 	if err != nil {
 		log.Fatal(err)
 	}

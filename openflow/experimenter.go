@@ -1,6 +1,10 @@
 package openflow
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
+)
 
 // Experimenter is an OFPT_EXPERIMENTER message this package does not model
 // further; it re-encodes byte for byte.
@@ -32,7 +36,7 @@ func decodeExperimenter(b []byte) (Message, error) {
 	if exp == NiciraExperimenter {
 		switch typ {
 		case nxtCTFlushZone:
-			if len(data) == 8 && isZero(data[:6]) {
+			if len(data) == 8 && ofnum.IsZero(data[:6]) {
 				return &CTFlushZone{Zone: be.Uint16(data[6:])}, nil
 			}
 		case nxtCTFlush:
@@ -246,7 +250,7 @@ func decodeCTTuple(v []byte, t *CTTuple) bool {
 }
 
 func decodeCTFlush(data []byte) (*CTFlush, bool) {
-	if len(data) < 8 || !isZero(data[1:8]) {
+	if len(data) < 8 || !ofnum.IsZero(data[1:8]) {
 		return nil, false
 	}
 	m := &CTFlush{Proto: data[0]}

@@ -366,6 +366,20 @@ func (f Field) Width() int { return f.info().width }
 // Bits is the number of significant bits in the field.
 func (f Field) Bits() int { return f.info().bits }
 
+// Maskable reports whether the switch matches the field under a mask.
+func (f Field) Maskable() bool { return f.info().maskable }
+
+// HasName reports whether key is the field's name or alias in
+// ovs-fields(7) (reg0, nw_src); its NXM name (NXM_NX_REG0) is not one.
+func (f Field) HasName(key string) bool {
+	fi := f.info()
+	return f.valid() && (fi.name == key || fi.alias != "" && fi.alias == key)
+}
+
+// HasPrerequisites reports whether a match on the field means anything
+// only with other fields matched too (see Match.MissingPrerequisite).
+func (f Field) HasPrerequisites() bool { return f.info().prereq != preNone }
+
 // Header is the OXM/NXM header Open vSwitch uses for the field in OpenFlow
 // 1.5, without mask.
 func (f Field) Header() uint32 { return f.info().header }

@@ -2,11 +2,12 @@ package openflow
 
 import (
 	"fmt"
-	"math/big"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
 )
 
 // Text forms of field values, following Open vSwitch's mf_format and
@@ -35,14 +36,6 @@ func appendHex(b []byte, v []byte) []byte {
 		b = append(b, '0')
 	}
 	return b
-}
-
-func bytesUint(v []byte) uint64 {
-	var x uint64
-	for _, c := range v {
-		x = x<<8 | uint64(c)
-	}
-	return x
 }
 
 func appendMAC(b []byte, v []byte) []byte {
@@ -92,7 +85,7 @@ func appendIP(b []byte, v []byte) []byte {
 func appendAddr(b []byte, a netip.Addr) []byte {
 	if a.Is6() && !a.Is4In6() {
 		x := a.As16()
-		if isZero(x[:12]) && (x[12] != 0 || x[13] != 0) {
+		if ofnum.IsZero(x[:12]) && (x[12] != 0 || x[13] != 0) {
 			b = append(b, "::"...)
 			return netip.AddrFrom4([4]byte(x[12:])).AppendTo(b)
 		}
@@ -104,7 +97,7 @@ func appendAddr(b []byte, a netip.Addr) []byte {
 // ipv6_format_masked: addr, addr/len for CIDR masks, addr/mask otherwise.
 func appendIPMasked(b []byte, v, mask []byte) []byte {
 	b = appendIP(b, v)
-	if mask == nil || isOnes(mask) {
+	if mask == nil || ofnum.IsOnes(mask) {
 		return b
 	}
 	b = append(b, '/')
@@ -216,10 +209,10 @@ func appendFrag(b []byte, v, mask uint8) []byte {
 // for an exact value.
 func appendValue(b []byte, f Field, v, mask []byte) []byte {
 	if mask != nil {
-		if isZero(mask) {
+		if ofnum.IsZero(mask) {
 			return append(b, "ANY"...)
 		}
-		if isOnes(mask) {
+		if ofnum.IsOnes(mask) {
 			mask = nil
 		}
 	}
@@ -229,7 +222,7 @@ func appendValue(b []byte, f Field, v, mask []byte) []byte {
 		if len(v) > 8 {
 			b = appendHex(b, v)
 		} else {
-			b = strconv.AppendUint(b, bytesUint(v), 10)
+			b = strconv.AppendUint(b, ofnum.BytesUint(v), 10)
 		}
 	case fmtHex:
 		b = appendHex(b, v)
@@ -243,21 +236,21 @@ func appendValue(b []byte, f Field, v, mask []byte) []byte {
 	case fmtIPv4, fmtIPv6:
 		return appendIPMasked(b, v, mask)
 	case fmtPort16:
-		return append(b, PortName(port16To32(uint16(bytesUint(v))))...)
+		return append(b, PortName(Port16To32(uint16(ofnum.BytesUint(v))))...)
 	case fmtPort32:
-		return append(b, PortName(uint32(bytesUint(v)))...)
+		return append(b, PortName(uint32(ofnum.BytesUint(v)))...)
 	case fmtCTState:
 		m := uint32(0xffffffff)
 		if mask != nil {
-			m = uint32(bytesUint(mask))
+			m = uint32(ofnum.BytesUint(mask))
 		}
-		return appendFlagsMasked(b, ctStateNames, uint32(bytesUint(v)), m, 0xffffffff)
+		return appendFlagsMasked(b, ctStateNames, uint32(ofnum.BytesUint(v)), m, 0xffffffff)
 	case fmtTCPFlags:
 		m := uint32(0xffff)
 		if mask != nil {
-			m = uint32(bytesUint(mask))
+			m = uint32(ofnum.BytesUint(mask))
 		}
-		x := uint32(bytesUint(v))
+		x := uint32(ofnum.BytesUint(v))
 		if m != 0xffff && (x|m)&0xf000 != 0 {
 			// Reserved bits: numbers, which parse back.
 			b = appendHexC(b, uint64(x))
@@ -272,7 +265,7 @@ func appendValue(b []byte, f Field, v, mask []byte) []byte {
 		}
 		return appendFrag(b, v[0], m)
 	case fmtPacketType:
-		x := uint32(bytesUint(v))
+		x := uint32(ofnum.BytesUint(v))
 		b = append(b, '(')
 		b = strconv.AppendUint(b, uint64(x>>16), 10)
 		b = append(b, ",0x"...)
@@ -286,9 +279,9 @@ func appendValue(b []byte, f Field, v, mask []byte) []byte {
 	return b
 }
 
-// parseValue parses a value (and optional /mask) of field f as mf_parse
-// does. mask is nil when none was given.
-func parseValue(f Field, s string) (value, mask []byte, err error) {
+// ParseValue parses a value (and optional /mask) of the field as
+// Open vSwitch's mf_parse does. mask is nil when none was given.
+func (f Field) ParseValue(s string) (value, mask []byte, err error) {
 	fi := f.info()
 	w := fi.width
 	if s == "ANY" && fi.format != fmtPort16 && fi.format != fmtPort32 {
@@ -313,9 +306,9 @@ func parseValue(f Field, s string) (value, mask []byte, err error) {
 				if !ok {
 					return nil, nil, fmt.Errorf("port %s does not fit in 16 bits", s)
 				}
-				value = uintBytes(uint64(p16), 2)
+				value = ofnum.UintBytes(uint64(p16), 2)
 			} else {
-				value = uintBytes(uint64(p), 4)
+				value = ofnum.UintBytes(uint64(p), 4)
 			}
 		}
 		return value, nil, err
@@ -323,9 +316,9 @@ func parseValue(f Field, s string) (value, mask []byte, err error) {
 		var v, m uint32
 		v, m, err = parseFlags(s, ctStateNames, 0xffffffff)
 		if err == nil {
-			value = uintBytes(uint64(v), 4)
+			value = ofnum.UintBytes(uint64(v), 4)
 			if m != 0xffffffff {
-				mask = uintBytes(uint64(m), 4)
+				mask = ofnum.UintBytes(uint64(m), 4)
 			}
 		}
 		return value, mask, err
@@ -333,12 +326,12 @@ func parseValue(f Field, s string) (value, mask []byte, err error) {
 		var v, m uint32
 		v, m, err = parseFlags(s, tcpFlagNames, 0x0fff)
 		if err == nil {
-			value = uintBytes(uint64(v), 2)
+			value = ofnum.UintBytes(uint64(v), 2)
 			// Flags by name, or a number alone, are exact; a number's
 			// own mask is kept unless it is all ones.
-			exact := m == 0xffff || m == 0x0fff && !(isDigits(s[:1]) && hasMask)
+			exact := m == 0xffff || m == 0x0fff && !(ofnum.IsDigits(s[:1]) && hasMask)
 			if !exact {
-				mask = uintBytes(uint64(m), 2)
+				mask = ofnum.UintBytes(uint64(m), 2)
 			}
 		}
 		return value, mask, err
@@ -363,10 +356,10 @@ func parseValue(f Field, s string) (value, mask []byte, err error) {
 		if !ok {
 			return nil, nil, fmt.Errorf("packet_type %q: want (namespace,type)", s)
 		}
-		if ns, err = parseCUint(strings.TrimSpace(a), 16); err == nil {
-			typ, err = parseCUint(strings.TrimSpace(bb), 16)
+		if ns, err = ofnum.ParseCUint(strings.TrimSpace(a), 16); err == nil {
+			typ, err = ofnum.ParseCUint(strings.TrimSpace(bb), 16)
 		}
-		return uintBytes(ns<<16|typ, 4), nil, err
+		return ofnum.UintBytes(ns<<16|typ, 4), nil, err
 	default:
 		value, mask, err = parseIntMasked(vs, ms, hasMask, w)
 	}
@@ -393,7 +386,7 @@ func parseIPMasked(vs, ms string, hasMask bool, w int) (value, mask []byte, err 
 	if !hasMask {
 		return value, nil, nil
 	}
-	if n, err := parseDecimal(ms, 8); err == nil {
+	if n, err := ofnum.ParseDecimal(ms, 8); err == nil {
 		if n > uint64(8*w) {
 			return nil, nil, fmt.Errorf("bad prefix length %q", ms)
 		}
@@ -410,96 +403,12 @@ func parseIPMasked(vs, ms string, hasMask bool, w int) (value, mask []byte, err 
 	return value, m.AsSlice(), nil
 }
 
-// parseUintBytes parses an integer of up to w bytes (w may be 16) as
-// ovs-ofctl reads field values: 0x-prefixed hex of any width, otherwise a
-// number of up to 64 bits in C's base 0 (see parseCUint).
-func parseUintBytes(s string, w int) ([]byte, error) {
-	if isHexPrefixed(s) {
-		n, ok := new(big.Int).SetString(s[2:], 16)
-		if !ok || !isHexDigits(s[2:]) {
-			return nil, fmt.Errorf("bad integer %q", s)
-		}
-		if n.BitLen() > 8*w {
-			return nil, fmt.Errorf("%s does not fit in %d bits", s, 8*w)
-		}
-		out := make([]byte, w)
-		n.FillBytes(out)
-		return out, nil
-	}
-	v, err := parseCUint(s, min(64, 8*w))
-	if err != nil {
-		return nil, err
-	}
-	return uintBytes(v, w), nil
-}
-
-func isHexPrefixed(s string) bool { return len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') }
-
-func isHexDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f' || s[i] >= 'A' && s[i] <= 'F') {
-			return false
-		}
-	}
-	return s != ""
-}
-
-func isDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// parseCUint parses an unsigned integer of up to bits bits as C's
-// strtoull with base 0 reads it, which is how ovs-ofctl reads most
-// numbers: 0x-prefixed hex, 0-prefixed octal ("010" is 8), otherwise
-// decimal. It takes no sign, spaces or trailing text, and (unlike Go's
-// base 0) no underscores or 0b/0o prefixes.
-func parseCUint(s string, bits int) (uint64, error) {
-	var v uint64
-	var err error
-	switch {
-	case isHexPrefixed(s):
-		if !isHexDigits(s[2:]) {
-			return 0, fmt.Errorf("bad integer %q", s)
-		}
-		v, err = strconv.ParseUint(s[2:], 16, bits)
-	case isDigits(s) && s[0] == '0':
-		v, err = strconv.ParseUint(s, 8, bits)
-	case isDigits(s):
-		v, err = strconv.ParseUint(s, 10, bits)
-	default:
-		return 0, fmt.Errorf("bad integer %q", s)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("bad %d-bit integer %q", bits, s)
-	}
-	return v, nil
-}
-
-// parseDecimal parses a number in base 10 only, as ovs-ofctl reads
-// table and port numbers and NAT ports: leading zeros do not make it
-// octal, and hex is refused.
-func parseDecimal(s string, bits int) (uint64, error) {
-	if !isDigits(s) {
-		return 0, fmt.Errorf("bad decimal number %q", s)
-	}
-	v, err := strconv.ParseUint(s, 10, bits)
-	if err != nil {
-		return 0, fmt.Errorf("bad %d-bit decimal number %q", bits, s)
-	}
-	return v, nil
-}
-
 func parseIntMasked(vs, ms string, hasMask bool, w int) (value, mask []byte, err error) {
-	if value, err = parseUintBytes(vs, w); err != nil {
+	if value, err = ofnum.ParseUintBytes(vs, w); err != nil {
 		return nil, nil, err
 	}
 	if hasMask {
-		if mask, err = parseUintBytes(ms, w); err != nil {
+		if mask, err = ofnum.ParseUintBytes(ms, w); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -514,14 +423,14 @@ func parseFlags(s string, names []string, max uint32) (v, m uint32, err error) {
 	}
 	if s[0] >= '0' && s[0] <= '9' {
 		vs, ms, hasMask := strings.Cut(s, "/")
-		x, err := parseCUint(vs, 32)
+		x, err := ofnum.ParseCUint(vs, 32)
 		if err != nil {
 			return 0, 0, fmt.Errorf("bad flags %q", s)
 		}
 		if !hasMask {
 			return uint32(x), max, nil
 		}
-		y, err := parseCUint(ms, 32)
+		y, err := ofnum.ParseCUint(ms, 32)
 		if err != nil {
 			return 0, 0, fmt.Errorf("bad flags mask %q", s)
 		}
@@ -565,7 +474,7 @@ func parseFlags(s string, names []string, max uint32) (v, m uint32, err error) {
 		bit, ok := lookup(n)
 		if !ok {
 			// Bits without names are written in hex, as Open vSwitch does.
-			x, err := parseCUint(n, 32)
+			x, err := ofnum.ParseCUint(n, 32)
 			if err != nil || !strings.HasPrefix(n, "0x") {
 				return 0, 0, fmt.Errorf("unknown flag %q", n)
 			}
@@ -592,12 +501,12 @@ func ParsePort(s string) (uint32, error) {
 	if u == "NONE" {
 		return PortAny, nil
 	}
-	x, err := parseDecimal(s, 32)
+	x, err := ofnum.ParseDecimal(s, 32)
 	if err != nil {
 		return 0, fmt.Errorf("openflow: bad port %q", s)
 	}
 	if x >= uint64(port16Max) && x <= 0xffff {
-		return port16To32(uint16(x)), nil
+		return Port16To32(uint16(x)), nil
 	}
 	return uint32(x), nil
 }
@@ -611,8 +520,9 @@ type Subfield struct {
 	Bits   uint16 // number of bits; 0 means the whole field
 }
 
-// nbits returns the effective width.
-func (s Subfield) nbits() int {
+// NBits is the number of bits the subfield spans, Bits or, for 0, the
+// rest of the field above Offset.
+func (s Subfield) NBits() int {
 	if s.Bits == 0 {
 		return s.Field.Bits() - int(s.Offset)
 	}
@@ -625,7 +535,7 @@ func (s Subfield) String() string { return string(s.appendText(nil)) }
 
 func (s Subfield) appendText(b []byte) []byte {
 	b = append(b, s.Field.nxm()...)
-	n := s.nbits()
+	n := s.NBits()
 	switch {
 	case s.Offset == 0 && n == s.Field.Bits():
 		return append(b, "[]"...)
@@ -679,7 +589,7 @@ func ParseSubfield(s string) (Subfield, error) {
 }
 
 // ofsNbits packs offset and width the way Nicira actions do.
-func (s Subfield) ofsNbits() uint16 { return s.Offset<<6 | uint16(s.nbits()-1) }
+func (s Subfield) ofsNbits() uint16 { return s.Offset<<6 | uint16(s.NBits()-1) }
 
 func subfieldFromOfsNbits(h uint32, ofsNbits uint16) (Subfield, bool) {
 	f, ok := fieldFromHeader(h &^ oxmHeaderHasMask)
@@ -691,20 +601,4 @@ func subfieldFromOfsNbits(h uint32, ofsNbits uint16) (Subfield, bool) {
 		return Subfield{}, false
 	}
 	return sf, true
-}
-
-// getBit reads bit i (0 = least significant) of a big-endian byte string.
-func getBit(b []byte, i int) bool {
-	if i/8 >= len(b) {
-		return false
-	}
-	return b[len(b)-1-i/8]&(1<<(i%8)) != 0
-}
-
-func setBit(b []byte, i int, v bool) {
-	if v {
-		b[len(b)-1-i/8] |= 1 << (i % 8)
-	} else {
-		b[len(b)-1-i/8] &^= 1 << (i % 8)
-	}
 }

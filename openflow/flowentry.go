@@ -1,5 +1,7 @@
 package openflow
 
+import "fmt"
+
 // FlowEntry is one flow entry of a flow dump in its wire form
 // (ofp_flow_desc), read in place: its accessors allocate nothing, so a
 // caller that only needs a digest of each flow (an index of what a switch
@@ -91,9 +93,31 @@ func splitFlowEntry(b []byte) (FlowEntry, int, error) {
 	return e, n, nil
 }
 
-// eachFlowEntry calls fn with each entry of the body of a flow dump's
-// reply part; an error from fn stops it.
-func eachFlowEntry(b []byte, fn func(FlowEntry) error) error {
+// EachFlowEntry calls fn with each flow entry of one part of a flow dump's
+// reply, a whole MULTIPART_REPLY message as read from the switch, without
+// allocating per entry; fn must not keep the entry past its return. An
+// error from fn stops it and is returned.
+func EachFlowEntry(part []byte, fn func(FlowEntry) error) error {
+	h, err := ParseHeader(part)
+	if err != nil {
+		return err
+	}
+	if h.Type != TypeMultipartReply || h.Version != Version || int(h.Length) != len(part) {
+		return fmt.Errorf("openflow: flow dump answered with %v (version %#x, %d bytes in a %d-byte header)", h.Type, h.Version, len(part), h.Length)
+	}
+	t, _, body, err := splitMultipart("MULTIPART_REPLY", part[HeaderLen:])
+	if err != nil {
+		return err
+	}
+	if t != MultipartFlowDesc {
+		return fmt.Errorf("openflow: flow dump answered with multipart type %d", t)
+	}
+	return eachFlowEntryOfBody(body, fn)
+}
+
+// eachFlowEntryOfBody calls fn with each entry of the body of a flow
+// dump's reply part; an error from fn stops it.
+func eachFlowEntryOfBody(b []byte, fn func(FlowEntry) error) error {
 	for off := 0; off < len(b); {
 		e, n, err := splitFlowEntry(b[off:])
 		if err != nil {

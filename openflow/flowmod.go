@@ -1,6 +1,10 @@
 package openflow
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
+)
 
 // FlowModCommand is the command of a FlowMod (OFPFC_*).
 type FlowModCommand uint8
@@ -74,13 +78,6 @@ func zeroAs(v, sentinel uint32) uint32 {
 	return v
 }
 
-func sentinelAsZero(v, sentinel uint32) uint32 {
-	if v == sentinel {
-		return 0
-	}
-	return v
-}
-
 // AppendBody appends the FLOW_MOD body. Encoding into a buffer with enough
 // capacity does not allocate.
 func (m *FlowMod) AppendBody(b []byte, _ uint32) ([]byte, error) {
@@ -111,8 +108,8 @@ func decodeFlowMod(b []byte) (Message, error) {
 	m := &FlowMod{
 		Cookie: be.Uint64(b), CookieMask: be.Uint64(b[8:]), Table: b[16], Command: FlowModCommand(b[17]),
 		IdleTimeout: be.Uint16(b[18:]), HardTimeout: be.Uint16(b[20:]), Priority: be.Uint16(b[22:]),
-		BufferID: sentinelAsZero(be.Uint32(b[24:]), NoBuffer), OutPort: sentinelAsZero(be.Uint32(b[28:]), PortAny),
-		OutGroup: sentinelAsZero(be.Uint32(b[32:]), GroupAny), Flags: FlowModFlags(be.Uint16(b[36:])),
+		BufferID: ofnum.SentinelAsZero(be.Uint32(b[24:]), NoBuffer), OutPort: ofnum.SentinelAsZero(be.Uint32(b[28:]), PortAny),
+		OutGroup: ofnum.SentinelAsZero(be.Uint32(b[32:]), GroupAny), Flags: FlowModFlags(be.Uint16(b[36:])),
 		Importance: be.Uint16(b[38:]),
 	}
 	match, n, err := ParseMatch(b[flowModFixedLen:])

@@ -1,6 +1,10 @@
 package openflow
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
+)
 
 // Text forms of matches and flows in ovs-ofctl's syntax: what
 // `ovs-ofctl -O OpenFlow15 dump-flows` prints, field for field and in the
@@ -15,11 +19,11 @@ func (m *Match) entry(f Field) *matchEntry {
 	return nil
 }
 
-func (e *matchEntry) uint() uint64 { return bytesUint(e.value[:e.field.Width()]) }
+func (e *matchEntry) uint() uint64 { return ofnum.BytesUint(e.value[:e.field.Width()]) }
 
-func (e *matchEntry) maskUint() uint64 { return bytesUint(e.mask[:e.field.Width()]) }
+func (e *matchEntry) maskUint() uint64 { return ofnum.BytesUint(e.mask[:e.field.Width()]) }
 
-func (e *matchEntry) isFullMask() bool { return isOnes(e.mask[:e.field.Width()]) }
+func (e *matchEntry) isFullMask() bool { return ofnum.IsOnes(e.mask[:e.field.Width()]) }
 
 // String formats the match as ovs-ofctl does (without priority), e.g.
 // "ip,nw_src=10.1.0.5". The empty match formats as "".
@@ -193,6 +197,23 @@ type matchProtocol struct {
 	// "tcp6", "arp", ...; "" when none does, and dl_type is printed.
 	shortcut  string
 	protoSaid bool
+}
+
+// protocolShortcuts are the keywords that stand for an eth_type and an IP
+// protocol (0: none), as in ovs-fields(7).
+var protocolShortcuts = map[string][2]uint64{
+	"ip": {0x0800, 0}, "ipv4": {0x0800, 0}, "icmp": {0x0800, 1}, "tcp": {0x0800, 6},
+	"udp": {0x0800, 17}, "sctp": {0x0800, 132}, "ipv6": {0x86dd, 0}, "ip6": {0x86dd, 0}, "icmp6": {0x86dd, 58},
+	"tcp6": {0x86dd, 6}, "udp6": {0x86dd, 17}, "sctp6": {0x86dd, 132}, "arp": {0x0806, 0},
+	"rarp": {0x8035, 0}, "mpls": {0x8847, 0}, "mplsm": {0x8848, 0},
+}
+
+// ProtocolShortcut returns the eth_type and IP protocol (0: none) that a
+// protocol keyword of ovs-ofctl's match syntax (tcp, ipv6, arp, ...)
+// stands for.
+func ProtocolShortcut(name string) (ethType, ipProto uint64, ok bool) {
+	pt, ok := protocolShortcuts[name]
+	return pt[0], pt[1], ok
 }
 
 // shortcutNames are the names Open vSwitch prints for an eth_type and an

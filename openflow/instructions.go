@@ -1,6 +1,10 @@
 package openflow
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
+)
 
 // Instruction is one OpenFlow instruction of a flow. The concrete types are
 // ApplyActions, WriteActions, ClearActions, GotoTable, WriteMetadata and
@@ -164,9 +168,9 @@ func ParseInstructions(b []byte) ([]Instruction, error) {
 			}
 		case typ == instClearActions && n == 8:
 			in = ClearActions{}
-		case typ == instGotoTable && n == 8 && isZero(p[5:8]):
+		case typ == instGotoTable && n == 8 && ofnum.IsZero(p[5:8]):
 			in = GotoTable{Table: p[4]}
-		case typ == instWriteMetadata && n == 24 && isZero(p[4:8]):
+		case typ == instWriteMetadata && n == 24 && ofnum.IsZero(p[4:8]):
 			in = WriteMetadata{Metadata: be.Uint64(p[8:]), Mask: be.Uint64(p[16:])}
 		default:
 			in = RawInstruction{Data: cloneBytes(p)}
@@ -175,6 +179,12 @@ func ParseInstructions(b []byte) ([]Instruction, error) {
 		off += n
 	}
 	return out, nil
+}
+
+// FormatInstructions prints instructions as ovs-ofctl does after
+// "actions=": in Open vSwitch's order, comma-separated, "drop" if empty.
+func FormatInstructions(insts []Instruction) string {
+	return string(appendInstructionsText(nil, insts))
 }
 
 // appendInstructionsText formats instructions as ovs-ofctl does after

@@ -2,6 +2,8 @@ package openflow
 
 import (
 	"strconv"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
 )
 
 // Learn flags.
@@ -32,9 +34,9 @@ type LearnSpec struct {
 
 func (s LearnSpec) nbits() int {
 	if s.Value != nil {
-		return s.Dst.nbits()
+		return s.Dst.NBits()
 	}
-	return s.Src.nbits()
+	return s.Src.NBits()
 }
 
 // Learn adds or modifies a flow built from the packet (Nicira learn).
@@ -116,7 +118,7 @@ func parseLearn(b []byte) (Action, error) {
 	for len(p) >= 2 {
 		h := be.Uint16(p)
 		if h == 0 {
-			if !isZero(p) {
+			if !ofnum.IsZero(p) {
 				return raw, nil
 			}
 			break
@@ -137,7 +139,7 @@ func parseLearn(b []byte) (Action, error) {
 			s.Value = cloneBytes(p[:k])
 			p = p[k:]
 			for i := n; i < 8*k; i++ {
-				if getBit(s.Value, i) {
+				if ofnum.GetBit(s.Value, i) {
 					return raw, nil // bits beyond the spec's width
 				}
 			}

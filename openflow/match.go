@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
 )
 
 // Match is the set of field values a flow matches (an OXM ofp_match). The
@@ -54,24 +56,6 @@ func (e *matchEntry) encodesMasked() bool {
 	return !e.exact() || e.field.info().maskedExact
 }
 
-func isZero(b []byte) bool {
-	for _, x := range b {
-		if x != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func isOnes(b []byte) bool {
-	for _, x := range b {
-		if x != 0xff {
-			return false
-		}
-	}
-	return true
-}
-
 // Set matches f exactly against value, which must be f.Width() bytes,
 // big-endian. Setting a view (xreg, xxreg) sets the registers under it.
 func (m *Match) Set(f Field, value []byte) *Match {
@@ -101,8 +85,8 @@ func (m *Match) SetMasked(f Field, value, mask []byte) *Match {
 		}
 		return m
 	case f == FieldInPort16:
-		v := port16To32(be.Uint16(value))
-		if isZero(mask) {
+		v := Port16To32(be.Uint16(value))
+		if ofnum.IsZero(mask) {
 			m.Delete(FieldInPort)
 			return m
 		}
@@ -115,7 +99,7 @@ func (m *Match) SetMasked(f Field, value, mask []byte) *Match {
 		e.mask[i] = mask[i] & full[i]
 		e.value[i] = value[i] & e.mask[i]
 	}
-	if isZero(e.mask[:w]) {
+	if ofnum.IsZero(e.mask[:w]) {
 		m.Delete(f)
 		return m
 	}
@@ -178,14 +162,6 @@ func (m *Match) Delete(f Field) *Match {
 	return m
 }
 
-func uintBytes(v uint64, w int) []byte {
-	var b [16]byte
-	for i := 0; i < w && i < 8; i++ {
-		b[w-1-i] = byte(v >> (8 * i))
-	}
-	return b[:w]
-}
-
 // SetUint matches f exactly against v. For 16-byte fields (ct_label,
 // xxreg, addresses) v is the low 64 bits and the high bits must be zero.
 func (m *Match) SetUint(f Field, v uint64) *Match {
@@ -193,7 +169,7 @@ func (m *Match) SetUint(f Field, v uint64) *Match {
 	if w < 8 && v>>(8*w) != 0 {
 		panic(fmt.Sprintf("openflow: Match.SetUint %v: value %#x does not fit in %d bytes", f, v, w))
 	}
-	return m.Set(f, uintBytes(v, w))
+	return m.Set(f, ofnum.UintBytes(v, w))
 }
 
 // SetUintMasked matches the bits of f selected by mask against v. For
@@ -204,7 +180,7 @@ func (m *Match) SetUintMasked(f Field, v, mask uint64) *Match {
 	if w < 8 && (v|mask)>>(8*w) != 0 {
 		panic(fmt.Sprintf("openflow: Match.SetUintMasked %v: %#x/%#x does not fit in %d bytes", f, v, mask, w))
 	}
-	return m.SetMasked(f, uintBytes(v, w), uintBytes(mask, w))
+	return m.SetMasked(f, ofnum.UintBytes(v, w), ofnum.UintBytes(mask, w))
 }
 
 func addrBytes(f Field, a netip.Addr) []byte {
@@ -255,7 +231,7 @@ func (m Match) Get(f Field) (value, mask []byte, ok bool) {
 			return nil, nil, false
 		}
 		p, _ := port32To16(uint32(v))
-		return uintBytes(uint64(p), 2), []byte{0xff, 0xff}, true
+		return ofnum.UintBytes(uint64(p), 2), []byte{0xff, 0xff}, true
 	}
 	for i := range m.entries {
 		e := &m.entries[i]
@@ -287,7 +263,7 @@ func (m Match) getRegs(first, n int) (value, mask []byte, ok bool) {
 // prefix.
 func (m Match) Addr(f Field) (netip.Addr, bool) {
 	value, mask, ok := m.Get(f)
-	if !ok || (mask != nil && !isOnes(mask)) {
+	if !ok || (mask != nil && !ofnum.IsOnes(mask)) {
 		return netip.Addr{}, false
 	}
 	a, ok := netip.AddrFromSlice(value)
@@ -391,7 +367,7 @@ func (m *Match) AppendBinary(b []byte) ([]byte, error) {
 			}
 			i = j - 1
 			h := fields[FieldXReg(n)].header
-			if isOnes(mk[:]) {
+			if ofnum.IsOnes(mk[:]) {
 				b = be.AppendUint32(b, h)
 				b = append(b, v[:]...)
 			} else {
@@ -524,4 +500,72 @@ func (m *Match) decodeKnown(h uint32, payload []byte) bool {
 		m.Set(f, payload)
 	}
 	return true
+}
+
+// MissingPrerequisite says what m lacks for a match on f to mean anything
+// to Open vSwitch (its MFP_* prerequisites, ovs-fields(7)), in
+// ovs-ofctl's words ("tcp or tcp6"), or "" when m has it. Open vSwitch
+// leaves such a field out of what it sends, or sends it as the field that
+// shares its storage (arp_spa for nw_src), and refuses a match that holds
+// it.
+func (m *Match) MissingPrerequisite(f Field) string {
+	ethType, _, hasEth := m.Uint(FieldEthType)
+	proto, _, hasProto := m.Uint(FieldIPProto)
+	isIP := hasEth && (ethType == 0x0800 || ethType == 0x86dd)
+	icmpType, _, hasType := m.Uint(FieldICMPv6Type)
+	icmpCode, _, _ := m.Uint(FieldICMPv6Code) // 0 when not matched, as Open vSwitch sees it
+	isND := hasEth && ethType == 0x86dd && hasProto && proto == 58 && hasType && (icmpType == 135 || icmpType == 136) && icmpCode == 0
+	var ok bool
+	var needs string
+	switch f.info().prereq {
+	case preNone, preVLAN: // the priority is checked with the TCI
+		ok = true
+	case preEthernet:
+		pt, _, hasPT := m.Uint(FieldPacketType)
+		ok, needs = !hasPT || pt == 0, "an Ethernet packet_type"
+	case preMPLS:
+		ok, needs = hasEth && (ethType == 0x8847 || ethType == 0x8848), "mpls or mplsm"
+	case preIPv4:
+		ok, needs = hasEth && ethType == 0x0800, "ip"
+	case preIPv6:
+		ok, needs = hasEth && ethType == 0x86dd, "ipv6"
+	case preIP:
+		ok, needs = isIP, "ip or ipv6"
+	case preTCP:
+		ok, needs = isIP && hasProto && proto == 6, "tcp or tcp6"
+	case preUDP:
+		ok, needs = isIP && hasProto && proto == 17, "udp or udp6"
+	case preSCTP:
+		ok, needs = isIP && hasProto && proto == 132, "sctp or sctp6"
+	case preICMPv4:
+		ok, needs = hasEth && ethType == 0x0800 && hasProto && proto == 1, "icmp"
+	case preICMPv6:
+		ok, needs = hasEth && ethType == 0x86dd && hasProto && proto == 58, "icmp6"
+	case preND:
+		ok, needs = isND, "icmp6 with icmp_type 135 or 136 and icmp_code 0"
+	case preNDSolicit:
+		ok, needs = isND && icmpType == 135, "icmp6 with icmp_type 135 and icmp_code 0"
+	case preNDAdvert:
+		ok, needs = isND && icmpType == 136, "icmp6 with icmp_type 136 and icmp_code 0"
+	case preARP:
+		ok, needs = hasEth && (ethType == 0x0806 || ethType == 0x8035), "arp or rarp"
+		if ok && f == FieldARPOp {
+			// Open vSwitch keeps the ARP opcode in 8 bits.
+			op, _, _ := m.Uint(f)
+			ok, needs = op <= 0xff, "a value below 256"
+		}
+	case preCT:
+		// Open vSwitch sends the connection's protocol only when it is
+		// not 0, and its ports only with it. (The addresses it sends as
+		// given; the switch checks ct_state.)
+		ctProto, _, hasCTProto := m.Uint(FieldCTNwProto)
+		ok = true
+		if f == FieldCTNwProto || f == FieldCTTpSrc || f == FieldCTTpDst {
+			ok, needs = hasCTProto && ctProto != 0, "a ct_nw_proto other than 0"
+		}
+	}
+	if ok {
+		return ""
+	}
+	return needs
 }

@@ -329,3 +329,22 @@ type BarrierReply struct{}
 func (m *BarrierReply) MsgType() MessageType { return TypeBarrierReply }
 
 func (m *BarrierReply) AppendBody(b []byte, _ uint32) ([]byte, error) { return b, nil }
+
+// Describe names a message for error texts and logs: a flow mod (also one
+// held raw) by its ovs-ofctl text, any other message by its type.
+func Describe(m Message) string {
+	if raw, ok := m.(*RawMessage); ok {
+		if decoded, err := raw.Decode(); err == nil {
+			if _, still := decoded.(*RawMessage); !still {
+				m = decoded
+			}
+		}
+	}
+	if fm, ok := m.(*FlowMod); ok {
+		return fm.String()
+	}
+	if m == nil {
+		return "<nil>"
+	}
+	return m.MsgType().String()
+}

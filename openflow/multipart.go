@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net"
 	"time"
+
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
 )
 
 // MultipartType is the type of a multipart request or reply (OFPMP_*).
@@ -87,12 +89,12 @@ func decodeMultipartRequest(b []byte) (Message, error) {
 	case MultipartFlowDesc:
 		return decodeFlowDescRequest(flags, body)
 	case MultipartPortDesc:
-		if len(body) == 8 && isZero(body[4:]) {
-			return &PortDescRequest{Flags: flags, Port: sentinelAsZero(be.Uint32(body), PortAny)}, nil
+		if len(body) == 8 && ofnum.IsZero(body[4:]) {
+			return &PortDescRequest{Flags: flags, Port: ofnum.SentinelAsZero(be.Uint32(body), PortAny)}, nil
 		}
 	case MultipartGroupDesc:
-		if len(body) == 8 && isZero(body[4:]) && be.Uint32(body) != 0 {
-			return &GroupDescRequest{Flags: flags, GroupID: sentinelAsZero(be.Uint32(body), GroupAll)}, nil
+		if len(body) == 8 && ofnum.IsZero(body[4:]) && be.Uint32(body) != 0 {
+			return &GroupDescRequest{Flags: flags, GroupID: ofnum.SentinelAsZero(be.Uint32(body), GroupAll)}, nil
 		}
 	}
 	return &MultipartRequest{Type: t, Flags: flags, Body: cloneBytes(body)}, nil
@@ -147,8 +149,8 @@ func decodeFlowDescRequest(flags uint16, b []byte) (Message, error) {
 		return nil, decodeErr("flow desc request", 0, "body is %d bytes, want at least 32", len(b))
 	}
 	m := &FlowDescRequest{
-		Flags: flags, Table: b[0], OutPort: sentinelAsZero(be.Uint32(b[4:]), PortAny),
-		OutGroup: sentinelAsZero(be.Uint32(b[8:]), GroupAny), Cookie: be.Uint64(b[16:]), CookieMask: be.Uint64(b[24:]),
+		Flags: flags, Table: b[0], OutPort: ofnum.SentinelAsZero(be.Uint32(b[4:]), PortAny),
+		OutGroup: ofnum.SentinelAsZero(be.Uint32(b[8:]), GroupAny), Cookie: be.Uint64(b[16:]), CookieMask: be.Uint64(b[24:]),
 	}
 	match, n, err := ParseMatch(b[32:])
 	if err != nil {
@@ -186,7 +188,7 @@ func (m *FlowDescReply) AppendBody(b []byte, _ uint32) ([]byte, error) {
 
 func decodeFlowDescReply(flags uint16, b []byte) (Message, error) {
 	m := &FlowDescReply{Flags: flags}
-	err := eachFlowEntry(b, func(e FlowEntry) error {
+	err := eachFlowEntryOfBody(b, func(e FlowEntry) error {
 		f, err := e.Decode()
 		if err != nil {
 			return err

@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/egressflow/egressflow/controller/dataplane"
-	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 )
 
 // What a stopping agent does with the node's dataplane. An agent removes
@@ -249,7 +249,7 @@ const (
 // them. The successor's first sync, which reads the bridge, holds them
 // again. With hold it does nothing: the flows keep pausing replies, and
 // with no agent to resume them they go no further.
-func passDNSReplies(ctx context.Context, client *openflow.Client, whileAway string) {
+func passDNSReplies(ctx context.Context, client *ofconn.Client, whileAway string) {
 	if whileAway != dnsRepliesPass {
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/iprule"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 )
 
 // flowsTimeout bounds `egressflow-agent flows`: one dump of a local bridge.
@@ -108,7 +109,7 @@ func runFlows(args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), flowsTimeout)
 	defer cancel()
-	client, err := openflow.Dial(ctx, "unix:"+filepath.Join(*ovsRundir, *bridge+".mgmt"))
+	client, err := ofconn.Dial(ctx, "unix:"+filepath.Join(*ovsRundir, *bridge+".mgmt"))
 	if err != nil {
 		return fmt.Errorf("connect to bridge %s: %w", *bridge, err)
 	}

@@ -47,7 +47,7 @@ import (
 	"github.com/egressflow/egressflow/controller/hostfirewall"
 	"github.com/egressflow/egressflow/controller/iprule"
 	"github.com/egressflow/egressflow/controller/ovsdb"
-	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 )
 
 // defaultNamespace is where deploy/ runs egressflow and keeps the Leases.
@@ -390,7 +390,7 @@ type localNode struct {
 	// mgmt is the bridge's management socket: the agent's connection and
 	// the DNS snoop's.
 	mgmt       string
-	ofClient   *openflow.Client
+	ofClient   *ofconn.Client
 	forwarding agent.ForwardingGate
 	handle     *netlink.Handle
 	rules      *iprule.Manager
@@ -510,7 +510,7 @@ func startLiveness(ctx context.Context, stop func(), kube kubernetes.Interface, 
 // leaveNode does what the agent's exit leaves on the node, as decideExit
 // tells: removes egressflow from it (an uninstall), hands the Lease over
 // to a successor (a rolling update), or leaves the dataplane as it is.
-func leaveNode(kube kubernetes.Interface, f agentFlags, podName string, removal *removalSigns, ofClient *openflow.Client,
+func leaveNode(kube kubernetes.Interface, f agentFlags, podName string, removal *removalSigns, ofClient *ofconn.Client,
 	rules *iprule.Manager, nft knftables.Interface, forwarding agent.ForwardingGate, renewer *heartbeat.Renewer, responder *heartbeat.Responder) {
 	exitCtx, cancel := context.WithTimeout(context.Background(), exitTimeout)
 	defer cancel()
@@ -644,7 +644,7 @@ const snoopReadyTimeout = 5 * time.Second
 // is away tries it again, as often as the OpenFlow client redials a local
 // bridge it lost: the agent connects within this of ovs-vswitchd's return.
 // An attempt is a failed connect(2) on a unix socket.
-const bridgeRetryInterval = openflow.DefaultLocalBackoff
+const bridgeRetryInterval = ofconn.DefaultLocalBackoff
 
 // dialBridge connects to the bridge's OpenFlow socket, waiting for it as
 // long as ctx lasts. An agent started while ovs-vswitchd is away (after
@@ -653,10 +653,10 @@ const bridgeRetryInterval = openflow.DefaultLocalBackoff
 // kubelet back off from restarting it, up to 5 minutes, and so hold the
 // node's traffic (through the forwarding hold) long after OVS is back. A
 // switch that lacks OpenFlow 1.5 will not grow it: that fails at once.
-func dialBridge(ctx context.Context, bridge, target string) (*openflow.Client, error) {
+func dialBridge(ctx context.Context, bridge, target string) (*ofconn.Client, error) {
 	for waiting := false; ; {
-		client, err := openflow.Dial(ctx, target)
-		var version *openflow.VersionError
+		client, err := ofconn.Dial(ctx, target)
+		var version *ofconn.VersionError
 		switch {
 		case err == nil:
 			return client, nil
@@ -682,7 +682,7 @@ const coldGuardTimeout = 30 * time.Second
 func guardCold(node dataplane.NodeConfig, bridge, ovsRundir, uplink string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), coldGuardTimeout)
 	defer cancel()
-	client, err := openflow.Dial(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
+	client, err := ofconn.Dial(ctx, "unix:"+filepath.Join(ovsRundir, bridge+".mgmt"))
 	if err != nil {
 		return fmt.Errorf("connect to bridge %s: %w", bridge, err)
 	}

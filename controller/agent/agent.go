@@ -169,7 +169,7 @@ type Config struct {
 	Switch    Switch
 	// Forwarding, if not nil, holds a restarting ovs-vswitchd until the
 	// agent has replayed its flows; Disconnected signals each loss of the
-	// OpenFlow connection (openflow.Client.Disconnected), when it holds.
+	// OpenFlow connection (ofconn.Client.Disconnected), when it holds.
 	Forwarding   ForwardingGate
 	Disconnected <-chan struct{}
 	// LastRenewed, if not nil, says when the node's heartbeat Lease was

@@ -33,6 +33,7 @@ import (
 	"github.com/egressflow/egressflow/controller/iprule"
 	"github.com/egressflow/egressflow/controller/ovsdb"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
@@ -217,7 +218,7 @@ type runningAgent struct {
 	// metrics is the agent's registry, as its main serves it.
 	metrics *prometheus.Registry
 	sw      *countingSwitch
-	client  *openflow.Client
+	client  *ofconn.Client
 	stop    func()
 }
 
@@ -228,12 +229,12 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 	t := e.t
 	ctx, cancel := context.WithCancel(context.Background())
 	var forwarding ForwardingGate = ovsdb.Database{Target: "unix:" + filepath.Join(n.Dir, "db.sock")}
-	var opts []openflow.Option
+	var opts []ofconn.Option
 	if e.unguarded {
 		forwarding = nil
-		opts = append(opts, openflow.WithReconnectBackoff(openflow.DefaultMinBackoff, openflow.DefaultMaxBackoff))
+		opts = append(opts, ofconn.WithReconnectBackoff(ofconn.DefaultMinBackoff, ofconn.DefaultMaxBackoff))
 	}
-	client, err := openflow.Dial(ctx, "unix:"+n.MgmtSocket, opts...)
+	client, err := ofconn.Dial(ctx, "unix:"+n.MgmtSocket, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

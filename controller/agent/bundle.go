@@ -9,7 +9,7 @@ import (
 )
 
 // Bundle is an atomic transaction on the bridge that a sync's flow mods
-// are added to in parts (openflow.Transaction).
+// are added to in parts (ofconn.Transaction).
 type Bundle interface {
 	// Add sends msgs as the bundle's next messages and keeps no reference
 	// to them. An error ends the bundle: nothing of it will apply.

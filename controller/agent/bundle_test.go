@@ -8,6 +8,7 @@ import (
 
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/flowtext"
 )
 
 // recordingSwitch records the bundles a bundleStream sends.
@@ -61,7 +62,7 @@ func describe(m openflow.Message) string {
 func TestBundleStream(t *testing.T) {
 	ctx := context.Background()
 	flow := func(group, i int, cmd openflow.FlowModCommand) *openflow.FlowMod {
-		fm, err := openflow.ParseFlow(fmt.Sprintf("cookie=0x%x, table=3, priority=100,ip,nw_src=10.%d.%d.%d actions=drop", group<<8, group/256, group%256, i))
+		fm, err := flowtext.ParseFlow(fmt.Sprintf("cookie=0x%x, table=3, priority=100,ip,nw_src=10.%d.%d.%d actions=drop", group<<8, group/256, group%256, i))
 		if err != nil {
 			t.Fatal(err)
 		}

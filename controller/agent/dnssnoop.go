@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 )
 
 // snoopConfigTimeout bounds the configuration exchange on each (re)connection
@@ -86,11 +87,11 @@ type DNSHold struct {
 // as it reads it (that flag is the bridge's, not the connection's), and
 // asks for NXT_PACKET_IN2, the only packet-in format that carries the
 // continuation a paused packet needs.
-func SnoopDNS(ctx context.Context, target string, hold DNSHold, opts ...openflow.Option) error {
+func SnoopDNS(ctx context.Context, target string, hold DNSHold, opts ...ofconn.Option) error {
 	if hold.Timeout <= 0 {
 		hold.Timeout = DefaultDNSHoldTimeout
 	}
-	var current atomic.Pointer[openflow.Client]
+	var current atomic.Pointer[ofconn.Client]
 	handle := func(_ openflow.Header, m openflow.Message) {
 		switch pi := m.(type) {
 		case *openflow.PacketIn2:
@@ -111,7 +112,7 @@ func SnoopDNS(ctx context.Context, target string, hold DNSHold, opts ...openflow
 			}
 		}
 	}
-	client, err := openflow.Dial(ctx, target, append(opts, openflow.WithUnsolicited(handle))...)
+	client, err := ofconn.Dial(ctx, target, append(opts, ofconn.WithUnsolicited(handle))...)
 	if err != nil {
 		return fmt.Errorf("DNS snoop connection to %s: %w", target, err)
 	}
@@ -165,7 +166,7 @@ func learn(hold DNSHold, frame []byte) {
 // is learned again once it does, and waits for that generation.
 // If ctx ends first (the agent stops), the reply is dropped, unless
 // hold.ReleaseOnStop.
-func holdReply(ctx context.Context, client *openflow.Client, hold DNSHold, pi *openflow.PacketIn2, generation uint64, unnamed bool, paused time.Time) {
+func holdReply(ctx context.Context, client *ofconn.Client, hold DNSHold, pi *openflow.PacketIn2, generation uint64, unnamed bool, paused time.Time) {
 	waitCtx, cancel := context.WithTimeout(ctx, hold.Timeout)
 	outcome := dnsReleasedApplied
 	var err error
@@ -208,7 +209,7 @@ func holdReply(ctx context.Context, client *openflow.Client, hold DNSHold, pi *o
 
 // askForPacketIns sets the connection's miss_send_len, keeping the
 // switch's flags, and its packet-in format to NXT_PACKET_IN2.
-func askForPacketIns(ctx context.Context, client *openflow.Client) error {
+func askForPacketIns(ctx context.Context, client *ofconn.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, snoopConfigTimeout)
 	defer cancel()
 	reply, err := client.Request(ctx, &openflow.GetConfigRequest{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
 
@@ -35,7 +36,7 @@ func TestLedgerGroupsOnSwitch(t *testing.T) {
 	sw := ovstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client, err := openflow.Dial(ctx, "unix:"+sw.MgmtSocket)
+	client, err := ofconn.Dial(ctx, "unix:"+sw.MgmtSocket)
 	if err != nil {
 		t.Fatal(err)
 	}

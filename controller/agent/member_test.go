@@ -23,6 +23,7 @@ import (
 	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/controller/reasons"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/flowtext"
 	"github.com/egressflow/egressflow/test/topology"
 )
 
@@ -375,7 +376,7 @@ func toyBridgeDiffers(t testing.TB, sw ofctlReader, bridge string, parts []toyPa
 	inToyTable := fmt.Sprintf("table=%d,", toyTable)
 	for _, l := range strings.Split(sw.Ofctl(t, "--no-names", "--no-stats", "dump-flows", bridge), "\n") {
 		if l = strings.TrimSpace(l); strings.Contains(l, inToyTable) || strings.Contains(l, "group:") {
-			fm, err := openflow.ParseFlow(l)
+			fm, err := flowtext.ParseFlow(l)
 			if err != nil {
 				return fmt.Errorf("%q: %w", l, err)
 			}

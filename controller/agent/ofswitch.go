@@ -4,12 +4,13 @@ import (
 	"context"
 
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 )
 
-// OpenFlowSwitch is the Switch of a real bridge, through an openflow.Client
+// OpenFlowSwitch is the Switch of a real bridge, through an ofconn.Client
 // connected to its management socket.
 type OpenFlowSwitch struct {
-	Client *openflow.Client
+	Client *ofconn.Client
 }
 
 // DumpFlows reads every flow of the bridge whose cookie matches, handing

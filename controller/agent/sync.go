@@ -16,6 +16,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 )
 
 // sync converges the node to the desired dataplane: it recomputes the
@@ -167,7 +168,7 @@ func readPorts(ctx context.Context, sw Switch, uplinkPort string) (dataplane.Por
 		names = append(names, p.Name)
 	}
 	if out.Uplink == 0 {
-		return out, fmt.Errorf("uplink port %q: %w (the bridge has %s)", uplinkPort, openflow.ErrNoSuchPort, strings.Join(names, ", "))
+		return out, fmt.Errorf("uplink port %q: %w (the bridge has %s)", uplinkPort, ofconn.ErrNoSuchPort, strings.Join(names, ", "))
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/dataplane/trace"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
 
@@ -40,7 +41,7 @@ const (
 // bridge is a real br-ex with an uplink and two pod ports.
 type bridge struct {
 	sw     *ovstest.Switch
-	client *openflow.Client
+	client *ofconn.Client
 	uplink uint32
 	pods   []uint32
 	mac    net.HardwareAddr // br-ex's own
@@ -83,7 +84,7 @@ func startBridge(t *testing.T) *bridge {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if b.client, err = openflow.Dial(ctx, "unix:"+sw.MgmtSocket); err != nil {
+	if b.client, err = ofconn.Dial(ctx, "unix:"+sw.MgmtSocket); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.client.Close() })

@@ -8,6 +8,7 @@ import (
 
 	"github.com/egressflow/egressflow/controller/dataplane/trace"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/flowtext"
 )
 
 // handFlows is a small table written by hand for what egressflow's own
@@ -50,7 +51,7 @@ func parseFlows(t testing.TB, lines []string) []*openflow.FlowMod {
 	t.Helper()
 	var out []*openflow.FlowMod
 	for _, l := range lines {
-		fm, err := openflow.ParseFlow(l)
+		fm, err := flowtext.ParseFlow(l)
 		if err != nil {
 			t.Fatalf("%s: %v", l, err)
 		}
@@ -244,7 +245,7 @@ func TestNewRefusesWhatItDoesNotModel(t *testing.T) {
 		"table=0,priority=10,ip actions=ct(zone=5,nat),NORMAL",
 		"table=5,priority=10 actions=goto_table:3",
 	} {
-		fm, err := openflow.ParseFlow(flow)
+		fm, err := flowtext.ParseFlow(flow)
 		if err != nil {
 			t.Fatalf("%s: %v", flow, err)
 		}

@@ -74,6 +74,7 @@ import (
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/iprule"
 	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/kubetest"
 	"github.com/egressflow/egressflow/test/ovstest"
 	"github.com/egressflow/egressflow/test/proc"
@@ -743,7 +744,7 @@ type runningAgent struct {
 // namespace), and stops it when the bench ends or through stop.
 func (e *env) startAgent(b *testing.B, logs *klogWatch, capture bool) *runningAgent {
 	ctx, cancel := context.WithCancel(context.Background())
-	client, err := openflow.Dial(ctx, "unix:"+e.sw.MgmtSocket)
+	client, err := ofconn.Dial(ctx, "unix:"+e.sw.MgmtSocket)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,8 +1,9 @@
-package openflow
+package ofconn
 
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/egressflow/egressflow/openflow"
 )
 
 // A session is one connection to the switch, from handshake to death. The
@@ -77,14 +80,14 @@ func (r *xidRange) contains(xid uint32) bool { return xid-r.first < r.n }
 // errorSink holds the errors the switch sent for one or more xid ranges.
 type errorSink struct {
 	mu   sync.Mutex
-	errs map[uint32]*Error
+	errs map[uint32]*openflow.Error
 }
 
-func (e *errorSink) put(xid uint32, err *Error) {
+func (e *errorSink) put(xid uint32, err *openflow.Error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.errs == nil {
-		e.errs = map[uint32]*Error{}
+		e.errs = map[uint32]*openflow.Error{}
 	}
 	e.errs[xid] = err
 }
@@ -98,7 +101,7 @@ func (e *errorSink) any() bool {
 // refused turns the errors so far into MessageErrors in message order:
 // as maps an xid and its error to one, or to nil when the xid is not one
 // of the caller's messages.
-func (e *errorSink) refused(as func(xid uint32, err *Error) *MessageError) []*MessageError {
+func (e *errorSink) refused(as func(xid uint32, err *openflow.Error) *MessageError) []*MessageError {
 	e.mu.Lock()
 	errs := maps.Clone(e.errs) // more may still arrive
 	e.mu.Unlock()
@@ -116,7 +119,7 @@ type session struct {
 	c        *Client
 	conn     net.Conn
 	gen      uint64
-	features FeaturesReply
+	features openflow.FeaturesReply
 
 	wsem chan struct{} // write lock; a channel so acquiring can honour contexts
 	wbuf []byte        // encoding buffer, guarded by wsem
@@ -275,7 +278,7 @@ func (s *session) writeLocked(ctx context.Context, b []byte) error {
 }
 
 // encodeAndWrite encodes messages with their xids and writes them at once.
-func (s *session) encodeAndWrite(ctx context.Context, xids []uint32, msgs []Message) error {
+func (s *session) encodeAndWrite(ctx context.Context, xids []uint32, msgs []openflow.Message) error {
 	if err := s.lockWrite(ctx); err != nil {
 		return err
 	}
@@ -283,7 +286,7 @@ func (s *session) encodeAndWrite(ctx context.Context, xids []uint32, msgs []Mess
 	b := s.wbuf[:0]
 	var err error
 	for i, m := range msgs {
-		if b, err = AppendMessage(b, xids[i], m); err != nil {
+		if b, err = openflow.AppendMessage(b, xids[i], m); err != nil {
 			return err
 		}
 	}
@@ -305,8 +308,8 @@ func (s *session) readLoop(r *bufio.Reader) {
 			return
 		}
 		s.lastRx.Store(time.Now().UnixNano())
-		if h.Type == TypeEchoRequest {
-			msg[1] = byte(TypeEchoReply)
+		if h.Type == openflow.TypeEchoRequest {
+			msg[1] = byte(openflow.TypeEchoReply)
 			select {
 			case s.echoOut <- msg:
 			default: // the keepalive goroutine is behind; the peer will ask again
@@ -316,19 +319,19 @@ func (s *session) readLoop(r *bufio.Reader) {
 		if s.dispatch(h, msg) {
 			continue
 		}
-		if h.Type != TypeEchoReply && h.Type != TypeHello { // keepalive answers need no one
+		if h.Type != openflow.TypeEchoReply && h.Type != openflow.TypeHello { // keepalive answers need no one
 			s.c.unsolicited(h, msg)
 		}
 	}
 }
 
 // readRaw reads one whole message into a new slice.
-func readRaw(r *bufio.Reader) (Header, []byte, error) {
-	hdr, err := r.Peek(HeaderLen)
+func readRaw(r *bufio.Reader) (openflow.Header, []byte, error) {
+	hdr, err := r.Peek(openflow.HeaderLen)
 	if err != nil {
-		return Header{}, nil, err
+		return openflow.Header{}, nil, err
 	}
-	h, err := ParseHeader(hdr)
+	h, err := openflow.ParseHeader(hdr)
 	if err != nil {
 		return h, nil, err
 	}
@@ -340,7 +343,7 @@ func readRaw(r *bufio.Reader) (Header, []byte, error) {
 }
 
 // dispatch hands a message to whoever waits for its xid.
-func (s *session) dispatch(h Header, msg []byte) bool {
+func (s *session) dispatch(h openflow.Header, msg []byte) bool {
 	s.mu.Lock()
 	w := s.pending[h.Xid]
 	if w == nil {
@@ -348,9 +351,9 @@ func (s *session) dispatch(h Header, msg []byte) bool {
 			if !r.contains(h.Xid) {
 				continue
 			}
-			if h.Type == TypeError {
-				if _, m, err := UnmarshalMessage(msg); err == nil {
-					r.errs.put(h.Xid, m.(*Error))
+			if h.Type == openflow.TypeError {
+				if _, m, err := openflow.UnmarshalMessage(msg); err == nil {
+					r.errs.put(h.Xid, m.(*openflow.Error))
 				}
 			}
 			s.mu.Unlock()
@@ -360,16 +363,16 @@ func (s *session) dispatch(h Header, msg []byte) bool {
 		return false
 	}
 	complete := true
-	if h.Type == TypeError {
-		if _, m, err := UnmarshalMessage(msg); err == nil {
-			w.err = m.(*Error)
+	if h.Type == openflow.TypeError {
+		if _, m, err := openflow.UnmarshalMessage(msg); err == nil {
+			w.err = m.(*openflow.Error)
 		} else {
 			w.err = err
 		}
 	} else {
 		w.msgs = append(w.msgs, msg)
-		if w.multipart && h.Type == TypeMultipartReply && len(msg) >= HeaderLen+4 &&
-			be.Uint16(msg[HeaderLen+2:])&MultipartMore != 0 {
+		if w.multipart && h.Type == openflow.TypeMultipartReply && len(msg) >= openflow.HeaderLen+4 &&
+			binary.BigEndian.Uint16(msg[openflow.HeaderLen+2:])&openflow.MultipartMore != 0 {
 			complete = false
 		}
 	}
@@ -416,7 +419,7 @@ func (s *session) keepalive() {
 			}
 			if idle >= o.echoInterval && now.Sub(lastProbe) >= o.echoInterval {
 				lastProbe = now
-				b, _ := MarshalMessage(s.c.nextXid(), &EchoRequest{})
+				b, _ := openflow.MarshalMessage(s.c.nextXid(), &openflow.EchoRequest{})
 				s.writeBackground(b)
 			}
 		}

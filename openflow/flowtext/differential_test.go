@@ -1,4 +1,4 @@
-package openflow
+package flowtext_test
 
 import (
 	"errors"
@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/flowtext"
+	"github.com/egressflow/egressflow/openflow/internal/oftest"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
 
@@ -19,7 +22,7 @@ import (
 // checked three ways against Open vSwitch.
 //
 //  1. Bytes. ovs-ofctl -O OpenFlow15 add-flows sends the texts to a fake
-//     switch on a unix socket that records each FLOW_MOD (oracle_test.go);
+//     switch on a unix socket that records each FLOW_MOD (openflow/internal/oftest);
 //     every text ParseFlow accepts must encode to exactly those bytes
 //     (transaction id aside).
 //  2. Text. ovs-ofctl's bytes for every add are installed on a real switch
@@ -69,7 +72,7 @@ func TestTextAgainstOvsOfctl(t *testing.T) {
 	accepted := make([]bool, n)
 	var byteMismatches []string
 	for i, f := range flows {
-		fm, err := ParseFlow(f.text)
+		fm, err := flowtext.ParseFlow(f.text)
 		if err != nil {
 			r := refusals[refusalReason(err)]
 			if r == nil {
@@ -80,18 +83,18 @@ func TestTextAgainstOvsOfctl(t *testing.T) {
 			continue
 		}
 		accepted[i] = true
-		ours, err := MarshalMessage(1, fm)
+		ours, err := openflow.MarshalMessage(1, fm)
 		if err != nil {
 			byteMismatches = append(byteMismatches, fmt.Sprintf("%s\n  parsed but does not encode: %v", f.text, err))
 			continue
 		}
-		if !sameExceptXid(ours, theirs[i]) {
-			_, msg, _ := UnmarshalMessage(theirs[i])
+		if !oftest.SameExceptXid(ours, theirs[i]) {
+			_, msg, _ := openflow.UnmarshalMessage(theirs[i])
 			var theirText string
 			if msg != nil {
-				theirText = msg.(*FlowMod).String()
+				theirText = msg.(*openflow.FlowMod).String()
 			}
-			byteMismatches = append(byteMismatches, fmt.Sprintf("%s\n  ours   %s\n  theirs %s\n%s", f.text, fm.String(), theirText, hexDiff(ours, theirs[i])))
+			byteMismatches = append(byteMismatches, fmt.Sprintf("%s\n  ours   %s\n  theirs %s\n%s", f.text, fm.String(), theirText, oftest.HexDiff(ours, theirs[i])))
 		}
 	}
 
@@ -133,11 +136,11 @@ func TestTextAgainstOvsOfctl(t *testing.T) {
 // the unsupported part when the parser says which, else the error text
 // with its numbers and quoted values taken out.
 func refusalReason(err error) string {
-	var ue *UnsupportedError
+	var ue *flowtext.UnsupportedError
 	if errors.As(err, &ue) {
 		return ue.Error()
 	}
-	var pe *ParseError
+	var pe *flowtext.ParseError
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
@@ -150,7 +153,7 @@ var reasonValues = regexp.MustCompile(`"[^"]*"|0x[0-9a-fA-F]+|\b[0-9]+\b`)
 // one add-flows run (per text only to name the ones it refuses, which
 // fails the test: the generator must write valid flows).
 func ofctlFlowModsFor(t *testing.T, flows []genFlow) [][]byte {
-	fs := startFakeSwitch(t)
+	fs := oftest.StartFakeSwitch(t)
 	file := filepath.Join(t.TempDir(), "flows.txt")
 	var b strings.Builder
 	for _, f := range flows {
@@ -160,7 +163,7 @@ func ofctlFlowModsFor(t *testing.T, flows []genFlow) [][]byte {
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	msgs, out, err := fs.tryOfctl(t, "add-flows", "SWITCH", file)
+	msgs, out, err := fs.TryOfctl(t, "add-flows", "SWITCH", file)
 	if err != nil {
 		var refused []string
 		one := filepath.Join(t.TempDir(), "flow.txt")
@@ -168,7 +171,7 @@ func ofctlFlowModsFor(t *testing.T, flows []genFlow) [][]byte {
 			if err := os.WriteFile(one, []byte(f.text+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if _, out, err := fs.tryOfctl(t, "add-flows", "SWITCH", one); err != nil {
+			if _, out, err := fs.TryOfctl(t, "add-flows", "SWITCH", one); err != nil {
 				refused = append(refused, fmt.Sprintf("%s\n  %s", f.text, strings.TrimSpace(string(out))))
 			}
 		}
@@ -177,7 +180,7 @@ func ofctlFlowModsFor(t *testing.T, flows []genFlow) [][]byte {
 	}
 	var fms [][]byte
 	for _, m := range msgs {
-		if MessageType(m[1]) == TypeFlowMod {
+		if openflow.MessageType(m[1]) == openflow.TypeFlowMod {
 			fms = append(fms, m)
 		}
 	}
@@ -201,17 +204,17 @@ func compareDumps(t *testing.T, flows []genFlow, theirs [][]byte, accepted []boo
 	for m := 1; m <= genMeters; m++ {
 		sw.Ofctl(t, "add-meter", sw.Bridge, fmt.Sprintf("meter=%d,kbps,band=type=drop,rate=1000", m))
 	}
-	c := dialSwitch(t, sw)
-	ctx := testCtx(t, 2*time.Minute)
-	var msgs []Message
+	c := oftest.DialSwitch(t, sw)
+	ctx := oftest.TestCtx(t, 2*time.Minute)
+	var msgs []openflow.Message
 	var idx []int
 	for i, f := range flows {
 		if f.add {
-			msgs = append(msgs, &RawMessage{Type: TypeFlowMod, Body: theirs[i][HeaderLen:]})
+			msgs = append(msgs, &openflow.RawMessage{Type: openflow.TypeFlowMod, Body: theirs[i][openflow.HeaderLen:]})
 			idx = append(idx, i)
 		}
 	}
-	refused, err := c.sendThenBarrier(ctx, msgs)
+	refused, err := c.SendThenBarrier(ctx, msgs)
 	if err != nil {
 		t.Fatalf("installing ovs-ofctl's flow mods: %v", err)
 	}
@@ -223,19 +226,19 @@ func compareDumps(t *testing.T, flows []genFlow, theirs [][]byte, accepted []boo
 		t.Fatalf("the switch refused %d of ovs-ofctl's flow mods for generated texts (a generator bug):\n%s", len(refused), strings.Join(lines, "\n"))
 	}
 
-	theirLines := map[uint64]string{} // with statistics, which ParseFlow skips
-	for _, l := range ofctlFlows(t, sw) {
+	theirLines := map[uint64]string{} // with statistics, which flowtext.ParseFlow skips
+	for _, l := range oftest.OfctlFlows(t, sw) {
 		cookie, err := strconv.ParseUint(strings.TrimPrefix(strings.SplitN(l, ",", 2)[0], "cookie="), 0, 64)
 		if err != nil {
 			t.Fatalf("dump line without a cookie: %s", l)
 		}
 		theirLines[cookie] = l
 	}
-	dumped, err := c.DumpFlows(ctx, &FlowDescRequest{Table: TableAll})
+	dumped, err := c.DumpFlows(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll})
 	if err != nil {
 		t.Fatalf("DumpFlows: %v", err)
 	}
-	ours := map[uint64]*Flow{}
+	ours := map[uint64]*openflow.Flow{}
 	for i := range dumped {
 		ours[dumped[i].Cookie] = &dumped[i]
 	}
@@ -263,17 +266,17 @@ func compareDumps(t *testing.T, flows []genFlow, theirs [][]byte, accepted []boo
 		}
 		// ovs-ofctl's own canonical text of the flow reads back as the
 		// flow that was dumped, but for what that text does not say.
-		back, err := ParseFlow(theirLine)
+		back, err := flowtext.ParseFlow(theirLine)
 		if err != nil {
 			mismatches = append(mismatches, fmt.Sprintf("%s\n  ParseFlow of ovs-ofctl's dump line %q: %v", f.text, theirLine, err))
 			continue
 		}
 		dumpedFM := flow.FlowMod()
 		dumpedFM.Match = unprintedAway(dumpedFM.Match)
-		a, errA := MarshalMessage(1, back)
-		b, errB := MarshalMessage(1, dumpedFM)
-		if errA != nil || errB != nil || !sameExceptXid(a, b) {
-			mismatches = append(mismatches, fmt.Sprintf("%s\n  ovs-ofctl's dump line %q parses to other bytes than the dumped flow (%v, %v)\n%s", f.text, theirLine, errA, errB, hexDiff(a, b)))
+		a, errA := openflow.MarshalMessage(1, back)
+		b, errB := openflow.MarshalMessage(1, dumpedFM)
+		if errA != nil || errB != nil || !oftest.SameExceptXid(a, b) {
+			mismatches = append(mismatches, fmt.Sprintf("%s\n  ovs-ofctl's dump line %q parses to other bytes than the dumped flow (%v, %v)\n%s", f.text, theirLine, errA, errB, oftest.HexDiff(a, b)))
 		}
 	}
 	return mismatches, rawDecoded, installed
@@ -284,13 +287,13 @@ func compareDumps(t *testing.T, flows []genFlow, theirs [][]byte, accepted []boo
 // type (packet_type=(0,0) is not printed), and the difference between an
 // exact tcp_flags match and one masked with the 12 flag bits (both print
 // as flag names).
-func unprintedAway(m Match) Match {
+func unprintedAway(m openflow.Match) openflow.Match {
 	m = m.Clone()
-	if pt, mask, ok := m.Uint(FieldPacketType); ok && pt == 0 && mask == 0xffffffff {
-		m.Delete(FieldPacketType)
+	if pt, mask, ok := m.Uint(openflow.FieldPacketType); ok && pt == 0 && mask == 0xffffffff {
+		m.Delete(openflow.FieldPacketType)
 	}
-	if v, mask, ok := m.Uint(FieldTCPFlags); ok && mask == 0x0fff {
-		m.SetUint(FieldTCPFlags, v)
+	if v, mask, ok := m.Uint(openflow.FieldTCPFlags); ok && mask == 0x0fff {
+		m.SetUint(openflow.FieldTCPFlags, v)
 	}
 	return m
 }

@@ -1,8 +1,7 @@
-package openflow
+package ofconn_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -12,68 +11,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/internal/oftest"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
-
-// dialSwitch connects a Client to a harness switch.
-func dialSwitch(t testing.TB, sw *ovstest.Switch, opts ...Option) *Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, "unix:"+sw.MgmtSocket, opts...)
-	if err != nil {
-		t.Fatalf("Dial: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// ofctlFlows returns the flow lines of `ovs-ofctl dump-flows ARGS`
-// (without the reply header and the leading space), sorted.
-func ofctlFlows(t testing.TB, sw *ovstest.Switch, args ...string) []string {
-	t.Helper()
-	out := sw.Ofctl(t, append([]string{"--no-names", "dump-flows", sw.Bridge}, args...)...)
-	var lines []string
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, " ") {
-			lines = append(lines, strings.TrimPrefix(l, " "))
-		}
-	}
-	sort.Strings(lines)
-	return lines
-}
 
 const testCookie = 0xe0
 
 // switchFlows are the golden flows made distinct (own priority) and
 // tagged with testCookie, so that they can coexist in one switch.
-func switchFlows(t testing.TB) []*FlowMod {
-	var fms []*FlowMod
-	for i, text := range goldenFlows {
+func switchFlows(t testing.TB) []*openflow.FlowMod {
+	var fms []*openflow.FlowMod
+	for i, text := range oftest.GoldenFlows {
 		if strings.Contains(text, "recirc_id") {
 			continue // only Open vSwitch itself may match on recirc_id
 		}
-		fm := mustParseFlow(t, text)
+		fm := oftest.MustParseFlow(t, text)
 		fm.Cookie = testCookie
 		fm.Priority = uint16(1000 + i)
 		fm.CookieMask = 0
 		fms = append(fms, fm)
 	}
 	return fms
-}
-
-func asMessages(fms []*FlowMod) []Message {
-	msgs := make([]Message, len(fms))
-	for i, fm := range fms {
-		msgs[i] = fm
-	}
-	return msgs
 }
 
 var volatileStats = regexp.MustCompile(`duration=[0-9.]+s, |n_packets=[0-9]+, |n_bytes=[0-9]+, |idle_age=[0-9]+, `)
@@ -83,11 +43,11 @@ var volatileStats = regexp.MustCompile(`duration=[0-9.]+s, |n_packets=[0-9]+, |n
 // dumping through the client gives the same flows back.
 func TestClientFlowsRoundTrip(t *testing.T) {
 	sw := ovstest.Start(t)
-	c := dialSwitch(t, sw)
-	ctx := testCtx(t, 30*time.Second)
+	c := oftest.DialSwitch(t, sw)
+	ctx := oftest.TestCtx(t, 30*time.Second)
 	sw.Ofctl(t, "add-group", sw.Bridge, "group_id=5,type=all,bucket=output:1")
 	fms := switchFlows(t)
-	if err := c.Bundle(ctx, asMessages(fms)...); err != nil {
+	if err := c.Bundle(ctx, oftest.AsMessages(fms)...); err != nil {
 		t.Fatalf("Bundle: %v", err)
 	}
 	var want []string
@@ -95,19 +55,19 @@ func TestClientFlowsRoundTrip(t *testing.T) {
 		want = append(want, fm.String())
 	}
 	sort.Strings(want)
-	got := ofctlFlows(t, sw, "--no-stats", fmt.Sprintf("cookie=%#x/-1", testCookie))
+	got := oftest.OfctlFlows(t, sw, "--no-stats", fmt.Sprintf("cookie=%#x/-1", testCookie))
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("ovs-ofctl --no-stats dump-flows differs from our String():\n%s", lineDiff(got, want))
+		t.Errorf("ovs-ofctl --no-stats dump-flows differs from our String():\n%s", oftest.LineDiff(got, want))
 	}
 
-	flows, err := c.DumpFlows(ctx, &FlowDescRequest{Table: TableAll, Cookie: testCookie, CookieMask: ^uint64(0)})
+	flows, err := c.DumpFlows(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: testCookie, CookieMask: ^uint64(0)})
 	if err != nil {
 		t.Fatalf("DumpFlows: %v", err)
 	}
 	if len(flows) != len(fms) {
 		t.Fatalf("dumped %d flows, installed %d", len(flows), len(fms))
 	}
-	byText := map[string]*FlowMod{}
+	byText := map[string]*openflow.FlowMod{}
 	for _, fm := range fms {
 		byText[fm.String()] = fm
 	}
@@ -123,10 +83,10 @@ func TestClientFlowsRoundTrip(t *testing.T) {
 		if !orig.Match.Equal(back.Match) {
 			t.Errorf("match of %q changed on the way back", back.String())
 		}
-		a, _ := MarshalMessage(1, orig)
-		b, _ := MarshalMessage(1, back)
+		a, _ := openflow.MarshalMessage(1, orig)
+		b, _ := openflow.MarshalMessage(1, back)
 		if string(a) != string(b) {
-			t.Errorf("flow %q dumps back as different bytes:\n%s", back.String(), hexDiff(b, a))
+			t.Errorf("flow %q dumps back as different bytes:\n%s", back.String(), oftest.HexDiff(b, a))
 		}
 		dumpedText = append(dumpedText, volatileStats.ReplaceAllString(f.String(), ""))
 	}
@@ -134,7 +94,7 @@ func TestClientFlowsRoundTrip(t *testing.T) {
 	// as this package encoded them: what lets a caller index a dump by
 	// digests of its bytes.
 	entries := 0
-	err = c.DumpFlowEntries(ctx, &FlowDescRequest{Table: TableAll, Cookie: testCookie, CookieMask: ^uint64(0)}, func(e FlowEntry) error {
+	err = c.DumpFlowEntries(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: testCookie, CookieMask: ^uint64(0)}, func(e openflow.FlowEntry) error {
 		entries++
 		f, err := e.Decode()
 		if err != nil {
@@ -146,9 +106,9 @@ func TestClientFlowsRoundTrip(t *testing.T) {
 			return nil
 		}
 		match, _ := orig.Match.AppendBinary(nil)
-		insts, _ := AppendInstructions(nil, orig.Instructions)
+		insts, _ := openflow.AppendInstructions(nil, orig.Instructions)
 		if !bytes.Equal(e.Match(), match) || !bytes.Equal(e.Instructions(), insts) {
-			t.Errorf("entry %q: match or instructions are not the bytes sent:\n%s\n%s", orig, hexDiff(e.Match(), match), hexDiff(e.Instructions(), insts))
+			t.Errorf("entry %q: match or instructions are not the bytes sent:\n%s\n%s", orig, oftest.HexDiff(e.Match(), match), oftest.HexDiff(e.Instructions(), insts))
 		}
 		return nil
 	})
@@ -159,35 +119,13 @@ func TestClientFlowsRoundTrip(t *testing.T) {
 	// Flow.String is the dump-flows line, statistics included.
 	sort.Strings(dumpedText)
 	var ofctl []string
-	for _, l := range ofctlFlows(t, sw, fmt.Sprintf("cookie=%#x/-1", testCookie)) {
+	for _, l := range oftest.OfctlFlows(t, sw, fmt.Sprintf("cookie=%#x/-1", testCookie)) {
 		ofctl = append(ofctl, volatileStats.ReplaceAllString(l, ""))
 	}
 	sort.Strings(ofctl)
 	if strings.Join(dumpedText, "\n") != strings.Join(ofctl, "\n") {
-		t.Errorf("Flow.String() differs from ovs-ofctl dump-flows:\n%s", lineDiff(dumpedText, ofctl))
+		t.Errorf("Flow.String() differs from ovs-ofctl dump-flows:\n%s", oftest.LineDiff(dumpedText, ofctl))
 	}
-}
-
-func lineDiff(got, want []string) string {
-	var b strings.Builder
-	g, w := map[string]bool{}, map[string]bool{}
-	for _, l := range got {
-		g[l] = true
-	}
-	for _, l := range want {
-		w[l] = true
-	}
-	for _, l := range got {
-		if !w[l] {
-			fmt.Fprintf(&b, "- ovs-ofctl: %s\n", l)
-		}
-	}
-	for _, l := range want {
-		if !g[l] {
-			fmt.Fprintf(&b, "+ ours:      %s\n", l)
-		}
-	}
-	return b.String()
 }
 
 // TestBundleWithInvalidFlowChangesNothing sends a bundle in which one flow
@@ -195,45 +133,47 @@ func lineDiff(got, want []string) string {
 // name the bad message and the reason.
 func TestBundleWithInvalidFlowChangesNothing(t *testing.T) {
 	sw := ovstest.Start(t)
-	c := dialSwitch(t, sw)
-	ctx := testCtx(t, 30*time.Second)
-	base := []*FlowMod{
-		mustParseFlow(t, "cookie=0x1, table=1, priority=10,ip,nw_src=10.0.0.1 actions=output:1"),
-		mustParseFlow(t, "cookie=0x1, table=1, priority=10,ip,nw_src=10.0.0.2 actions=output:2"),
+	c := oftest.DialSwitch(t, sw)
+	ctx := oftest.TestCtx(t, 30*time.Second)
+	base := []*openflow.FlowMod{
+		oftest.MustParseFlow(t, "cookie=0x1, table=1, priority=10,ip,nw_src=10.0.0.1 actions=output:1"),
+		oftest.MustParseFlow(t, "cookie=0x1, table=1, priority=10,ip,nw_src=10.0.0.2 actions=output:2"),
 	}
 	if err := c.SendFlowMods(ctx, base...); err != nil {
 		t.Fatal(err)
 	}
-	before := ofctlFlows(t, sw, "--no-stats")
+	before := oftest.OfctlFlows(t, sw, "--no-stats")
 
-	bundle := []Message{
-		mustParseFlow(t, "cookie=0x2, table=1, priority=20,ip,nw_src=10.0.0.3 actions=output:3"),
-		mustParseFlow(t, "delete cookie=0x1/-1, table=1"),
+	bundle := []openflow.Message{
+		oftest.MustParseFlow(t, "cookie=0x2, table=1, priority=20,ip,nw_src=10.0.0.3 actions=output:3"),
+		oftest.MustParseFlow(t, "delete cookie=0x1/-1, table=1"),
 		// ct needs an IP match: Open vSwitch refuses this one.
-		mustParseFlow(t, "cookie=0x2, table=1, priority=20,in_port=5 actions=ct(commit,zone=5)"),
-		mustParseFlow(t, "cookie=0x2, table=1, priority=20,ip,nw_src=10.0.0.4 actions=output:4"),
+		oftest.MustParseFlow(t, "cookie=0x2, table=1, priority=20,in_port=5 actions=ct(commit,zone=5)"),
+		oftest.MustParseFlow(t, "cookie=0x2, table=1, priority=20,ip,nw_src=10.0.0.4 actions=output:4"),
 	}
 	// The same messages, the last two encoded ahead in a Batch: the error
 	// names the message in the Batch as it names it in the plain bundle.
-	var batch Batch
+	var batch openflow.Batch
 	for _, m := range bundle[2:] {
 		if err := batch.Add(m); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for form, send := range map[string]func() error{
-		"messages":        func() error { return c.Bundle(ctx, bundle...) },
-		"joined to batch": func() error { return c.BundleSequence(ctx, Join(List[Message](bundle[:2]), &batch)) },
+		"messages": func() error { return c.Bundle(ctx, bundle...) },
+		"joined to batch": func() error {
+			return c.BundleSequence(ctx, openflow.Join(openflow.List[openflow.Message](bundle[:2]), &batch))
+		},
 	} {
 		err := send()
-		var be *BundleError
+		var be *ofconn.BundleError
 		if !errors.As(err, &be) {
 			t.Fatalf("%s: Bundle returned %v, want a *BundleError", form, err)
 		}
 		if be.Phase != "add" || !be.Discarded || len(be.Failed) != 1 || be.Failed[0].Index != 2 {
 			t.Fatalf("%s: BundleError %+v: want phase add, discarded, message 2 failed", form, be)
 		}
-		if !errors.Is(err, &Error{Type: ErrBadAction, Code: 10}) { // OFPBAC_MATCH_INCONSISTENT
+		if !errors.Is(err, &openflow.Error{Type: openflow.ErrBadAction, Code: 10}) { // OFPBAC_MATCH_INCONSISTENT
 			t.Errorf("%s: error %v does not say OFPBAC_MATCH_INCONSISTENT", form, err)
 		}
 		for _, want := range []string{"message 2", "in_port=5 actions=ct(commit,zone=5)", "OFPBAC_MATCH_INCONSISTENT", "nothing changed"} {
@@ -241,21 +181,21 @@ func TestBundleWithInvalidFlowChangesNothing(t *testing.T) {
 				t.Errorf("%s: error text %q lacks %q", form, err.Error(), want)
 			}
 		}
-		after := ofctlFlows(t, sw, "--no-stats")
+		after := oftest.OfctlFlows(t, sw, "--no-stats")
 		if strings.Join(before, "\n") != strings.Join(after, "\n") {
-			t.Fatalf("%s: the switch changed:\n%s", form, lineDiff(after, before))
+			t.Fatalf("%s: the switch changed:\n%s", form, oftest.LineDiff(after, before))
 		}
 	}
 	// The same bundle without the bad flow applies completely.
-	good := append(append([]Message(nil), bundle[:2]...), bundle[3])
+	good := append(append([]openflow.Message(nil), bundle[:2]...), bundle[3])
 	if err := c.Bundle(ctx, good...); err != nil {
 		t.Fatalf("Bundle: %v", err)
 	}
-	got := ofctlFlows(t, sw, "--no-stats", "table=1")
+	got := oftest.OfctlFlows(t, sw, "--no-stats", "table=1")
 	want := []string{"cookie=0x2, table=1, priority=20,ip,nw_src=10.0.0.3 actions=output:3",
 		"cookie=0x2, table=1, priority=20,ip,nw_src=10.0.0.4 actions=output:4"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("after a good bundle:\n%s", lineDiff(got, want))
+		t.Fatalf("after a good bundle:\n%s", oftest.LineDiff(got, want))
 	}
 }
 
@@ -266,10 +206,10 @@ func TestBundleWithInvalidFlowChangesNothing(t *testing.T) {
 // Discard leaves the switch as it was.
 func TestTransactionInParts(t *testing.T) {
 	sw := ovstest.Start(t)
-	c := dialSwitch(t, sw)
-	ctx := testCtx(t, 30*time.Second)
-	flow := func(i int) *FlowMod {
-		return mustParseFlow(t, fmt.Sprintf("cookie=0x3, table=2, priority=10,ip,nw_src=10.0.1.%d actions=output:%d", i, i))
+	c := oftest.DialSwitch(t, sw)
+	ctx := oftest.TestCtx(t, 30*time.Second)
+	flow := func(i int) *openflow.FlowMod {
+		return oftest.MustParseFlow(t, fmt.Sprintf("cookie=0x3, table=2, priority=10,ip,nw_src=10.0.1.%d actions=output:%d", i, i))
 	}
 
 	tx, err := c.BeginBundle(ctx)
@@ -278,7 +218,7 @@ func TestTransactionInParts(t *testing.T) {
 	}
 	var want []string
 	for part := range 3 {
-		var batch Batch
+		var batch openflow.Batch
 		for i := range 10 {
 			fm := flow(part*10 + i + 1)
 			if err := batch.Add(fm); err != nil {
@@ -299,18 +239,18 @@ func TestTransactionInParts(t *testing.T) {
 	if tx.Len() != 30 {
 		t.Errorf("Len %d after 3 parts of 10", tx.Len())
 	}
-	if got := ofctlFlows(t, sw, "--no-stats", "table=2"); len(got) != 0 {
+	if got := oftest.OfctlFlows(t, sw, "--no-stats", "table=2"); len(got) != 0 {
 		t.Fatalf("before Commit the switch already shows:\n%s", strings.Join(got, "\n"))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
 	slices.Sort(want)
-	got := ofctlFlows(t, sw, "--no-stats", "table=2")
+	got := oftest.OfctlFlows(t, sw, "--no-stats", "table=2")
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("after Commit:\n%s", lineDiff(got, want))
+		t.Fatalf("after Commit:\n%s", oftest.LineDiff(got, want))
 	}
-	if err := tx.Add(ctx, List[*FlowMod]{flow(99)}); err == nil {
+	if err := tx.Add(ctx, openflow.List[*openflow.FlowMod]{flow(99)}); err == nil {
 		t.Error("Add after Commit succeeded")
 	}
 
@@ -319,12 +259,12 @@ func TestTransactionInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := mustParseFlow(t, "cookie=0x3, table=2, priority=20,in_port=5 actions=ct(commit,zone=5)") // ct needs an IP match
+	bad := oftest.MustParseFlow(t, "cookie=0x3, table=2, priority=20,in_port=5 actions=ct(commit,zone=5)") // ct needs an IP match
 	// The refusal surfaces at the Add that sent the refused message, when
 	// the switch answers before that Add returns, or else at the next one,
 	// after the barrier: never later, and never at an earlier Add.
-	for i, part := range []List[*FlowMod]{
-		{mustParseFlow(t, "delete cookie=0x3/-1, table=2")}, // message 0
+	for i, part := range []openflow.List[*openflow.FlowMod]{
+		{oftest.MustParseFlow(t, "delete cookie=0x3/-1, table=2")}, // message 0
 		{flow(40), bad}, // messages 1 and 2
 		{flow(41)},      // after the refusal
 	} {
@@ -344,7 +284,7 @@ func TestTransactionInParts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var be *BundleError
+	var be *ofconn.BundleError
 	if !errors.As(err, &be) || be.Phase != "add" || !be.Discarded || len(be.Failed) != 1 || be.Failed[0].Index != 2 {
 		t.Fatalf("Add after a refused message: %v (%+v), want a discarded add-phase BundleError for message 2", err, be)
 	}
@@ -356,15 +296,15 @@ func TestTransactionInParts(t *testing.T) {
 	if again := tx.Commit(ctx); again != err {
 		t.Errorf("Commit after the failure: %v, want the same error", again)
 	}
-	if after := ofctlFlows(t, sw, "--no-stats", "table=2"); strings.Join(after, "\n") != strings.Join(before, "\n") {
-		t.Fatalf("the failed transaction changed the switch:\n%s", lineDiff(after, before))
+	if after := oftest.OfctlFlows(t, sw, "--no-stats", "table=2"); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("the failed transaction changed the switch:\n%s", oftest.LineDiff(after, before))
 	}
 
 	tx, err = c.BeginBundle(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Add(ctx, List[*FlowMod]{mustParseFlow(t, "delete table=2")}); err != nil {
+	if err := tx.Add(ctx, openflow.List[*openflow.FlowMod]{oftest.MustParseFlow(t, "delete table=2")}); err != nil {
 		t.Fatal(err)
 	}
 	tx.Discard()
@@ -374,7 +314,7 @@ func TestTransactionInParts(t *testing.T) {
 	if err := c.Bundle(ctx, flow(42)); err != nil {
 		t.Fatalf("a bundle after a discarded one: %v", err)
 	}
-	if after := ofctlFlows(t, sw, "--no-stats", "table=2"); len(after) != len(before)+1 {
+	if after := oftest.OfctlFlows(t, sw, "--no-stats", "table=2"); len(after) != len(before)+1 {
 		t.Fatalf("after Discard and one more flow: %d flows, want %d:\n%s", len(after), len(before)+1, strings.Join(after, "\n"))
 	}
 }
@@ -383,21 +323,21 @@ func TestTransactionInParts(t *testing.T) {
 // reply: every part must be collected.
 func TestDumpCollectsEveryPart(t *testing.T) {
 	sw := ovstest.Start(t)
-	c := dialSwitch(t, sw)
-	ctx := testCtx(t, 60*time.Second)
+	c := oftest.DialSwitch(t, sw)
+	ctx := oftest.TestCtx(t, 60*time.Second)
 	const n = 3000
 	want := map[string]bool{}
-	var msgs []Message
+	var msgs []openflow.Message
 	for i := 0; i < n; i++ {
-		fm := snatFlow(i, 0x77)
+		fm := oftest.SNATFlow(i, 0x77)
 		msgs = append(msgs, fm)
 		want[fm.Match.String()] = true
 	}
 	if err := c.Bundle(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	req := &FlowDescRequest{Table: TableAll, Cookie: 0x77, CookieMask: ^uint64(0)}
-	parts, err := c.multipart(ctx, req)
+	req := &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: 0x77, CookieMask: ^uint64(0)}
+	parts, err := c.Multipart(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +363,7 @@ func TestDumpCollectsEveryPart(t *testing.T) {
 	// rest of the reply confuses no later call.
 	stop := errors.New("enough")
 	seen := 0
-	err = c.DumpFlowsFunc(ctx, req, func(*Flow) error {
+	err = c.DumpFlowsFunc(ctx, req, func(*openflow.Flow) error {
 		if seen++; seen == 10 {
 			return stop
 		}

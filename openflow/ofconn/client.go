@@ -1,4 +1,4 @@
-package openflow
+package ofconn
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/egressflow/egressflow/openflow"
 )
 
 // Client is a connection to one OpenFlow 1.5 switch, typically an Open
@@ -48,7 +50,7 @@ type Client struct {
 }
 
 type unsolicitedMsg struct {
-	h   Header
+	h   openflow.Header
 	msg []byte
 }
 
@@ -96,7 +98,7 @@ type options struct {
 	maxBackoff       time.Duration
 	backoffSet       bool
 	logger           *slog.Logger
-	onUnsolicited    func(Header, Message)
+	onUnsolicited    func(openflow.Header, openflow.Message)
 	dialer           func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
@@ -132,7 +134,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // status, flow removed, packet-in, and errors for messages sent with Send.
 // It runs on its own goroutine; if it falls behind by more than 1024
 // messages, further ones are dropped rather than stalling the connection.
-func WithUnsolicited(fn func(Header, Message)) Option {
+func WithUnsolicited(fn func(openflow.Header, openflow.Message)) Option {
 	return func(o *options) { o.onUnsolicited = fn }
 }
 
@@ -251,7 +253,7 @@ func (s *session) handshake(ctx context.Context, r *bufio.Reader) error {
 		}
 		return fmt.Errorf("openflow: handshake with %s: %w", s.c.target, err)
 	}
-	hello, _ := MarshalMessage(s.c.nextXid(), &Hello{Versions: []uint8{Version}})
+	hello, _ := openflow.MarshalMessage(s.c.nextXid(), &openflow.Hello{Versions: []uint8{openflow.Version}})
 	if _, err := s.conn.Write(hello); err != nil {
 		return fail(err)
 	}
@@ -259,33 +261,33 @@ func (s *session) handshake(ctx context.Context, r *bufio.Reader) error {
 	if err != nil {
 		return fail(err)
 	}
-	if h.Type == TypeError {
-		_, m, _ := UnmarshalMessage(msg)
+	if h.Type == openflow.TypeError {
+		_, m, _ := openflow.UnmarshalMessage(msg)
 		return fail(fmt.Errorf("switch refused the connection: %v", m))
 	}
-	if h.Type != TypeHello {
+	if h.Type != openflow.TypeHello {
 		return fail(fmt.Errorf("expected HELLO, got %v", h.Type))
 	}
-	_, m, err := UnmarshalMessage(msg)
+	_, m, err := openflow.UnmarshalMessage(msg)
 	if err != nil {
 		return fail(err)
 	}
 	// With a version bitmap, OpenFlow 1.5 must be in it; without one, the
 	// peer's header version is the highest it speaks (OpenFlow 1.3.1+
 	// negotiation), so it must be at least 1.5.
-	offered := m.(*Hello).Versions
-	ok := m.(*Hello).Supports(Version)
+	offered := m.(*openflow.Hello).Versions
+	ok := m.(*openflow.Hello).Supports(openflow.Version)
 	if len(offered) == 0 {
 		offered = []uint8{h.Version}
-		ok = h.Version >= Version
+		ok = h.Version >= openflow.Version
 	}
 	if !ok {
-		e, _ := MarshalMessage(h.Xid, &Error{Type: ErrHelloFailed, Code: 0, Data: []byte("OpenFlow 1.5 required")})
+		e, _ := openflow.MarshalMessage(h.Xid, &openflow.Error{Type: openflow.ErrHelloFailed, Code: 0, Data: []byte("OpenFlow 1.5 required")})
 		_, _ = s.conn.Write(e)
 		return &VersionError{Offered: offered}
 	}
 	xid := s.c.nextXid()
-	fr, _ := MarshalMessage(xid, &FeaturesRequest{})
+	fr, _ := openflow.MarshalMessage(xid, &openflow.FeaturesRequest{})
 	if _, err := s.conn.Write(fr); err != nil {
 		return fail(err)
 	}
@@ -295,20 +297,20 @@ func (s *session) handshake(ctx context.Context, r *bufio.Reader) error {
 			return fail(err)
 		}
 		switch {
-		case h.Type == TypeEchoRequest:
-			msg[1] = byte(TypeEchoReply)
+		case h.Type == openflow.TypeEchoRequest:
+			msg[1] = byte(openflow.TypeEchoReply)
 			if _, err := s.conn.Write(msg); err != nil {
 				return fail(err)
 			}
-		case h.Type == TypeError && h.Xid == xid:
-			_, m, _ := UnmarshalMessage(msg)
+		case h.Type == openflow.TypeError && h.Xid == xid:
+			_, m, _ := openflow.UnmarshalMessage(msg)
 			return fail(fmt.Errorf("FEATURES_REQUEST refused: %v", m))
-		case h.Type == TypeFeaturesReply && h.Xid == xid:
-			_, m, err := UnmarshalMessage(msg)
+		case h.Type == openflow.TypeFeaturesReply && h.Xid == xid:
+			_, m, err := openflow.UnmarshalMessage(msg)
 			if err != nil {
 				return fail(err)
 			}
-			s.features = *m.(*FeaturesReply)
+			s.features = *m.(*openflow.FeaturesReply)
 			return nil
 		}
 	}
@@ -407,13 +409,13 @@ func (c *Client) Connected() bool {
 
 // Features returns the FEATURES_REPLY of the current (or last) connection:
 // the datapath id and table count.
-func (c *Client) Features() FeaturesReply {
+func (c *Client) Features() openflow.FeaturesReply {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cur != nil {
 		return c.cur.features
 	}
-	return FeaturesReply{}
+	return openflow.FeaturesReply{}
 }
 
 // DroppedUnsolicited counts unsolicited messages dropped because the
@@ -451,7 +453,7 @@ func (c *Client) session() (*session, error) {
 	return c.cur, nil
 }
 
-func (c *Client) unsolicited(h Header, msg []byte) {
+func (c *Client) unsolicited(h openflow.Header, msg []byte) {
 	if c.unsol == nil {
 		return
 	}
@@ -468,9 +470,9 @@ func (c *Client) deliverUnsolicited() {
 		case <-c.closing:
 			return
 		case u := <-c.unsol:
-			_, m, err := UnmarshalMessage(u.msg)
+			_, m, err := openflow.UnmarshalMessage(u.msg)
 			if err != nil {
-				m = &RawMessage{Type: u.h.Type, Body: u.msg[HeaderLen:]}
+				m = &openflow.RawMessage{Type: u.h.Type, Body: u.msg[openflow.HeaderLen:]}
 			}
 			c.o.onUnsolicited(u.h, m)
 		}

@@ -1,15 +1,17 @@
-package openflow
+package ofconn
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/egressflow/egressflow/openflow"
 )
 
-// BundleFlags used for every message of a transaction: Open vSwitch
+// TransactionFlags are the bundle flags of every message of a transaction: Open vSwitch
 // requires identical flags on OPEN, every ADD, CLOSE and COMMIT.
-const bundleFlags = BundleAtomic | BundleOrdered
+const TransactionFlags = openflow.BundleAtomic | openflow.BundleOrdered
 
 // discardTimeout bounds the best-effort DISCARD sent when a transaction
 // is abandoned (its context ended). The switch also drops the bundle when
@@ -71,14 +73,14 @@ func (e *BundleError) Unwrap() error {
 // failed does it COMMIT; otherwise it DISCARDs and returns a *BundleError
 // naming every refused message and why. If the connection dies first, the
 // switch drops the bundle and nothing changes; the error says so.
-func (c *Client) Bundle(ctx context.Context, msgs ...Message) error {
-	return c.BundleSequence(ctx, List[Message](msgs))
+func (c *Client) Bundle(ctx context.Context, msgs ...openflow.Message) error {
+	return c.BundleSequence(ctx, openflow.List[openflow.Message](msgs))
 }
 
 // BundleSequence is Bundle for messages held in a Sequence, such as a
 // Batch encoded in advance; a *MessageError's Index counts in msgs and its
 // Message is msgs.At(Index).
-func (c *Client) BundleSequence(ctx context.Context, msgs Sequence) error {
+func (c *Client) BundleSequence(ctx context.Context, msgs openflow.Sequence) error {
 	if msgs.Len() == 0 {
 		return nil
 	}
@@ -145,15 +147,15 @@ func (c *Client) BeginBundle(ctx context.Context) (*Transaction, error) {
 	}
 	t := &Transaction{c: c, s: s, id: c.bundleID.Add(1), open: c.nextXid(), errs: &errorSink{}}
 	t.opened = s.register(t.open, false)
-	if err := s.encodeAndWrite(ctx, []uint32{t.open}, []Message{t.control(BundleOpenRequest)}); err != nil {
+	if err := s.encodeAndWrite(ctx, []uint32{t.open}, []openflow.Message{t.control(openflow.BundleOpenRequest)}); err != nil {
 		s.unregister(t.open)
 		return nil, &BundleError{Phase: "open", Err: err, Discarded: true}
 	}
 	return t, nil
 }
 
-func (t *Transaction) control(typ BundleControlType) *BundleControl {
-	return &BundleControl{BundleID: t.id, Type: typ, Flags: bundleFlags}
+func (t *Transaction) control(typ openflow.BundleControlType) *openflow.BundleControl {
+	return &openflow.BundleControl{BundleID: t.id, Type: typ, Flags: TransactionFlags}
 }
 
 // Len returns how many messages were added so far.
@@ -167,7 +169,7 @@ func (t *Transaction) Len() int { return t.added }
 // An error ends the transaction (the switch discards the bundle): the
 // connection failed, a message does not encode, or the switch has already
 // refused a message added before.
-func (t *Transaction) Add(ctx context.Context, msgs Sequence) error {
+func (t *Transaction) Add(ctx context.Context, msgs openflow.Sequence) error {
 	if t.over != nil {
 		return t.over
 	}
@@ -183,13 +185,13 @@ func (t *Transaction) Add(ctx context.Context, msgs Sequence) error {
 		t.s.addRange(r)
 		t.parts = append(t.parts, transactionPart{xids: r, first: t.added})
 	}
-	add := BundleAdd{BundleID: t.id, Flags: bundleFlags}
+	add := openflow.BundleAdd{BundleID: t.id, Flags: TransactionFlags}
 	base := t.added
 	_, err := t.s.writeBatched(ctx, first, n, func(b []byte, xid uint32, i int) ([]byte, error) {
 		add.Message = msgs.At(i)
-		out, err := AppendMessage(b, xid, &add)
+		out, err := openflow.AppendMessage(b, xid, &add)
 		if err != nil {
-			return b, fmt.Errorf("cannot encode message %d (%s): %w", base+i, describe(add.Message), err)
+			return b, fmt.Errorf("cannot encode message %d (%s): %w", base+i, openflow.Describe(add.Message), err)
 		}
 		return out, nil
 	})
@@ -213,7 +215,7 @@ func (t *Transaction) Commit(ctx context.Context) error {
 	s := t.s
 	closeX := t.c.nextXid()
 	wClose := s.register(closeX, false)
-	if err := s.encodeAndWrite(ctx, []uint32{closeX}, []Message{t.control(BundleCloseRequest)}); err != nil {
+	if err := s.encodeAndWrite(ctx, []uint32{closeX}, []openflow.Message{t.control(openflow.BundleCloseRequest)}); err != nil {
 		s.unregister(closeX)
 		return t.end(&BundleError{Phase: "write", Err: err, Discarded: true})
 	}
@@ -228,10 +230,10 @@ func (t *Transaction) Commit(ctx context.Context) error {
 	t.over = errTransactionDone
 	// Every add error arrived before the CLOSE reply.
 	if t.errs.any() {
-		t.c.finish(ctx, s, t.id, t.c.nextXid(), BundleDiscardRequest)
+		t.c.finish(ctx, s, t.id, t.c.nextXid(), openflow.BundleDiscardRequest)
 		return &BundleError{Phase: "add", Failed: t.failed(), Discarded: true}
 	}
-	if err := t.c.finish(ctx, s, t.id, t.c.nextXid(), BundleCommitRequest); err != nil {
+	if err := t.c.finish(ctx, s, t.id, t.c.nextXid(), openflow.BundleCommitRequest); err != nil {
 		// Open vSwitch reports the message that failed at commit under
 		// its own xid, before the COMMIT error.
 		be := &BundleError{Phase: "commit", Err: err, Failed: t.failed()}
@@ -279,7 +281,7 @@ func (t *Transaction) release() {
 // none of its messages, each is decoded from the switch's error, which
 // echoes it (Open vSwitch echoes it whole).
 func (t *Transaction) failed() []*MessageError {
-	return t.errs.refused(func(xid uint32, e *Error) *MessageError {
+	return t.errs.refused(func(xid uint32, e *openflow.Error) *MessageError {
 		for _, p := range t.parts {
 			if p.xids.contains(xid) {
 				return &MessageError{Index: p.first + int(xid-p.xids.first), Message: echoed(e), Err: e}
@@ -290,9 +292,9 @@ func (t *Transaction) failed() []*MessageError {
 }
 
 // echoed returns the message a bundle add error echoes, or nil.
-func echoed(e *Error) Message {
-	if _, m, err := UnmarshalMessage(e.Data); err == nil {
-		if add, ok := m.(*BundleAdd); ok {
+func echoed(e *openflow.Error) openflow.Message {
+	if _, m, err := openflow.UnmarshalMessage(e.Data); err == nil {
+		if add, ok := m.(*openflow.BundleAdd); ok {
 			return add.Message
 		}
 	}
@@ -300,14 +302,14 @@ func echoed(e *Error) Message {
 }
 
 // finish sends COMMIT or DISCARD and waits for its reply.
-func (c *Client) finish(ctx context.Context, s *session, id, xid uint32, typ BundleControlType) error {
-	if typ == BundleDiscardRequest {
+func (c *Client) finish(ctx context.Context, s *session, id, xid uint32, typ openflow.BundleControlType) error {
+	if typ == openflow.BundleDiscardRequest {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), discardTimeout)
 		defer cancel()
 	}
 	w := s.register(xid, false)
-	if err := s.encodeAndWrite(ctx, []uint32{xid}, []Message{&BundleControl{BundleID: id, Type: typ, Flags: bundleFlags}}); err != nil {
+	if err := s.encodeAndWrite(ctx, []uint32{xid}, []openflow.Message{&openflow.BundleControl{BundleID: id, Type: typ, Flags: TransactionFlags}}); err != nil {
 		s.unregister(xid)
 		return err
 	}
@@ -323,6 +325,6 @@ func (c *Client) abandon(s *session, id uint32) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
 		defer cancel()
-		_ = c.finish(ctx, s, id, c.nextXid(), BundleDiscardRequest)
+		_ = c.finish(ctx, s, id, c.nextXid(), openflow.BundleDiscardRequest)
 	}()
 }

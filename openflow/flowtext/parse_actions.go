@@ -1,10 +1,13 @@
-package openflow
+package flowtext
 
 import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
 )
 
 // Parsing of ovs-ofctl's action and instruction syntax (ovs-actions(7)),
@@ -18,7 +21,7 @@ import (
 //
 // Without the flow's match, mod_tp_src and mod_tp_dst (which write the
 // port of the flow's protocol) are refused; ParseFlow reads them.
-func ParseInstructionsText(s string) ([]Instruction, error) {
+func ParseInstructionsText(s string) ([]openflow.Instruction, error) {
 	insts, err := parseInstructionsText(s, nil)
 	if err != nil {
 		return nil, &ParseError{Text: s, Err: err}
@@ -37,7 +40,7 @@ const (
 
 var instructionNames = [...]string{"actions", "clear_actions", "write_actions", "write_metadata", "goto_table"}
 
-func parseInstructionsText(s string, match *Match) ([]Instruction, error) {
+func parseInstructionsText(s string, match *openflow.Match) ([]openflow.Instruction, error) {
 	elems, err := splitKV(s)
 	if err != nil {
 		return nil, err
@@ -48,38 +51,38 @@ func parseInstructionsText(s string, match *Match) ([]Instruction, error) {
 		}
 	}
 	ap := actionParser{match: match}
-	var acts []Action
-	var out [rankGoto + 1]Instruction
+	var acts []openflow.Action
+	var out [rankGoto + 1]openflow.Instruction
 	last := rankApply
 	for i, e := range elems {
 		rank := rankApply
-		var in Instruction
+		var in openflow.Instruction
 		switch e.key {
 		case "clear_actions":
-			rank, in = rankClear, ClearActions{}
+			rank, in = rankClear, openflow.ClearActions{}
 		case "write_actions":
 			wa, err := ap.list(e.value)
 			if err != nil {
 				return nil, fmt.Errorf("write_actions: %w", err)
 			}
-			rank, in = rankWrite, WriteActions{Actions: wa}
+			rank, in = rankWrite, openflow.WriteActions{Actions: wa}
 		case "write_metadata":
 			vs, ms, hasMask := strings.Cut(e.value, "/")
-			v, err := parseCUint(vs, 64)
+			v, err := ofnum.ParseCUint(vs, 64)
 			mask := ^uint64(0)
 			if err == nil && hasMask {
-				mask, err = parseCUint(ms, 64)
+				mask, err = ofnum.ParseCUint(ms, 64)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("write_metadata: %w", err)
 			}
-			rank, in = rankMetadata, WriteMetadata{Metadata: v, Mask: mask}
+			rank, in = rankMetadata, openflow.WriteMetadata{Metadata: v, Mask: mask}
 		case "goto_table":
 			t, err := parseTable(e.value)
 			if err != nil {
 				return nil, fmt.Errorf("goto_table: %w", err)
 			}
-			rank, in = rankGoto, GotoTable{Table: t}
+			rank, in = rankGoto, openflow.GotoTable{Table: t}
 		case "drop":
 			continue
 		case "meter":
@@ -103,9 +106,9 @@ func parseInstructionsText(s string, match *Match) ([]Instruction, error) {
 		}
 		acts = append(acts, a)
 	}
-	var insts []Instruction
+	var insts []openflow.Instruction
 	if len(acts) > 0 {
-		insts = append(insts, ApplyActions{Actions: acts})
+		insts = append(insts, openflow.ApplyActions{Actions: acts})
 	}
 	for _, in := range out[rankClear:] {
 		if in != nil {
@@ -118,7 +121,7 @@ func parseInstructionsText(s string, match *Match) ([]Instruction, error) {
 // ParseActionText parses a comma-separated action list in ovs-ofctl
 // syntax, such as "ct(commit,zone=5,nat(src=10.0.0.1)),output:2". As for
 // ParseInstructionsText, mod_tp_src and mod_tp_dst need a flow (ParseFlow).
-func ParseActionText(s string) ([]Action, error) {
+func ParseActionText(s string) ([]openflow.Action, error) {
 	if strings.TrimSpace(s) == "drop" {
 		return nil, nil
 	}
@@ -131,17 +134,17 @@ func ParseActionText(s string) ([]Action, error) {
 
 // actionParser parses actions; match is the flow's match when known.
 type actionParser struct {
-	match *Match
+	match *openflow.Match
 }
 
 // list parses an action list: ParseActionText's, or one inside clone,
 // write_actions or ct's exec.
-func (ap actionParser) list(s string) ([]Action, error) {
+func (ap actionParser) list(s string) ([]openflow.Action, error) {
 	elems, err := splitKV(s)
 	if err != nil {
 		return nil, err
 	}
-	var acts []Action
+	var acts []openflow.Action
 	for _, e := range elems {
 		a, err := ap.action(e)
 		if err != nil {
@@ -153,7 +156,7 @@ func (ap actionParser) list(s string) ([]Action, error) {
 }
 
 // action parses one action.
-func (ap actionParser) action(e kv) (Action, error) {
+func (ap actionParser) action(e kv) (openflow.Action, error) {
 	a, err := ap.action1(e)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.key, err)
@@ -161,42 +164,42 @@ func (ap actionParser) action(e kv) (Action, error) {
 	return a, nil
 }
 
-func (ap actionParser) action1(e kv) (Action, error) {
+func (ap actionParser) action1(e kv) (openflow.Action, error) {
 	switch strings.ToLower(e.key) {
 	case "drop":
 		return nil, fmt.Errorf(`"drop" must not be accompanied by any other action`)
 	case "meter":
 		// (A flow takes it first only: parseInstructionsText checks.)
-		n, err := parseCUint(e.value, 32)
-		return Meter{ID: uint32(n)}, err
+		n, err := ofnum.ParseCUint(e.value, 32)
+		return openflow.Meter{ID: uint32(n)}, err
 	case "output":
 		if e.paren || strings.Contains(e.value, "[") {
 			return nil, &UnsupportedError{Part: "output:" + e.value, Why: "output to a field or with max_len (output_reg, output_trunc) is not supported"}
 		}
-		p, err := ParsePort(e.value)
-		return Output{Port: p, MaxLen: controllerMaxLen(p)}, err
+		p, err := openflow.ParsePort(e.value)
+		return openflow.Output{Port: p, MaxLen: controllerMaxLen(p)}, err
 	case "controller":
 		return parseController(e)
 	case "group":
-		n, err := parseCUint(e.value, 32)
-		return Group{ID: uint32(n)}, err
+		n, err := ofnum.ParseCUint(e.value, 32)
+		return openflow.Group{ID: uint32(n)}, err
 	case "set_queue":
-		n, err := parseCUint(e.value, 32)
-		return SetQueue{ID: uint32(n)}, err
+		n, err := ofnum.ParseCUint(e.value, 32)
+		return openflow.SetQueue{ID: uint32(n)}, err
 	case "dec_ttl":
 		return parseDecTTL(e.value)
 	case "push_vlan":
-		n, err := parseCUint(e.value, 16)
+		n, err := ofnum.ParseCUint(e.value, 16)
 		if err != nil || n != 0x8100 && n != 0x88a8 {
 			return nil, fmt.Errorf("%q is not a VLAN ethertype (0x8100 or 0x88a8)", e.value)
 		}
-		return PushVLAN{EtherType: uint16(n)}, nil
+		return openflow.PushVLAN{EtherType: uint16(n)}, nil
 	case "pop_vlan", "strip_vlan":
-		return PopVLAN{}, nil
+		return openflow.PopVLAN{}, nil
 	case "ct_clear":
-		return CTClear{}, nil
+		return openflow.CTClear{}, nil
 	case "exit":
-		return Exit{}, nil
+		return openflow.Exit{}, nil
 	case "set_field":
 		return parseSetFieldText(e.value)
 	case "load":
@@ -204,12 +207,12 @@ func (ap actionParser) action1(e kv) (Action, error) {
 	case "move":
 		return parseMoveText(e.value)
 	case "mod_dl_src", "mod_dl_dst", "mod_nw_src", "mod_nw_dst":
-		f := map[string]Field{"mod_dl_src": FieldEthSrc, "mod_dl_dst": FieldEthDst, "mod_nw_src": FieldIPv4Src, "mod_nw_dst": FieldIPv4Dst}[e.key]
-		v, mask, err := parseValue(f, e.value)
+		f := map[string]openflow.Field{"mod_dl_src": openflow.FieldEthSrc, "mod_dl_dst": openflow.FieldEthDst, "mod_nw_src": openflow.FieldIPv4Src, "mod_nw_dst": openflow.FieldIPv4Dst}[e.key]
+		v, mask, err := f.ParseValue(e.value)
 		if err == nil && mask != nil {
 			err = fmt.Errorf("%s takes no mask", e.key)
 		}
-		return SetField{Field: f, Value: v}, err
+		return openflow.SetField{Field: f, Value: v}, err
 	case "mod_tp_src", "mod_tp_dst":
 		return ap.parseModTp(e)
 	case "resubmit":
@@ -226,7 +229,7 @@ func (ap actionParser) action1(e kv) (Action, error) {
 		return parseNoteText(e.value)
 	case "clone":
 		acts, err := ap.list(e.value)
-		return Clone{Actions: acts}, err
+		return openflow.Clone{Actions: acts}, err
 	case "learn":
 		return parseLearnText(e.value)
 	case "raw":
@@ -234,7 +237,7 @@ func (ap actionParser) action1(e kv) (Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		a := RawAction{Data: data}
+		a := openflow.RawAction{Data: data}
 		if _, err := a.AppendBinary(nil); err != nil {
 			return nil, err
 		}
@@ -243,8 +246,8 @@ func (ap actionParser) action1(e kv) (Action, error) {
 	if !e.hasValue {
 		// A bare port (other than the word controller, read above) is an
 		// output with max_len 0, as in ovs-ofctl.
-		if p, err := ParsePort(e.key); err == nil {
-			return Output{Port: p}, nil
+		if p, err := openflow.ParsePort(e.key); err == nil {
+			return openflow.Output{Port: p}, nil
 		}
 	}
 	return nil, &UnsupportedError{Part: fmt.Sprintf("action %q", e.key)}
@@ -253,7 +256,7 @@ func (ap actionParser) action1(e kv) (Action, error) {
 // controllerMaxLen is the max_len ovs-ofctl gives output:PORT: whole
 // packets to the controller, 0 elsewhere.
 func controllerMaxLen(port uint32) uint16 {
-	if port == PortController {
+	if port == openflow.PortController {
 		return 0xffff
 	}
 	return 0
@@ -263,13 +266,13 @@ func controllerMaxLen(port uint32) uint16 {
 // base 0), controller(max_len=N) and controller(pause), with or without
 // max_len. The other controller arguments (reason, id, userdata, meter_id)
 // are not encoded by this package.
-func parseController(e kv) (Action, error) {
-	a := Output{Port: PortController, MaxLen: 0xffff}
+func parseController(e kv) (openflow.Action, error) {
+	a := openflow.Output{Port: openflow.PortController, MaxLen: 0xffff}
 	if !e.hasValue || e.value == "" {
 		return a, nil
 	}
-	if isDigits(e.value) {
-		n, err := parseCUint(e.value, 16)
+	if ofnum.IsDigits(e.value) {
+		n, err := ofnum.ParseCUint(e.value, 16)
 		a.MaxLen = uint16(n)
 		return a, err
 	}
@@ -283,7 +286,7 @@ func parseController(e kv) (Action, error) {
 		case arg.key == "pause" && !arg.hasValue:
 			pause = true
 		case arg.key == "max_len":
-			n, err := parseCUint(arg.value, 16)
+			n, err := ofnum.ParseCUint(arg.value, 16)
 			if err != nil {
 				return nil, err
 			}
@@ -293,15 +296,15 @@ func parseController(e kv) (Action, error) {
 		}
 	}
 	if pause {
-		return ControllerPause{MaxLen: a.MaxLen}, nil
+		return openflow.ControllerPause{MaxLen: a.MaxLen}, nil
 	}
 	return a, nil
 }
 
 // parseDecTTL reads dec_ttl or dec_ttl(ID,...): controller ids in
 // decimal, separated by commas or spaces.
-func parseDecTTL(s string) (Action, error) {
-	var a DecTTL
+func parseDecTTL(s string) (openflow.Action, error) {
+	var a openflow.DecTTL
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
 		id, err := parseAtoi16(f)
 		if err != nil {
@@ -314,7 +317,7 @@ func parseDecTTL(s string) (Action, error) {
 
 // parseModTp reads mod_tp_src and mod_tp_dst, which write the port of the
 // flow's protocol (as set_field in OpenFlow 1.5).
-func (ap actionParser) parseModTp(e kv) (Action, error) {
+func (ap actionParser) parseModTp(e kv) (openflow.Action, error) {
 	if ap.match == nil {
 		return nil, &UnsupportedError{Part: e.key, Why: "needs the flow's match (ParseFlow) to know which protocol's port it writes"}
 	}
@@ -322,24 +325,24 @@ func (ap actionParser) parseModTp(e kv) (Action, error) {
 	if !ok {
 		return nil, &UnsupportedError{Part: e.key, Why: "needs tcp, udp or sctp in the match"}
 	}
-	v, err := parseCUint(e.value, 16)
-	return SetField{Field: f, Value: uintBytes(v, 2)}, err
+	v, err := ofnum.ParseCUint(e.value, 16)
+	return openflow.SetField{Field: f, Value: ofnum.UintBytes(v, 2)}, err
 }
 
-func parseSetFieldText(s string) (Action, error) {
+func parseSetFieldText(s string) (openflow.Action, error) {
 	val, dst, ok := strings.Cut(s, "->")
 	if !ok {
 		return nil, fmt.Errorf("want VALUE->FIELD")
 	}
-	f, err := ParseField(dst)
+	f, err := openflow.ParseField(dst)
 	if err != nil {
 		return nil, err
 	}
-	v, mask, err := parseValue(f, val)
+	v, mask, err := f.ParseValue(val)
 	if err != nil {
 		return nil, err
 	}
-	if mask != nil && isOnes(mask) {
+	if mask != nil && ofnum.IsOnes(mask) {
 		mask = nil
 	}
 	// A mask is taken even on a field a match cannot mask: ovs-ofctl
@@ -349,17 +352,17 @@ func parseSetFieldText(s string) (Action, error) {
 			return nil, fmt.Errorf("value %s has bits outside its mask", val)
 		}
 	}
-	return SetField{Field: f, Value: v, Mask: mask}, nil
+	return openflow.SetField{Field: f, Value: v, Mask: mask}, nil
 }
 
 // parseLoadText turns load:VALUE->DST[bits] into the OpenFlow 1.5
 // set_field Open vSwitch sends for it.
-func parseLoadText(s string) (Action, error) {
+func parseLoadText(s string) (openflow.Action, error) {
 	val, dst, ok := strings.Cut(s, "->")
 	if !ok {
 		return nil, fmt.Errorf("want VALUE->DST")
 	}
-	sf, err := ParseSubfield(dst)
+	sf, err := openflow.ParseSubfield(dst)
 	if err != nil {
 		return nil, err
 	}
@@ -370,42 +373,42 @@ func parseLoadText(s string) (Action, error) {
 	// Masked unless all the field's bytes are written, even for a field
 	// that cannot be masked in a match (ip_dscp[0..5] is masked), as
 	// ovs-ofctl sends it.
-	if isOnes(mask) {
+	if ofnum.IsOnes(mask) {
 		mask = nil
 	}
-	return SetField{Field: sf.Field, Value: value, Mask: mask}, nil
+	return openflow.SetField{Field: sf.Field, Value: value, Mask: mask}, nil
 }
 
-func parseMoveText(s string) (Action, error) {
+func parseMoveText(s string) (openflow.Action, error) {
 	src, dst, ok := strings.Cut(s, "->")
 	if !ok {
 		return nil, fmt.Errorf("want SRC->DST")
 	}
-	sf, err := ParseSubfield(src)
+	sf, err := openflow.ParseSubfield(src)
 	if err != nil {
 		return nil, err
 	}
-	df, err := ParseSubfield(dst)
+	df, err := openflow.ParseSubfield(dst)
 	if err != nil {
 		return nil, err
 	}
-	if sf.nbits() != df.nbits() {
-		return nil, fmt.Errorf("source is %d bits, destination %d", sf.nbits(), df.nbits())
+	if sf.NBits() != df.NBits() {
+		return nil, fmt.Errorf("source is %d bits, destination %d", sf.NBits(), df.NBits())
 	}
-	return CopyField{Src: sf, Dst: df}, nil
+	return openflow.CopyField{Src: sf, Dst: df}, nil
 }
 
 // parseResubmitText reads resubmit:PORT, resubmit(PORT,TABLE) and
 // resubmit(PORT,TABLE,ct), where PORT or TABLE may be empty but not both,
 // and a table of 255 is no table.
-func parseResubmitText(e kv) (Action, error) {
-	a := Resubmit{Table: TableAll}
+func parseResubmitText(e kv) (openflow.Action, error) {
+	a := openflow.Resubmit{Table: openflow.TableAll}
 	if !e.paren {
-		p, err := ParsePort(e.value)
+		p, err := openflow.ParsePort(e.value)
 		if err != nil {
 			return nil, err
 		}
-		if p != PortInPort {
+		if p != openflow.PortInPort {
 			a.Port = p
 		}
 	} else {
@@ -414,11 +417,11 @@ func parseResubmitText(e kv) (Action, error) {
 			return nil, fmt.Errorf("want resubmit([port],[table][,ct])")
 		}
 		if p := strings.TrimSpace(parts[0]); p != "" {
-			port, err := ParsePort(p)
+			port, err := openflow.ParsePort(p)
 			if err != nil {
 				return nil, err
 			}
-			if port != PortInPort {
+			if port != openflow.PortInPort {
 				a.Port = port
 			}
 		}
@@ -436,7 +439,7 @@ func parseResubmitText(e kv) (Action, error) {
 			a.CT = true
 		}
 	}
-	if a.Port == 0 && a.Table == TableAll {
+	if a.Port == 0 && a.Table == openflow.TableAll {
 		return nil, fmt.Errorf(`at least one "in_port" or "table" must be specified on resubmit`)
 	}
 	return a, nil
@@ -444,18 +447,18 @@ func parseResubmitText(e kv) (Action, error) {
 
 // parseCTText reads ct's arguments. Its nested actions (nat and exec's
 // list) keep the order they are written in, as in Open vSwitch.
-func (ap actionParser) parseCTText(s string) (Action, error) {
+func (ap actionParser) parseCTText(s string) (openflow.Action, error) {
 	elems, err := splitKV(s)
 	if err != nil {
 		return nil, err
 	}
-	var a CT
+	var a openflow.CT
 	for _, e := range elems {
 		switch e.key {
 		case "commit":
-			a.Flags |= CTCommit
+			a.Flags |= openflow.CTCommit
 		case "force":
-			a.Flags |= CTForce
+			a.Flags |= openflow.CTForce
 		case "table":
 			t, err := parseTable(e.value)
 			if err != nil {
@@ -463,27 +466,27 @@ func (ap actionParser) parseCTText(s string) (Action, error) {
 			}
 			a.Recirculate, a.Table = true, t
 		case "zone":
-			if n, err := parseCUint(e.value, 16); err == nil {
-				a.Zone, a.ZoneField = uint16(n), Subfield{}
+			if n, err := ofnum.ParseCUint(e.value, 16); err == nil {
+				a.Zone, a.ZoneField = uint16(n), openflow.Subfield{}
 				break
 			}
-			sf, err := ParseSubfield(e.value)
+			sf, err := openflow.ParseSubfield(e.value)
 			if err != nil {
 				return nil, fmt.Errorf("zone: %w", err)
 			}
-			if sf.nbits() != 16 {
+			if sf.NBits() != 16 {
 				return nil, &UnsupportedError{Part: "ct zone=" + e.value, Why: "a zone field other than 16 bits"}
 			}
 			a.ZoneField = sf
 		case "alg":
 			switch e.value {
 			case "ftp":
-				a.Alg = CTAlgFTP
+				a.Alg = openflow.CTAlgFTP
 			case "tftp":
-				a.Alg = CTAlgTFTP
+				a.Alg = openflow.CTAlgTFTP
 			default:
 				// Not ovs-ofctl syntax, but what it prints for other ports.
-				n, err := parseDecimal(e.value, 16)
+				n, err := ofnum.ParseDecimal(e.value, 16)
 				if err != nil {
 					return nil, fmt.Errorf("alg: unknown %q", e.value)
 				}
@@ -505,14 +508,14 @@ func (ap actionParser) parseCTText(s string) (Action, error) {
 			return nil, &UnsupportedError{Part: fmt.Sprintf("ct argument %q", e.key)}
 		}
 	}
-	if a.Flags&CTForce != 0 && a.Flags&CTCommit == 0 {
+	if a.Flags&openflow.CTForce != 0 && a.Flags&openflow.CTCommit == 0 {
 		return nil, fmt.Errorf(`"force" needs "commit"`)
 	}
 	return a, nil
 }
 
-func parseNATText(s string, hasValue bool) (Action, error) {
-	var a NAT
+func parseNATText(s string, hasValue bool) (openflow.Action, error) {
+	var a openflow.NAT
 	if !hasValue || s == "" {
 		return a, nil
 	}
@@ -524,13 +527,13 @@ func parseNATText(s string, hasValue bool) (Action, error) {
 		key, val, hasVal := strings.Cut(e, "=")
 		switch key {
 		case "src", "dst":
-			if a.Flags&(NATSrc|NATDst) != 0 {
+			if a.Flags&(openflow.NATSrc|openflow.NATDst) != 0 {
 				return nil, fmt.Errorf("nat: only one of src and dst")
 			}
 			if key == "src" {
-				a.Flags |= NATSrc
+				a.Flags |= openflow.NATSrc
 			} else {
-				a.Flags |= NATDst
+				a.Flags |= openflow.NATDst
 			}
 			if hasVal {
 				if err := parseNATRange(&a, val); err != nil {
@@ -538,15 +541,15 @@ func parseNATText(s string, hasValue bool) (Action, error) {
 				}
 			}
 		case "persistent", "hash", "random":
-			if a.Flags&(NATSrc|NATDst) == 0 {
+			if a.Flags&(openflow.NATSrc|openflow.NATDst) == 0 {
 				return nil, fmt.Errorf("nat: %s needs src or dst first", key)
 			}
-			a.Flags |= map[string]uint16{"persistent": NATPersistent, "hash": NATProtoHash, "random": NATProtoRandom}[key]
+			a.Flags |= map[string]uint16{"persistent": openflow.NATPersistent, "hash": openflow.NATProtoHash, "random": openflow.NATProtoRandom}[key]
 		default:
 			return nil, fmt.Errorf("nat: unknown argument %q", e)
 		}
 	}
-	if a.Flags&NATProtoHash != 0 && a.Flags&NATProtoRandom != 0 {
+	if a.Flags&openflow.NATProtoHash != 0 && a.Flags&openflow.NATProtoRandom != 0 {
 		return nil, fmt.Errorf(`nat: both "hash" and "random"`)
 	}
 	return a, nil
@@ -577,7 +580,7 @@ func splitNATArgs(s string) ([]string, error) {
 
 // parseNATRange parses ADDR[-ADDR][:PORT[-PORT]], IPv6 addresses in
 // brackets when ports follow, ports in base 10.
-func parseNATRange(a *NAT, s string) error {
+func parseNATRange(a *openflow.NAT, s string) error {
 	var addrs, ports string
 	if strings.HasPrefix(s, "[") {
 		end := strings.LastIndex(s, "]")
@@ -619,7 +622,7 @@ func parseNATRange(a *NAT, s string) error {
 	}
 	if ports != "" {
 		plo, phi, isPRange := strings.Cut(ports, "-")
-		p, err := parseDecimal(plo, 16)
+		p, err := ofnum.ParseDecimal(plo, 16)
 		if err != nil {
 			return fmt.Errorf("nat: port: %w", err)
 		}
@@ -627,7 +630,7 @@ func parseNATRange(a *NAT, s string) error {
 			return fmt.Errorf("nat: port range cannot start at 0")
 		}
 		if isPRange {
-			if p, err = parseDecimal(phi, 16); err != nil {
+			if p, err = ofnum.ParseDecimal(phi, 16); err != nil {
 				return fmt.Errorf("nat: port: %w", err)
 			}
 			if a.MaxPort = uint16(p); a.MaxPort == a.MinPort {
@@ -641,24 +644,24 @@ func parseNATRange(a *NAT, s string) error {
 // parseConjunctionText reads conjunction(ID,K/N): the id in C's base 0,
 // the clause and the number of clauses in base 10, 1 <= K <= N, 2 <= N
 // <= 64.
-func parseConjunctionText(s string) (Action, error) {
+func parseConjunctionText(s string) (openflow.Action, error) {
 	id, kn, ok := strings.Cut(s, ",")
 	k, n, ok2 := strings.Cut(kn, "/")
 	if !ok || !ok2 {
 		return nil, fmt.Errorf("want conjunction(id,k/n)")
 	}
-	x, err1 := parseCUint(strings.TrimSpace(id), 32)
-	y, err2 := parseDecimal(strings.TrimSpace(k), 8)
-	z, err3 := parseDecimal(strings.TrimSpace(n), 8)
+	x, err1 := ofnum.ParseCUint(strings.TrimSpace(id), 32)
+	y, err2 := ofnum.ParseDecimal(strings.TrimSpace(k), 8)
+	z, err3 := ofnum.ParseDecimal(strings.TrimSpace(n), 8)
 	if err1 != nil || err2 != nil || err3 != nil || y == 0 || y > z || z < 2 || z > 64 {
 		return nil, fmt.Errorf("bad conjunction(%s)", s)
 	}
-	return Conjunction{ID: uint32(x), Clause: uint8(y), NClauses: uint8(z)}, nil
+	return openflow.Conjunction{ID: uint32(x), Clause: uint8(y), NClauses: uint8(z)}, nil
 }
 
 // parseNoteText reads note:HEX, bytes as hex pairs optionally separated
 // by dots.
-func parseNoteText(s string) (Action, error) {
+func parseNoteText(s string) (openflow.Action, error) {
 	var data []byte
 	for _, part := range strings.Split(s, ".") {
 		x, err := hex.DecodeString(part)
@@ -667,19 +670,19 @@ func parseNoteText(s string) (Action, error) {
 		}
 		data = append(data, x...)
 	}
-	return Note{Data: data}, nil
+	return openflow.Note{Data: data}, nil
 }
 
 // parseLearnText reads learn(...): table in base 10, the timeouts and
 // priority as ovs-ofctl's atoi does (decimal digits here), the cookie in
 // C's base 0, flags, and the specs: DST[=SRC|=VALUE] matches,
 // load:SRC|VALUE->DST and output:SRC.
-func parseLearnText(s string) (Action, error) {
+func parseLearnText(s string) (openflow.Action, error) {
 	elems, err := splitKV(s)
 	if err != nil {
 		return nil, err
 	}
-	a := Learn{Table: 1, Priority: DefaultPriority}
+	a := openflow.Learn{Table: 1, Priority: openflow.DefaultPriority}
 	for _, e := range elems {
 		var err error
 		switch e.key {
@@ -696,19 +699,19 @@ func parseLearnText(s string) (Action, error) {
 		case "fin_hard_timeout":
 			a.FinHardTimeout, err = parseAtoi16(e.value)
 		case "cookie":
-			a.Cookie, err = parseCUint(e.value, 64)
+			a.Cookie, err = ofnum.ParseCUint(e.value, 64)
 		case "send_flow_rem":
-			a.Flags |= LearnSendFlowRem
+			a.Flags |= openflow.LearnSendFlowRem
 		case "delete_learned":
-			a.Flags |= LearnDeleteLearned
+			a.Flags |= openflow.LearnDeleteLearned
 		case "limit", "result_dst":
 			err = &UnsupportedError{Part: fmt.Sprintf("learn argument %q", e.key), Why: "needs NXAST_LEARN2, which this package does not encode"}
 		case "load":
 			err = parseLearnLoad(&a, e.value)
 		case "output":
-			var sf Subfield
-			if sf, err = ParseSubfield(e.value); err == nil {
-				a.Specs = append(a.Specs, LearnSpec{Kind: LearnOutput, Src: sf})
+			var sf openflow.Subfield
+			if sf, err = openflow.ParseSubfield(e.value); err == nil {
+				a.Specs = append(a.Specs, openflow.LearnSpec{Kind: openflow.LearnOutput, Src: sf})
 			}
 		default:
 			err = parseLearnMatch(&a, e)
@@ -725,40 +728,40 @@ func learnImmediate(v []byte, bits int) ([]byte, error) {
 	k := 2 * ((bits + 15) / 16)
 	out := make([]byte, k)
 	for i := 0; i < 8*len(v); i++ {
-		if !getBit(v, i) {
+		if !ofnum.GetBit(v, i) {
 			continue
 		}
 		if i >= bits {
 			return nil, fmt.Errorf("value does not fit into %d bits", bits)
 		}
-		setBit(out, i, true)
+		ofnum.SetBit(out, i, true)
 	}
 	return out, nil
 }
 
-func parseLearnLoad(a *Learn, s string) error {
+func parseLearnLoad(a *openflow.Learn, s string) error {
 	src, dst, ok := strings.Cut(s, "->")
 	if !ok {
 		return fmt.Errorf("want SRC->DST")
 	}
-	d, err := ParseSubfield(dst)
+	d, err := openflow.ParseSubfield(dst)
 	if err != nil {
 		return err
 	}
-	spec := LearnSpec{Kind: LearnLoad, Dst: d}
+	spec := openflow.LearnSpec{Kind: openflow.LearnLoad, Dst: d}
 	if src != "" && src[0] >= '0' && src[0] <= '9' {
-		v, err := parseUintBytes(src, 16)
+		v, err := ofnum.ParseUintBytes(src, 16)
 		if err != nil {
 			return err
 		}
-		if spec.Value, err = learnImmediate(v, d.nbits()); err != nil {
+		if spec.Value, err = learnImmediate(v, d.NBits()); err != nil {
 			return err
 		}
 	} else {
-		if spec.Src, err = ParseSubfield(src); err != nil {
+		if spec.Src, err = openflow.ParseSubfield(src); err != nil {
 			return err
 		}
-		if spec.Src.nbits() != d.nbits() {
+		if spec.Src.NBits() != d.NBits() {
 			return fmt.Errorf("%v and %v differ in width", spec.Src, d)
 		}
 	}
@@ -769,19 +772,19 @@ func parseLearnLoad(a *Learn, s string) error {
 // parseLearnMatch reads a match spec: DST (the packet's own bits), DST=SRC
 // (a subfield of the same width) or DST=VALUE, the value written as the
 // field's values are when DST is the whole field, else as an integer.
-func parseLearnMatch(a *Learn, e kv) error {
-	d, err := ParseSubfield(e.key)
+func parseLearnMatch(a *openflow.Learn, e kv) error {
+	d, err := openflow.ParseSubfield(e.key)
 	if err != nil {
 		return err
 	}
-	spec := LearnSpec{Kind: LearnMatch, Dst: d}
+	spec := openflow.LearnSpec{Kind: openflow.LearnMatch, Dst: d}
 	if !e.hasValue {
 		spec.Src = d
 		a.Specs = append(a.Specs, spec)
 		return nil
 	}
-	if s, err := ParseSubfield(e.value); err == nil {
-		if s.nbits() != d.nbits() {
+	if s, err := openflow.ParseSubfield(e.value); err == nil {
+		if s.NBits() != d.NBits() {
 			return fmt.Errorf("%v and %v differ in width", s, d)
 		}
 		spec.Src = s
@@ -789,18 +792,18 @@ func parseLearnMatch(a *Learn, e kv) error {
 		return nil
 	}
 	var v []byte
-	if d.Offset == 0 && d.nbits() == d.Field.Bits() {
+	if d.Offset == 0 && d.NBits() == d.Field.Bits() {
 		var mask []byte
-		if v, mask, err = parseValue(d.Field, e.value); err == nil && mask != nil {
+		if v, mask, err = d.Field.ParseValue(e.value); err == nil && mask != nil {
 			err = fmt.Errorf("a learned match value takes no mask")
 		}
 	} else {
-		v, err = parseUintBytes(e.value, 16)
+		v, err = ofnum.ParseUintBytes(e.value, 16)
 	}
 	if err != nil {
 		return err
 	}
-	if spec.Value, err = learnImmediate(v, d.nbits()); err != nil {
+	if spec.Value, err = learnImmediate(v, d.NBits()); err != nil {
 		return err
 	}
 	a.Specs = append(a.Specs, spec)

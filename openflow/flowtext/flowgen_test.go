@@ -1,4 +1,4 @@
-package openflow
+package flowtext_test
 
 import (
 	"fmt"

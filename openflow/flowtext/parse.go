@@ -1,9 +1,12 @@
-package openflow
+package flowtext
 
 import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/internal/ofnum"
 )
 
 // Parsing of ovs-ofctl's flow syntax, the inverse of the String methods:
@@ -108,24 +111,15 @@ func splitKV(s string) ([]kv, error) {
 	}
 }
 
-// protocolShortcuts are the keywords that stand for an eth_type and an IP
-// protocol (0: none), as in ovs-fields(7).
-var protocolShortcuts = map[string][2]uint64{
-	"ip": {0x0800, 0}, "ipv4": {0x0800, 0}, "icmp": {0x0800, 1}, "tcp": {0x0800, 6},
-	"udp": {0x0800, 17}, "sctp": {0x0800, 132}, "ipv6": {0x86dd, 0}, "ip6": {0x86dd, 0}, "icmp6": {0x86dd, 58},
-	"tcp6": {0x86dd, 6}, "udp6": {0x86dd, 17}, "sctp6": {0x86dd, 132}, "arp": {0x0806, 0},
-	"rarp": {0x8035, 0}, "mpls": {0x8847, 0}, "mplsm": {0x8848, 0},
-}
-
 // commandKeys says which flow keys (beyond cookie, table and the match)
 // each command takes, as in ovs-ofctl: a delete selects by out_port and
 // out_group and takes no actions, a strict command selects by priority.
 var commandKeys = [...]flowKeys{
-	FlowAdd:          keyActions | keyTimeouts | keyPriority | keyFlags | keyImportance,
-	FlowModify:       keyActions | keyTimeouts | keyPriority | keyFlags,
-	FlowModifyStrict: keyActions | keyTimeouts | keyPriority | keyFlags,
-	FlowDelete:       keyOutPort,
-	FlowDeleteStrict: keyOutPort | keyPriority,
+	openflow.FlowAdd:          keyActions | keyTimeouts | keyPriority | keyFlags | keyImportance,
+	openflow.FlowModify:       keyActions | keyTimeouts | keyPriority | keyFlags,
+	openflow.FlowModifyStrict: keyActions | keyTimeouts | keyPriority | keyFlags,
+	openflow.FlowDelete:       keyOutPort,
+	openflow.FlowDeleteStrict: keyOutPort | keyPriority,
 }
 
 type flowKeys uint8
@@ -139,9 +133,9 @@ const (
 	keyOutPort                         // out_port, out_group
 )
 
-var flowFlagKeys = map[string]FlowModFlags{
-	"send_flow_rem": FlowSendFlowRem, "check_overlap": FlowCheckOverlap, "reset_counts": FlowResetCounts,
-	"no_packet_counts": FlowNoPktCounts, "no_byte_counts": FlowNoBytCounts,
+var flowFlagKeys = map[string]openflow.FlowModFlags{
+	"send_flow_rem": openflow.FlowSendFlowRem, "check_overlap": openflow.FlowCheckOverlap, "reset_counts": openflow.FlowResetCounts,
+	"no_packet_counts": openflow.FlowNoPktCounts, "no_byte_counts": openflow.FlowNoBytCounts,
 }
 
 // ParseFlow parses a flow in ovs-ofctl syntax: a line of `ovs-ofctl
@@ -154,7 +148,7 @@ var flowFlagKeys = map[string]FlowModFlags{
 // *UnsupportedError naming the part (see the package documentation for
 // both lists). As in ovs-ofctl, a flow without priority gets
 // DefaultPriority, and a delete without table applies to every table.
-func ParseFlow(s string) (*FlowMod, error) {
+func ParseFlow(s string) (*openflow.FlowMod, error) {
 	fm, err := parseFlow(s)
 	if err != nil {
 		return nil, &ParseError{Text: s, Err: err}
@@ -162,22 +156,22 @@ func ParseFlow(s string) (*FlowMod, error) {
 	return fm, nil
 }
 
-func parseFlow(s string) (*FlowMod, error) {
-	fm := &FlowMod{Priority: DefaultPriority}
+func parseFlow(s string) (*openflow.FlowMod, error) {
+	fm := &openflow.FlowMod{Priority: openflow.DefaultPriority}
 	rest := strings.TrimLeft(s, " \t")
 	word := rest
 	if i := strings.IndexAny(rest, ", \t"); i >= 0 {
 		word = rest[:i]
 	}
-	for c, name := range flowModCommandNames {
-		if word == name {
-			fm.Command = FlowModCommand(c)
+	for c := openflow.FlowAdd; c <= openflow.FlowDeleteStrict; c++ {
+		if word == c.String() {
+			fm.Command = c
 			rest = rest[len(word):]
 			break
 		}
 	}
-	if fm.Command == FlowDelete || fm.Command == FlowDeleteStrict {
-		fm.Table = TableAll
+	if fm.Command == openflow.FlowDelete || fm.Command == openflow.FlowDeleteStrict {
+		fm.Table = openflow.TableAll
 	}
 	allowed := commandKeys[fm.Command]
 	matchText, actText, hasActions := cutActions(rest)
@@ -236,8 +230,8 @@ func parseFlow(s string) (*FlowMod, error) {
 			err = parseCookie(fm, e.value)
 		case "out_port":
 			if err = need(keyOutPort, e.key); err == nil {
-				fm.OutPort, err = ParsePort(e.value)
-				fm.OutPort = sentinelAsZero(fm.OutPort, PortAny)
+				fm.OutPort, err = openflow.ParsePort(e.value)
+				fm.OutPort = ofnum.SentinelAsZero(fm.OutPort, openflow.PortAny)
 			}
 		case "out_group":
 			if err = need(keyOutPort, e.key); err == nil {
@@ -266,20 +260,20 @@ func parseFlow(s string) (*FlowMod, error) {
 // masked, as ovs-ofctl does). Without a mask ovs-ofctl refuses a delete,
 // and for a modify it leaves the cookie out (OpenFlow 1.5 cannot change
 // one), so both are refused.
-func parseCookie(fm *FlowMod, s string) error {
+func parseCookie(fm *openflow.FlowMod, s string) error {
 	v, m, hasMask := strings.Cut(s, "/")
 	var err error
 	if fm.Cookie, err = parseUint64(v); err != nil {
 		return err
 	}
 	switch {
-	case hasMask && fm.Command == FlowAdd:
+	case hasMask && fm.Command == openflow.FlowAdd:
 		return fmt.Errorf("flow additions cannot use a cookie mask")
 	case hasMask:
 		fm.CookieMask, err = parseUint64(m)
 		fm.Cookie &= fm.CookieMask
 		return err
-	case fm.Command != FlowAdd:
+	case fm.Command != openflow.FlowAdd:
 		return &UnsupportedError{Part: "a cookie without a mask in " + fm.Command.String(), Why: "only an add sets a cookie; to select flows by cookie give a mask, e.g. cookie=0x5/-1"}
 	}
 	return nil
@@ -292,10 +286,10 @@ func parseGroupFilter(s string) (uint32, error) {
 	case "ANY", "any":
 		return 0, nil
 	case "ALL", "all":
-		return GroupAll, nil
+		return openflow.GroupAll, nil
 	}
-	g, err := parseDecimal(s, 32)
-	return sentinelAsZero(uint32(g), GroupAny), err
+	g, err := ofnum.ParseDecimal(s, 32)
+	return ofnum.SentinelAsZero(uint32(g), openflow.GroupAny), err
 }
 
 // cutActions splits flow text at "actions=" (or "action="): everything
@@ -321,18 +315,18 @@ func parseUint64(s string) (uint64, error) {
 	if s == "-1" {
 		return ^uint64(0), nil
 	}
-	return parseCUint(s, 64)
+	return ofnum.ParseCUint(s, 64)
 }
 
 // parseC16 parses a 16-bit number in C's base 0 (priorities, timeouts).
 func parseC16(s string) (uint16, error) {
-	x, err := parseCUint(s, 16)
+	x, err := ofnum.ParseCUint(s, 16)
 	return uint16(x), err
 }
 
 // parseTable parses a table number, which ovs-ofctl reads in base 10.
 func parseTable(s string) (uint8, error) {
-	x, err := parseDecimal(s, 8)
+	x, err := ofnum.ParseDecimal(s, 8)
 	return uint8(x), err
 }
 
@@ -341,15 +335,15 @@ func parseTable(s string) (uint8, error) {
 // atoi would read "0x10" as 0 and "5x" as 5, and no more than 16 bits,
 // where ovs-ofctl would truncate.
 func parseAtoi16(s string) (uint16, error) {
-	x, err := parseDecimal(s, 16)
+	x, err := ofnum.ParseDecimal(s, 16)
 	return uint16(x), err
 }
 
 // ParseMatchText parses the match part of ovs-ofctl flow syntax, e.g.
 // "ip,nw_src=10.0.0.0/8,reg0=0x5": match fields and protocol keywords
 // only, as ParseFlow reads them.
-func ParseMatchText(s string) (Match, error) {
-	var m Match
+func ParseMatchText(s string) (openflow.Match, error) {
+	var m openflow.Match
 	err := func() error {
 		elems, err := splitKV(s)
 		if err != nil {
@@ -364,7 +358,7 @@ func ParseMatchText(s string) (Match, error) {
 		return mp.finish()
 	}()
 	if err != nil {
-		return Match{}, &ParseError{Text: s, Err: err}
+		return openflow.Match{}, &ParseError{Text: s, Err: err}
 	}
 	return m, nil
 }
@@ -375,14 +369,14 @@ func ParseMatchText(s string) (Match, error) {
 // ovs-ofctl would leave out of the FLOW_MOD (no prerequisites) are
 // refused.
 type matchParser struct {
-	m *Match
+	m *openflow.Match
 	// The 802.1Q keys (dl_vlan, dl_vlan_pcp, vlan_pcp, vlan_vid,
 	// vlan_tci) edit one TCI value and mask, as in Open vSwitch.
 	tci, tciMask uint16
 	tciSet       bool
 	l4           []kv // tp_src and friends, resolved once the protocol is known
 	// keyOf is the key that set each field, for error messages.
-	keyOf map[Field]string
+	keyOf map[openflow.Field]string
 	// ethernet: a field with prerequisites was given (zero mask or not),
 	// which makes ovs-ofctl match on Ethernet packets (packet_type (0,0)).
 	ethernet bool
@@ -390,18 +384,18 @@ type matchParser struct {
 	packetType bool
 }
 
-func newMatchParser(m *Match) *matchParser {
-	return &matchParser{m: m, keyOf: map[Field]string{}}
+func newMatchParser(m *openflow.Match) *matchParser {
+	return &matchParser{m: m, keyOf: map[openflow.Field]string{}}
 }
 
 // key parses one key or key=value of a match.
 func (p *matchParser) key(e kv) error {
-	if pt, ok := protocolShortcuts[e.key]; ok && !e.hasValue {
-		p.m.SetUint(FieldEthType, pt[0])
-		p.keyOf[FieldEthType] = e.key
-		if pt[1] != 0 {
-			p.m.SetUint(FieldIPProto, pt[1])
-			p.keyOf[FieldIPProto] = e.key
+	if ethType, ipProto, ok := openflow.ProtocolShortcut(e.key); ok && !e.hasValue {
+		p.m.SetUint(openflow.FieldEthType, ethType)
+		p.keyOf[openflow.FieldEthType] = e.key
+		if ipProto != 0 {
+			p.m.SetUint(openflow.FieldIPProto, ipProto)
+			p.keyOf[openflow.FieldIPProto] = e.key
 		}
 		return nil
 	}
@@ -414,11 +408,11 @@ func (p *matchParser) key(e kv) error {
 		return p.vlanKey(e.key, e.value)
 	case "nw_tos":
 		// The DSCP bits of the TOS byte, sent as ip_dscp.
-		v, err := parseCUint(e.value, 8)
+		v, err := ofnum.ParseCUint(e.value, 8)
 		if err != nil || v&3 != 0 {
 			return fmt.Errorf("bad nw_tos %q (the low 2 bits must be 0)", e.value)
 		}
-		p.set(FieldIPDSCP, e.key, uintBytes(v>>2, 1), nil)
+		p.set(openflow.FieldIPDSCP, e.key, ofnum.UintBytes(v>>2, 1), nil)
 		return nil
 	case "tp_src", "tp_dst", "tcp_src", "tcp_dst", "udp_src", "udp_dst", "sctp_src", "sctp_dst",
 		"icmp_type", "icmp_code", "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code":
@@ -433,7 +427,7 @@ func (p *matchParser) key(e kv) error {
 		return p.m.AddRaw(raw)
 	}
 	if strings.Contains(e.key, "[") {
-		sf, err := ParseSubfield(e.key)
+		sf, err := openflow.ParseSubfield(e.key)
 		if err != nil {
 			return err
 		}
@@ -443,13 +437,13 @@ func (p *matchParser) key(e kv) error {
 	if err != nil {
 		return err
 	}
-	v, mask, err := parseValue(f, e.value)
+	v, mask, err := f.ParseValue(e.value)
 	if err != nil {
 		return err
 	}
-	if f == FieldIPv6Label && mask != nil && bytesUint(mask) == ipv6LabelBits {
+	if f == openflow.FieldIPv6Label && mask != nil && ofnum.BytesUint(mask) == ipv6LabelBits {
 		// Open vSwitch takes a mask of the label's 20 bits as exact.
-		v, mask = uintBytes(bytesUint(v)&ipv6LabelBits, 4), nil
+		v, mask = ofnum.UintBytes(ofnum.BytesUint(v)&ipv6LabelBits, 4), nil
 	}
 	return p.setChecked(f, e.key, v, mask)
 }
@@ -459,61 +453,61 @@ const ipv6LabelBits = 0xfffff
 
 // matchField looks up a match key: a field's name or alias. NXM names
 // (NXM_OF_IP_SRC) are subfield syntax only, as in ovs-ofctl.
-func matchField(key string) (Field, error) {
-	f, err := ParseField(key)
-	if err != nil || fields[f].name != key && fields[f].alias != key {
-		return FieldNone, &UnsupportedError{Part: fmt.Sprintf("match field %q", key)}
+func matchField(key string) (openflow.Field, error) {
+	f, err := openflow.ParseField(key)
+	if err != nil || !f.HasName(key) {
+		return openflow.FieldNone, &UnsupportedError{Part: fmt.Sprintf("match field %q", key)}
 	}
-	if f == FieldInPort16 {
-		f = FieldInPort
+	if f == openflow.FieldInPort16 {
+		f = openflow.FieldInPort
 	}
 	return f, nil
 }
 
 // setChecked sets f from a parsed value and mask (nil: exact), refusing a
 // mask on a field the switch cannot mask.
-func (p *matchParser) setChecked(f Field, key string, v, mask []byte) error {
-	if mask != nil && !isOnes(mask) && !fields[f].maskable {
+func (p *matchParser) setChecked(f openflow.Field, key string, v, mask []byte) error {
+	if mask != nil && !ofnum.IsOnes(mask) && !f.Maskable() {
 		return &UnsupportedError{Part: key, Why: "cannot be masked"}
 	}
 	p.set(f, key, v, mask)
 	return nil
 }
 
-func (p *matchParser) set(f Field, key string, v, mask []byte) {
+func (p *matchParser) set(f openflow.Field, key string, v, mask []byte) {
 	if mask == nil {
 		p.m.Set(f, v)
 	} else {
 		p.m.SetMasked(f, v, mask)
 	}
 	p.keyOf[f] = key
-	if f == FieldPacketType {
+	if f == openflow.FieldPacketType {
 		p.packetType = true
 	}
-	if fields[f].prereq != preNone {
+	if f.HasPrerequisites() {
 		p.ethernet = true
 	}
 }
 
 // subfield matches bits of a field against an integer, as
 // "reg0[0..15]=5" does.
-func (p *matchParser) subfield(sf Subfield, key, value string) error {
+func (p *matchParser) subfield(sf openflow.Subfield, key, value string) error {
 	val, mask, err := subfieldValue(sf, value)
 	if err != nil {
 		return err
 	}
-	if sf.Field == FieldVLANTCI {
+	if sf.Field == openflow.FieldVLANTCI {
 		p.ethernet = true
-		t, m := uint16(bytesUint(val)), uint16(bytesUint(mask))
+		t, m := uint16(ofnum.BytesUint(val)), uint16(ofnum.BytesUint(mask))
 		p.setTCI(p.tci&^m|t, p.tciMask|m)
 		return nil
 	}
 	f := sf.Field
-	if f == FieldInPort16 {
-		if !isOnes(mask) {
+	if f == openflow.FieldInPort16 {
+		if !ofnum.IsOnes(mask) {
 			return &UnsupportedError{Part: key, Why: "cannot be masked"}
 		}
-		p.set(FieldInPort, key, uintBytes(uint64(port16To32(uint16(bytesUint(val)))), 4), nil)
+		p.set(openflow.FieldInPort, key, ofnum.UintBytes(uint64(openflow.Port16To32(uint16(ofnum.BytesUint(val)))), 4), nil)
 		return nil
 	}
 	oldV, oldM, ok := p.m.Get(f)
@@ -534,36 +528,36 @@ func (p *matchParser) vlanKey(key, value string) error {
 	const vidMask, cfi, pcpMask = 0x0fff, 0x1000, 0xe000
 	switch key {
 	case "dl_vlan":
-		v, err := parseCUint(value, 16)
+		v, err := ofnum.ParseCUint(value, 16)
 		if err != nil || v > vidMask {
 			return fmt.Errorf("bad VLAN %q", value)
 		}
 		p.setTCI(p.tci&^(vidMask|cfi)|uint16(v)|cfi, p.tciMask|vidMask|cfi)
 	case "dl_vlan_pcp", "vlan_pcp":
-		v, err := parseCUint(value, 8)
+		v, err := ofnum.ParseCUint(value, 8)
 		if err != nil || v > 7 {
 			return fmt.Errorf("bad VLAN PCP %q", value)
 		}
 		p.setTCI(p.tci&^(pcpMask|cfi)|uint16(v)<<13|cfi, p.tciMask|pcpMask|cfi)
 	case "vlan_vid":
-		v, m, err := parseValue(FieldVLANVID, value)
+		v, m, err := openflow.FieldVLANVID.ParseValue(value)
 		if err != nil {
 			return err
 		}
 		vm := uint16(0x1fff)
 		if m != nil {
-			vm = uint16(bytesUint(m)) & 0x1fff
+			vm = uint16(ofnum.BytesUint(m)) & 0x1fff
 		}
-		p.setTCI(p.tci&^0x1fff|uint16(bytesUint(v))&vm, p.tciMask&pcpMask|vm)
+		p.setTCI(p.tci&^0x1fff|uint16(ofnum.BytesUint(v))&vm, p.tciMask&pcpMask|vm)
 	case "vlan_tci":
 		vs, ms, hasMask := strings.Cut(value, "/")
-		v, err := parseCUint(vs, 16)
+		v, err := ofnum.ParseCUint(vs, 16)
 		if err != nil {
 			return fmt.Errorf("bad TCI %q", value)
 		}
 		m := uint64(0xffff)
 		if hasMask {
-			if m, err = parseCUint(ms, 16); err != nil {
+			if m, err = ofnum.ParseCUint(ms, 16); err != nil {
 				return fmt.Errorf("bad TCI mask %q", value)
 			}
 		}
@@ -600,13 +594,13 @@ func (p *matchParser) finish() error {
 // port of whichever of TCP, UDP and SCTP the flow matches, icmp_type the
 // type of ICMPv4 or ICMPv6.
 func (p *matchParser) l4Key(e kv) error {
-	ethType, _, _ := p.m.Uint(FieldEthType)
-	var f Field
+	ethType, _, _ := p.m.Uint(openflow.FieldEthType)
+	var f openflow.Field
 	switch e.key {
 	case "icmp_type", "icmp_code":
-		f = map[bool]Field{true: FieldICMPv4Type, false: FieldICMPv4Code}[e.key == "icmp_type"]
+		f = map[bool]openflow.Field{true: openflow.FieldICMPv4Type, false: openflow.FieldICMPv4Code}[e.key == "icmp_type"]
 		if ethType == 0x86dd {
-			f = map[bool]Field{true: FieldICMPv6Type, false: FieldICMPv6Code}[e.key == "icmp_type"]
+			f = map[bool]openflow.Field{true: openflow.FieldICMPv6Type, false: openflow.FieldICMPv6Code}[e.key == "icmp_type"]
 		}
 	case "tp_src", "tp_dst":
 		var ok bool
@@ -614,9 +608,9 @@ func (p *matchParser) l4Key(e kv) error {
 			return &UnsupportedError{Part: e.key, Why: "needs tcp, udp or sctp in the match (ovs-ofctl would leave it out)"}
 		}
 	default:
-		f, _ = ParseField(e.key)
+		f, _ = openflow.ParseField(e.key)
 	}
-	v, mask, err := parseValue(f, e.value)
+	v, mask, err := f.ParseValue(e.value)
 	if err != nil {
 		return err
 	}
@@ -625,11 +619,11 @@ func (p *matchParser) l4Key(e kv) error {
 
 // l4PortField is the source or destination port field of the match's
 // protocol, TCP, UDP or SCTP; ok is false for any other protocol.
-func l4PortField(m *Match, src bool) (f Field, ok bool) {
-	proto, _, _ := m.Uint(FieldIPProto)
-	ports := map[uint64][2]Field{6: {FieldTCPSrc, FieldTCPDst}, 17: {FieldUDPSrc, FieldUDPDst}, 132: {FieldSCTPSrc, FieldSCTPDst}}[proto]
-	if ports[0] == FieldNone {
-		return FieldNone, false
+func l4PortField(m *openflow.Match, src bool) (f openflow.Field, ok bool) {
+	proto, _, _ := m.Uint(openflow.FieldIPProto)
+	ports := map[uint64][2]openflow.Field{6: {openflow.FieldTCPSrc, openflow.FieldTCPDst}, 17: {openflow.FieldUDPSrc, openflow.FieldUDPDst}, 132: {openflow.FieldSCTPSrc, openflow.FieldSCTPDst}}[proto]
+	if ports[0] == openflow.FieldNone {
+		return openflow.FieldNone, false
 	}
 	if src {
 		return ports[0], true
@@ -639,23 +633,23 @@ func l4PortField(m *Match, src bool) (f Field, ok bool) {
 
 // subfieldValue turns an integer written for a subfield (reg0[8..15]=5,
 // load:5->reg0[8..15]) into the field's value and mask.
-func subfieldValue(sf Subfield, text string) (value, mask []byte, err error) {
+func subfieldValue(sf openflow.Subfield, text string) (value, mask []byte, err error) {
 	w := sf.Field.Width()
-	v, err := parseUintBytes(text, w)
+	v, err := ofnum.ParseUintBytes(text, w)
 	if err != nil {
 		return nil, nil, err
 	}
-	n := sf.nbits()
+	n := sf.NBits()
 	value, mask = make([]byte, w), make([]byte, w)
 	for i := 0; i < 8*w; i++ {
 		if i >= n {
-			if getBit(v, i) {
+			if ofnum.GetBit(v, i) {
 				return nil, nil, fmt.Errorf("value %s does not fit into %d bits", text, n)
 			}
 			continue
 		}
-		setBit(mask, int(sf.Offset)+i, true)
-		setBit(value, int(sf.Offset)+i, getBit(v, i))
+		ofnum.SetBit(mask, int(sf.Offset)+i, true)
+		ofnum.SetBit(value, int(sf.Offset)+i, ofnum.GetBit(v, i))
 	}
 	return value, mask, nil
 }
@@ -668,17 +662,17 @@ func (p *matchParser) finishVLAN() error {
 	if !p.tciSet {
 		return nil
 	}
-	key := p.keyOf[FieldVLANVID]
+	key := p.keyOf[openflow.FieldVLANVID]
 	if key == "" {
 		key = "vlan_tci"
 	}
-	p.m.Delete(FieldVLANVID).Delete(FieldVLANPCP).Delete(FieldVLANTCI)
+	p.m.Delete(openflow.FieldVLANVID).Delete(openflow.FieldVLANPCP).Delete(openflow.FieldVLANTCI)
 	vid, vidMask := p.tci&0x1fff, p.tciMask&0x1fff
 	switch {
 	case vidMask == 0x1fff:
-		p.m.SetUint(FieldVLANVID, uint64(vid))
+		p.m.SetUint(openflow.FieldVLANVID, uint64(vid))
 	case vidMask != 0:
-		p.m.SetUintMasked(FieldVLANVID, uint64(vid), uint64(vidMask))
+		p.m.SetUintMasked(openflow.FieldVLANVID, uint64(vid), uint64(vidMask))
 	}
 	switch pcpMask := p.tciMask >> 13; {
 	case pcpMask == 0:
@@ -687,7 +681,7 @@ func (p *matchParser) finishVLAN() error {
 	case vid == 0:
 		return &UnsupportedError{Part: "vlan_tci", Why: "a priority without a VLAN (ovs-ofctl would leave it out)"}
 	default:
-		p.m.SetUint(FieldVLANPCP, uint64(p.tci>>13))
+		p.m.SetUint(openflow.FieldVLANPCP, uint64(p.tci>>13))
 	}
 	return nil
 }
@@ -695,63 +689,9 @@ func (p *matchParser) finishVLAN() error {
 // checkPrereq refuses a field whose prerequisites the match lacks: Open
 // vSwitch leaves such fields out of what it sends (or sends them as the
 // field that shares their storage, as arp_spa for nw_src).
-func (p *matchParser) checkPrereq(f Field) error {
-	ethType, _, hasEth := p.m.Uint(FieldEthType)
-	proto, _, hasProto := p.m.Uint(FieldIPProto)
-	isIP := hasEth && (ethType == 0x0800 || ethType == 0x86dd)
-	icmpType, _, hasType := p.m.Uint(FieldICMPv6Type)
-	icmpCode, _, _ := p.m.Uint(FieldICMPv6Code) // 0 when not matched, as Open vSwitch sees it
-	isND := hasEth && ethType == 0x86dd && hasProto && proto == 58 && hasType && (icmpType == 135 || icmpType == 136) && icmpCode == 0
-	var ok bool
-	var needs string
-	switch fields[f].prereq {
-	case preNone, preVLAN: // the priority is checked with the TCI
-		ok = true
-	case preEthernet:
-		pt, _, hasPT := p.m.Uint(FieldPacketType)
-		ok, needs = !hasPT || pt == 0, "an Ethernet packet_type"
-	case preMPLS:
-		ok, needs = hasEth && (ethType == 0x8847 || ethType == 0x8848), "mpls or mplsm"
-	case preIPv4:
-		ok, needs = hasEth && ethType == 0x0800, "ip"
-	case preIPv6:
-		ok, needs = hasEth && ethType == 0x86dd, "ipv6"
-	case preIP:
-		ok, needs = isIP, "ip or ipv6"
-	case preTCP:
-		ok, needs = isIP && hasProto && proto == 6, "tcp or tcp6"
-	case preUDP:
-		ok, needs = isIP && hasProto && proto == 17, "udp or udp6"
-	case preSCTP:
-		ok, needs = isIP && hasProto && proto == 132, "sctp or sctp6"
-	case preICMPv4:
-		ok, needs = hasEth && ethType == 0x0800 && hasProto && proto == 1, "icmp"
-	case preICMPv6:
-		ok, needs = hasEth && ethType == 0x86dd && hasProto && proto == 58, "icmp6"
-	case preND:
-		ok, needs = isND, "icmp6 with icmp_type 135 or 136 and icmp_code 0"
-	case preNDSolicit:
-		ok, needs = isND && icmpType == 135, "icmp6 with icmp_type 135 and icmp_code 0"
-	case preNDAdvert:
-		ok, needs = isND && icmpType == 136, "icmp6 with icmp_type 136 and icmp_code 0"
-	case preARP:
-		ok, needs = hasEth && (ethType == 0x0806 || ethType == 0x8035), "arp or rarp"
-		if ok && f == FieldARPOp {
-			// Open vSwitch keeps the ARP opcode in 8 bits.
-			op, _, _ := p.m.Uint(f)
-			ok, needs = op <= 0xff, "a value below 256"
-		}
-	case preCT:
-		// Open vSwitch sends the connection's protocol only when it is
-		// not 0, and its ports only with it. (The addresses it sends as
-		// given; the switch checks ct_state.)
-		ctProto, _, hasCTProto := p.m.Uint(FieldCTNwProto)
-		ok = true
-		if f == FieldCTNwProto || f == FieldCTTpSrc || f == FieldCTTpDst {
-			ok, needs = hasCTProto && ctProto != 0, "a ct_nw_proto other than 0"
-		}
-	}
-	if ok {
+func (p *matchParser) checkPrereq(f openflow.Field) error {
+	needs := p.m.MissingPrerequisite(f)
+	if needs == "" {
 		return nil
 	}
 	key := p.keyOf[f]
@@ -766,7 +706,7 @@ func (p *matchParser) checkPrereq(f Field) error {
 // Ethernet, the default, is sent as packet_type (0,0) only when no field
 // it sends implies it.
 func (p *matchParser) finishPacketType() error {
-	pt, ptMask, hasPT := p.m.Uint(FieldPacketType)
+	pt, ptMask, hasPT := p.m.Uint(openflow.FieldPacketType)
 	isDefault := hasPT && pt == 0 && ptMask == 0xffffffff
 	if hasPT && !isDefault {
 		return nil // a non-Ethernet packet: checkPrereq refused Ethernet fields
@@ -774,12 +714,12 @@ func (p *matchParser) finishPacketType() error {
 	if !p.ethernet && !isDefault {
 		return nil
 	}
-	p.m.Delete(FieldPacketType)
+	p.m.Delete(openflow.FieldPacketType)
 	for _, f := range p.m.Fields() {
-		if fields[f].prereq != preNone {
+		if f.HasPrerequisites() {
 			return nil // implied
 		}
 	}
-	p.m.SetUint(FieldPacketType, 0)
+	p.m.SetUint(openflow.FieldPacketType, 0)
 	return nil
 }

@@ -1,4 +1,4 @@
-package openflow
+package ofconn
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/egressflow/egressflow/openflow"
 )
 
 // Request sends msg, which must be a message the switch answers (echo,
@@ -13,28 +15,28 @@ import (
 // the reply with the same xid. A multipart request returns its first part
 // only; use DumpFlows or Ports for complete dumps. An OFPT_ERROR reply is
 // returned as an *Error.
-func (c *Client) Request(ctx context.Context, msg Message) (Message, error) {
+func (c *Client) Request(ctx context.Context, msg openflow.Message) (openflow.Message, error) {
 	s, err := c.session()
 	if err != nil {
 		return nil, err
 	}
 	xid := c.nextXid()
 	w := s.register(xid, false)
-	if err := s.encodeAndWrite(ctx, []uint32{xid}, []Message{msg}); err != nil {
+	if err := s.encodeAndWrite(ctx, []uint32{xid}, []openflow.Message{msg}); err != nil {
 		s.unregister(xid)
 		return nil, err
 	}
 	if err := s.wait(ctx, xid, w); err != nil {
 		return nil, err
 	}
-	_, reply, err := UnmarshalMessage(w.msgs[0])
+	_, reply, err := openflow.UnmarshalMessage(w.msgs[0])
 	return reply, err
 }
 
 // Send writes messages without waiting for anything. Errors the switch
 // reports for them go to the WithUnsolicited handler; follow with Barrier
 // to know they were processed.
-func (c *Client) Send(ctx context.Context, msgs ...Message) error {
+func (c *Client) Send(ctx context.Context, msgs ...openflow.Message) error {
 	s, err := c.session()
 	if err != nil {
 		return err
@@ -49,11 +51,11 @@ func (c *Client) Send(ctx context.Context, msgs ...Message) error {
 
 // Barrier returns once the switch has finished every message sent before it.
 func (c *Client) Barrier(ctx context.Context) error {
-	reply, err := c.Request(ctx, &BarrierRequest{})
+	reply, err := c.Request(ctx, &openflow.BarrierRequest{})
 	if err != nil {
 		return err
 	}
-	if _, ok := reply.(*BarrierReply); !ok {
+	if _, ok := reply.(*openflow.BarrierReply); !ok {
 		return fmt.Errorf("openflow: barrier answered with %v", reply.MsgType())
 	}
 	return nil
@@ -62,7 +64,7 @@ func (c *Client) Barrier(ctx context.Context) error {
 // Echo sends an echo request and returns the round-trip time.
 func (c *Client) Echo(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	if _, err := c.Request(ctx, &EchoRequest{Data: []byte("egressflow")}); err != nil {
+	if _, err := c.Request(ctx, &openflow.EchoRequest{Data: []byte("egressflow")}); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil
@@ -70,40 +72,22 @@ func (c *Client) Echo(ctx context.Context) (time.Duration, error) {
 
 // MessageError says which of several pipelined messages the switch refused.
 type MessageError struct {
-	Index   int     // position in the caller's list
-	Message Message // the message
-	Err     *Error  // the switch's error
+	Index   int              // position in the caller's list
+	Message openflow.Message // the message
+	Err     *openflow.Error  // the switch's error
 }
 
 func (e *MessageError) Error() string {
-	return fmt.Sprintf("message %d (%s): %v", e.Index, describe(e.Message), e.Err)
+	return fmt.Sprintf("message %d (%s): %v", e.Index, openflow.Describe(e.Message), e.Err)
 }
 
 func (e *MessageError) Unwrap() error { return e.Err }
 
-// describe names a message for error texts, flows by their ovs-ofctl text.
-func describe(m Message) string {
-	if raw, ok := m.(*RawMessage); ok {
-		if decoded, err := raw.Decode(); err == nil {
-			if _, still := decoded.(*RawMessage); !still {
-				m = decoded
-			}
-		}
-	}
-	if fm, ok := m.(*FlowMod); ok {
-		return fm.String()
-	}
-	if m == nil {
-		return "<nil>"
-	}
-	return m.MsgType().String()
-}
-
 // SendPacketOut has the switch run a packet through po's actions, and
 // returns once it has (a barrier follows), with the switch's error if it
 // refused the message.
-func (c *Client) SendPacketOut(ctx context.Context, po *PacketOut) error {
-	failed, err := c.sendThenBarrier(ctx, []Message{po})
+func (c *Client) SendPacketOut(ctx context.Context, po *openflow.PacketOut) error {
+	failed, err := c.SendThenBarrier(ctx, []openflow.Message{po})
 	if err != nil {
 		return err
 	}
@@ -128,10 +112,10 @@ func (e *FlowModsError) Error() string {
 
 func (e *FlowModsError) Unwrap() error { return e.Failed[0] }
 
-// sendThenBarrier pipelines msgs and a barrier, waits for the barrier
+// SendThenBarrier pipelines msgs and a barrier, waits for the barrier
 // reply, and returns the errors the switch reported for msgs (which it
 // sends before the barrier reply).
-func (c *Client) sendThenBarrier(ctx context.Context, msgs []Message) ([]*MessageError, error) {
+func (c *Client) SendThenBarrier(ctx context.Context, msgs []openflow.Message) ([]*MessageError, error) {
 	s, err := c.session()
 	if err != nil {
 		return nil, err
@@ -143,18 +127,18 @@ func (c *Client) sendThenBarrier(ctx context.Context, msgs []Message) ([]*Messag
 	defer s.removeRange(r)
 	bxid := first + uint32(n)
 	w := s.register(bxid, false)
-	if _, err := s.writeBatched(ctx, first, n+1, encodeList(msgs, &BarrierRequest{})); err != nil {
+	if _, err := s.writeBatched(ctx, first, n+1, encodeList(msgs, &openflow.BarrierRequest{})); err != nil {
 		s.unregister(bxid)
 		return nil, err
 	}
 	if err := s.wait(ctx, bxid, w); err != nil {
 		return nil, err
 	}
-	return rangeErrors(r, List[Message](msgs)), nil
+	return rangeErrors(r, openflow.List[openflow.Message](msgs)), nil
 }
 
-func rangeErrors(r *xidRange, msgs Sequence) []*MessageError {
-	return r.errs.refused(func(xid uint32, e *Error) *MessageError {
+func rangeErrors(r *xidRange, msgs openflow.Sequence) []*MessageError {
+	return r.errs.refused(func(xid uint32, e *openflow.Error) *MessageError {
 		i := int(xid - r.first)
 		if i < 0 || i >= msgs.Len() {
 			return nil
@@ -198,15 +182,15 @@ func (s *session) writeBatched(ctx context.Context, first uint32, count int,
 	return written, nil
 }
 
-func encodeList(msgs []Message, tail Message) func([]byte, uint32, int) ([]byte, error) {
+func encodeList(msgs []openflow.Message, tail openflow.Message) func([]byte, uint32, int) ([]byte, error) {
 	return func(b []byte, xid uint32, i int) ([]byte, error) {
 		m := tail
 		if i < len(msgs) {
 			m = msgs[i]
 		}
-		out, err := AppendMessage(b, xid, m)
+		out, err := openflow.AppendMessage(b, xid, m)
 		if err != nil {
-			return b, fmt.Errorf("openflow: cannot encode message %d (%s): %w", i, describe(m), err)
+			return b, fmt.Errorf("openflow: cannot encode message %d (%s): %w", i, openflow.Describe(m), err)
 		}
 		return out, nil
 	}
@@ -216,12 +200,12 @@ func encodeList(msgs []Message, tail Message) func([]byte, uint32, int) ([]byte,
 // for the barrier: when it returns, the switch has processed every one of
 // them. Flow mods the switch refused are reported in a *FlowModsError;
 // the others took effect. Use Bundle for all-or-nothing changes.
-func (c *Client) SendFlowMods(ctx context.Context, fms ...*FlowMod) error {
-	msgs := make([]Message, len(fms))
+func (c *Client) SendFlowMods(ctx context.Context, fms ...*openflow.FlowMod) error {
+	msgs := make([]openflow.Message, len(fms))
 	for i, fm := range fms {
 		msgs[i] = fm
 	}
-	failed, err := c.sendThenBarrier(ctx, msgs)
+	failed, err := c.SendThenBarrier(ctx, msgs)
 	if err != nil {
 		return err
 	}
@@ -232,7 +216,7 @@ func (c *Client) SendFlowMods(ctx context.Context, fms ...*FlowMod) error {
 }
 
 // multipart sends a multipart request and returns every part of the reply.
-func (c *Client) multipart(ctx context.Context, req Message) ([][]byte, error) {
+func (c *Client) multipart(ctx context.Context, req openflow.Message) ([][]byte, error) {
 	var parts [][]byte
 	err := c.multipartEach(ctx, req, func(part []byte) error {
 		parts = append(parts, part)
@@ -244,14 +228,14 @@ func (c *Client) multipart(ctx context.Context, req Message) ([][]byte, error) {
 // multipartEach sends a multipart request and calls fn with each part of
 // the reply, in order, as it arrives: a large reply is never held whole.
 // An error from fn stops it (the rest of the reply is dropped).
-func (c *Client) multipartEach(ctx context.Context, req Message, fn func(part []byte) error) error {
+func (c *Client) multipartEach(ctx context.Context, req openflow.Message, fn func(part []byte) error) error {
 	s, err := c.session()
 	if err != nil {
 		return err
 	}
 	xid := c.nextXid()
 	w := s.add(xid, &waiter{multipart: true, done: make(chan struct{}), more: make(chan struct{}, 1)})
-	if err := s.encodeAndWrite(ctx, []uint32{xid}, []Message{req}); err != nil {
+	if err := s.encodeAndWrite(ctx, []uint32{xid}, []openflow.Message{req}); err != nil {
 		s.unregister(xid)
 		return err
 	}
@@ -287,9 +271,9 @@ func (c *Client) multipartEach(ctx context.Context, req Message, fn func(part []
 //
 // To dump one owner's flows, filter by cookie: Cookie and CookieMask. To
 // dump one table, set Table (TableAll for all).
-func (c *Client) DumpFlows(ctx context.Context, req *FlowDescRequest) ([]Flow, error) {
-	var flows []Flow
-	err := c.DumpFlowsFunc(ctx, req, func(f *Flow) error {
+func (c *Client) DumpFlows(ctx context.Context, req *openflow.FlowDescRequest) ([]openflow.Flow, error) {
+	var flows []openflow.Flow
+	err := c.DumpFlowsFunc(ctx, req, func(f *openflow.Flow) error {
 		flows = append(flows, *f)
 		return nil
 	})
@@ -300,8 +284,8 @@ func (c *Client) DumpFlows(ctx context.Context, req *FlowDescRequest) ([]Flow, e
 // reply arrives, so that a dump of any size is never held whole: a caller
 // that keeps a digest of each flow needs memory for the digests only. fn
 // may keep f; an error from it stops the dump and is returned.
-func (c *Client) DumpFlowsFunc(ctx context.Context, req *FlowDescRequest, fn func(f *Flow) error) error {
-	return c.DumpFlowEntries(ctx, req, func(e FlowEntry) error {
+func (c *Client) DumpFlowsFunc(ctx context.Context, req *openflow.FlowDescRequest, fn func(f *openflow.Flow) error) error {
+	return c.DumpFlowEntries(ctx, req, func(e openflow.FlowEntry) error {
 		f, err := e.Decode()
 		if err != nil {
 			return err
@@ -315,49 +299,33 @@ func (c *Client) DumpFlowsFunc(ctx context.Context, req *FlowDescRequest, fn fun
 // this way allocates nothing per flow, which matters to a caller that
 // digests hundreds of thousands of them. fn must not keep e past its
 // return; an error from it stops the dump and is returned.
-func (c *Client) DumpFlowEntries(ctx context.Context, req *FlowDescRequest, fn func(e FlowEntry) error) error {
+func (c *Client) DumpFlowEntries(ctx context.Context, req *openflow.FlowDescRequest, fn func(e openflow.FlowEntry) error) error {
 	if req == nil {
-		req = &FlowDescRequest{Table: TableAll}
+		req = &openflow.FlowDescRequest{Table: openflow.TableAll}
 	}
-	return c.multipartEach(ctx, req, func(part []byte) error {
-		h, err := ParseHeader(part)
-		if err != nil {
-			return err
-		}
-		if h.Type != TypeMultipartReply || h.Version != Version || int(h.Length) != len(part) {
-			return fmt.Errorf("openflow: flow dump answered with %v (version %#x, %d bytes in a %d-byte header)", h.Type, h.Version, len(part), h.Length)
-		}
-		t, _, body, err := splitMultipart("MULTIPART_REPLY", part[HeaderLen:])
-		if err != nil {
-			return err
-		}
-		if t != MultipartFlowDesc {
-			return fmt.Errorf("openflow: flow dump answered with multipart type %d", t)
-		}
-		return eachFlowEntry(body, fn)
-	})
+	return c.multipartEach(ctx, req, func(part []byte) error { return openflow.EachFlowEntry(part, fn) })
 }
 
 // Ports returns the switch's port descriptions.
-func (c *Client) Ports(ctx context.Context) ([]Port, error) {
-	return dumpItems(ctx, c, &PortDescRequest{}, "port", func(r *PortDescReply) []Port { return r.Ports })
+func (c *Client) Ports(ctx context.Context) ([]openflow.Port, error) {
+	return dumpItems(ctx, c, &openflow.PortDescRequest{}, "port", func(r *openflow.PortDescReply) []openflow.Port { return r.Ports })
 }
 
 // Groups returns every group on the switch (dump-groups).
-func (c *Client) Groups(ctx context.Context) ([]GroupDesc, error) {
-	return dumpItems(ctx, c, &GroupDescRequest{}, "group", func(r *GroupDescReply) []GroupDesc { return r.Groups })
+func (c *Client) Groups(ctx context.Context) ([]openflow.GroupDesc, error) {
+	return dumpItems(ctx, c, &openflow.GroupDescRequest{}, "group", func(r *openflow.GroupDescReply) []openflow.GroupDesc { return r.Groups })
 }
 
 // dumpItems sends a multipart request whose every reply part is an R, and
 // gathers the items of the parts.
-func dumpItems[R Message, T any](ctx context.Context, c *Client, req Message, what string, items func(R) []T) ([]T, error) {
+func dumpItems[R openflow.Message, T any](ctx context.Context, c *Client, req openflow.Message, what string, items func(R) []T) ([]T, error) {
 	parts, err := c.multipart(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	var out []T
 	for _, p := range parts {
-		_, m, err := UnmarshalMessage(p)
+		_, m, err := openflow.UnmarshalMessage(p)
 		if err != nil {
 			return nil, err
 		}
@@ -394,18 +362,18 @@ func (c *Client) PortByName(ctx context.Context, name string) (uint32, error) {
 // acknowledges nothing, so a barrier follows; an error for the flush is
 // returned.
 func (c *Client) FlushConntrackZone(ctx context.Context, zone uint16) error {
-	return c.flush(ctx, &CTFlushZone{Zone: zone})
+	return c.flush(ctx, &openflow.CTFlushZone{Zone: zone})
 }
 
 // FlushConntrack deletes the conntrack entries matching f (Open vSwitch
 // 3.1+), followed by a barrier. See CTFlush for how zones and partial
 // tuples behave.
-func (c *Client) FlushConntrack(ctx context.Context, f *CTFlush) error {
+func (c *Client) FlushConntrack(ctx context.Context, f *openflow.CTFlush) error {
 	return c.flush(ctx, f)
 }
 
-func (c *Client) flush(ctx context.Context, m Message) error {
-	failed, err := c.sendThenBarrier(ctx, []Message{m})
+func (c *Client) flush(ctx context.Context, m openflow.Message) error {
+	failed, err := c.SendThenBarrier(ctx, []openflow.Message{m})
 	if err != nil {
 		return err
 	}

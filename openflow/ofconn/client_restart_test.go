@@ -1,4 +1,4 @@
-package openflow
+package ofconn_test
 
 import (
 	"errors"
@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressflow/egressflow/openflow"
+	"github.com/egressflow/egressflow/openflow/internal/oftest"
+	"github.com/egressflow/egressflow/openflow/ofconn"
 	"github.com/egressflow/egressflow/test/ovstest"
 )
 
@@ -17,17 +20,17 @@ import (
 // is back the client must reconnect by itself, notify, and work again.
 func TestReconnectAfterVswitchdRestart(t *testing.T) {
 	sw := ovstest.Start(t)
-	c := dialSwitch(t, sw, WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond),
-		WithEchoInterval(time.Second), WithEchoTimeout(3*time.Second))
-	ctx := testCtx(t, 60*time.Second)
-	if err := c.SendFlowMods(ctx, mustParseFlow(t, "cookie=0x1, table=1, priority=1 actions=drop")); err != nil {
+	c := oftest.DialSwitch(t, sw, ofconn.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond),
+		ofconn.WithEchoInterval(time.Second), ofconn.WithEchoTimeout(3*time.Second))
+	ctx := oftest.TestCtx(t, 60*time.Second)
+	if err := c.SendFlowMods(ctx, oftest.MustParseFlow(t, "cookie=0x1, table=1, priority=1 actions=drop")); err != nil {
 		t.Fatal(err)
 	}
 
 	const n = 100000
-	msgs := make([]Message, n)
+	msgs := make([]openflow.Message, n)
 	for i := range msgs {
-		msgs[i] = snatFlow(i, 0x2)
+		msgs[i] = oftest.SNATFlow(i, 0x2)
 	}
 	type result struct {
 		err error
@@ -48,8 +51,8 @@ func TestReconnectAfterVswitchdRestart(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("bundle in flight hangs after ovs-vswitchd died")
 	}
-	var be *BundleError
-	if !errors.As(r.err, &be) || !errors.Is(r.err, ErrConnectionLost) {
+	var be *ofconn.BundleError
+	if !errors.As(r.err, &be) || !errors.Is(r.err, ofconn.ErrConnectionLost) {
 		t.Fatalf("bundle in flight returned %v, want a *BundleError wrapping ErrConnectionLost", r.err)
 	}
 	if be.Phase == "commit" {
@@ -63,7 +66,7 @@ func TestReconnectAfterVswitchdRestart(t *testing.T) {
 	t.Logf("bundle in flight: %v (after %v)", r.err, r.at.Sub(killed).Round(time.Millisecond))
 
 	start := time.Now()
-	if err := c.Barrier(ctx); !errors.Is(err, ErrNotConnected) && !errors.Is(err, ErrConnectionLost) {
+	if err := c.Barrier(ctx); !errors.Is(err, ofconn.ErrNotConnected) && !errors.Is(err, ofconn.ErrConnectionLost) {
 		t.Errorf("Barrier with the switch down: %v", err)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -94,14 +97,14 @@ func TestReconnectAfterVswitchdRestart(t *testing.T) {
 		t.Errorf("Generation = %d, want 2", g)
 	}
 	// The restarted switch lost the flows: the owner replays them.
-	flows, err := c.DumpFlows(ctx, &FlowDescRequest{Table: TableAll, Cookie: 0x1, CookieMask: ^uint64(0)})
+	flows, err := c.DumpFlows(ctx, &openflow.FlowDescRequest{Table: openflow.TableAll, Cookie: 0x1, CookieMask: ^uint64(0)})
 	if err != nil || len(flows) != 0 {
 		t.Fatalf("after restart: %d flows, %v", len(flows), err)
 	}
-	if err := c.SendFlowMods(ctx, mustParseFlow(t, "cookie=0x1, table=1, priority=1 actions=drop")); err != nil {
+	if err := c.SendFlowMods(ctx, oftest.MustParseFlow(t, "cookie=0x1, table=1, priority=1 actions=drop")); err != nil {
 		t.Fatal(err)
 	}
-	if got := ofctlFlows(t, sw, "--no-stats", "table=1"); len(got) != 1 || got[0] != "cookie=0x1, table=1, priority=1 actions=drop" {
+	if got := oftest.OfctlFlows(t, sw, "--no-stats", "table=1"); len(got) != 1 || got[0] != "cookie=0x1, table=1, priority=1 actions=drop" {
 		t.Errorf("after replay: %q", got)
 	}
 }
@@ -110,8 +113,8 @@ func TestReconnectAfterVswitchdRestart(t *testing.T) {
 // enable OpenFlow 1.5.
 func TestSwitchWithoutOpenFlow15(t *testing.T) {
 	sw := ovstest.Start(t, ovstest.WithProtocols("OpenFlow10,OpenFlow13"))
-	_, err := Dial(testCtx(t, 10*time.Second), "unix:"+sw.MgmtSocket)
-	var ve *VersionError
+	_, err := ofconn.Dial(oftest.TestCtx(t, 10*time.Second), "unix:"+sw.MgmtSocket)
+	var ve *ofconn.VersionError
 	if !errors.As(err, &ve) {
 		t.Fatalf("Dial returned %v, want a *VersionError", err)
 	}
@@ -126,8 +129,8 @@ func TestSwitchWithoutOpenFlow15(t *testing.T) {
 // many goroutines at once on one client.
 func TestConcurrentCalls(t *testing.T) {
 	sw := ovstest.Start(t)
-	c := dialSwitch(t, sw)
-	ctx := testCtx(t, 60*time.Second)
+	c := oftest.DialSwitch(t, sw)
+	ctx := oftest.TestCtx(t, 60*time.Second)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for g := 0; g < 8; g++ {
@@ -135,7 +138,7 @@ func TestConcurrentCalls(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 20; i++ {
-				fm := mustParseFlow(t, fmt.Sprintf("cookie=0x%x, table=%d, priority=%d,ip,nw_src=10.%d.0.%d actions=drop", g+1, g+1, i+1, g, i))
+				fm := oftest.MustParseFlow(t, fmt.Sprintf("cookie=0x%x, table=%d, priority=%d,ip,nw_src=10.%d.0.%d actions=drop", g+1, g+1, i+1, g, i))
 				var err error
 				switch i % 4 {
 				case 0:
@@ -143,7 +146,7 @@ func TestConcurrentCalls(t *testing.T) {
 				case 1:
 					err = c.Bundle(ctx, fm)
 				case 2:
-					_, err = c.DumpFlows(ctx, &FlowDescRequest{Table: uint8(g + 1)})
+					_, err = c.DumpFlows(ctx, &openflow.FlowDescRequest{Table: uint8(g + 1)})
 				case 3:
 					err = c.Barrier(ctx)
 				}
