@@ -28,6 +28,9 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 # promtool checks and unit-tests deploy/monitoring's alerts
 # (cmd/internal/monitoring); Debian ships it in the prometheus package.
 command -v promtool >/dev/null || missing+=(prometheus)
+# FRR's bfdd is the external gateway that controller/bfd's tests
+# interoperate with.
+[ -x /usr/lib/frr/bfdd ] || missing+=(frr)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
