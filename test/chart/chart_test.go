@@ -352,7 +352,7 @@ func TestAnotherNamespace(t *testing.T) {
 		}
 	}
 	slices.Sort(crds)
-	if want := []string{"egressfirewalls.k8s.ovn.org", "egressips.k8s.ovn.org", "egressqoses.k8s.ovn.org", "egressservices.k8s.ovn.org"}; !slices.Equal(crds, want) {
+	if want := []string{"adminpolicybasedexternalroutes.k8s.ovn.org", "egressfirewalls.k8s.ovn.org", "egressips.k8s.ovn.org", "egressqoses.k8s.ovn.org", "egressservices.k8s.ovn.org"}; !slices.Equal(crds, want) {
 		t.Errorf("crds/ holds %v, want %v", crds, want)
 	}
 }

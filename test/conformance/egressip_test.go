@@ -22,52 +22,58 @@ import (
 )
 
 // EgressIP is cluster-scoped: the tests share one space of names. Each test
-// takes a prefix of its own (eipScope), names its objects with it, labels
+// takes a prefix of its own (clusterScope), names its objects with it, labels
 // them with it, lists and deletes by that label, and removes what is left
 // when it ends.
 
 const (
 	eipCollection = basePath + "/egressips"
-	// eipScopeLabel carries a test's prefix on each object it creates.
+	// eipScopeLabel carries a test's prefix on each object it creates, of
+	// any cluster-scoped resource.
 	eipScopeLabel = "conformance.egressflow.io/scope"
 )
 
 func eipItem(name string) string { return eipCollection + "/" + name }
 
-var eipScopes atomic.Int32
+var clusterScopes atomic.Int32
 
-// eipScope is a test's own name prefix and label value; whatever the test
-// leaves carrying the label is deleted when it ends.
-type eipScope struct {
-	prefix string
+// clusterScope is a test's own name prefix and label value for a
+// cluster-scoped resource; whatever the test leaves carrying the label is
+// deleted when it ends.
+type clusterScope struct {
+	prefix, collection, kind string
 }
 
-func newEIPScope(t *testing.T, a *api) eipScope {
+func newClusterScope(t *testing.T, a *api, collection, kind string) clusterScope {
 	t.Helper()
-	s := eipScope{prefix: fmt.Sprintf("eip%d", eipScopes.Add(1))}
+	s := clusterScope{prefix: fmt.Sprintf("scope%d", clusterScopes.Add(1)), collection: collection, kind: kind}
 	t.Cleanup(func() {
-		a.do("DELETE", eipCollection+"?labelSelector="+s.selector(), "", "")
+		a.do("DELETE", collection+"?labelSelector="+s.selector(), "", "")
 	})
 	return s
 }
 
+func newEIPScope(t *testing.T, a *api) clusterScope {
+	return newClusterScope(t, a, eipCollection, "EgressIP")
+}
+
 // name is the object name n within the scope.
-func (s eipScope) name(n string) string { return s.prefix + "-" + n }
+func (s clusterScope) name(n string) string { return s.prefix + "-" + n }
 
 // selector is a labelSelector query value for the scope's objects.
-func (s eipScope) selector() string { return eipScopeLabel + "%3D" + s.prefix }
+func (s clusterScope) selector() string { return eipScopeLabel + "%3D" + s.prefix }
 
 // manifest is a create body for the scope's object n with spec.
-func (s eipScope) manifest(n, spec string) string {
-	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":"EgressIP","metadata":{"name":%q,"labels":{%q:%q}},"spec":%s}`,
-		s.name(n), eipScopeLabel, s.prefix, spec)
+func (s clusterScope) manifest(n, spec string) string {
+	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":%q,"metadata":{"name":%q,"labels":{%q:%q}},"spec":%s}`,
+		s.kind, s.name(n), eipScopeLabel, s.prefix, spec)
 }
 
 // list lists the scope's objects' names, sorted.
-func (s eipScope) list(t *testing.T, a *api) []string {
+func (s clusterScope) list(t *testing.T, a *api) []string {
 	t.Helper()
 	var names []string
-	for _, n := range a.do("GET", eipCollection+"?labelSelector="+s.selector(), "", "").expect(t, http.StatusOK, "list").names(t) {
+	for _, n := range a.do("GET", s.collection+"?labelSelector="+s.selector(), "", "").expect(t, http.StatusOK, "list").names(t) {
 		names = append(names, strings.TrimPrefix(n, "/"))
 	}
 	return names

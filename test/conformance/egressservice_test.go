@@ -436,7 +436,7 @@ func TestSchemaValidation(t *testing.T) {
 // TestUnauthenticated covers every kind of the group.
 func TestUnauthenticated(t *testing.T) {
 	a := newAPI(t)
-	for _, resource := range []string{"egressservices", "egressqoses", "egressfirewalls", "egressips"} {
+	for _, resource := range []string{"egressservices", "egressqoses", "egressfirewalls", "egressips", "adminpolicybasedexternalroutes"} {
 		a.token = ""
 		a.do("GET", basePath+"/"+resource, "", "").expect(t, http.StatusUnauthorized, "anonymous list of "+resource)
 		a.token = "not-a-token"

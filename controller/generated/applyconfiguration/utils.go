@@ -32,6 +32,14 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=k8s.ovn.org, Version=v1
+	case v1.SchemeGroupVersion.WithKind("AdminPolicyBasedExternalRoute"):
+		return &egressservicev1.AdminPolicyBasedExternalRouteApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("AdminPolicyBasedExternalRouteSpec"):
+		return &egressservicev1.AdminPolicyBasedExternalRouteSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("AdminPolicyBasedRouteStatus"):
+		return &egressservicev1.AdminPolicyBasedRouteStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("DynamicHop"):
+		return &egressservicev1.DynamicHopApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressFirewall"):
 		return &egressservicev1.EgressFirewallApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressFirewallDestination"):
@@ -66,10 +74,16 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &egressservicev1.EgressServiceSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EgressServiceStatus"):
 		return &egressservicev1.EgressServiceStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ExternalNetworkSource"):
+		return &egressservicev1.ExternalNetworkSourceApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ExternalNextHops"):
+		return &egressservicev1.ExternalNextHopsApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("LabelSelector"):
 		return &egressservicev1.LabelSelectorApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("LabelSelectorRequirement"):
 		return &egressservicev1.LabelSelectorRequirementApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("StaticHop"):
+		return &egressservicev1.StaticHopApplyConfiguration{}
 
 	}
 	return nil

@@ -6,8 +6,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// GroupName is the API group of EgressService, EgressQoS, EgressFirewall and
-// EgressIP.
+// GroupName is the API group of EgressService, EgressQoS, EgressFirewall,
+// EgressIP and AdminPolicyBasedExternalRoute.
 const GroupName = "k8s.ovn.org"
 
 // SchemeGroupVersion is the group and version of this package's types.
@@ -30,7 +30,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&EgressService{}, &EgressServiceList{},
 		&EgressQoS{}, &EgressQoSList{},
 		&EgressFirewall{}, &EgressFirewallList{},
-		&EgressIP{}, &EgressIPList{})
+		&EgressIP{}, &EgressIPList{},
+		&AdminPolicyBasedExternalRoute{}, &AdminPolicyBasedExternalRouteList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

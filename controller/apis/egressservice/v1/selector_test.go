@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,11 +78,16 @@ func TestAsMetaSelects(t *testing.T) {
 // spec.egressIPs and status.items by MaxEgressIPAddresses (a marker cannot
 // name the constant).
 func TestCRDBoundsMatchConstants(t *testing.T) {
-	for file, want := range map[string]int{
-		"k8s.ovn.org_egressqoses.yaml":     MaxEgressQoSRules,
-		"k8s.ovn.org_egressfirewalls.yaml": MaxEgressFirewallRules,
+	for _, c := range []struct {
+		file, path string // path: the dotted properties under the schema's root
+		want       int
+	}{
+		{"k8s.ovn.org_egressqoses.yaml", "spec.egress", MaxEgressQoSRules},
+		{"k8s.ovn.org_egressfirewalls.yaml", "spec.egress", MaxEgressFirewallRules},
+		{"k8s.ovn.org_adminpolicybasedexternalroutes.yaml", "spec.nextHops.static", MaxExternalRouteHops},
+		{"k8s.ovn.org_adminpolicybasedexternalroutes.yaml", "spec.nextHops.dynamic", MaxExternalRouteHops},
 	} {
-		raw, err := os.ReadFile("../../../../deploy/crds/" + file)
+		raw, err := os.ReadFile("../../../../deploy/crds/" + c.file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,17 +95,7 @@ func TestCRDBoundsMatchConstants(t *testing.T) {
 			Spec struct {
 				Versions []struct {
 					Schema struct {
-						OpenAPIV3Schema struct {
-							Properties struct {
-								Spec struct {
-									Properties struct {
-										Egress struct {
-											MaxItems *int `json:"maxItems"`
-										} `json:"egress"`
-									} `json:"properties"`
-								} `json:"spec"`
-							} `json:"properties"`
-						} `json:"openAPIV3Schema"`
+						OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
 					} `json:"schema"`
 				} `json:"versions"`
 			} `json:"spec"`
@@ -108,11 +104,15 @@ func TestCRDBoundsMatchConstants(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(crd.Spec.Versions) != 1 {
-			t.Fatalf("%s: %d versions in the CRD", file, len(crd.Spec.Versions))
+			t.Fatalf("%s: %d versions in the CRD", c.file, len(crd.Spec.Versions))
 		}
-		got := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties.Spec.Properties.Egress.MaxItems
-		if got == nil || *got != want {
-			t.Errorf("%s: spec.egress maxItems %v, the constant %d", file, got, want)
+		node := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+		for _, name := range strings.Split(c.path, ".") {
+			props, _ := node["properties"].(map[string]any)
+			node, _ = props[name].(map[string]any)
+		}
+		if got, ok := node["maxItems"].(float64); !ok || int(got) != c.want {
+			t.Errorf("%s: %s maxItems %v, the constant %d", c.file, c.path, node["maxItems"], c.want)
 		}
 	}
 }

@@ -53,6 +53,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=k8s.ovn.org, Version=v1
+	case v1.SchemeGroupVersion.WithResource("adminpolicybasedexternalroutes"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().AdminPolicyBasedExternalRoutes().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("egressfirewalls"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressFirewalls().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("egressips"):

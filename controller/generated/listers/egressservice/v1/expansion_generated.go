@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1
 
+// AdminPolicyBasedExternalRouteListerExpansion allows custom methods to be added to
+// AdminPolicyBasedExternalRouteLister.
+type AdminPolicyBasedExternalRouteListerExpansion interface{}
+
 // EgressFirewallListerExpansion allows custom methods to be added to
 // EgressFirewallLister.
 type EgressFirewallListerExpansion interface{}

@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// AdminPolicyBasedExternalRoutes returns a AdminPolicyBasedExternalRouteInformer.
+	AdminPolicyBasedExternalRoutes() AdminPolicyBasedExternalRouteInformer
 	// EgressFirewalls returns a EgressFirewallInformer.
 	EgressFirewalls() EgressFirewallInformer
 	// EgressIPs returns a EgressIPInformer.
@@ -43,6 +45,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// AdminPolicyBasedExternalRoutes returns a AdminPolicyBasedExternalRouteInformer.
+func (v *version) AdminPolicyBasedExternalRoutes() AdminPolicyBasedExternalRouteInformer {
+	return &adminPolicyBasedExternalRouteInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // EgressFirewalls returns a EgressFirewallInformer.

@@ -28,6 +28,7 @@ import (
 
 type K8sV1Interface interface {
 	RESTClient() rest.Interface
+	AdminPolicyBasedExternalRoutesGetter
 	EgressFirewallsGetter
 	EgressIPsGetter
 	EgressQoSesGetter
@@ -37,6 +38,10 @@ type K8sV1Interface interface {
 // K8sV1Client is used to interact with features provided by the k8s.ovn.org group.
 type K8sV1Client struct {
 	restClient rest.Interface
+}
+
+func (c *K8sV1Client) AdminPolicyBasedExternalRoutes() AdminPolicyBasedExternalRouteInterface {
+	return newAdminPolicyBasedExternalRoutes(c)
 }
 
 func (c *K8sV1Client) EgressFirewalls(namespace string) EgressFirewallInterface {

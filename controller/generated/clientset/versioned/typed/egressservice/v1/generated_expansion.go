@@ -18,6 +18,8 @@ limitations under the License.
 
 package v1
 
+type AdminPolicyBasedExternalRouteExpansion interface{}
+
 type EgressFirewallExpansion interface{}
 
 type EgressIPExpansion interface{}

@@ -28,6 +28,10 @@ type FakeK8sV1 struct {
 	*testing.Fake
 }
 
+func (c *FakeK8sV1) AdminPolicyBasedExternalRoutes() v1.AdminPolicyBasedExternalRouteInterface {
+	return newFakeAdminPolicyBasedExternalRoutes(c)
+}
+
 func (c *FakeK8sV1) EgressFirewalls(namespace string) v1.EgressFirewallInterface {
 	return newFakeEgressFirewalls(c, namespace)
 }
