@@ -27,7 +27,9 @@ const (
 	Assigned Reason = "Assigned"
 	// AllNodes: sourceIPBy is Network, so the host is "ALL".
 	AllNodes Reason = "AllNodes"
-	// InvalidSelector: spec.nodeSelector does not parse.
+	// InvalidSelector: spec.nodeSelector does not parse (an
+	// AdminPolicyBasedExternalRoute's problem too, for any of its
+	// selectors).
 	InvalidSelector Reason = "InvalidSelector"
 	// ServiceNotFound: there is no Service of the same name.
 	ServiceNotFound Reason = "ServiceNotFound"
@@ -154,4 +156,18 @@ const (
 	// holding it would answer ARP and neighbour solicitations for that
 	// node and take its traffic.
 	NodeAddress Reason = "NodeAddress"
+)
+
+// Why a gateway pod that an AdminPolicyBasedExternalRoute's dynamic hop
+// selects is not one of its next hops (controller/dataplane's
+// ComputeExternalRouteHops). The policy's other hops still apply.
+const (
+	// GatewayNotHostNetwork: the hop names no networkAttachmentName, so
+	// its gateway must be host-networked (the gateway address is its
+	// node's), and the pod is not.
+	GatewayNotHostNetwork Reason = "GatewayNotHostNetwork"
+	// GatewayNetworkUnknown: the hop names a network attachment that the
+	// pod's k8s.v1.cni.cncf.io/network-status annotation does not list, or
+	// the annotation is missing or unreadable.
+	GatewayNetworkUnknown Reason = "GatewayNetworkUnknown"
 )

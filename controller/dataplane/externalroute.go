@@ -1,0 +1,214 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/reasons"
+)
+
+// AdminPolicyBasedExternalRoute's first stage: which next hops each
+// namespace's pods send their egress through. The flows that steer the
+// pods to a select group over these hops are the next stage, and are not
+// built yet.
+//
+// The rules, where the API leaves a choice:
+//   - Several policies that select one namespace merge their hops, as the
+//     reference does; an address listed by several (static, or a gateway
+//     pod several dynamic hops select) is one hop, followed with BFD if any
+//     of them asks for it, so that a dead gateway is always detected where
+//     it can be.
+//   - A dynamic hop's gateway is a Running pod that is not being deleted;
+//     without BFD it must also be Ready (its readiness is then its only
+//     liveness), with BFD the session decides.
+//   - A dynamic hop without networkAttachmentName takes a host-networked
+//     pod's addresses (its node's); with one, the addresses the pod's
+//     network-status annotation lists for that network. A pod that has
+//     neither is not a hop, and the policy says why.
+
+// ExternalHop is a next hop of a namespace's egress through external
+// gateways.
+type ExternalHop struct {
+	IP netip.Addr
+	// BFD: the hop's liveness is a BFD session's, not its pod's readiness.
+	BFD bool
+}
+
+// NetworkStatusAnnotation is where Multus records the networks of a pod
+// and their addresses (the Network Plumbing Working Group's convention).
+const NetworkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status"
+
+// networkStatus is one entry of NetworkStatusAnnotation.
+type networkStatus struct {
+	Name string   `json:"name"`
+	IPs  []string `json:"ips"`
+}
+
+// ComputeExternalRouteHops is the specification of the first stage: for
+// each namespace that a policy selects, its next hops, sorted by address
+// (IPv4 first); and the problems of the policies, keyed by
+// ObjectKey(APIExternalRoute, "", name).
+func ComputeExternalRouteHops(routes []*esv1.AdminPolicyBasedExternalRoute, namespaces []*corev1.Namespace, pods []*corev1.Pod) (map[string][]ExternalHop, []Problem) {
+	nsLabels := make(map[string]labels.Set, len(namespaces))
+	for _, ns := range namespaces {
+		nsLabels[ns.Name] = ns.Labels
+	}
+	merged := map[string]map[netip.Addr]bool{} // namespace -> hop -> BFD
+	var problems []Problem
+	for _, route := range sortedByName(routes) {
+		key := ObjectKey(APIExternalRoute, "", route.Name)
+		from, err := metav1.LabelSelectorAsSelector(route.Spec.From.NamespaceSelector.AsMeta())
+		if err != nil {
+			problems = append(problems, Problem{Key: key, Reason: reasons.InvalidSelector, Message: "spec.from.namespaceSelector: " + err.Error()})
+			continue
+		}
+		hops, hopProblems := routeHops(route, nsLabels, pods)
+		for _, p := range hopProblems {
+			problems = append(problems, Problem{Key: key, Reason: p.Reason, Message: p.Message})
+		}
+		for ns, set := range nsLabels {
+			if !from.Matches(set) {
+				continue
+			}
+			if merged[ns] == nil {
+				merged[ns] = map[netip.Addr]bool{}
+			}
+			for addr, bfd := range hops {
+				merged[ns][addr] = merged[ns][addr] || bfd
+			}
+		}
+	}
+	out := make(map[string][]ExternalHop, len(merged))
+	for ns, hops := range merged {
+		if len(hops) == 0 {
+			continue
+		}
+		list := make([]ExternalHop, 0, len(hops))
+		for _, addr := range slices.SortedFunc(maps.Keys(hops), netip.Addr.Compare) {
+			list = append(list, ExternalHop{IP: addr, BFD: hops[addr]})
+		}
+		out[ns] = list
+	}
+	return out, problems
+}
+
+func sortedByName(routes []*esv1.AdminPolicyBasedExternalRoute) []*esv1.AdminPolicyBasedExternalRoute {
+	return slices.SortedFunc(slices.Values(routes), func(a, b *esv1.AdminPolicyBasedExternalRoute) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// routeHops returns one policy's hops, each address with whether BFD
+// follows it, and the problems (without key) of its hops.
+func routeHops(route *esv1.AdminPolicyBasedExternalRoute, nsLabels map[string]labels.Set, pods []*corev1.Pod) (map[netip.Addr]bool, []Problem) {
+	hops := map[netip.Addr]bool{}
+	var problems []Problem
+	add := func(addr netip.Addr, bfd bool) { hops[addr] = hops[addr] || bfd }
+	for i, h := range route.Spec.NextHops.StaticHops {
+		addr, err := netip.ParseAddr(h.IP)
+		if err != nil || addr.Zone() != "" || addr.Is4In6() {
+			problems = append(problems, Problem{Reason: reasons.InvalidRule, Message: fmt.Sprintf("spec.nextHops.static[%d]: %q is not an address; the hop is skipped", i, h.IP)})
+			continue
+		}
+		add(addr, h.BFDEnabled)
+	}
+	for i, h := range route.Spec.NextHops.DynamicHops {
+		where := fmt.Sprintf("spec.nextHops.dynamic[%d]", i)
+		nsSel, err := metav1.LabelSelectorAsSelector(h.NamespaceSelector.AsMeta())
+		if err != nil {
+			problems = append(problems, Problem{Reason: reasons.InvalidSelector, Message: where + ".namespaceSelector: " + err.Error()})
+			continue
+		}
+		podSel, err := metav1.LabelSelectorAsSelector(h.PodSelector.AsMeta())
+		if err != nil {
+			problems = append(problems, Problem{Reason: reasons.InvalidSelector, Message: where + ".podSelector: " + err.Error()})
+			continue
+		}
+		for _, pod := range pods {
+			set, known := nsLabels[pod.Namespace]
+			if !known || !nsSel.Matches(set) || !podSel.Matches(labels.Set(pod.Labels)) || !gatewayPodLive(pod, h.BFDEnabled) {
+				continue
+			}
+			addrs, problem := gatewayAddrs(pod, h.NetworkAttachmentName)
+			if problem != nil {
+				problem.Message = where + ": " + problem.Message
+				problems = append(problems, *problem)
+				continue
+			}
+			for _, addr := range addrs {
+				add(addr, h.BFDEnabled)
+			}
+		}
+	}
+	return hops, problems
+}
+
+// gatewayPodLive says whether a selected pod serves as a hop: Running and
+// not being deleted, and Ready unless BFD follows it.
+func gatewayPodLive(pod *corev1.Pod, bfd bool) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	return bfd || podReady(pod)
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// gatewayAddrs returns a gateway pod's addresses as a dynamic hop reads
+// them: its own (its node's) when the hop names no network attachment,
+// else those the pod's network-status annotation lists for the network,
+// named namespace/name or, in the pod's namespace, name.
+func gatewayAddrs(pod *corev1.Pod, network string) ([]netip.Addr, *Problem) {
+	podName := pod.Namespace + "/" + pod.Name
+	if network == "" {
+		if !pod.Spec.HostNetwork {
+			return nil, &Problem{Reason: reasons.GatewayNotHostNetwork,
+				Message: fmt.Sprintf("pod %s names no networkAttachmentName and is not host-networked; it is not a next hop", podName)}
+		}
+		var out []netip.Addr
+		for _, ip := range pod.Status.PodIPs {
+			if addr, err := netip.ParseAddr(ip.IP); err == nil {
+				out = append(out, addr.Unmap())
+			}
+		}
+		return out, nil
+	}
+	qualified := network
+	if !strings.Contains(network, "/") {
+		qualified = pod.Namespace + "/" + network
+	}
+	var statuses []networkStatus
+	raw, annotated := pod.Annotations[NetworkStatusAnnotation]
+	if !annotated || json.Unmarshal([]byte(raw), &statuses) != nil {
+		return nil, &Problem{Reason: reasons.GatewayNetworkUnknown,
+			Message: fmt.Sprintf("pod %s has no readable %s annotation, so its address on %s is unknown; it is not a next hop", podName, NetworkStatusAnnotation, qualified)}
+	}
+	for _, st := range statuses {
+		if st.Name != qualified && pod.Namespace+"/"+st.Name != qualified {
+			continue
+		}
+		var out []netip.Addr
+		for _, ip := range st.IPs {
+			if addr, err := netip.ParseAddr(ip); err == nil {
+				out = append(out, addr.Unmap())
+			}
+		}
+		return out, nil
+	}
+	return nil, &Problem{Reason: reasons.GatewayNetworkUnknown,
+		Message: fmt.Sprintf("pod %s is not attached to %s (its %s annotation does not list it); it is not a next hop", podName, qualified, NetworkStatusAnnotation)}
+}
