@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/egressflow/egressflow/test/topology"
 )
 
 // BenchmarkDetection measures how long a session takes to declare a path
@@ -23,33 +25,33 @@ func BenchmarkDetection(b *testing.B) {
 	const settleFastTimers = 500 * time.Millisecond
 	for _, peerKind := range []string{"egressflow", "frr"} {
 		b.Run("peer="+peerKind, func(b *testing.B) {
-			p := newPair(b)
-			ours, changes := listenIn(b, p.nsA, Config{})
+			p := topology.NewPair(b)
+			ours, changes := listenIn(b, p.NsA, Config{})
 			var peerUp func()
 			if peerKind == "frr" {
-				frr := startFRR(b, p.nsB, []netip.Addr{addrB4}, []netip.Addr{addrA4})
-				peerUp = func() { frr.waitPeer(b, addrA4, "up", sessionSetUp) }
+				frr := startFRR(b, p.NsB, []netip.Addr{p.B4}, []netip.Addr{p.A4})
+				peerUp = func() { frr.waitPeer(b, p.A4, "up", sessionSetUp) }
 			} else {
-				peer, _ := listenIn(b, p.nsB, Config{})
-				addIn(b, p.nsB, peer, addrA4)
-				peerUp = func() { waitState(b, peer, addrA4, Up, sessionSetUp) }
+				peer, _ := listenIn(b, p.NsB, Config{})
+				addIn(b, p.NsB, peer, p.A4)
+				peerUp = func() { waitState(b, peer, p.A4, Up, sessionSetUp) }
 			}
-			addIn(b, p.nsA, ours, addrB4)
+			addIn(b, p.NsA, ours, p.B4)
 			var took []time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				// Up on both sides, and the fast timers in use: until the
 				// peer's first packet as Up arrives, the detection time is
 				// still the slow 3 x 1 s.
-				waitState(b, ours, addrB4, Up, sessionSetUp)
+				waitState(b, ours, p.B4, Up, sessionSetUp)
 				peerUp()
 				time.Sleep(settleFastTimers)
 				cut := time.Now()
-				p.setLinkB(b, false)
-				waitState(b, ours, addrB4, Down, 5*time.Second)
-				down, _ := changes.last(addrB4)
+				p.SetLinkB(b, false)
+				waitState(b, ours, p.B4, Down, 5*time.Second)
+				down, _ := changes.last(p.B4)
 				took = append(took, down.at.Sub(cut))
-				p.setLinkB(b, true)
+				p.SetLinkB(b, true)
 			}
 			slices.Sort(took)
 			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50_ms")

@@ -16,23 +16,23 @@ import (
 // takes them Down as an expired detection time, told through the
 // callback; and they come back Up with the path.
 func TestEnginesDetectALostPath(t *testing.T) {
-	p := newPair(t)
-	a, aChanges := listenIn(t, p.nsA, Config{})
-	b, _ := listenIn(t, p.nsB, Config{})
-	addIn(t, p.nsA, a, addrB4, addrB6)
-	addIn(t, p.nsB, b, addrA4, addrA6)
-	for _, peer := range []netip.Addr{addrB4, addrB6} {
+	p := topology.NewPair(t)
+	a, aChanges := listenIn(t, p.NsA, Config{})
+	b, _ := listenIn(t, p.NsB, Config{})
+	addIn(t, p.NsA, a, p.B4, p.B6)
+	addIn(t, p.NsB, b, p.A4, p.A6)
+	for _, peer := range []netip.Addr{p.B4, p.B6} {
 		waitState(t, a, peer, Up, sessionSetUp)
 	}
-	for _, peer := range []netip.Addr{addrA4, addrA6} {
+	for _, peer := range []netip.Addr{p.A4, p.A6} {
 		waitState(t, b, peer, Up, sessionSetUp)
 	}
-	if ch, ok := aChanges.last(addrB4); !ok || ch.State != Up {
-		t.Fatalf("the callback's last change for %s: %+v (reported %v), want Up", addrB4, ch, ok)
+	if ch, ok := aChanges.last(p.B4); !ok || ch.State != Up {
+		t.Fatalf("the callback's last change for %s: %+v (reported %v), want Up", p.B4, ch, ok)
 	}
 
-	p.setLinkB(t, false)
-	for _, peer := range []netip.Addr{addrB4, addrB6} {
+	p.SetLinkB(t, false)
+	for _, peer := range []netip.Addr{p.B4, p.B6} {
 		// 3 x 100 ms detects it; the bound leaves room for a loaded machine.
 		if d := waitState(t, a, peer, Down, 5*time.Second); d != DiagControlDetectionExpired {
 			t.Errorf("session to %s went down with %v, want %v", peer, d, DiagControlDetectionExpired)
@@ -42,8 +42,8 @@ func TestEnginesDetectALostPath(t *testing.T) {
 		}
 	}
 
-	p.setLinkB(t, true)
-	for _, peer := range []netip.Addr{addrB4, addrB6} {
+	p.SetLinkB(t, true)
+	for _, peer := range []netip.Addr{p.B4, p.B6} {
 		waitState(t, a, peer, Up, sessionSetUp)
 	}
 }
@@ -51,17 +51,17 @@ func TestEnginesDetectALostPath(t *testing.T) {
 // TestRemoveSignalsAdministrativeDown: a session removed on one side is
 // taken Down on the other as the neighbour's decision, not as a failure.
 func TestRemoveSignalsAdministrativeDown(t *testing.T) {
-	p := newPair(t)
-	a, _ := listenIn(t, p.nsA, Config{})
-	b, _ := listenIn(t, p.nsB, Config{})
-	addIn(t, p.nsA, a, addrB4)
-	addIn(t, p.nsB, b, addrA4)
-	waitState(t, b, addrA4, Up, sessionSetUp)
-	a.Remove(addrB4)
-	if _, _, ok := a.State(addrB4); ok {
+	p := topology.NewPair(t)
+	a, _ := listenIn(t, p.NsA, Config{})
+	b, _ := listenIn(t, p.NsB, Config{})
+	addIn(t, p.NsA, a, p.B4)
+	addIn(t, p.NsB, b, p.A4)
+	waitState(t, b, p.A4, Up, sessionSetUp)
+	a.Remove(p.B4)
+	if _, _, ok := a.State(p.B4); ok {
 		t.Fatal("the removed session is still listed")
 	}
-	if d := waitState(t, b, addrA4, Down, 5*time.Second); d != DiagNeighborSignaledDown {
+	if d := waitState(t, b, p.A4, Down, 5*time.Second); d != DiagNeighborSignaledDown {
 		t.Fatalf("the peer's session went down with %v, want %v", d, DiagNeighborSignaledDown)
 	}
 }
@@ -70,14 +70,14 @@ func TestRemoveSignalsAdministrativeDown(t *testing.T) {
 // (TTL below 255) is discarded, and the same packet with TTL 255 is
 // applied (RFC 5881 section 5).
 func TestOnlyTTL255IsAccepted(t *testing.T) {
-	p := newPair(t)
-	a, _ := listenIn(t, p.nsA, Config{})
-	addIn(t, p.nsA, a, addrB4)
+	p := topology.NewPair(t)
+	a, _ := listenIn(t, p.NsA, Config{})
+	addIn(t, p.NsA, a, p.B4)
 	hello := Packet{State: Down, DetectMult: 3, MyDiscriminator: 99, DesiredMinTx: time.Second, RequiredMinRx: time.Second}
 	sendFromB := func(ttl int) {
 		t.Helper()
-		err := topology.InNetns(p.nsB, func() error {
-			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrA4, ControlPort)))
+		err := topology.InNetns(p.NsB, func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.A4, ControlPort)))
 			if err != nil {
 				return err
 			}
@@ -101,9 +101,9 @@ func TestOnlyTTL255IsAccepted(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if st, _, _ := a.State(addrB4); st != Down {
+	if st, _, _ := a.State(p.B4); st != Down {
 		t.Fatalf("a TTL 64 packet moved the session to %v", st)
 	}
 	sendFromB(255)
-	waitState(t, a, addrB4, Init, 5*time.Second)
+	waitState(t, a, p.B4, Init, 5*time.Second)
 }

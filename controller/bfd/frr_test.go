@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egressflow/egressflow/test/topology"
 )
 
 // bfddBinary is FRR's BFD daemon, from Debian's frr package.
@@ -144,35 +146,35 @@ func (f *frrBFD) waitPeer(t testing.TB, addr netip.Addr, status string, within t
 // shows in FRR as administratively down; and a bfdd that dies is
 // detected as a silent peer.
 func TestInteroperatesWithFRR(t *testing.T) {
-	p := newPair(t)
-	ours, _ := listenIn(t, p.nsA, Config{})
-	frr := startFRR(t, p.nsB, []netip.Addr{addrB4, addrB6}, []netip.Addr{addrA4, addrA6})
-	addIn(t, p.nsA, ours, addrB4, addrB6)
-	for _, gw := range []netip.Addr{addrB4, addrB6} {
+	p := topology.NewPair(t)
+	ours, _ := listenIn(t, p.NsA, Config{})
+	frr := startFRR(t, p.NsB, []netip.Addr{p.B4, p.B6}, []netip.Addr{p.A4, p.A6})
+	addIn(t, p.NsA, ours, p.B4, p.B6)
+	for _, gw := range []netip.Addr{p.B4, p.B6} {
 		waitState(t, ours, gw, Up, sessionSetUp)
 	}
-	for _, us := range []netip.Addr{addrA4, addrA6} {
+	for _, us := range []netip.Addr{p.A4, p.A6} {
 		frr.waitPeer(t, us, "up", sessionSetUp)
 	}
 
-	if _, err := frr.vtysh("configure terminal", "bfd", "peer "+addrA4.String()+" local-address "+addrB4.String(), "shutdown"); err != nil {
+	if _, err := frr.vtysh("configure terminal", "bfd", "peer "+p.A4.String()+" local-address "+p.B4.String(), "shutdown"); err != nil {
 		t.Fatal(err)
 	}
-	if d := waitState(t, ours, addrB4, Down, 5*time.Second); d != DiagNeighborSignaledDown {
+	if d := waitState(t, ours, p.B4, Down, 5*time.Second); d != DiagNeighborSignaledDown {
 		t.Fatalf("FRR's shutdown took our session down with %v, want %v", d, DiagNeighborSignaledDown)
 	}
-	if _, err := frr.vtysh("configure terminal", "bfd", "peer "+addrA4.String()+" local-address "+addrB4.String(), "no shutdown"); err != nil {
+	if _, err := frr.vtysh("configure terminal", "bfd", "peer "+p.A4.String()+" local-address "+p.B4.String(), "no shutdown"); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ours, addrB4, Up, sessionSetUp)
+	waitState(t, ours, p.B4, Up, sessionSetUp)
 
-	ours.Remove(addrB6)
-	if got := frr.waitPeer(t, addrA6, "down", 5*time.Second); !strings.Contains(got.RemoteDiagnostic, "administratively") {
+	ours.Remove(p.B6)
+	if got := frr.waitPeer(t, p.A6, "down", 5*time.Second); !strings.Contains(got.RemoteDiagnostic, "administratively") {
 		t.Errorf("FRR sees our removed session as %+v, want the remote diagnostic administratively down", got)
 	}
 
 	frr.kill()
-	if d := waitState(t, ours, addrB4, Down, 5*time.Second); d != DiagControlDetectionExpired {
+	if d := waitState(t, ours, p.B4, Down, 5*time.Second); d != DiagControlDetectionExpired {
 		t.Fatalf("a dead bfdd took our session down with %v, want %v", d, DiagControlDetectionExpired)
 	}
 }

@@ -8,60 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egressflow/egressflow/test/ovstest"
 	"github.com/egressflow/egressflow/test/topology"
 )
-
-// The two ends of a test link. These addresses exist only inside the
-// test's namespaces.
-var (
-	addrA4, addrB4 = netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
-	addrA6, addrB6 = netip.MustParseAddr("fd00:bfd::1"), netip.MustParseAddr("fd00:bfd::2")
-)
-
-// pair is two network namespaces joined by a veth, dual-stack.
-type pair struct {
-	nsA, nsB string
-	linkB    string // B's end of the veth
-}
-
-func newPair(t testing.TB) *pair {
-	t.Helper()
-	requireRoot(t)
-	p := &pair{nsA: ovstest.UniqueName("bfda"), nsB: ovstest.UniqueName("bfdb"), linkB: "vb"}
-	for _, ns := range []string{p.nsA, p.nsB} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	tmpA, tmpB := ovstest.UniqueName("va"), ovstest.UniqueName("vb")
-	run(t, "ip", "link", "add", tmpA, "type", "veth", "peer", "name", tmpB)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", tmpA).Run() })
-	for _, end := range []struct {
-		tmp, ns, name string
-		v4, v6        netip.Addr
-	}{{tmpA, p.nsA, "va", addrA4, addrA6}, {tmpB, p.nsB, p.linkB, addrB4, addrB6}} {
-		run(t, "ip", "link", "set", end.tmp, "netns", end.ns)
-		run(t, "ip", "-n", end.ns, "link", "set", end.tmp, "name", end.name)
-		// Keep the IPv6 address over a link down and up, as the IPv4 one is.
-		run(t, "ip", "netns", "exec", end.ns, "sysctl", "-qw", "net.ipv6.conf."+end.name+".keep_addr_on_down=1")
-		run(t, "ip", "-n", end.ns, "addr", "add", end.v4.String()+"/24", "dev", end.name)
-		run(t, "ip", "-n", end.ns, "addr", "add", end.v6.String()+"/64", "dev", end.name, "nodad")
-		run(t, "ip", "-n", end.ns, "link", "set", end.name, "up")
-	}
-	return p
-}
-
-// setLinkB takes B's end of the link down or up: a path that stops
-// forwarding, without either side being told.
-func (p *pair) setLinkB(t testing.TB, up bool) {
-	t.Helper()
-	state := "down"
-	if up {
-		state = "up"
-	}
-	run(t, "ip", "-n", p.nsB, "link", "set", p.linkB, state)
-}
 
 // listenIn starts an Engine in namespace ns, closed when the test ends;
 // changes collects what its callback was handed.
@@ -144,13 +92,6 @@ func waitState(t testing.TB, e *Engine, peer netip.Addr, want State, within time
 			t.Fatalf("session to %s is %v (%v, exists %v) after %v, want %v", peer, st, d, ok, within, want)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if out, err := exec.Command("id", "-u").Output(); err != nil || strings.TrimSpace(string(out)) != "0" {
-		t.Fatal("needs root for network namespaces: run as root (make test does)")
 	}
 }
 
