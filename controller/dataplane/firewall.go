@@ -213,11 +213,12 @@ func ComputeFirewall(node NodeConfig, firewalls []*esv1.EgressFirewall, pods []*
 			sources[pod.Namespace] = append(sources[pod.Namespace], podAddresses(pod, node.ClusterPodCIDRs)...)
 		}
 	}
+	var read []esv1.FirewallRule
 	for _, fw := range firewalls {
 		if fw.Name != esv1.EgressFirewallName {
 			continue
 		}
-		ns, problems := computeFirewallNamespace(node, fw, nodes, resolved)
+		ns, problems := computeFirewallNamespace(node, fw, nodes, resolved, &read)
 		out.Problems = append(out.Problems, problems...)
 		ns.Sources = slices.Compact(slices.SortedFunc(slices.Values(sources[fw.Namespace]), netip.Addr.Compare))
 		if len(ns.Sources) > 0 {
@@ -280,11 +281,12 @@ func firewallExemptions(node NodeConfig) []netip.Prefix {
 }
 
 // computeFirewallNamespace computes fw's rules (Sources and ID not yet
-// set) and their problems.
+// set) and their problems. It reads fw's rules into *read, emptied again
+// after: one slice for the readings of every object its caller computes.
 func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []*corev1.Node,
-	resolved map[string][]netip.Addr) (FirewallNamespace, []Problem) {
+	resolved map[string][]netip.Addr, read *[]esv1.FirewallRule) (FirewallNamespace, []Problem) {
 	ns := FirewallNamespace{Key: ObjectKey(APIEgressFirewall, fw.Namespace, fw.Name)}
-	rules, ruleProblems := fw.Spec.Rules(node.ClusterPodCIDRs)
+	rules, ruleProblems := fw.Spec.AppendRules((*read)[:0], node.ClusterPodCIDRs)
 	var problems []Problem
 	// In rule order, as the rules are read: a rule's own problems, then
 	// whether its name is resolved.
@@ -317,6 +319,8 @@ func computeFirewallNamespace(node NodeConfig, fw *esv1.EgressFirewall, nodes []
 		}
 		ns.Rules = append(ns.Rules, rule)
 	}
+	clear(rules) // holds no rule's ports or selector until the next reading
+	*read = rules[:0]
 	return ns, append(problems, keyProblems(ns.Key, ruleProblems)...)
 }
 

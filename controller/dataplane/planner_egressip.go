@@ -307,24 +307,44 @@ func (p *Planner) SetClusterPods(pods []*corev1.Pod) {
 		in.decided, in.redecide = make(map[podRef][]eipAddr, len(pods)), make(map[podRef]bool, len(pods))
 		in.byAddr = make(map[netip.Addr]*eipAddr, 2*len(pods))
 	}
-	next := map[string]map[string]*corev1.Pod{}
+	// In place: a change costs the pods it touches, not a new map of every
+	// pod (the list comes whole on every change of any pod).
+	if in.pods == nil {
+		in.pods = map[string]map[string]*corev1.Pod{}
+	}
 	for _, pod := range pods {
-		if next[pod.Namespace] == nil {
-			next[pod.Namespace] = map[string]*corev1.Pod{}
+		byName := in.pods[pod.Namespace]
+		if byName == nil {
+			byName = map[string]*corev1.Pod{}
+			in.pods[pod.Namespace] = byName
 		}
-		next[pod.Namespace][pod.Name] = pod
-		if in.pods[pod.Namespace][pod.Name] != pod {
+		if byName[pod.Name] != pod {
+			byName[pod.Name] = pod
 			in.redecide[podRef{pod.Namespace, pod.Name}] = true
 		}
 	}
+	held := 0
+	for _, byName := range in.pods {
+		held += len(byName)
+	}
+	if held == len(pods) {
+		return // every pod held is listed (an informer lists each pod once): none is gone
+	}
+	listed := make(map[podRef]bool, len(pods))
+	for _, pod := range pods {
+		listed[podRef{pod.Namespace, pod.Name}] = true
+	}
 	for ns, byName := range in.pods {
 		for name := range byName {
-			if _, ok := next[ns][name]; !ok {
+			if !listed[podRef{ns, name}] {
+				delete(byName, name)
 				in.redecide[podRef{ns, name}] = true
 			}
 		}
+		if len(byName) == 0 {
+			delete(in.pods, ns)
+		}
 	}
-	in.pods = next
 }
 
 // mark marks pl's part to be rebuilt.

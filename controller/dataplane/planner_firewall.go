@@ -50,6 +50,9 @@ type firewallInputs struct {
 	// firewall's part changed (unresolvedStale): a sync asks every time.
 	unresolved      []UnresolvedDNSName
 	unresolvedStale bool
+	// readRules is the slice every object's rules are read into
+	// (computeFirewallNamespace), empty between two readings.
+	readRules []esv1.FirewallRule
 }
 
 // nodeView is what a nodeSelector rule reads of a Node.
@@ -108,7 +111,7 @@ func (p *Planner) replanFirewalls(keys []string) []string {
 		pl := p.firewalls[k]
 		had := len(pl.ns.Sources) > 0
 		id := pl.ns.ID
-		pl.ns, pl.problems = computeFirewallNamespace(p.node, pl.fw, p.nodes, p.resolved)
+		pl.ns, pl.problems = computeFirewallNamespace(p.node, pl.fw, p.nodes, p.resolved, &p.readRules)
 		var sources []netip.Addr
 		for _, pod := range p.podsByNamespace[pl.fw.Namespace] {
 			sources = append(sources, podAddresses(pod, p.node.ClusterPodCIDRs)...)

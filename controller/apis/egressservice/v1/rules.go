@@ -140,7 +140,14 @@ type FirewallRule struct {
 // Rules reads spec.egress for a cluster whose pods have addresses in
 // podCIDRs, as EgressQoSSpec.Rules does.
 func (s *EgressFirewallSpec) Rules(podCIDRs []netip.Prefix) ([]FirewallRule, []RuleProblem) {
-	rules := make([]FirewallRule, 0, min(len(s.Egress), MaxEgressFirewallRules))
+	return s.AppendRules(make([]FirewallRule, 0, min(len(s.Egress), MaxEgressFirewallRules)), podCIDRs)
+}
+
+// AppendRules is Rules appending the rules to dst, for a reader of many
+// objects in turn that reuses one slice for them all: a node's first sync
+// reads every EgressFirewall, up to 8,000 rules each, and would otherwise
+// allocate a slice of them per object only to copy them out.
+func (s *EgressFirewallSpec) AppendRules(dst []FirewallRule, podCIDRs []netip.Prefix) ([]FirewallRule, []RuleProblem) {
 	var problems ruleProblems
 	for i, r := range s.Egress {
 		if i >= MaxEgressFirewallRules {
@@ -192,9 +199,9 @@ func (s *EgressFirewallSpec) Rules(podCIDRs []netip.Prefix) ([]FirewallRule, []R
 			}
 			rule.Nodes = sel
 		}
-		rules = append(rules, rule)
+		dst = append(dst, rule)
 	}
-	return rules, problems
+	return dst, problems
 }
 
 // firewallPorts reads a rule's ports, sorted and without duplicates; an
