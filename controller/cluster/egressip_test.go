@@ -563,9 +563,14 @@ func TestEgressIPSpecChangeAndDelete(t *testing.T) {
 	kept := eip.Status.Items[1]
 	f.UpdateEgressIP(t, "web", func(eip *esv1.EgressIP) { eip.Spec.EgressIPs = []string{"192.0.2.11"} })
 	f.waitItems("web", reasons.Assigned, kept.EgressIP+"="+kept.Node)
-	if got := histogramCount(t, f.reg, "egressflow_controller_egressip_unassign_latency_seconds"); got != 1 {
-		t.Errorf("unassign latency has %d samples after an address was removed, want 1", got)
-	}
+	// The controller records the latency after its status write returns,
+	// so a reader can see the status first.
+	wait.Until(t, settle, func() error {
+		if got := histogramCount(t, f.reg, "egressflow_controller_egressip_unassign_latency_seconds"); got != 1 {
+			return fmt.Errorf("unassign latency has %d samples after an address was removed, want 1", got)
+		}
+		return nil
+	})
 	f.DeleteEgressIP(t, "web")
 	wait.Until(t, settle, func() error {
 		if got := histogramCount(t, f.reg, "egressflow_controller_egressip_unassign_latency_seconds"); got != 2 {
