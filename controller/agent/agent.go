@@ -93,22 +93,6 @@ type Switch interface {
 	SendPacket(ctx context.Context, po *openflow.PacketOut) error
 }
 
-// ForwardingGate holds back a restarting ovs-vswitchd's forwarding until
-// egressflow's flows are back (controller/ovsdb's Database, through
-// other_config:flow-restore-wait).
-type ForwardingGate interface {
-	// HoldForwarding makes an ovs-vswitchd that starts from now on forward
-	// nothing until ReleaseForwarding; a running one is not affected.
-	HoldForwarding(ctx context.Context) error
-	// ReleaseForwarding lets a waiting ovs-vswitchd forward.
-	ReleaseForwarding(ctx context.Context) error
-}
-
-// holdTimeout bounds one write to the Open vSwitch database. It is a local
-// socket that answers in milliseconds; the bound only keeps a wedged
-// ovsdb-server from stalling the agent.
-const holdTimeout = 5 * time.Second
-
 // FirewallDNS follows the addresses of DNS names (dnsresolve.Resolver):
 // the agent tells it which names its node's EgressFirewall rules need, and
 // reads the answers whenever it signals a change.
@@ -355,15 +339,18 @@ type Agent struct {
 	// ledger is the account of what the bridge holds, which a sync diffs
 	// the planner's state against and commits to once the bridge took it.
 	ledger *dataplane.Ledger
+	// ledgerGeneration is the OpenFlow connection the ledger's account is
+	// of: on any other, the bridge may be a restarted vswitchd's.
+	ledgerGeneration uint64
 	// reported holds the problems of each service already logged and
 	// recorded as Events (report).
 	reported map[string][]dataplane.Problem
 	// prefetched delivers the bridge read that Run starts beside the
 	// informers' initial list; nil once the first full sync took it.
 	prefetched <-chan *bridgeRead
-	// released is the connection generation on which forwarding was last
-	// released; 0 after a hold, so that the next sync releases again.
-	released atomic.Uint64
+	// forwarding is the bookkeeping of holds and releases of a restarting
+	// ovs-vswitchd's forwarding.
+	forwarding forwardingHolds
 
 	// applyMu serializes what writes to the bridge: the worker's syncs
 	// and, until the caches have synced, the cold guard.
@@ -635,6 +622,13 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	for _, src := range a.cfg.Members {
 		go src.Informer.Run(ctx.Done())
 	}
+	// Run returns only once the succession guard has stopped, so that no
+	// hold lands after an uninstall's release.
+	successionDone := make(chan struct{})
+	defer func() { <-successionDone }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { defer close(successionDone); a.guardSuccession(ctx) }()
 	go a.holdOnDisconnect(ctx)
 	if a.cfg.DNS != nil {
 		go a.watchDNS(ctx)
@@ -662,7 +656,7 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 					return
 				}
 				klog.InfoS("Reconnected to the bridge: reading its flows and replaying egressflow's", "node", a.cfg.Node.Name)
-				a.queue.Add(reconnectKey)
+				a.queue.Add(syncKey) // on a new connection, it reads the bridge first
 				select {
 				case coldWake <- struct{}{}:
 				default:
@@ -824,41 +818,6 @@ const sharedOutageEvidenceLag = 2*heartbeat.DefaultPeerProbeInterval + heartbeat
 // EgressService from the API server.
 const fenceRecheckInterval = time.Second
 
-// holdOnDisconnect logs each loss of the bridge and holds forwarding: if
-// ovs-vswitchd is restarting, the new one forwards nothing until the first
-// sync on the new connection has replayed egressflow's flows and released
-// it. Held only while the bridge is away, never across a node's reboot
-// (see docs/dataplane.md).
-func (a *Agent) holdOnDisconnect(ctx context.Context) {
-	if a.cfg.Disconnected == nil {
-		return
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-a.cfg.Disconnected:
-			if !ok {
-				return
-			}
-		}
-		if a.cfg.Forwarding == nil {
-			klog.InfoS("Lost the OpenFlow connection to the bridge; reconnecting (no hold of a restarting ovs-vswitchd: --ovsdb=none)", "node", a.cfg.Node.Name)
-			continue
-		}
-		holdCtx, cancel := context.WithTimeout(ctx, holdTimeout)
-		err := a.cfg.Forwarding.HoldForwarding(holdCtx)
-		cancel()
-		a.released.Store(0)
-		if err != nil {
-			klog.ErrorS(err, "Lost the OpenFlow connection to the bridge, and could not hold a restarting ovs-vswitchd's forwarding", "node", a.cfg.Node.Name)
-		} else {
-			klog.InfoS("Lost the OpenFlow connection to the bridge; a restarting ovs-vswitchd will forward nothing until egressflow's flows are replayed", "node", a.cfg.Node.Name)
-		}
-		a.queue.Add(syncKey) // releases once the bridge is back, whatever raced the hold
-	}
-}
-
 // guardCold installs the cold guard on a bridge that holds none of
 // egressflow's flows (its marker is missing), then releases forwarding,
 // unless the caches have synced (the worker's full sync does both then).
@@ -868,14 +827,14 @@ func (a *Agent) guardCold(ctx context.Context) error {
 	if a.cachesSynced.Load() {
 		return nil
 	}
-	generation := a.cfg.Switch.Generation()
+	epoch := a.epoch()
 	guarded, err := GuardColdBridge(ctx, a.cfg.Switch, a.cfg.Node, a.cfg.UplinkPort)
 	if err != nil || !guarded {
 		// Not guarded: programmed before, by this agent's predecessor; the
 		// first sync diffs against it (and releases a vswitchd still held).
 		return err
 	}
-	return a.release(ctx, generation)
+	return a.release(ctx, epoch)
 }
 
 // GuardColdBridge installs the cold guard (dataplane.ColdGuardFlows) on a
@@ -909,36 +868,13 @@ func GuardColdBridge(ctx context.Context, sw Switch, node dataplane.NodeConfig, 
 	return true, nil
 }
 
-// release lets a waiting ovs-vswitchd forward, once per connection.
-func (a *Agent) release(ctx context.Context, generation uint64) error {
-	if a.cfg.Forwarding == nil || a.released.Load() == generation {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
-	defer cancel()
-	if err := a.cfg.Forwarding.ReleaseForwarding(ctx); err != nil {
-		return fmt.Errorf("release ovs-vswitchd's forwarding: %w", err)
-	}
-	a.released.Store(generation)
-	return nil
-}
-
-// reconnectKey asks the worker to forget what it believes is installed.
-const reconnectKey = "reconnected"
-
 func (a *Agent) processNext(ctx context.Context) bool {
 	key, quit := a.queue.Get()
 	if quit {
 		return false
 	}
 	defer a.queue.Done(key)
-	if key == reconnectKey {
-		a.ledger.Forget()
-		a.queue.Forget(key)
-		a.queue.Add(syncKey)
-		return true
-	}
-	generation := a.cfg.Switch.Generation()
+	epoch := a.epoch()
 	// Read before the sync takes the dirty keys: every rolled-out
 	// member's event up to them is among them, or was taken before.
 	revisions := map[dataplane.API]string{}
@@ -951,14 +887,14 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	// the cold guard's bundle included.
 	a.liveness.syncStarting()
 	a.applyMu.Lock()
-	err := a.sync(ctx, generation)
+	err := a.sync(ctx, epoch)
 	a.applyMu.Unlock()
 	a.liveness.syncEnded()
 	a.mu.Lock()
 	a.lastSyncErr = err
 	if err == nil {
 		a.everSynced = true
-		a.syncedGeneration = generation
+		a.syncedGeneration = epoch.generation
 		a.appliedRevisions = revisions
 		a.unresolvedDNS = a.syncUnresolved
 	}

@@ -92,6 +92,9 @@ type env struct {
 	// restarting vswitchd, and the remote reconnect backoff (100 ms
 	// doubling to 5 s) on the local socket. For comparison only.
 	unguarded bool
+	// configureAgents, if not nil, changes the Config of every agent
+	// started, before startAgent's own configure functions.
+	configureAgents func(*Config)
 	// dnsServers, if any, are where each agent started resolves
 	// EgressFirewall's names (a resolver of its own, which also learns the
 	// DNS replies its bridge copies: SnoopDNS); none: no resolver.
@@ -275,6 +278,9 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 		go func() { defer close(resolverDone); _ = resolver.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-resolverDone })
 		cfg.DNS = resolver
+	}
+	if e.configureAgents != nil {
+		e.configureAgents(&cfg)
 	}
 	for _, f := range configure {
 		f(&cfg)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -33,9 +34,13 @@ type restartEnv struct {
 	stop    func() int
 }
 
-func newRestartEnv(t testing.TB, probeInterval time.Duration, unguarded bool) *restartEnv {
+// newRestartEnv starts it; setup, if not nil, may change how the agents
+// start (env.unguarded, env.configureAgents).
+func newRestartEnv(t testing.TB, probeInterval time.Duration, setup func(*env)) *restartEnv {
 	e := newEnv(t, 2)
-	e.unguarded = unguarded
+	if setup != nil {
+		setup(e)
+	}
 	r := &restartEnv{env: e, host: e.topo.Nodes[0],
 		lbs: []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}}
 	r.a, r.b = e.addPod(r.host, "a"), e.addPod(e.topo.Nodes[1], "b")
@@ -95,7 +100,7 @@ func (r *restartEnv) leaks() (leaked []topology.Packet, sent int) {
 // external host never sees a pod IP, and the LB IP's traffic resumes after
 // every round.
 func TestAgentVswitchdRestartLeaksNothing(t *testing.T) {
-	r := newRestartEnv(t, restartProbeInterval, false)
+	r := newRestartEnv(t, restartProbeInterval, nil)
 	var resumes []time.Duration
 	for range 10 {
 		for _, downtime := range restartDowntimes {
@@ -112,6 +117,55 @@ func TestAgentVswitchdRestartLeaksNothing(t *testing.T) {
 	slices.Sort(resumes)
 	t.Logf("%d restarts, %d datagrams sent, no pod IP on the wire; LB-IP traffic resumed %v to %v after vswitchd answered",
 		len(resumes), sent, resumes[0].Round(time.Millisecond), resumes[len(resumes)-1].Round(time.Millisecond))
+}
+
+// slowHolds is a forwarding gate whose holds each take holdDelay longer,
+// as on a node whose database answers slowly or whose agent is not
+// scheduled for that long when ovs-vswitchd dies.
+type slowHolds struct {
+	ForwardingGate
+}
+
+// holdDelay is far longer than a restarted ovs-vswitchd takes to read its
+// database (tens of milliseconds), so that a hold that merely raced the
+// restart would lose every round.
+const holdDelay = 500 * time.Millisecond
+
+func (s slowHolds) HoldForwarding(ctx context.Context) error {
+	select {
+	case <-time.After(holdDelay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.ForwardingGate.HoldForwarding(ctx)
+}
+
+// TestAgentSlowHoldStillHoldsTheSuccessor: when the agent's hold is slow
+// (holdDelay per write), a vswitchd killed and started again at once
+// still forwards no pod IP: its successor cannot read the database before
+// the hold is written, since the agent stands in line for vswitchd's
+// database lock and holds it while it writes. The LB IP's traffic resumes
+// after every round.
+func TestAgentSlowHoldStillHoldsTheSuccessor(t *testing.T) {
+	r := newRestartEnv(t, restartProbeInterval, func(e *env) {
+		e.configureAgents = func(cfg *Config) {
+			if cfg.Forwarding != nil {
+				cfg.Forwarding = slowHolds{cfg.Forwarding}
+			}
+		}
+	})
+	const rounds = 5
+	for range rounds {
+		r.restartHost(t, 0)
+	}
+	leaked, sent := r.leaks()
+	for _, p := range leaked[:min(len(leaked), 10)] {
+		t.Logf("leaked: %v", p)
+	}
+	if len(leaked) > 0 {
+		t.Fatalf("%d packets left with an endpoint's pod IP across %d vswitchd restarts with holds %v slow", len(leaked), rounds, holdDelay)
+	}
+	t.Logf("%d restarts with holds %v slow, %d datagrams sent, no pod IP on the wire", rounds, holdDelay, sent)
 }
 
 // benchRestartProbeInterval is finer than the test's, so that the resume
@@ -131,7 +185,7 @@ func BenchmarkVswitchdRestart(b *testing.B) {
 		unguarded bool
 	}{{"guarded", false}, {"unguarded", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			r := newRestartEnv(b, *benchRestartProbeInterval, mode.unguarded)
+			r := newRestartEnv(b, *benchRestartProbeInterval, func(e *env) { e.unguarded = mode.unguarded })
 			resumes := map[time.Duration][]time.Duration{}
 			for b.Loop() {
 				for _, downtime := range restartDowntimes {

@@ -22,7 +22,7 @@ import (
 // sync converges the node to the desired dataplane: it recomputes the
 // services marked dirty, then sends what differs for every service not yet
 // converged (all of them after a (re)connection).
-func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
+func (a *Agent) sync(ctx context.Context, epoch syncEpoch) (err error) {
 	start := time.Now()
 	m := a.cfg.Metrics
 	defer func() {
@@ -42,6 +42,12 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 		return fmt.Errorf("read the informer caches: %w", err)
 	}
 
+	if a.ledgerGeneration != epoch.generation {
+		// A connection the ledger's account is not of: OVS may have
+		// restarted empty.
+		a.ledger.Forget()
+		a.ledgerGeneration = epoch.generation
+	}
 	ports, err := a.readPorts(ctx)
 	if err != nil {
 		return err
@@ -102,7 +108,7 @@ func (a *Agent) sync(ctx context.Context, generation uint64) (err error) {
 	m.firewallRules.Set(float64(a.planner.FirewallRules()))
 	a.syncUnresolved = m.setUnresolvedDNS(a.planner.UnresolvedDNS())
 	// The flows are in place: a vswitchd waiting for them may forward.
-	if err := a.release(ctx, generation); err != nil {
+	if err := a.release(ctx, epoch); err != nil {
 		return err
 	}
 

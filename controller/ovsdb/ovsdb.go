@@ -2,10 +2,12 @@
 // JSON-RPC protocol, RFC 7047) for the one setting the node agent owns
 // there: other_config:flow-restore-wait of the Open_vSwitch table, which
 // makes an ovs-vswitchd that starts while it is "true" forward no packet
-// until it is removed. The agent sets it when it loses its bridge (so that
-// a restarted vswitchd waits for egressflow's flows instead of forwarding
-// pods' packets with its bare NORMAL flow) and removes it once it has
-// replayed them. It reads and writes nothing else.
+// until it is removed. The agent sets it when its bridge's vswitchd dies
+// (so that the restarted vswitchd waits for egressflow's flows instead of
+// forwarding pods' packets with its bare NORMAL flow) and removes it once
+// it has replayed them. To set it before any successor reads the database,
+// it stands in line for vswitchd's own database lock (GuardSuccession). It
+// reads and writes nothing else.
 package ovsdb
 
 import (
@@ -14,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 )
 
@@ -91,15 +94,24 @@ type request struct {
 
 type response struct {
 	ID     any             `json:"id"`
-	Method string          `json:"method"` // set on the server's own requests (echo)
+	Method string          `json:"method"` // set on the server's own messages (echo, locked)
 	Params json.RawMessage `json:"params"`
 	Result json.RawMessage `json:"result"`
 	Error  json.RawMessage `json:"error"`
 }
 
-// transact runs ops as one transaction on a connection of its own and
-// returns each operation's result; any operation's error fails it.
-func (d Database) transact(ctx context.Context, ops ...any) ([]json.RawMessage, error) {
+// session is one JSON-RPC connection to ovsdb-server, used by one
+// goroutine at a time. It answers the server's echo requests itself.
+type session struct {
+	conn   net.Conn
+	enc    *json.Encoder
+	dec    *json.Decoder
+	lastID int
+	// notified holds the notifications read while waiting for a reply.
+	notified []response
+}
+
+func (d Database) dial(ctx context.Context) (*session, error) {
 	network, address, ok := strings.Cut(d.Target, ":")
 	if !ok || (network != "unix" && network != "tcp") {
 		return nil, fmt.Errorf("ovsdb: target %q: want unix:PATH or tcp:HOST:PORT", d.Target)
@@ -109,49 +121,115 @@ func (d Database) transact(ctx context.Context, ops ...any) ([]json.RawMessage, 
 	if err != nil {
 		return nil, fmt.Errorf("ovsdb: %w", err)
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	return &session{conn: conn, enc: json.NewEncoder(conn), dec: json.NewDecoder(conn)}, nil
+}
+
+// close ends the session; the server drops the locks it held or waited
+// for.
+func (s *session) close() { s.conn.Close() }
+
+// read returns the next message that is not an echo request; a cancelled
+// ctx closes the connection.
+func (s *session) read(ctx context.Context) (response, error) {
+	stop := context.AfterFunc(ctx, s.close)
 	defer stop()
-	const id = 1
-	if err := json.NewEncoder(conn).Encode(request{ID: id, Method: "transact", Params: append([]any{"Open_vSwitch"}, ops...)}); err != nil {
-		return nil, fmt.Errorf("ovsdb: send: %w", errOrCtx(ctx, err))
-	}
-	dec := json.NewDecoder(conn)
 	for {
 		var r response
-		if err := dec.Decode(&r); err != nil {
-			return nil, fmt.Errorf("ovsdb: read: %w", errOrCtx(ctx, err))
+		if err := s.dec.Decode(&r); err != nil {
+			return r, fmt.Errorf("ovsdb: read: %w", errOrCtx(ctx, err))
 		}
-		if r.Method == "echo" { // the server's keepalive
-			if err := json.NewEncoder(conn).Encode(map[string]any{"id": r.ID, "result": r.Params, "error": nil}); err != nil {
-				return nil, fmt.Errorf("ovsdb: answer echo: %w", errOrCtx(ctx, err))
-			}
+		if r.Method != "echo" { // the server's keepalive
+			return r, nil
+		}
+		if err := s.enc.Encode(map[string]any{"id": r.ID, "result": r.Params, "error": nil}); err != nil {
+			return r, fmt.Errorf("ovsdb: answer echo: %w", errOrCtx(ctx, err))
+		}
+	}
+}
+
+// call sends one request and returns its result, keeping the
+// notifications that arrive meanwhile for awaitNotification.
+func (s *session) call(ctx context.Context, method string, params ...any) (json.RawMessage, error) {
+	s.lastID++
+	id := s.lastID
+	stop := context.AfterFunc(ctx, s.close)
+	err := s.enc.Encode(request{ID: id, Method: method, Params: params})
+	stop()
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb: send %s: %w", method, errOrCtx(ctx, err))
+	}
+	for {
+		r, err := s.read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if r.ID == nil {
+			s.notified = append(s.notified, r)
 			continue
 		}
-		if n, _ := r.ID.(float64); n != id {
+		if n, _ := r.ID.(float64); n != float64(id) {
 			continue
 		}
 		if len(r.Error) > 0 && string(r.Error) != "null" {
-			return nil, fmt.Errorf("ovsdb: transact refused: %s", r.Error)
+			return nil, fmt.Errorf("ovsdb: %s refused: %s", method, r.Error)
 		}
-		var results []json.RawMessage
-		if err := json.Unmarshal(r.Result, &results); err != nil {
-			return nil, fmt.Errorf("ovsdb: transact result %s: %w", r.Result, err)
-		}
-		for i, res := range results {
-			var opErr struct {
-				Error   string `json:"error"`
-				Details string `json:"details"`
-			}
-			if json.Unmarshal(res, &opErr) == nil && opErr.Error != "" {
-				return nil, fmt.Errorf("ovsdb: operation %d: %s: %s", i, opErr.Error, opErr.Details)
-			}
-		}
-		if len(results) < len(ops) {
-			return nil, fmt.Errorf("ovsdb: %d results for %d operations", len(results), len(ops))
-		}
-		return results, nil
+		return r.Result, nil
 	}
+}
+
+// awaitNotification waits for the server's notification method about
+// name (such as "locked"), or returns one that call has already read.
+func (s *session) awaitNotification(ctx context.Context, method, name string) error {
+	about := func(r response) bool {
+		var params []string
+		return r.Method == method && json.Unmarshal(r.Params, &params) == nil && len(params) == 1 && params[0] == name
+	}
+	for i, r := range s.notified {
+		if about(r) {
+			s.notified = slices.Delete(s.notified, i, i+1)
+			return nil
+		}
+	}
+	for {
+		r, err := s.read(ctx)
+		if err != nil {
+			return err
+		}
+		if r.ID == nil && about(r) {
+			return nil
+		}
+	}
+}
+
+// transact runs ops as one transaction on a connection of its own and
+// returns each operation's result; any operation's error fails it.
+func (d Database) transact(ctx context.Context, ops ...any) ([]json.RawMessage, error) {
+	s, err := d.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	result, err := s.call(ctx, "transact", append([]any{"Open_vSwitch"}, ops...)...)
+	if err != nil {
+		return nil, err
+	}
+	var results []json.RawMessage
+	if err := json.Unmarshal(result, &results); err != nil {
+		return nil, fmt.Errorf("ovsdb: transact result %s: %w", result, err)
+	}
+	for i, res := range results {
+		var opErr struct {
+			Error   string `json:"error"`
+			Details string `json:"details"`
+		}
+		if json.Unmarshal(res, &opErr) == nil && opErr.Error != "" {
+			return nil, fmt.Errorf("ovsdb: operation %d: %s: %s", i, opErr.Error, opErr.Details)
+		}
+	}
+	if len(results) < len(ops) {
+		return nil, fmt.Errorf("ovsdb: %d results for %d operations", len(results), len(ops))
+	}
+	return results, nil
 }
 
 // errOrCtx prefers the context's error: a cancelled call closes the
