@@ -40,7 +40,7 @@ const (
 	KindExempt   FlowKind = 2  // TableOrigin, TableEgress: a destination inside the cluster
 	KindSNAT     FlowKind = 3  // TableEgress: SNAT to the LB IP, then TableUplink
 	KindSteer    FlowKind = 4  // TableEgress: to the host node's bridge MAC
-	KindDrop     FlowKind = 5  // TableEgress: fail closed
+	KindDrop     FlowKind = 5  // TableEgress: fail closed (shared), or an endpoint with no host to steer to
 	KindReplyCT  FlowKind = 6  // TableClassify: traffic to an LB IP through conntrack
 	KindDeliver  FlowKind = 7  // TableReply: un-SNATed replies to LOCAL, the rest NORMAL
 	KindOrigin   FlowKind = 8  // TableOrigin: by in_port; other ports' packets through the host stack
@@ -241,17 +241,21 @@ func (b *FlowBuffer) AppendService(dst []*openflow.FlowMod, s Service, ports Por
 			m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
 		}
 	case RoleSteer:
-		var steer []openflow.Instruction
-		if s.HostMAC != nil { // else the shared drop catches it: fail closed
-			steer = []openflow.Instruction{openflow.Apply(
+		// With no host to steer to (its MAC unknown, or this node fenced),
+		// each endpoint gets a drop of its own at the service's priority:
+		// the shared fail-closed drop is not enough, since a namespace
+		// whose pods pass the node-local stages admits its known pods
+		// below the services in TableEgress (priorityAdmittedLate), an
+		// endpoint among them.
+		kind, steer := KindDrop, []openflow.Instruction(nil)
+		if s.HostMAC != nil {
+			kind, steer = KindSteer, []openflow.Instruction{openflow.Apply(
 				openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(s.HostMAC)},
 				openflow.Output{Port: ports.Uplink})}
 		}
 		for _, ep := range s.Endpoints {
 			setIP(add(KindRedirect, TableClassify, gotoOrigin), ep, srcField(ep))
-			if steer != nil {
-				setIP(add(KindSteer, TableEgress, steer), ep, srcField(ep))
-			}
+			setIP(add(kind, TableEgress, steer), ep, srcField(ep))
 		}
 	}
 	return dst

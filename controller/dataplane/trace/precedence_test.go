@@ -133,7 +133,8 @@ func TestPrecedenceOnPureState(t *testing.T) {
 // endpoint is marked and SNATed to web's LB IP (the DSCP survives the
 // SNAT), api's is marked and steered to n2, a bystander is marked and
 // admitted in TableEgress (not in TableClassify), a held pod is still
-// dropped. Cluster destinations stay unmarked, and a packet steered here
+// dropped, and so are the endpoints of a service whose host has no known
+// MAC, and a fenced node's. Cluster destinations stay unmarked, and a packet steered here
 // from another node keeps the DSCP its own node gave it.
 func TestQoSPrecedenceOnPureState(t *testing.T) {
 	cluster := testCluster()
@@ -199,6 +200,26 @@ func TestQoSPrecedenceOnPureState(t *testing.T) {
 	for _, src := range slices.Concat(heldPod, unknownPod) {
 		if r := routedOut(src, "198.51.100.7", 0); !r.Dropped() {
 			t.Errorf("%s (held or unknown) was not dropped:\n%v", src, r)
+		}
+	}
+	// db's endpoints, whose host published no MAC, are admitted late as
+	// known pods of shop; their own drop outranks that admission, so they
+	// never leave with their pod IP (nor do a fenced node's).
+	for _, src := range dbEndpoints {
+		if r := routedOut(src, "198.51.100.7", 0); !r.Dropped() {
+			t.Errorf("db's endpoint %s (its host's MAC unknown) was not dropped:\n%v", src, r)
+		}
+	}
+	n1.Fenced = true
+	fenced, err := trace.New(append(dataplane.Flows(n1, dataplane.Compute(n1, cluster, routingTables), dataplane.Ports{Uplink: uplink, BridgeMAC: bridgeMAC}), trace.DefaultFlow()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flow := range [][2]string{{"10.244.1.5", "198.51.100.7"}, {"fd00:10:244:1::5", "2001:db8:ff::1"}} {
+		r := mustTrace(t, fenced, trace.Packet{InPort: openflow.PortLocal, Src: netip.MustParseAddr(flow[0]), Dst: netip.MustParseAddr(flow[1]),
+			Proto: trace.ProtoUDP, SrcPort: 40000, DstPort: 53}, trace.Conntrack{})
+		if !r.Dropped() {
+			t.Errorf("fenced, web's endpoint %s was not dropped:\n%v", flow[0], r)
 		}
 	}
 }
