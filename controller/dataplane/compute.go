@@ -68,6 +68,10 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 		EgressIP: ComputeEgressIP(node, cluster, lbClaimed),
 		Firewall: ComputeFirewall(node, cluster.EgressFirewalls, cluster.Pods, cluster.Nodes, cluster.Resolved)}
 	state.Admitted, state.AdmittedLate = admittedByStage(node, cluster)
+	state.ExternalRoute = ComputeExternalRoutes(node, cluster.ExternalRoutes, cluster.Namespaces, cluster.Pods, cluster.ExternalRouteHops,
+		func(addr netip.Addr) bool {
+			return slices.Contains(state.Admitted, addr) || slices.Contains(state.AdmittedLate, addr)
+		})
 	for _, e := range byKey {
 		s, problems := serviceSpec(node, e.es, cluster.Services[e.key], eps[e.key], owner, cluster.Leases, tables)
 		state.Problems = append(state.Problems, problems...)
@@ -94,13 +98,20 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 
 	// Each endpoint of a service with a table is routed through it, and the
 	// cluster's own destinations are exempt, in the families routed. An
-	// endpoint that an EgressIP selects is not: it leaves with its egress
-	// IP, and a table leading out of another interface would carry it past
-	// br-ex with its pod IP.
+	// endpoint that an EgressIP selects, or that an external route sends
+	// through its gateways, is not: it leaves with its egress IP or through
+	// the gateways, and a table leading out of another interface would
+	// carry it past br-ex.
+	externallyRouted := map[netip.Addr]bool{}
+	for _, part := range state.ExternalRoute.Parts {
+		for _, pod := range part.Pods {
+			externallyRouted[pod.Pod] = true
+		}
+	}
 	for _, s := range state.Services {
 		if s.Table != 0 {
 			for _, ep := range s.Endpoints {
-				if !slices.Contains(state.EgressIP.Selected, ep) {
+				if !slices.Contains(state.EgressIP.Selected, ep) && !externallyRouted[ep] {
 					state.Rules = append(state.Rules, RouteFrom(ep, s.Table))
 				}
 			}
@@ -246,11 +257,11 @@ func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
 }
 
 // admittedByStage splits AdmittedPods by where a pod is admitted: the pods
-// of a namespace with an EgressQoS or an EgressFirewall named default pass
-// the stages first and are admitted late (State.AdmittedLate); the others
-// in TableClassify.
+// of a namespace with an EgressQoS or an EgressFirewall named default, or
+// that an AdminPolicyBasedExternalRoute selects, pass the stages first and
+// are admitted late (State.AdmittedLate); the others in TableClassify.
 func admittedByStage(node NodeConfig, cluster Cluster) (early, late []netip.Addr) {
-	staged := map[string]bool{}
+	staged := externalRouteNamespaces(cluster.ExternalRoutes, cluster.Namespaces)
 	for _, q := range cluster.EgressQoSes {
 		if q.Name == esv1.EgressQoSName {
 			staged[q.Namespace] = true

@@ -126,6 +126,11 @@ type Cluster struct {
 	// EgressFirewalls are the cluster's EgressFirewall objects (only those
 	// named default count).
 	EgressFirewalls []*esv1.EgressFirewall
+	// ExternalRoutes are the cluster's AdminPolicyBasedExternalRoute
+	// objects; ExternalRouteHops is what this node knows of their hops
+	// (their MACs, their BFD sessions).
+	ExternalRoutes    []*esv1.AdminPolicyBasedExternalRoute
+	ExternalRouteHops ExternalRouteNode
 	// Resolved are the addresses of the firewalls' DNS names, by
 	// esv1.DNSNameKey; a name absent has no answer yet.
 	Resolved map[string][]netip.Addr
@@ -229,8 +234,8 @@ type State struct {
 	// AdmittedLate holds the others.
 	Admitted []netip.Addr
 	// AdmittedLate are the admitted addresses of this node's pods whose
-	// namespace has an EgressQoS or an EgressFirewall named default: they
-	// pass the stages first, and are admitted in TableEgress
+	// namespace has an EgressQoS or an EgressFirewall named default, or
+	// an AdminPolicyBasedExternalRoute selects: they pass the stages first, and are admitted in TableEgress
 	// (priorityAdmittedLate). Sorted. A pod's address is in one list or
 	// the other, by its namespace.
 	AdmittedLate []netip.Addr
@@ -242,6 +247,9 @@ type State struct {
 	// QoS is the node's TableQoS (ComputeQoS); its Problems are the
 	// EgressQoS objects'.
 	QoS QoS
+	// ExternalRoute is the node's AdminPolicyBasedExternalRoute part
+	// (ComputeExternalRoutes).
+	ExternalRoute ExternalRoutes
 	// Rules are the policy-routing rules for services with a table.
 	Rules []Rule
 	// Problems, sorted by service.

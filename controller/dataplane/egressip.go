@@ -280,7 +280,7 @@ func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports 
 		for i, h := range s.Hops {
 			m := spread(KindEgressIPSticky, priorityEgressIPSticky, s.reg6(-1), []openflow.Instruction{openflow.Apply(h.actions(ports)...)})
 			m.SetUintMasked(openflow.FieldCTState, uint64(openflow.CTStateTrk), uint64(openflow.CTStateTrk))
-			m.Set(openflow.FieldCTLabel, spreadLabel(h.Via))
+			m.Set(openflow.FieldCTLabel, addressLabel(h.Via))
 			spread(KindEgressIPCommit, priorityEgressIPSticky, s.reg6(i), []openflow.Instruction{openflow.Apply(append([]openflow.Action{recordHop(h.Via)}, h.actions(ports)...)...)})
 		}
 		spread(KindEgressIPPick, priorityEgressIPPick, s.reg6(-1), []openflow.Instruction{openflow.Apply(openflow.Group{ID: s.Group})})
@@ -316,11 +316,12 @@ func (p EgressIPPart) AppendGroups(dst []*openflow.GroupMod, _ Ports) []*openflo
 	return dst
 }
 
-// spreadSelection has a spread's group pick a connection's bucket by a
-// hash of its 5-tuple: every field either family and TCP, UDP and SCTP
-// have (a packet's hash leaves out the fields it lacks). Without it, Open
-// vSwitch picks by its datapath's hash, which on the userspace datapath
-// sent every UDP flow of a pod to one bucket.
+// spreadSelection has a spread's group (an EgressIP's, an external
+// route's) pick a connection's bucket by a hash of its 5-tuple: every
+// field either family and TCP, UDP and SCTP have (a packet's hash leaves
+// out the fields it lacks). Without it, Open vSwitch picks by its
+// datapath's hash, which on the userspace datapath sent every UDP flow of
+// a pod to one bucket.
 var spreadSelection = openflow.HashSelection(
 	openflow.FieldIPv4Src, openflow.FieldIPv4Dst, openflow.FieldIPv6Src, openflow.FieldIPv6Dst, openflow.FieldIPProto,
 	openflow.FieldTCPSrc, openflow.FieldTCPDst, openflow.FieldUDPSrc, openflow.FieldUDPDst, openflow.FieldSCTPSrc, openflow.FieldSCTPDst)
@@ -332,23 +333,24 @@ var spreadSelection = openflow.HashSelection(
 var reg6EgressIP = openflow.FieldReg(6)
 
 // selectBucketWeight is every spread bucket's weight: each held address
-// takes an equal share of new connections. It is Open vSwitch's default,
-// which the switch describes back.
+// (or gateway) takes an equal share of new connections. It is Open
+// vSwitch's default, which the switch describes back.
 const selectBucketWeight = 100
 
 // recordHop commits a local pod's connection to conntrack.EgressIPZone
-// with the address it leaves with (spreadLabel): a connection of a pod
+// with the address it leaves with (addressLabel): a connection of a pod
 // whose object holds one address of its family is recorded too, so that
 // it keeps that address when a second comes and the pod's connections are
 // spread.
 func recordHop(via netip.Addr) openflow.CT {
 	return openflow.CT{Flags: openflow.CTCommit, Zone: conntrack.EgressIPZone,
-		Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldCTLabel, Value: spreadLabel(via)}}}
+		Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldCTLabel, Value: addressLabel(via)}}}
 }
 
-// spreadLabel is the ct_label of a connection given address via: the
-// address, 16 bytes (an IPv4 one IPv4-mapped), never 0.
-func spreadLabel(via netip.Addr) []byte {
+// addressLabel is the ct_label of a connection given address via (an
+// EgressIP's spread, an external route's gateway): the address, 16 bytes
+// (an IPv4 one IPv4-mapped), never 0.
+func addressLabel(via netip.Addr) []byte {
 	b := via.As16()
 	return b[:]
 }

@@ -17,9 +17,9 @@ import (
 )
 
 // AdminPolicyBasedExternalRoute's first stage: which next hops each
-// namespace's pods send their egress through. The flows that steer the
-// pods to a select group over these hops are the next stage, and are not
-// built yet.
+// namespace's pods send their egress through. The flows and groups that
+// send a node's pods through the live ones are the second stage
+// (externalroute_part.go).
 //
 // The rules, where the API leaves a choice:
 //   - Several policies that select one namespace merge their hops, as the

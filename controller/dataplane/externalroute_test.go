@@ -1,14 +1,18 @@
 package dataplane
 
 import (
+	"fmt"
+	"net"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
@@ -165,5 +169,141 @@ func TestExternalRouteHops(t *testing.T) {
 				t.Errorf("problems %+v, want reasons %v", problems, c.problems)
 			}
 		})
+	}
+}
+
+// anyAddr admits every address.
+func anyAddr(netip.Addr) bool { return true }
+
+// externalRouteNode is a node's view of its hops for the tests: the MACs
+// it has resolved and the BFD sessions that are up.
+func externalRouteNode(macs map[string]string, bfdUp ...string) ExternalRouteNode {
+	return ExternalRouteNode{
+		MAC: func(a netip.Addr) (net.HardwareAddr, bool) {
+			mac, ok := macs[a.String()]
+			if !ok {
+				return nil, false
+			}
+			hw, err := net.ParseMAC(mac)
+			return hw, err == nil
+		},
+		BFDUp: func(a netip.Addr) bool { return slices.Contains(bfdUp, a.String()) },
+	}
+}
+
+// TestExternalRouteParts: the first policy by name that selects a
+// namespace renders its local pods, through the hops of every policy
+// that selects it, per family; a hop is used only once its MAC is known
+// and, if BFD follows it, its session is up; a namespace with hops of a
+// family but none live drops that family (its group has no bucket), and
+// a family without hops is not routed. The flows and groups, as
+// ovs-ofctl prints them.
+func TestExternalRouteParts(t *testing.T) {
+	const macA, macB, macV6, macWeb = "02:00:00:00:00:50", "02:00:00:00:00:51", "02:00:00:00:00:56", "02:00:00:00:00:60"
+	routes := []*esv1.AdminPolicyBasedExternalRoute{
+		externalRoute("b", map[string]string{"team": "billing"}, []esv1.StaticHop{{IP: "172.18.0.52"}}),
+		externalRoute("a", map[string]string{"team": "billing"}, []esv1.StaticHop{{IP: "172.18.0.50", BFDEnabled: true}, {IP: "172.18.0.51"}, {IP: "2001:db8::50"}}),
+		externalRoute("c", map[string]string{"team": "web"}, []esv1.StaticHop{{IP: "172.18.0.60", BFDEnabled: true}}),
+	}
+	namespaces := []*corev1.Namespace{
+		labelledNamespace("shop", map[string]string{"team": "billing"}),
+		labelledNamespace("web", map[string]string{"team": "web"}),
+		labelledNamespace("other", nil),
+	}
+	pods := []*corev1.Pod{
+		pod("shop", "n1", nil, "10.244.1.5", "fd00:10:244:1::5"),
+		pod("web", "n1", nil, "10.244.1.6", "fd00:10:244:1::6"),
+		pod("other", "n1", nil, "10.244.1.7"),
+		pod("shop", "n2", nil, "10.244.2.5"),
+	}
+	// 172.18.0.52 is not resolved yet; 172.18.0.60's session is down.
+	node := externalRouteNode(map[string]string{"172.18.0.50": macA, "172.18.0.51": macB, "2001:db8::50": macV6, "172.18.0.60": macWeb}, "172.18.0.50")
+	computed := ComputeExternalRoutes(n1Config, routes, namespaces, pods, node, anyAddr)
+	parts := computed.Parts
+	if len(computed.Problems) > 0 {
+		t.Errorf("problems: %v", computed.Problems)
+	}
+	var keys []string
+	for _, p := range parts {
+		keys = append(keys, p.Key)
+	}
+	if want := []string{"AdminPolicyBasedExternalRoute/a", "AdminPolicyBasedExternalRoute/c"}; !slices.Equal(keys, want) {
+		t.Fatalf("parts %v, want %v (b's namespace is a's to render)", keys, want)
+	}
+	ports := Ports{Uplink: 1, BridgeMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
+	render := func(p *ExternalRoutePart) (flows, groups []string) {
+		for _, fm := range p.AppendFlows(&FlowBuffer{}, nil, ports) {
+			unowned := *fm
+			unowned.Cookie = 0
+			flows = append(flows, unowned.String())
+		}
+		for _, g := range p.AppendGroups(nil, ports) {
+			groups = append(groups, g.String())
+		}
+		return flows, groups
+	}
+
+	a := parts[0]
+	if len(a.Routes) != 2 {
+		t.Fatalf("a's routes: %+v", a.Routes)
+	}
+	v4, v6 := a.Routes[0].Group, a.Routes[1].Group
+	if v4&^groupIDsPerAPI != APIExternalRoute.GroupID(0) || v6&^groupIDsPerAPI != APIExternalRoute.GroupID(0) || v4 == v6 {
+		t.Errorf("groups %#x, %#x: want two within the external routes' IDs", v4, v6)
+	}
+	zone := conntrack.ExternalRouteZone
+	id4, id6 := v4&groupIDsPerAPI, v6&groupIDsPerAPI
+	gw := func(id uint32, i int) uint32 { return uint32(i+1)<<24 | id }
+	const labelA, labelB, labelV6 = "0xffffac120032", "0xffffac120033", "0x20010db8000000000000000000000050"
+	wantFlows := []string{
+		fmt.Sprintf("table=41, priority=180,ip,nw_src=10.244.1.5 actions=set_field:%#x->reg7,ct(table=49,zone=%d)", id4, zone),
+		fmt.Sprintf("priority=220,ip,reg7=0/0x100000,in_port=1,dl_src=%s,nw_dst=10.244.1.5 actions=ct(commit,zone=%d,exec(set_field:%s->ct_label)),set_field:0x100000/0x100000->reg7,resubmit(,0)", macA, zone, labelA),
+		fmt.Sprintf("priority=220,ip,reg7=0/0x100000,in_port=1,dl_src=%s,nw_dst=10.244.1.5 actions=ct(commit,zone=%d,exec(set_field:%s->ct_label)),set_field:0x100000/0x100000->reg7,resubmit(,0)", macB, zone, labelB),
+		fmt.Sprintf("table=41, priority=180,ipv6,ipv6_src=fd00:10:244:1::5 actions=set_field:%#x->reg7,ct(table=49,zone=%d)", id6, zone),
+		fmt.Sprintf("priority=220,ipv6,reg7=0/0x100000,in_port=1,dl_src=%s,ipv6_dst=fd00:10:244:1::5 actions=ct(commit,zone=%d,exec(set_field:%s->ct_label)),set_field:0x100000/0x100000->reg7,resubmit(,0)", macV6, zone, labelV6),
+		fmt.Sprintf("table=49, priority=200,ct_state=+trk,ct_label=%s,ip,reg7=%#x actions=set_field:%s->eth_dst,output:1", labelA, id4, macA),
+		fmt.Sprintf("table=49, priority=200,ip,reg7=%#x actions=ct(commit,zone=%d,exec(set_field:%s->ct_label)),set_field:%s->eth_dst,output:1", gw(id4, 0), zone, labelA, macA),
+		fmt.Sprintf("table=49, priority=200,ct_state=+trk,ct_label=%s,ip,reg7=%#x actions=set_field:%s->eth_dst,output:1", labelB, id4, macB),
+		fmt.Sprintf("table=49, priority=200,ip,reg7=%#x actions=ct(commit,zone=%d,exec(set_field:%s->ct_label)),set_field:%s->eth_dst,output:1", gw(id4, 1), zone, labelB, macB),
+		fmt.Sprintf("table=49, priority=100,ip,reg7=%#x actions=group:%d", id4, v4),
+		fmt.Sprintf("table=49, priority=200,ct_state=+trk,ct_label=%s,ipv6,reg7=%#x actions=set_field:%s->eth_dst,output:1", labelV6, id6, macV6),
+		fmt.Sprintf("table=49, priority=200,ipv6,reg7=%#x actions=ct(commit,zone=%d,exec(set_field:%s->ct_label)),set_field:%s->eth_dst,output:1", gw(id6, 0), zone, labelV6, macV6),
+		fmt.Sprintf("table=49, priority=100,ipv6,reg7=%#x actions=group:%d", id6, v6),
+	}
+	wantGroups := []string{
+		fmt.Sprintf("add group_id=%d,type=select,bucket=bucket_id:0,weight:100,actions=set_field:%#x->reg7,resubmit(,49),bucket=bucket_id:1,weight:100,actions=set_field:%#x->reg7,resubmit(,49)", v4, gw(id4, 0), gw(id4, 1)),
+		fmt.Sprintf("add group_id=%d,type=select,bucket=bucket_id:0,weight:100,actions=set_field:%#x->reg7,resubmit(,49)", v6, gw(id6, 0)),
+	}
+	flows, groups := render(a)
+	if !slices.Equal(flows, wantFlows) {
+		t.Errorf("a's flows:\n%s\nwant\n%s", strings.Join(flows, "\n"), strings.Join(wantFlows, "\n"))
+	}
+	if !slices.Equal(groups, wantGroups) {
+		t.Errorf("a's groups:\n%s\nwant\n%s", strings.Join(groups, "\n"), strings.Join(wantGroups, "\n"))
+	}
+
+	// web's only IPv4 hop is down: its pod's IPv4 egress goes to a group
+	// without buckets (dropped); it lists no IPv6 hop, so IPv6 is not
+	// routed.
+	c := parts[1]
+	web := c.Routes[0].Group
+	flows, groups = render(c)
+	wantFlows = []string{
+		fmt.Sprintf("table=41, priority=180,ip,nw_src=10.244.1.6 actions=set_field:%#x->reg7,ct(table=49,zone=%d)", web&groupIDsPerAPI, zone),
+		fmt.Sprintf("table=49, priority=100,ip,reg7=%#x actions=group:%d", web&groupIDsPerAPI, web),
+	}
+	if !slices.Equal(flows, wantFlows) || !slices.Equal(groups, []string{fmt.Sprintf("add group_id=%d,type=select", web)}) {
+		t.Errorf("c's flows:\n%s\ngroups %v", strings.Join(flows, "\n"), groups)
+	}
+
+	// The session comes up and 172.18.0.52 resolves: the groups keep their
+	// IDs and gain the buckets.
+	node = externalRouteNode(map[string]string{"172.18.0.50": macA, "172.18.0.51": macB, "172.18.0.52": "02:00:00:00:00:52", "2001:db8::50": macV6, "172.18.0.60": macWeb}, "172.18.0.50", "172.18.0.60")
+	parts = ComputeExternalRoutes(n1Config, routes, namespaces, pods, node, anyAddr).Parts
+	if got := parts[0].Routes[0]; got.Group != v4 || len(got.Gateways) != 3 {
+		t.Errorf("a's IPv4 route after 172.18.0.52 resolved: %+v, want group %#x with 3 gateways", got, v4)
+	}
+	if got := parts[1].Routes[0]; got.Group != web || len(got.Gateways) != 1 {
+		t.Errorf("c's route after its session came up: %+v, want group %#x with 1 gateway", got, web)
 	}
 }

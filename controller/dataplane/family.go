@@ -57,6 +57,16 @@ const (
 // (KindEgressIPPick), which records it in ct_label.
 const TableEgressIPSpread uint8 = 48
 
+// TableExternalRoute sends a local pod's connection to one of its
+// namespace's external gateways (AdminPolicyBasedExternalRoute): TableEgress
+// tracks the packet in conntrack.ExternalRouteZone (reg7 holding its
+// route's group, ct_label the gateway a connection was given or came in
+// through) and recirculates it here, where a connection keeps its gateway
+// while that gateway is live (KindExternalRouteSticky), and one without
+// gets one from the route's select group (KindExternalRoutePick), which
+// records it (KindExternalRouteCommit).
+const TableExternalRoute uint8 = 49
+
 // TableNeighbour is the second half of the neighbour advertisement
 // responder: Open vSwitch lets a flow write nd_tll only if its match says
 // the packet is an advertisement, so the solicitation, rewritten into an
@@ -148,6 +158,20 @@ const (
 	priorityEgressIPSticky uint16 = 200
 	priorityEgressIPPick   uint16 = 100
 )
+
+// Priorities in TableExternalRoute: a connection with a live gateway
+// first.
+const (
+	priorityExternalRouteSticky uint16 = 200
+	priorityExternalRoutePick   uint16 = 100
+)
+
+// priorityExternalRouteInbound is the inbound commit of a packet from an
+// external gateway to a pod it serves, in TableClassify: above every other
+// flow there that a packet to a pod can match (the firewall's inbound
+// commit and DNS snoop), since it records the gateway and then looks the
+// packet up again, marked (reg7InboundRecorded), for those to act.
+const priorityExternalRouteInbound uint16 = 220
 
 // priorityEgressIPDAD passes a duplicate address detection solicitation
 // for a held address (source ::) above the responder, which would answer

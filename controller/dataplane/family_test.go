@@ -35,7 +35,8 @@ func TestFamilyReservations(t *testing.T) {
 	}
 
 	existingTables := []uint8{TableClassify, TableOrigin, TableEgress, TableReply, TableMarker}
-	for _, reserved := range []uint8{TableFirewall, TableQoS, TableNeighbour, TableUplink} {
+	newer := []uint8{TableFirewall, TableQoS, TableNeighbour, TableUplink, TableEgressIPSpread, TableExternalRoute}
+	for _, reserved := range newer {
 		for _, existing := range existingTables {
 			if reserved <= existing {
 				t.Errorf("reserved table %d does not come after table %d", reserved, existing)
@@ -43,7 +44,7 @@ func TestFamilyReservations(t *testing.T) {
 		}
 	}
 	tables := map[uint8]bool{}
-	for _, table := range append(existingTables, TableFirewall, TableQoS, TableNeighbour, TableUplink) {
+	for _, table := range append(existingTables, newer...) {
 		if tables[table] {
 			t.Errorf("table %d has two roles", table)
 		}

@@ -84,7 +84,8 @@ type Ports struct {
 // stable order: each service's flows (ServiceFlows), each EgressIP's
 // (EgressIPPart.AppendFlows), each EgressFirewall
 // namespace's (AppendFirewallNamespace), each EgressQoS namespace's
-// (AppendQoSNamespace), then the shared ones (SharedFlows). Two flows
+// (AppendQoSNamespace), each external route's
+// (ExternalRoutePart.AppendFlows), then the shared ones (SharedFlows). Two flows
 // never share a table, priority and match: Compute gives each endpoint and
 // each reply LB IP to one service only.
 func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
@@ -101,6 +102,9 @@ func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 	}
 	for _, ns := range state.QoS.Namespaces {
 		out = ns.AppendFlows(&buf, out, ports)
+	}
+	for _, part := range state.ExternalRoute.Parts {
+		out = part.AppendFlows(&buf, out, ports)
 	}
 	return append(out, SharedFlows(sharedOf(node, state), ports)...)
 }

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -76,12 +77,13 @@ type Packet struct {
 	DSCP uint8
 	// PktMark is the packet's mark (pkt_mark, skb_mark in the datapath).
 	PktMark uint32
-	// CTState, CTZone and CTMark are the packet's conntrack fields: as it
-	// arrives (untracked: all 0), or as the connection tracker left them
-	// when a ct action recirculated it.
+	// CTState, CTZone, CTMark and CTLabel are the packet's conntrack
+	// fields: as it arrives (untracked: all 0), or as the connection
+	// tracker left them when a ct action recirculated it.
 	CTState uint32
 	CTZone  uint16
 	CTMark  uint32
+	CTLabel [16]byte
 	// Regs are the registers reg0..reg15.
 	Regs [16]uint32
 }
@@ -214,6 +216,8 @@ func (p *Packet) get(f openflow.Field) (value []byte, present bool, err error) {
 		return num(uint64(p.CTZone), true)
 	case f == openflow.FieldCTMark:
 		return num(uint64(p.CTMark), true)
+	case f == openflow.FieldCTLabel:
+		return p.CTLabel[:], true, nil
 	case f >= openflow.FieldReg(0) && f <= openflow.FieldReg(15):
 		return num(uint64(p.Regs[f-openflow.FieldReg(0)]), true)
 	}
@@ -301,6 +305,9 @@ func (p Packet) String() string {
 	}
 	if p.CTMark != 0 {
 		add("ct_mark=%#x", p.CTMark)
+	}
+	if p.CTLabel != ([16]byte{}) {
+		add("ct_label=0x%x", bytes.TrimLeft(p.CTLabel[:], "\x00"))
 	}
 	add("dl_src=%v,dl_dst=%v", p.EthSrc, p.EthDst)
 	t := p.ethType()

@@ -21,7 +21,7 @@
 //   - matches on in_port, eth_src, eth_dst, eth_type, ip_src, ip_dst,
 //     ipv6_src, ipv6_dst, ip_proto, ip_frag, ip_dscp, TCP, UDP and SCTP
 //     ports, ICMP and ICMPv6 type and code, pkt_mark, ct_state, ct_zone,
-//     ct_mark and reg0..reg15, with masks; a field the packet lacks
+//     ct_mark, ct_label and reg0..reg15, with masks; a field the packet lacks
 //     (ip_src of an IPv6 packet) never matches; an IP fragment's ports and
 //     ICMP type and code read as 0, its first fragment's too, as on a
 //     bridge whose fragment handling is "normal", and an IPv6 fragment
@@ -32,6 +32,8 @@
 //   - set_field, masked or not, of the Ethernet and IP addresses, ip_dscp,
 //     pkt_mark and registers;
 //   - resubmit(,table);
+//   - group: the packet handed to a group ends that path of the trace
+//     (Result.Groups); the tracer does not pick a select group's bucket;
 //   - ct with a constant zone, commit, recirculation (table=) and nat:
 //     nat(src=A) or nat(dst=A) of one address, or nat without a range
 //     (undo the translation) on recirculation; exec(set_field) of the
@@ -186,7 +188,7 @@ func checkActions(actions []openflow.Action) error {
 			if err := checkCT(a); err != nil {
 				return fmt.Errorf("action %v: %w", a, err)
 			}
-		case openflow.Note, openflow.ControllerPause:
+		case openflow.Note, openflow.ControllerPause, openflow.Group:
 		default:
 			return fmt.Errorf("action %v not modelled", a)
 		}
@@ -242,6 +244,9 @@ type Conntrack struct {
 	// CTStateDNAT after a ct whose nat translated the packet (as the
 	// datapath marks the first packet of a connection it translated).
 	States []uint32
+	// Labels are the connection's ct_label at each recirculation in turn;
+	// past its end, or when empty, 0 (a connection given none).
+	Labels [][16]byte
 	// Unnat gives the addresses a packet has once a nat without a range
 	// has undone its connection's translation, for a state with
 	// CTStateSNAT or CTStateDNAT (ofproto/trace does not simulate this).
@@ -291,14 +296,24 @@ type Result struct {
 	// the controller, which may resume it later; the outputs are those
 	// before the pause.
 	Paused bool
+	// Groups are the groups the packet was handed to, in order, as it was
+	// then. The tracer knows no group's buckets: what a group does with
+	// the packet (a select group's pick) is beyond the trace.
+	Groups []Handed
+}
+
+// Handed is a packet given to a group.
+type Handed struct {
+	Group  uint32
+	Packet Packet
 }
 
 // errPaused ends a pass at a controller(pause).
 var errPaused = errors.New("paused")
 
-// Dropped reports whether the packet left through no port and was not
-// paused for the controller.
-func (r Result) Dropped() bool { return len(r.Emits) == 0 && !r.Paused }
+// Dropped reports whether the packet left through no port, was handed to
+// no group and was not paused for the controller.
+func (r Result) Dropped() bool { return len(r.Emits) == 0 && len(r.Groups) == 0 && !r.Paused }
 
 // String writes the path, one flow hit per line, then the outputs.
 func (r Result) String() string {
@@ -314,6 +329,9 @@ func (r Result) String() string {
 	}
 	for _, e := range r.Emits {
 		fmt.Fprintf(&b, "  => %s: %v\n", openflow.PortName(e.Port), e.Packet)
+	}
+	for _, g := range r.Groups {
+		fmt.Fprintf(&b, "  => group:%d: %v\n", g.Group, g.Packet)
 	}
 	return b.String()
 }
@@ -479,6 +497,8 @@ func (p *pass) execute(actions []openflow.Action, depth int) error {
 			if err := p.conntrack(a); err != nil {
 				return err
 			}
+		case openflow.Group:
+			p.result.Groups = append(p.result.Groups, Handed{Group: a.ID, Packet: p.leaving()})
 		}
 	}
 	return nil
@@ -523,6 +543,10 @@ func (p *pass) conntrack(a openflow.CT) error {
 		if p.recirculate < len(p.ct.States) {
 			state = p.ct.States[p.recirculate]
 		}
+		var label [16]byte
+		if p.recirculate < len(p.ct.Labels) {
+			label = p.ct.Labels[p.recirculate]
+		}
 		p.recirculate++
 		fork := p.leaving()
 		if nat != nil && nat.Flags&(openflow.NATSrc|openflow.NATDst) == 0 && state&(openflow.CTStateSNAT|openflow.CTStateDNAT) != 0 {
@@ -532,9 +556,9 @@ func (p *pass) conntrack(a openflow.CT) error {
 			}
 			fork = p.ct.Unnat(fork)
 		}
-		fork.CTState, fork.CTZone, fork.CTMark = state, a.Zone, 0
+		fork.CTState, fork.CTZone, fork.CTMark, fork.CTLabel = state, a.Zone, 0, label
 		p.queue = append(p.queue, resume{table: a.Table, packet: fork})
 	}
-	p.packet.CTState, p.packet.CTZone, p.packet.CTMark = 0, 0, 0
+	p.packet.CTState, p.packet.CTZone, p.packet.CTMark, p.packet.CTLabel = 0, 0, 0, [16]byte{}
 	return nil
 }

@@ -232,7 +232,6 @@ func TestNewRefusesWhatItDoesNotModel(t *testing.T) {
 		"table=0,priority=10 actions=write_actions(output:1)",
 		"table=0,priority=10 actions=write_metadata:0x1",
 		"table=0,priority=10 actions=FLOOD",
-		"table=0,priority=10 actions=group:5",
 		"table=0,priority=10 actions=dec_ttl,NORMAL",
 		"table=0,priority=10 actions=learn(table=5,NXM_OF_ETH_DST[]=NXM_OF_ETH_SRC[],output:NXM_OF_IN_PORT[])",
 		"table=0,priority=10,tcp actions=set_field:80->tcp_dst,NORMAL",
