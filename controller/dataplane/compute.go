@@ -68,10 +68,8 @@ func Compute(node NodeConfig, cluster Cluster, tables TableResolver) State {
 		EgressIP: ComputeEgressIP(node, cluster, lbClaimed),
 		Firewall: ComputeFirewall(node, cluster.EgressFirewalls, cluster.Pods, cluster.Nodes, cluster.Resolved)}
 	state.Admitted, state.AdmittedLate = admittedByStage(node, cluster)
-	state.ExternalRoute = ComputeExternalRoutes(node, cluster.ExternalRoutes, cluster.Namespaces, cluster.Pods, cluster.ExternalRouteHops,
-		func(addr netip.Addr) bool {
-			return slices.Contains(state.Admitted, addr) || slices.Contains(state.AdmittedLate, addr)
-		})
+	_, state.Held = podGuard(node, cluster)
+	state.ExternalRoute = ComputeExternalRoutes(node, cluster.ExternalRoutes, cluster.Namespaces, cluster.Pods, cluster.ExternalRouteHops)
 	for _, e := range byKey {
 		s, problems := serviceSpec(node, e.es, cluster.Services[e.key], eps[e.key], owner, cluster.Leases, tables)
 		state.Problems = append(state.Problems, problems...)
@@ -228,8 +226,14 @@ func serviceSpec(node NodeConfig, es *esv1.EgressService, svc *corev1.Service, e
 // not admitted either, nor is an address an EgressIP selects: it leaves
 // with its egress IP or not at all (but see EgressIPUnheldNodeIP).
 func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
+	admitted, _ := podGuard(node, cluster)
+	return admitted
+}
+
+// podGuard returns the addresses AdmittedPods admits, and those it holds
+// (about to be an endpoint, whether an EgressIP selects them or not).
+func podGuard(node NodeConfig, cluster Cluster) (admitted, heldAddrs []netip.Addr) {
 	selected := ComputeEgressIP(node, cluster, func(netip.Addr) (string, bool) { return "", false }).Selected
-	var out []netip.Addr
 	for _, pod := range cluster.Pods {
 		if pod.Spec.NodeName != node.Name {
 			continue
@@ -247,13 +251,17 @@ func AdmittedPods(node NodeConfig, cluster Cluster) []netip.Addr {
 					func(ep endpoints.Endpoint) bool { return ep.IP == addr })
 				held = held || !listed
 			}
-			if !held && !slices.Contains(selected, addr) {
-				out = append(out, addr)
+			switch {
+			case held:
+				heldAddrs = append(heldAddrs, addr)
+			case !slices.Contains(selected, addr):
+				admitted = append(admitted, addr)
 			}
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
+	slices.SortFunc(admitted, netip.Addr.Compare)
+	slices.SortFunc(heldAddrs, netip.Addr.Compare)
+	return slices.Compact(admitted), slices.Compact(heldAddrs)
 }
 
 // admittedByStage splits AdmittedPods by where a pod is admitted: the pods

@@ -239,6 +239,10 @@ type State struct {
 	// (priorityAdmittedLate). Sorted. A pod's address is in one list or
 	// the other, by its namespace.
 	AdmittedLate []netip.Addr
+	// Held are the addresses of this node's pods that the pod guard holds
+	// (about to be an EgressService's endpoint; AdmittedPods), sorted:
+	// each is dropped in TableEgress above an external route's flows.
+	Held []netip.Addr
 	// EgressIP is the node's EgressIP part (ComputeEgressIP).
 	EgressIP EgressIPs
 	// Firewall is the node's TableFirewall (ComputeFirewall); its Problems

@@ -242,11 +242,12 @@ type ExternalRouteNode struct {
 // parts of the policies for node's pods (pods holds at least them, and
 // every gateway pod), keyed by ObjectKey(APIExternalRoute, "", name),
 // sorted by key and without the empty ones; and the policies' problems.
-// Only the addresses the pod guard admits are routed (admitted): a pod
-// about to be an EgressService's endpoint stays held, and one that an
-// EgressIP selects leaves with its egress IP.
+// Every address of those pods is in the part, whatever else acts on it:
+// an EgressService's endpoint or an EgressIP's pod has its flows above
+// the route's, and a pod the guard holds is dropped above it
+// (State.Held), so a part never depends on the other APIs.
 func ComputeExternalRoutes(node NodeConfig, routes []*esv1.AdminPolicyBasedExternalRoute, namespaces []*corev1.Namespace,
-	pods []*corev1.Pod, hops ExternalRouteNode, admitted func(netip.Addr) bool) ExternalRoutes {
+	pods []*corev1.Pod, hops ExternalRouteNode) ExternalRoutes {
 	nsHops, problems := ComputeExternalRouteHops(routes, namespaces, pods)
 	owner := map[string]string{} // namespace -> the first policy by name that selects it
 	for _, ns := range namespaces {
@@ -271,9 +272,6 @@ func ComputeExternalRoutes(node NodeConfig, routes []*esv1.AdminPolicyBasedExter
 			continue
 		}
 		for _, addr := range podAddresses(pod, node.ClusterPodCIDRs) {
-			if !admitted(addr) {
-				continue
-			}
 			listed, live := familyHops(nsHops[pod.Namespace], family(addr), hops)
 			if len(listed) > 0 {
 				byOwner[key] = append(byOwner[key], routed{addr, listed, live})

@@ -172,9 +172,6 @@ func TestExternalRouteHops(t *testing.T) {
 	}
 }
 
-// anyAddr admits every address.
-func anyAddr(netip.Addr) bool { return true }
-
 // externalRouteNode is a node's view of its hops for the tests: the MACs
 // it has resolved and the BFD sessions that are up.
 func externalRouteNode(macs map[string]string, bfdUp ...string) ExternalRouteNode {
@@ -218,7 +215,7 @@ func TestExternalRouteParts(t *testing.T) {
 	}
 	// 172.18.0.52 is not resolved yet; 172.18.0.60's session is down.
 	node := externalRouteNode(map[string]string{"172.18.0.50": macA, "172.18.0.51": macB, "2001:db8::50": macV6, "172.18.0.60": macWeb}, "172.18.0.50")
-	computed := ComputeExternalRoutes(n1Config, routes, namespaces, pods, node, anyAddr)
+	computed := ComputeExternalRoutes(n1Config, routes, namespaces, pods, node)
 	parts := computed.Parts
 	if len(computed.Problems) > 0 {
 		t.Errorf("problems: %v", computed.Problems)
@@ -299,7 +296,7 @@ func TestExternalRouteParts(t *testing.T) {
 	// The session comes up and 172.18.0.52 resolves: the groups keep their
 	// IDs and gain the buckets.
 	node = externalRouteNode(map[string]string{"172.18.0.50": macA, "172.18.0.51": macB, "172.18.0.52": "02:00:00:00:00:52", "2001:db8::50": macV6, "172.18.0.60": macWeb}, "172.18.0.50", "172.18.0.60")
-	parts = ComputeExternalRoutes(n1Config, routes, namespaces, pods, node, anyAddr).Parts
+	parts = ComputeExternalRoutes(n1Config, routes, namespaces, pods, node).Parts
 	if got := parts[0].Routes[0]; got.Group != v4 || len(got.Gateways) != 3 {
 		t.Errorf("a's IPv4 route after 172.18.0.52 resolved: %+v, want group %#x with 3 gateways", got, v4)
 	}

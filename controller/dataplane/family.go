@@ -128,6 +128,10 @@ const (
 	// replies to its addresses through conntrack, so that they never share
 	// a table, priority and match with an endpoint's flows.
 	priorityEgressIP uint16 = 190
+	// priorityHeld drops a pod the guard holds (about to be an
+	// EgressService's endpoint) above the external route, which would
+	// otherwise send it through a gateway with its pod IP.
+	priorityHeld uint16 = 185
 	// priorityExternalRoute is an AdminPolicyBasedExternalRoute's next hop,
 	// for a pod whose source no API above sets.
 	priorityExternalRoute uint16 = 180

@@ -48,6 +48,7 @@ const (
 	KindPodGuard FlowKind = 10 // TableClassify: every pod's packet, to TableOrigin
 	KindAdmit    FlowKind = 11 // TableClassify, or TableEgress after the stages: an admitted pod's packet, as it is
 	KindUplink   FlowKind = 12 // TableUplink: a SNATed packet out the uplink if conntrack translated it, else drop
+	KindHold     FlowKind = 13 // TableEgress: a pod the guard holds, dropped above an external route
 )
 
 // Cookie is the cookie of a flow of kind for service key ("" for shared).
@@ -111,7 +112,7 @@ func Flows(node NodeConfig, state State, ports Ports) []*openflow.FlowMod {
 
 // sharedOf is what node's shared flows depend on in state.
 func sharedOf(node NodeConfig, state State) Shared {
-	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted, AdmittedLate: state.AdmittedLate,
+	shared := Shared{Exempt: state.Exempt, Guarded: node.ClusterPodCIDRs, Admitted: state.Admitted, AdmittedLate: state.AdmittedLate, Held: state.Held,
 		FirewallExempt: state.Firewall.Exempt, FirewallResolvers: state.Firewall.Resolvers}
 	for _, part := range state.EgressIP.Parts {
 		if len(part.Held) > 0 {
@@ -276,6 +277,8 @@ type Shared struct {
 	Guarded []netip.Prefix
 	// Admitted are the pod addresses that pass the guard (State.Admitted).
 	Admitted []netip.Addr
+	// Held are the pod addresses the guard holds (State.Held).
+	Held []netip.Addr
 	// AdmittedLate are the pod addresses admitted in TableEgress, after
 	// the node-local stages (State.AdmittedLate).
 	AdmittedLate []netip.Addr
@@ -355,6 +358,9 @@ func SharedFlows(shared Shared, ports Ports) []*openflow.FlowMod {
 			openflow.Output{Port: openflow.PortLocal})}
 	}
 	add(KindOrigin, TableOrigin, priorityFallback, throughHost)
+	for _, a := range shared.Held {
+		setIP(add(KindHold, TableEgress, priorityHeld, nil), a, srcField(a))
+	}
 	// A pod a stage concerns has passed the stages by now.
 	for _, a := range shared.AdmittedLate {
 		setIP(add(KindAdmit, TableEgress, priorityAdmittedLate, normal), a, srcField(a))

@@ -84,6 +84,9 @@ type Planner struct {
 	// (State.Admitted, State.AdmittedLate), recomputed when admittedStale.
 	admitted, admittedLate []netip.Addr
 	admittedStale          bool
+	// held are the addresses the guard holds (State.Held), recomputed
+	// with them.
+	held []netip.Addr
 
 	// qos holds every EgressQoS named default given, by key.
 	qos map[string]*plannedQoS
@@ -237,14 +240,20 @@ func (p *Planner) AdmittedLate() []netip.Addr {
 	return p.admittedLate
 }
 
-// admit recomputes the admitted addresses, if stale.
+// Held returns the addresses the pod guard holds (State.Held).
+func (p *Planner) Held() []netip.Addr {
+	p.admit()
+	return p.held
+}
+
+// admit recomputes the admitted and held addresses, if stale.
 func (p *Planner) admit() {
 	p.replanEgressIPs() // which local pods an EgressIP selects
 	if !p.admittedStale {
 		return
 	}
 	p.admittedStale = false
-	p.admitted, p.admittedLate = p.admitted[:0], p.admittedLate[:0]
+	p.admitted, p.admittedLate, p.held = p.admitted[:0], p.admittedLate[:0], p.held[:0]
 	for _, pod := range p.localPods {
 		if pod.Spec.NodeName != p.node.Name {
 			continue
@@ -263,7 +272,9 @@ func (p *Planner) admit() {
 				}
 			}
 			switch {
-			case held, p.selectedByEgressIP(addr):
+			case held:
+				p.held = append(p.held, addr)
+			case p.selectedByEgressIP(addr):
 			case late:
 				p.admittedLate = append(p.admittedLate, addr)
 			default:
@@ -271,7 +282,7 @@ func (p *Planner) admit() {
 			}
 		}
 	}
-	for _, list := range []*[]netip.Addr{&p.admitted, &p.admittedLate} {
+	for _, list := range []*[]netip.Addr{&p.admitted, &p.admittedLate, &p.held} {
 		slices.SortFunc(*list, netip.Addr.Compare)
 		*list = slices.Compact(*list)
 	}
@@ -875,7 +886,7 @@ func (p *Planner) Acting(role Role) int { return p.acting[role] }
 
 // Shared returns what the shared flows depend on (SharedFlows).
 func (p *Planner) Shared() Shared {
-	return Shared{Exempt: p.exempt, Guarded: p.node.ClusterPodCIDRs, Admitted: p.Admitted(), AdmittedLate: p.AdmittedLate(),
+	return Shared{Exempt: p.exempt, Guarded: p.node.ClusterPodCIDRs, Admitted: p.Admitted(), AdmittedLate: p.AdmittedLate(), Held: p.Held(),
 		FirewallExempt: p.firewallExempt, FirewallResolvers: p.firewallResolvers(), Hosting: p.acting[RoleHost], Steering: p.acting[RoleSteer],
 		HoldingEgressIPs: p.egressIPsHeld()}
 }
@@ -905,7 +916,7 @@ func (p *Planner) appendRules(out []Rule, s Service) []Rule {
 
 // State assembles the whole desired dataplane, as Compute returns it.
 func (p *Planner) State() State {
-	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted()), AdmittedLate: slices.Clone(p.AdmittedLate()),
+	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted()), AdmittedLate: slices.Clone(p.AdmittedLate()), Held: slices.Clone(p.Held()),
 		Firewall: p.FirewallState(), EgressIP: p.egressIPState()}
 	for _, k := range slices.Sorted(maps.Keys(p.services)) {
 		pl := p.services[k]
