@@ -62,43 +62,67 @@ func ComputeExternalRouteHops(routes []*esv1.AdminPolicyBasedExternalRoute, name
 	for _, ns := range namespaces {
 		nsLabels[ns.Name] = ns.Labels
 	}
-	merged := map[string]map[netip.Addr]bool{} // namespace -> hop -> BFD
+	// By namespace and name, so that the problems come in one order.
+	pods = slices.SortedFunc(slices.Values(pods), byNamespacedName)
+	hopSets := map[string][]map[netip.Addr]bool{} // namespace -> the hops of each policy selecting it
 	var problems []Problem
 	for _, route := range sortedByName(routes) {
-		key := ObjectKey(APIExternalRoute, "", route.Name)
-		from, err := metav1.LabelSelectorAsSelector(route.Spec.From.NamespaceSelector.AsMeta())
-		if err != nil {
-			problems = append(problems, Problem{Key: key, Reason: reasons.InvalidSelector, Message: "spec.from.namespaceSelector: " + err.Error()})
+		from, hops, routeProblems := readExternalRoute(route, nsLabels, pods)
+		problems = append(problems, routeProblems...)
+		if from == nil {
 			continue
-		}
-		hops, hopProblems := routeHops(route, nsLabels, pods)
-		for _, p := range hopProblems {
-			problems = append(problems, Problem{Key: key, Reason: p.Reason, Message: p.Message})
 		}
 		for ns, set := range nsLabels {
-			if !from.Matches(set) {
-				continue
-			}
-			if merged[ns] == nil {
-				merged[ns] = map[netip.Addr]bool{}
-			}
-			for addr, bfd := range hops {
-				merged[ns][addr] = merged[ns][addr] || bfd
+			if from.Matches(set) {
+				hopSets[ns] = append(hopSets[ns], hops)
 			}
 		}
 	}
-	out := make(map[string][]ExternalHop, len(merged))
-	for ns, hops := range merged {
-		if len(hops) == 0 {
-			continue
+	out := make(map[string][]ExternalHop, len(hopSets))
+	for ns, sets := range hopSets {
+		if merged := mergeHops(sets); len(merged) > 0 {
+			out[ns] = merged
 		}
-		list := make([]ExternalHop, 0, len(hops))
-		for _, addr := range slices.SortedFunc(maps.Keys(hops), netip.Addr.Compare) {
-			list = append(list, ExternalHop{IP: addr, BFD: hops[addr]})
-		}
-		out[ns] = list
 	}
 	return out, problems
+}
+
+// readExternalRoute reads one policy: its namespace selector (nil when it
+// cannot be read), its hops, each address with whether BFD follows it,
+// and its problems, keyed.
+func readExternalRoute(route *esv1.AdminPolicyBasedExternalRoute, nsLabels map[string]labels.Set, pods []*corev1.Pod) (labels.Selector, map[netip.Addr]bool, []Problem) {
+	key := ObjectKey(APIExternalRoute, "", route.Name)
+	from, err := metav1.LabelSelectorAsSelector(route.Spec.From.NamespaceSelector.AsMeta())
+	if err != nil {
+		return nil, nil, []Problem{{Key: key, Reason: reasons.InvalidSelector, Message: "spec.from.namespaceSelector: " + err.Error()}}
+	}
+	hops, problems := routeHops(route, nsLabels, pods)
+	for i := range problems {
+		problems[i].Key = key
+	}
+	return from, hops, problems
+}
+
+// mergeHops merges the hops of the policies that select one namespace:
+// an address any lists is a hop, followed with BFD if any asks; sorted by
+// address (IPv4 first).
+func mergeHops(sets []map[netip.Addr]bool) []ExternalHop {
+	merged := map[netip.Addr]bool{}
+	for _, hops := range sets {
+		for addr, bfd := range hops {
+			merged[addr] = merged[addr] || bfd
+		}
+	}
+	out := make([]ExternalHop, 0, len(merged))
+	for _, addr := range slices.SortedFunc(maps.Keys(merged), netip.Addr.Compare) {
+		out = append(out, ExternalHop{IP: addr, BFD: merged[addr]})
+	}
+	return out
+}
+
+// byNamespacedName orders pods by namespace/name.
+func byNamespacedName(a, b *corev1.Pod) int {
+	return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 }
 
 func sortedByName(routes []*esv1.AdminPolicyBasedExternalRoute) []*esv1.AdminPolicyBasedExternalRoute {

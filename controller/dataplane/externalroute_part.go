@@ -222,7 +222,7 @@ func recordInbound(gw Gateway) []openflow.Instruction {
 // ExternalRoutes is a node's AdminPolicyBasedExternalRoute part.
 type ExternalRoutes struct {
 	// Parts, sorted by key, only those with flows on this node.
-	Parts []*ExternalRoutePart
+	Parts []ExternalRoutePart
 	// Problems, sorted by object, then as found.
 	Problems []Problem
 }
@@ -259,42 +259,59 @@ func ComputeExternalRoutes(node NodeConfig, routes []*esv1.AdminPolicyBasedExter
 			}
 		}
 	}
-	// The hops and live gateways of each routed pod address, by owner.
+	byOwner := map[string][]*corev1.Pod{}
+	for _, pod := range pods {
+		if key, owned := owner[pod.Namespace]; owned && pod.Spec.NodeName == node.Name {
+			byOwner[key] = append(byOwner[key], pod)
+		}
+	}
+	var parts []*ExternalRoutePart
+	for _, key := range slices.Sorted(maps.Keys(byOwner)) {
+		if part := assembleExternalRoutePart(key, byOwner[key], func(ns string) []ExternalHop { return nsHops[ns] }, hops, node.ClusterPodCIDRs); part != nil {
+			parts = append(parts, part)
+		}
+	}
+	allotRouteGroups(parts)
+	out := ExternalRoutes{Problems: problems}
+	for _, part := range parts {
+		out.Parts = append(out.Parts, *part)
+	}
+	return out
+}
+
+// assembleExternalRoutePart builds key's part from the local pods of the
+// namespaces it owns, their namespaces' hops and what the node knows of
+// the hops; nil when no address of theirs is routed. The groups are
+// unallotted (allotRouteGroups).
+func assembleExternalRoutePart(key string, pods []*corev1.Pod, nsHops func(namespace string) []ExternalHop, view ExternalRouteNode, cidrs []netip.Prefix) *ExternalRoutePart {
 	type routed struct {
 		pod  netip.Addr
 		hops []netip.Addr
 		live []Gateway
 	}
-	byOwner := map[string][]routed{}
+	var addrs []routed
 	for _, pod := range pods {
-		key, owned := owner[pod.Namespace]
-		if pod.Spec.NodeName != node.Name || !owned {
-			continue
-		}
-		for _, addr := range podAddresses(pod, node.ClusterPodCIDRs) {
-			listed, live := familyHops(nsHops[pod.Namespace], family(addr), hops)
-			if len(listed) > 0 {
-				byOwner[key] = append(byOwner[key], routed{addr, listed, live})
+		for _, addr := range podAddresses(pod, cidrs) {
+			if listed, live := familyHops(nsHops(pod.Namespace), family(addr), view); len(listed) > 0 {
+				addrs = append(addrs, routed{addr, listed, live})
 			}
 		}
 	}
-	out := make([]*ExternalRoutePart, 0, len(byOwner))
-	for _, key := range slices.Sorted(maps.Keys(byOwner)) {
-		part := &ExternalRoutePart{Key: key}
-		addrs := byOwner[key]
-		slices.SortFunc(addrs, func(a, b routed) int { return a.pod.Compare(b.pod) })
-		for _, a := range addrs {
-			route := slices.IndexFunc(part.Routes, func(r ExternalRoute) bool { return slices.Equal(r.Hops, a.hops) })
-			if route < 0 {
-				route = len(part.Routes)
-				part.Routes = append(part.Routes, ExternalRoute{Hops: a.hops, Gateways: a.live})
-			}
-			part.Pods = append(part.Pods, ExternalRoutePod{Pod: a.pod, Route: route})
-		}
-		out = append(out, part)
+	if len(addrs) == 0 {
+		return nil
 	}
-	allotRouteGroups(out)
-	return ExternalRoutes{Parts: out, Problems: problems}
+	slices.SortFunc(addrs, func(a, b routed) int { return a.pod.Compare(b.pod) })
+	addrs = slices.CompactFunc(addrs, func(a, b routed) bool { return a.pod == b.pod })
+	part := &ExternalRoutePart{Key: key}
+	for _, a := range addrs {
+		route := slices.IndexFunc(part.Routes, func(r ExternalRoute) bool { return slices.Equal(r.Hops, a.hops) })
+		if route < 0 {
+			route = len(part.Routes)
+			part.Routes = append(part.Routes, ExternalRoute{Hops: a.hops, Gateways: a.live})
+		}
+		part.Pods = append(part.Pods, ExternalRoutePod{Pod: a.pod, Route: route})
+	}
+	return part
 }
 
 // externalRouteNamespaces are the namespaces that some policy selects (by

@@ -228,7 +228,7 @@ func TestExternalRouteParts(t *testing.T) {
 		t.Fatalf("parts %v, want %v (b's namespace is a's to render)", keys, want)
 	}
 	ports := Ports{Uplink: 1, BridgeMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
-	render := func(p *ExternalRoutePart) (flows, groups []string) {
+	render := func(p ExternalRoutePart) (flows, groups []string) {
 		for _, fm := range p.AppendFlows(&FlowBuffer{}, nil, ports) {
 			unowned := *fm
 			unowned.Cookie = 0

@@ -93,7 +93,8 @@ func (ms *members) of(key string) Member {
 }
 
 // RegisterMember adds a member of the family to the Planner, beside the
-// built-in ones (EgressService, EgressIP, EgressQoS, EgressFirewall).
+// built-in ones (EgressService, EgressIP, EgressQoS, EgressFirewall,
+// AdminPolicyBasedExternalRoute).
 func (p *Planner) RegisterMember(m Member) error { return p.members.register(m) }
 
 // MemberOf returns the member whose object key is; nil when no member
@@ -161,7 +162,7 @@ func asPart[P Part](part P, ok bool) (Part, bool) {
 
 // builtInMembers are the members every Planner has.
 func builtInMembers(p *Planner) []Member {
-	return []Member{serviceMember{p}, egressIPMember{p}, qosMember{p}, firewallMember{p}}
+	return []Member{serviceMember{p}, egressIPMember{p}, qosMember{p}, firewallMember{p}, p.externalRoute}
 }
 
 func (serviceMember) API() API { return APIEgressService }

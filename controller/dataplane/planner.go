@@ -106,6 +106,9 @@ type Planner struct {
 
 	firewallInputs
 	egressIP egressIPInputs
+	// externalRoute is AdminPolicyBasedExternalRoute's member, which keeps
+	// its own inputs (planner_externalroute.go).
+	externalRoute *externalRouteMember
 
 	// members are the family's APIs, the built-in ones and those
 	// registered (member.go).
@@ -166,7 +169,11 @@ func NewPlanner(node NodeConfig, tables TableResolver) *Planner {
 		qosHashes:      map[uint32]int{},
 		firewallInputs: newFirewallInputs(node),
 		egressIP:       newEgressIPInputs(),
+		externalRoute:  newExternalRouteMember(node),
 	}
+	// Which namespaces a policy selects decides where their pods are
+	// admitted.
+	p.externalRoute.selectionChanged = func() { p.admittedStale = true }
 	for _, m := range builtInMembers(p) {
 		if err := p.RegisterMember(m); err != nil {
 			panic(err) // two built-in members of one API
@@ -260,7 +267,8 @@ func (p *Planner) admit() {
 		}
 		_, qos := p.qosByNamespace[pod.Namespace]
 		_, firewall := p.firewallByNamespace[pod.Namespace]
-		late := qos || firewall
+		_, routed := p.externalRoute.owner[pod.Namespace]
+		late := qos || firewall || routed
 		podLabels := labels.Set(pod.Labels)
 		for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {
 			held := false
@@ -904,10 +912,11 @@ func (p *Planner) Rules() []Rule {
 }
 
 // appendRules appends the rules of s's endpoints, but not of those an
-// EgressIP selects (see Compute).
+// EgressIP selects or an external route sends through its gateways (see
+// Compute).
 func (p *Planner) appendRules(out []Rule, s Service) []Rule {
 	for _, ep := range s.Endpoints {
-		if !p.selectedByEgressIP(ep) {
+		if !p.selectedByEgressIP(ep) && !p.externalRoute.routesAddr(ep) {
 			out = append(out, RouteFrom(ep, s.Table))
 		}
 	}
@@ -917,7 +926,7 @@ func (p *Planner) appendRules(out []Rule, s Service) []Rule {
 // State assembles the whole desired dataplane, as Compute returns it.
 func (p *Planner) State() State {
 	state := State{Exempt: p.exempt, Rules: p.Rules(), Admitted: slices.Clone(p.Admitted()), AdmittedLate: slices.Clone(p.AdmittedLate()), Held: slices.Clone(p.Held()),
-		Firewall: p.FirewallState(), EgressIP: p.egressIPState()}
+		Firewall: p.FirewallState(), EgressIP: p.egressIPState(), ExternalRoute: p.externalRoute.externalRoutes()}
 	for _, k := range slices.Sorted(maps.Keys(p.services)) {
 		pl := p.services[k]
 		state.Problems = append(state.Problems, pl.problems...)

@@ -252,8 +252,9 @@ func (in *egressIPInputs) remove(pl *plannedEgressIP) {
 }
 
 // SetNamespaces takes the cluster's namespaces, whose labels
-// namespaceSelector reads.
-func (p *Planner) SetNamespaces(namespaces []*corev1.Namespace) {
+// namespaceSelector reads, and returns the keys of the external routes
+// whose part or problems changed (EgressIP's: TakeEgressIPChanges).
+func (p *Planner) SetNamespaces(namespaces []*corev1.Namespace) []string {
 	in := &p.egressIP
 	given := make(map[string]bool, len(namespaces))
 	for _, ns := range namespaces {
@@ -267,6 +268,7 @@ func (p *Planner) SetNamespaces(namespaces []*corev1.Namespace) {
 			in.relist(ns, nil, false)
 		}
 	}
+	return p.externalRoute.setNamespaces(namespaces)
 }
 
 // relist gives the namespace ns new labels (known: false when it is gone),

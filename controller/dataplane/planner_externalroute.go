@@ -1,0 +1,380 @@
+package dataplane
+
+import (
+	"iter"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+)
+
+// externalRouteMember keeps the AdminPolicyBasedExternalRoute parts of a
+// node incrementally; ComputeExternalRoutes is its specification
+// (TestExternalRouteMemberMatchesSpecification). A change recomputes the
+// policies it touched, the namespaces those select, and the parts of the
+// namespaces' owners before and after:
+//   - a policy: its hops and problems, and the namespaces its selector
+//     matches, before and after;
+//   - a namespace's labels, or a gateway pod: the policies with dynamic
+//     hops (their gateways may have moved), and that namespace;
+//   - the local pods of a namespace: its owner's part;
+//   - what the node knows of some hops (their MACs, their BFD sessions):
+//     the parts of the owners of the namespaces that list them.
+//
+// The group IDs are allotted again over every part whenever a part's
+// routes changed (allotRouteGroups: a collision may move another's).
+type externalRouteMember struct {
+	node NodeConfig
+
+	routes map[string]*plannedRoute // by key
+	// namespaces are the namespaces' labels; gateways the pods that
+	// dynamic hops may select, by namespace and name; local this node's
+	// pods, by namespace.
+	namespaces map[string]labels.Set
+	gateways   map[string]map[string]*corev1.Pod
+	local      map[string][]*corev1.Pod
+	view       ExternalRouteNode
+
+	// owner and hops are each selected namespace's first policy by name
+	// and the merged hops of every policy selecting it; owned, by key, the
+	// namespaces each owns.
+	owner map[string]string
+	hops  map[string][]ExternalHop
+	owned map[string]map[string]bool
+	parts map[string]*ExternalRoutePart
+	// selectionChanged, if not nil, is called when a namespace comes to
+	// be selected or stops being selected (the pod guard admits its pods
+	// late, after the stages).
+	selectionChanged func()
+}
+
+// plannedRoute is one policy as read (readExternalRoute).
+type plannedRoute struct {
+	route    *esv1.AdminPolicyBasedExternalRoute
+	from     labels.Selector // nil: unreadable, it selects nothing
+	hops     map[netip.Addr]bool
+	problems []Problem
+	dynamic  bool // it has dynamic hops: gateway pods and namespace labels move them
+}
+
+func newExternalRouteMember(node NodeConfig) *externalRouteMember {
+	return &externalRouteMember{node: node, routes: map[string]*plannedRoute{}, namespaces: map[string]labels.Set{},
+		gateways: map[string]map[string]*corev1.Pod{}, local: map[string][]*corev1.Pod{},
+		owner: map[string]string{}, hops: map[string][]ExternalHop{}, owned: map[string]map[string]bool{}, parts: map[string]*ExternalRoutePart{}}
+}
+
+func (*externalRouteMember) API() API { return APIExternalRoute }
+
+// Update takes key's policy (*esv1.AdminPolicyBasedExternalRoute; nil
+// when it is gone).
+func (m *externalRouteMember) Update(key string, obj any) []string {
+	route, _ := obj.(*esv1.AdminPolicyBasedExternalRoute)
+	old := m.routes[key]
+	if route == nil && old == nil {
+		return nil
+	}
+	namespaces := map[string]bool{}
+	if old != nil {
+		m.addSelected(namespaces, old)
+	}
+	changed := map[string]bool{key: true}
+	if route == nil {
+		delete(m.routes, key)
+	} else {
+		m.routes[key] = m.read(route)
+		m.addSelected(namespaces, m.routes[key])
+	}
+	return m.replan(namespaces, changed)
+}
+
+func (m *externalRouteMember) Part(key string) (Part, bool) {
+	if part, ok := m.parts[key]; ok {
+		return *part, true
+	}
+	return nil, false
+}
+
+func (m *externalRouteMember) Problems(key string) []Problem {
+	if pl := m.routes[key]; pl != nil {
+		return pl.problems
+	}
+	return nil
+}
+
+func (m *externalRouteMember) Keys() iter.Seq[string] { return maps.Keys(m.routes) }
+
+// SetLocalPods takes this node's pods (PodReader).
+func (m *externalRouteMember) SetLocalPods(pods map[string][]*corev1.Pod, changed []string) []string {
+	owners := map[string]bool{}
+	for _, ns := range changed {
+		if pods[ns] == nil {
+			delete(m.local, ns)
+		} else {
+			m.local[ns] = pods[ns]
+		}
+		if key, ok := m.owner[ns]; ok {
+			owners[key] = true
+		}
+	}
+	return m.rebuild(owners, map[string]bool{})
+}
+
+// setNamespaces takes the cluster's namespaces and returns the keys whose
+// part or problems changed.
+func (m *externalRouteMember) setNamespaces(namespaces []*corev1.Namespace) []string {
+	given := make(map[string]bool, len(namespaces))
+	moved := map[string]bool{}
+	for _, ns := range namespaces {
+		given[ns.Name] = true
+		if old, known := m.namespaces[ns.Name]; !known || !maps.Equal(old, labels.Set(ns.Labels)) {
+			m.namespaces[ns.Name] = labels.Set(ns.Labels)
+			moved[ns.Name] = true
+		}
+	}
+	for ns := range m.namespaces {
+		if !given[ns] {
+			delete(m.namespaces, ns)
+			moved[ns] = true
+		}
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	return m.regather(moved)
+}
+
+// setGateways takes the pods that dynamic hops may select (at least every
+// one they select) and returns the keys whose part or problems changed.
+func (m *externalRouteMember) setGateways(pods []*corev1.Pod) []string {
+	given := map[string]map[string]*corev1.Pod{}
+	moved := false
+	for _, pod := range pods {
+		if given[pod.Namespace] == nil {
+			given[pod.Namespace] = map[string]*corev1.Pod{}
+		}
+		given[pod.Namespace][pod.Name] = pod
+		moved = moved || m.gateways[pod.Namespace][pod.Name] != pod
+	}
+	for ns, byName := range m.gateways {
+		moved = moved || len(byName) != len(given[ns])
+	}
+	m.gateways = given
+	if !moved {
+		return nil
+	}
+	return m.regather(map[string]bool{})
+}
+
+// setView takes what the node knows of the hops now, changed the
+// addresses whose MAC or BFD session may have changed, and returns the
+// keys whose part changed.
+func (m *externalRouteMember) setView(view ExternalRouteNode, changed []netip.Addr) []string {
+	m.view = view
+	owners := map[string]bool{}
+	for ns, hops := range m.hops {
+		if slices.ContainsFunc(hops, func(h ExternalHop) bool { return slices.Contains(changed, h.IP) }) {
+			owners[m.owner[ns]] = true
+		}
+	}
+	return m.rebuild(owners, map[string]bool{})
+}
+
+// regather reads the policies with dynamic hops again (their gateways may
+// have moved), and replans them with the namespaces in moved.
+func (m *externalRouteMember) regather(moved map[string]bool) []string {
+	changed := map[string]bool{}
+	for key, pl := range m.routes {
+		if !pl.dynamic {
+			continue // its hops and problems read no namespace or pod
+		}
+		m.addSelected(moved, pl)
+		next := m.read(pl.route)
+		if !slices.Equal(next.problems, pl.problems) {
+			changed[key] = true
+		}
+		m.routes[key] = next
+		m.addSelected(moved, next)
+	}
+	return m.replan(moved, changed)
+}
+
+// read reads route with the namespaces and gateway pods given.
+func (m *externalRouteMember) read(route *esv1.AdminPolicyBasedExternalRoute) *plannedRoute {
+	var pods []*corev1.Pod
+	if len(route.Spec.NextHops.DynamicHops) > 0 {
+		for _, byName := range m.gateways {
+			pods = slices.AppendSeq(pods, maps.Values(byName))
+		}
+		slices.SortFunc(pods, byNamespacedName)
+	}
+	from, hops, problems := readExternalRoute(route, m.namespaces, pods)
+	return &plannedRoute{route: route, from: from, hops: hops, problems: problems, dynamic: len(route.Spec.NextHops.DynamicHops) > 0}
+}
+
+// addSelected adds the namespaces pl selects to set.
+func (m *externalRouteMember) addSelected(set map[string]bool, pl *plannedRoute) {
+	if pl.from == nil {
+		return
+	}
+	for ns, l := range m.namespaces {
+		if pl.from.Matches(l) {
+			set[ns] = true
+		}
+	}
+}
+
+// replan decides the owner and hops of each namespace in namespaces
+// again, and rebuilds the parts of their owners before and after; changed
+// holds the keys already known to have changed.
+func (m *externalRouteMember) replan(namespaces, changed map[string]bool) []string {
+	byName := slices.SortedFunc(maps.Keys(m.routes), func(a, b string) int {
+		return strings.Compare(m.routes[a].route.Name, m.routes[b].route.Name)
+	})
+	owners := map[string]bool{}
+	for ns := range namespaces {
+		oldOwner, wasOwned := m.owner[ns]
+		oldHops := m.hops[ns]
+		owner, hopSets := "", []map[netip.Addr]bool(nil)
+		if l, known := m.namespaces[ns]; known {
+			for _, key := range byName {
+				pl := m.routes[key]
+				if pl.from != nil && pl.from.Matches(l) {
+					if owner == "" {
+						owner = key
+					}
+					hopSets = append(hopSets, pl.hops)
+				}
+			}
+		}
+		hops := mergeHops(hopSets)
+		if owner == "" {
+			delete(m.owner, ns)
+			delete(m.hops, ns)
+		} else {
+			m.owner[ns], m.hops[ns] = owner, hops
+		}
+		if wasOwned != (owner != "") && m.selectionChanged != nil {
+			m.selectionChanged()
+		}
+		if oldOwner == owner && slices.Equal(oldHops, hops) {
+			continue
+		}
+		if wasOwned {
+			delete(m.owned[oldOwner], ns)
+			owners[oldOwner] = true
+		}
+		if owner != "" {
+			if m.owned[owner] == nil {
+				m.owned[owner] = map[string]bool{}
+			}
+			m.owned[owner][ns] = true
+			owners[owner] = true
+		}
+	}
+	return m.rebuild(owners, changed)
+}
+
+// rebuild builds the parts of owners again, allots the groups again if
+// any part's routes changed, and returns the keys in changed and those
+// whose part changed, sorted.
+func (m *externalRouteMember) rebuild(owners, changed map[string]bool) []string {
+	regroup := false
+	for key := range owners {
+		var pods []*corev1.Pod
+		for ns := range m.owned[key] {
+			pods = append(pods, m.local[ns]...)
+		}
+		if len(m.owned[key]) == 0 {
+			delete(m.owned, key)
+		}
+		part := assembleExternalRoutePart(key, pods, func(ns string) []ExternalHop { return m.hops[ns] }, m.view, m.node.ClusterPodCIDRs)
+		old := m.parts[key]
+		if part == nil {
+			if old != nil {
+				delete(m.parts, key)
+				changed[key], regroup = true, true
+			}
+			continue
+		}
+		if old != nil {
+			// Keep the IDs while the routes are the same, so that Equal
+			// compares what would render.
+			if slices.EqualFunc(old.Routes, part.Routes, func(a, b ExternalRoute) bool { return slices.Equal(a.Hops, b.Hops) }) {
+				for i := range part.Routes {
+					part.Routes[i].Group = old.Routes[i].Group
+				}
+				if old.Equal(*part) {
+					continue
+				}
+			} else {
+				regroup = true
+			}
+		} else {
+			regroup = true
+		}
+		m.parts[key] = part
+		changed[key] = true
+	}
+	if regroup {
+		// On copies: a part given out (Part) never changes under its
+		// holder.
+		sorted := make([]*ExternalRoutePart, 0, len(m.parts))
+		for _, key := range slices.Sorted(maps.Keys(m.parts)) {
+			part := *m.parts[key]
+			part.Routes = slices.Clone(part.Routes)
+			sorted = append(sorted, &part)
+		}
+		allotRouteGroups(sorted)
+		for _, part := range sorted {
+			if !part.Equal(*m.parts[part.Key]) {
+				m.parts[part.Key] = part
+				changed[part.Key] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(changed))
+}
+
+// externalRoutes returns the node's part of the member (State.ExternalRoute).
+func (m *externalRouteMember) externalRoutes() ExternalRoutes {
+	var out ExternalRoutes
+	byName := slices.SortedFunc(maps.Keys(m.routes), func(a, b string) int {
+		return strings.Compare(m.routes[a].route.Name, m.routes[b].route.Name)
+	})
+	for _, key := range byName {
+		out.Problems = append(out.Problems, m.routes[key].problems...)
+	}
+	for _, key := range slices.Sorted(maps.Keys(m.parts)) {
+		out.Parts = append(out.Parts, *m.parts[key])
+	}
+	return out
+}
+
+// routesAddr reports whether a part routes the local pod address addr.
+func (m *externalRouteMember) routesAddr(addr netip.Addr) bool {
+	for _, part := range m.parts {
+		if slices.ContainsFunc(part.Pods, func(p ExternalRoutePod) bool { return p.Pod == addr }) {
+			return true
+		}
+	}
+	return false
+}
+
+// SetExternalRouteGateways takes the pods that the external routes'
+// dynamic hops may select (at least each one they select, wherever it
+// runs), and returns the keys whose part or problems changed.
+func (p *Planner) SetExternalRouteGateways(pods []*corev1.Pod) []string {
+	return p.externalRoute.setGateways(pods)
+}
+
+// SetExternalRouteView takes what the node knows of the external routes'
+// hops (their MACs, their BFD sessions), changed the addresses whose
+// knowledge may have changed, and returns the keys whose part changed.
+func (p *Planner) SetExternalRouteView(view ExternalRouteNode, changed []netip.Addr) []string {
+	return p.externalRoute.setView(view, changed)
+}
