@@ -46,6 +46,7 @@ import (
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/hostfirewall"
 	"github.com/egressflow/egressflow/controller/iprule"
+	"github.com/egressflow/egressflow/controller/neighbour"
 	"github.com/egressflow/egressflow/controller/ovsdb"
 	"github.com/egressflow/egressflow/openflow/ofconn"
 )
@@ -395,6 +396,10 @@ type localNode struct {
 	handle     *netlink.Handle
 	rules      *iprule.Manager
 	nft        knftables.Interface
+	// neighbours finds the external routes' next hops' MACs on the
+	// bridge's interface; neighboursChanged signals each change.
+	neighbours        *neighbour.Resolver
+	neighboursChanged chan struct{}
 }
 
 // connectNode opens the agent's handles on its node, waiting for the
@@ -425,10 +430,23 @@ func connectNode(ctx context.Context, f agentFlags) (*localNode, error) {
 		local.close()
 		return nil, err
 	}
+	local.neighboursChanged = make(chan struct{}, 1)
+	if local.neighbours, err = neighbour.Start(f.bridge, neighbour.DefaultRefresh, func() {
+		select {
+		case local.neighboursChanged <- struct{}{}:
+		default: // a sync is already asked for
+		}
+	}); err != nil {
+		local.close()
+		return nil, fmt.Errorf("watch the neighbours of %s: %w", f.bridge, err)
+	}
 	return local, nil
 }
 
 func (l *localNode) close() {
+	if l.neighbours != nil {
+		l.neighbours.Close()
+	}
 	l.handle.Close()
 	l.ofClient.Close()
 }
@@ -466,9 +484,11 @@ func agentConfig(f agentFlags, node dataplane.NodeConfig, cfg *rest.Config, kube
 			Files:      strings.Split(f.rtTables, ","),
 			LinkByName: local.handle.LinkByName,
 		}.Resolve,
-		Recorder: emitter,
-		Metrics:  metrics,
-		Liveness: f.liveness,
+		Recorder:          emitter,
+		Metrics:           metrics,
+		Neighbours:        local.neighbours,
+		NeighboursChanged: local.neighboursChanged,
+		Liveness:          f.liveness,
 	}
 	if ep.responder != nil {
 		c.ProbeLost = ep.responder.Lost

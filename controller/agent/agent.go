@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -196,6 +197,21 @@ type Config struct {
 	// Members are members of the egress family the agent plans beside its
 	// built-in ones (MemberSource).
 	Members []MemberSource
+	// Neighbours, if not nil, finds the MACs of the external routes' next
+	// hops on the node's link to them (neighbour.Resolver, on the bridge's
+	// interface); NeighboursChanged signals each change of them. Nil: no
+	// hop is usable, and the pods the routes select are dropped.
+	Neighbours        NeighbourTable
+	NeighboursChanged <-chan struct{}
+}
+
+// NeighbourTable finds the MACs of the addresses the agent wants
+// (neighbour.Resolver).
+type NeighbourTable interface {
+	// Want sets the addresses to resolve.
+	Want(addrs []netip.Addr)
+	// MAC returns an address's MAC, if known.
+	MAC(addr netip.Addr) (net.HardwareAddr, bool)
 }
 
 // MemberSource is a member of the egress family, with the informer of its
@@ -351,6 +367,10 @@ type Agent struct {
 	// forwarding is the bookkeeping of holds and releases of a restarting
 	// ovs-vswitchd's forwarding.
 	forwarding forwardingHolds
+	// wantedHops are the external routes' next hops last asked of
+	// Neighbours; hopMACs what the planner was last told of their MACs.
+	wantedHops []netip.Addr
+	hopMACs    map[netip.Addr]net.HardwareAddr
 
 	// applyMu serializes what writes to the bridge: the worker's syncs
 	// and, until the caches have synced, the cold guard.
@@ -523,6 +543,7 @@ func (a *Agent) watchMembers() {
 		},
 		dataplane.APIEgressQoS:      rolledOut(storeSource(dataplane.APIEgressQoS, es.EgressQoSes().Informer())),
 		dataplane.APIEgressFirewall: rolledOut(storeSource(dataplane.APIEgressFirewall, es.EgressFirewalls().Informer())),
+		dataplane.APIExternalRoute:  storeSource(dataplane.APIExternalRoute, es.AdminPolicyBasedExternalRoutes().Informer()),
 	}
 	for _, src := range a.cfg.Members {
 		if err := a.planner.RegisterMember(src.Member); err != nil {
@@ -634,6 +655,9 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 		go a.watchDNS(ctx)
 	}
 	go a.watchFence(ctx)
+	if a.cfg.NeighboursChanged != nil {
+		go a.watchNeighbours(ctx)
+	}
 	go a.retireHeartbeatLeases(ctx)
 	go a.watchBridge(ctx)
 	if err := a.guardCold(ctx); err != nil {
@@ -706,6 +730,18 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	for a.processNext(ctx) {
 	}
 	return nil
+}
+
+// watchNeighbours asks for a sync whenever a next hop's MAC changes.
+func (a *Agent) watchNeighbours(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.cfg.NeighboursChanged:
+			a.queue.Add(syncKey)
+		}
+	}
 }
 
 // watchDNS asks for a sync whenever the DNS names' answers change.

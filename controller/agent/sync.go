@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -260,9 +263,11 @@ func (a *Agent) recompute(ctx context.Context) error {
 	// The shared flows are diffed on every sync: the exemptions need no
 	// keys.
 	_, changed := a.planner.SetNodes(nodes)
-	if err := a.updateEgressIPInputs(ctx); err != nil {
+	routes, err := a.updateEgressIPInputs(ctx)
+	if err != nil {
 		return err
 	}
+	changed = append(changed, routes...)
 	if a.podsChanged.Swap(false) {
 		pods, err := a.podScope.list()
 		if err != nil {
@@ -279,6 +284,7 @@ func (a *Agent) recompute(ctx context.Context) error {
 		return err
 	}
 	changed = append(changed, keys...)
+	changed = append(changed, a.updateHopView()...)
 	changed = append(changed, a.updateResolved(ctx)...)
 	if slices.ContainsFunc(changed, func(k string) bool { return strings.HasPrefix(k, firewallKeyPrefix) }) {
 		a.hostFirewallCurrent = false
@@ -291,10 +297,11 @@ func (a *Agent) recompute(ctx context.Context) error {
 }
 
 // updateEgressIPInputs gives the planner the EgressIPs and namespaces, if
-// either changed, once the holder watches they imply are in place.
-func (a *Agent) updateEgressIPInputs(ctx context.Context) error {
+// either changed, once the holder watches they imply are in place, and
+// returns the keys of the external routes the namespaces changed.
+func (a *Agent) updateEgressIPInputs(ctx context.Context) ([]string, error) {
 	if !a.egressIPsChanged.Load() && !a.namespacesChanged.Load() {
-		return nil
+		return nil, nil
 	}
 	eipsChanged, namespacesChanged := a.egressIPsChanged.Swap(false), a.namespacesChanged.Swap(false)
 	in, err := a.setHolderWatches(ctx)
@@ -306,15 +313,53 @@ func (a *Agent) updateEgressIPInputs(ctx context.Context) error {
 		if namespacesChanged {
 			a.namespacesChanged.Store(true)
 		}
-		return err
+		return nil, err
 	}
 	if eipsChanged {
 		a.planner.SetEgressIPs(in.eips)
 	}
 	if namespacesChanged {
-		a.planner.SetNamespaces(in.namespaces)
+		return a.planner.SetNamespaces(in.namespaces), nil
 	}
-	return nil
+	return nil, nil
+}
+
+// updateHopView asks Neighbours for the external routes' next hops, and
+// gives the planner their MACs as they are now (a snapshot), returning
+// the keys whose part changed.
+func (a *Agent) updateHopView() []string {
+	wanted := a.planner.ExternalRouteHops()
+	if a.cfg.Neighbours != nil && !slices.Equal(wanted, a.wantedHops) {
+		a.cfg.Neighbours.Want(wanted)
+		a.wantedHops = wanted
+	}
+	macs := map[netip.Addr]net.HardwareAddr{}
+	if a.cfg.Neighbours != nil {
+		for _, hop := range wanted {
+			if mac, ok := a.cfg.Neighbours.MAC(hop); ok {
+				macs[hop] = mac
+			}
+		}
+	}
+	var moved []netip.Addr
+	for hop, mac := range macs {
+		if old, ok := a.hopMACs[hop]; !ok || !bytes.Equal(old, mac) {
+			moved = append(moved, hop)
+		}
+	}
+	for hop := range a.hopMACs {
+		if _, ok := macs[hop]; !ok {
+			moved = append(moved, hop)
+		}
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	a.hopMACs = macs
+	return a.planner.SetExternalRouteView(dataplane.ExternalRouteNode{MAC: func(hop netip.Addr) (net.HardwareAddr, bool) {
+		mac, ok := macs[hop]
+		return mac, ok
+	}}, moved)
 }
 
 // updateDirty gives the planner the objects marked dirty (EgressServices,

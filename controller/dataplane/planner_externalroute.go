@@ -378,3 +378,16 @@ func (p *Planner) SetExternalRouteGateways(pods []*corev1.Pod) []string {
 func (p *Planner) SetExternalRouteView(view ExternalRouteNode, changed []netip.Addr) []string {
 	return p.externalRoute.setView(view, changed)
 }
+
+// ExternalRouteHops returns the next hops of every namespace an external
+// route selects, sorted: the addresses whose MACs the node must find.
+func (p *Planner) ExternalRouteHops() []netip.Addr {
+	var out []netip.Addr
+	for _, hops := range p.externalRoute.hops {
+		for _, h := range hops {
+			out = append(out, h.IP)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}

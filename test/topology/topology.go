@@ -227,6 +227,32 @@ func (h *Host) exec(t testing.TB, name string, args ...string) string {
 	return run(t, "ip", append([]string{"netns", "exec", h.Netns, name}, args...)...)
 }
 
+// AddGateway attaches a router to the underlay at its index-th addresses
+// (172.18.0.<index>, fd00:172:18::<index in hex>): it forwards what it is
+// sent, as an external gateway does, without ICMP redirects, and routes
+// the pod CIDRs through their nodes, as the external host does. Call it
+// after New.
+func (topo *Topology) AddGateway(t testing.TB, name string, index int) *Host {
+	t.Helper()
+	h := &Host{Name: name, Netns: ovstest.NewNetns(t, "gw"), IP: nthAddr(UnderlayPrefix, index), IP6: nthAddr(UnderlayPrefix6, index)}
+	topo.connectToUnderlay(h.Netns, "eth0")
+	h.exec(t, "ip", addrAdd(h.IP, UnderlayPrefix, "eth0")...)
+	h.exec(t, "ip", addrAdd(h.IP6, UnderlayPrefix6, "eth0")...)
+	h.exec(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
+		"net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf.eth0.send_redirects=0")
+	for _, n := range topo.Nodes {
+		h.exec(t, "ip", "route", "add", n.PodCIDR.String(), "via", n.IP.String())
+		h.exec(t, "ip", "route", "add", n.PodCIDR6.String(), "via", n.IP6.String())
+	}
+	return h
+}
+
+// MAC is the MAC address of the host's underlay interface.
+func (h *Host) MAC(t testing.TB) string {
+	t.Helper()
+	return strings.TrimSpace(h.exec(t, "cat", "/sys/class/net/eth0/address"))
+}
+
 // connectToUnderlay links namespace ns (interface ifname) to the underlay bridge.
 func (topo *Topology) connectToUnderlay(ns, ifname string) {
 	connectToBridge(topo.t, topo.Underlay, ns, ifname)
