@@ -39,6 +39,7 @@ import (
 	"github.com/egressflow/egressflow/cmd/internal/clientmetrics"
 	"github.com/egressflow/egressflow/controller/agent"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/bfd"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/dnsresolve"
 	"github.com/egressflow/egressflow/controller/events"
@@ -191,6 +192,7 @@ type agentFlags struct {
 	dnsHoldTimeout                                             time.Duration
 	dnsWhileAway, dnsResolverPods                              string
 	liveness                                                   agent.LivenessBounds
+	bfd                                                        bfd.Config
 }
 
 // parseFlags reads the agent's flags from args (without the command's
@@ -213,6 +215,9 @@ func parseFlags(args []string) (f agentFlags, done bool, err error) {
 	fs.StringVar(&f.serviceCIDRs, "service-cidrs", "", "comma-separated ClusterIP CIDRs: traffic to them is never rewritten")
 	fs.StringVar(&f.dnsServers, "dns-servers", "", "comma-separated DNS servers (address or address:port) at which EgressFirewall's dnsName rules are resolved; empty: the nameservers of --resolv-conf")
 	fs.StringVar(&f.resolvConf, "resolv-conf", dnsresolve.DefaultResolvConf, "resolv.conf whose nameservers resolve EgressFirewall's dnsName rules when --dns-servers is empty (the node's, for an agent on the host network with dnsPolicy Default)")
+	fs.DurationVar(&f.bfd.DesiredMinTx, "bfd-min-tx", bfd.DefaultDesiredMinTx, "how often the BFD session to an AdminPolicyBasedExternalRoute next hop with bfdEnabled sends while up: lower detects a dead gateway sooner, at one packet per interval per hop")
+	fs.DurationVar(&f.bfd.RequiredMinRx, "bfd-min-rx", bfd.DefaultRequiredMinRx, "the fastest the agent accepts BFD packets from a next hop: the gateway's detection of this node is paced by the slower of this and its own interval")
+	bfdMultiplier := fs.Uint("bfd-multiplier", bfd.DefaultDetectMult, "how many BFD intervals without a packet declare a next hop down (1-255): lower detects sooner, higher rides out lost packets")
 	fs.StringVar(&f.egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(esv1.EgressIPUnheldDrop)), "what a selected pod's egress does while its EgressIP has no held address of its family: \"drop\" (fail closed: no packet leaves with another source than the egress IP) or \"node-ip\" (as OVN-Kubernetes: it leaves as the node's other pods do, with their source address); one value for the whole cluster (EGRESSIP_UNHELD of the egressflow-cluster ConfigMap)")
 	fs.StringVar(&f.rtTables, "rt-tables", strings.Join(iprule.DefaultTableFiles, ","), "comma-separated iproute2 rt_tables files naming routing tables (mount the host's into the container)")
 	fs.DurationVar(&f.renewInterval, "heartbeat-renew-interval", f.renewInterval, "how often the heartbeat Lease is renewed: one API write per node per interval")
@@ -230,6 +235,12 @@ func parseFlags(args []string) (f agentFlags, done bool, err error) {
 	fs.DurationVar(&f.liveness.Sync, "liveness-sync-timeout", agent.DefaultSyncTimeout, "/healthz fails once a sync attempt has run this long (the sync loop is stuck), so that the kubelet restarts the agent: shorter may restart an agent that is only slow on an overloaded node")
 	fs.DurationVar(&f.liveness.Bridge, "liveness-bridge-timeout", agent.DefaultBridgeTimeout, "/healthz fails once the OpenFlow connection to the bridge has been down this long, so that the kubelet restarts the agent (which then waits for the bridge, live): it must outlast an ovs-vswitchd restart")
 	done, err = fs.Parse(args)
+	if err == nil && !done {
+		if *bfdMultiplier < 1 || *bfdMultiplier > 255 {
+			return f, false, fmt.Errorf("--bfd-multiplier %d: want 1 to 255", *bfdMultiplier)
+		}
+		f.bfd.DetectMult = uint8(*bfdMultiplier)
+	}
 	return f, done, err
 }
 
@@ -397,9 +408,11 @@ type localNode struct {
 	rules      *iprule.Manager
 	nft        knftables.Interface
 	// neighbours finds the external routes' next hops' MACs on the
-	// bridge's interface; neighboursChanged signals each change.
-	neighbours        *neighbour.Resolver
-	neighboursChanged chan struct{}
+	// bridge's interface, bfd runs the sessions to those with BFD (nil if
+	// its port could not be opened); hopsChanged signals each change.
+	neighbours  *neighbour.Resolver
+	bfd         *bfd.Engine
+	hopsChanged chan struct{}
 }
 
 // connectNode opens the agent's handles on its node, waiting for the
@@ -430,20 +443,28 @@ func connectNode(ctx context.Context, f agentFlags) (*localNode, error) {
 		local.close()
 		return nil, err
 	}
-	local.neighboursChanged = make(chan struct{}, 1)
-	if local.neighbours, err = neighbour.Start(f.bridge, neighbour.DefaultRefresh, func() {
+	local.hopsChanged = make(chan struct{}, 1)
+	hopsChanged := func() {
 		select {
-		case local.neighboursChanged <- struct{}{}:
+		case local.hopsChanged <- struct{}{}:
 		default: // a sync is already asked for
 		}
-	}); err != nil {
+	}
+	if local.neighbours, err = neighbour.Start(f.bridge, neighbour.DefaultRefresh, hopsChanged); err != nil {
 		local.close()
 		return nil, fmt.Errorf("watch the neighbours of %s: %w", f.bridge, err)
+	}
+	if local.bfd, err = bfd.Listen(f.bfd, func(bfd.Change) { hopsChanged() }); err != nil {
+		// Another BFD daemon on the node, say: the rest works.
+		klog.ErrorS(err, "No BFD: AdminPolicyBasedExternalRoute next hops with bfdEnabled will not be used, and the pods they serve are dropped")
 	}
 	return local, nil
 }
 
 func (l *localNode) close() {
+	if l.bfd != nil {
+		l.bfd.Close()
+	}
 	if l.neighbours != nil {
 		l.neighbours.Close()
 	}
@@ -484,11 +505,14 @@ func agentConfig(f agentFlags, node dataplane.NodeConfig, cfg *rest.Config, kube
 			Files:      strings.Split(f.rtTables, ","),
 			LinkByName: local.handle.LinkByName,
 		}.Resolve,
-		Recorder:          emitter,
-		Metrics:           metrics,
-		Neighbours:        local.neighbours,
-		NeighboursChanged: local.neighboursChanged,
-		Liveness:          f.liveness,
+		Recorder:    emitter,
+		Metrics:     metrics,
+		Neighbours:  local.neighbours,
+		HopsChanged: local.hopsChanged,
+		Liveness:    f.liveness,
+	}
+	if local.bfd != nil {
+		c.BFD = local.bfd
 	}
 	if ep.responder != nil {
 		c.ProbeLost = ep.responder.Lost

@@ -60,6 +60,7 @@ import (
 	"k8s.io/utils/clock"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/bfd"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
@@ -199,10 +200,28 @@ type Config struct {
 	Members []MemberSource
 	// Neighbours, if not nil, finds the MACs of the external routes' next
 	// hops on the node's link to them (neighbour.Resolver, on the bridge's
-	// interface); NeighboursChanged signals each change of them. Nil: no
-	// hop is usable, and the pods the routes select are dropped.
-	Neighbours        NeighbourTable
-	NeighboursChanged <-chan struct{}
+	// interface). Nil: no hop is usable, and the pods the routes select
+	// are dropped.
+	Neighbours NeighbourTable
+	// BFD, if not nil, runs a session to each next hop that asks for BFD
+	// (bfd.Engine): such a hop is used only while its session is up. Nil:
+	// no such hop is used.
+	BFD BFDSessions
+	// HopsChanged signals each change of a next hop's MAC or BFD session.
+	HopsChanged <-chan struct{}
+}
+
+// BFDSessions runs BFD sessions to peers (bfd.Engine).
+type BFDSessions interface {
+	// Add starts a session to peer, if there is none.
+	Add(peer netip.Addr) error
+	// Remove ends the session to peer.
+	Remove(peer netip.Addr)
+	// Peers returns the peers with a session.
+	Peers() []netip.Addr
+	// State returns the state of the session to peer; ok is false when
+	// there is none.
+	State(peer netip.Addr) (st bfd.State, d bfd.Diag, ok bool)
 }
 
 // NeighbourTable finds the MACs of the addresses the agent wants
@@ -368,9 +387,13 @@ type Agent struct {
 	// ovs-vswitchd's forwarding.
 	forwarding forwardingHolds
 	// wantedHops are the external routes' next hops last asked of
-	// Neighbours; hopMACs what the planner was last told of their MACs.
+	// Neighbours; hopMACs and hopsUp what the planner was last told of
+	// their MACs and BFD sessions; bfdErrors the last error starting
+	// each session, logged once.
 	wantedHops []netip.Addr
 	hopMACs    map[netip.Addr]net.HardwareAddr
+	hopsUp     map[netip.Addr]bool
+	bfdErrors  map[netip.Addr]string
 
 	// applyMu serializes what writes to the bridge: the worker's syncs
 	// and, until the caches have synced, the cold guard.
@@ -655,8 +678,8 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 		go a.watchDNS(ctx)
 	}
 	go a.watchFence(ctx)
-	if a.cfg.NeighboursChanged != nil {
-		go a.watchNeighbours(ctx)
+	if a.cfg.HopsChanged != nil {
+		go a.watchHops(ctx)
 	}
 	go a.retireHeartbeatLeases(ctx)
 	go a.watchBridge(ctx)
@@ -732,13 +755,14 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	return nil
 }
 
-// watchNeighbours asks for a sync whenever a next hop's MAC changes.
-func (a *Agent) watchNeighbours(ctx context.Context) {
+// watchHops asks for a sync whenever a next hop's MAC or BFD session
+// changes.
+func (a *Agent) watchHops(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.cfg.NeighboursChanged:
+		case <-a.cfg.HopsChanged:
 			a.queue.Add(syncKey)
 		}
 	}

@@ -6,11 +6,13 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/bfd"
 	"github.com/egressflow/egressflow/controller/neighbour"
 	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
@@ -19,23 +21,40 @@ import (
 // withNeighbours gives the agent of n a neighbour resolver on n's bridge
 // interface, in n's namespace, as the agent's main does on the node.
 func withNeighbours(t *testing.T, n *topology.Node) func(*Config) {
+	resolver, changed := startNeighbours(t, n)
+	return func(cfg *Config) { cfg.Neighbours, cfg.HopsChanged = resolver, changed }
+}
+
+// withNeighboursAndBFD is withNeighbours with BFD sessions in n's
+// namespace, signalling on the same channel, as the agent's main does.
+func withNeighboursAndBFD(t *testing.T, n *topology.Node) func(*Config) {
+	resolver, changed := startNeighbours(t, n)
+	sessions := listenBFD(t, n.Netns, func(bfd.Change) { signal(changed) })
+	return func(cfg *Config) { cfg.Neighbours, cfg.HopsChanged, cfg.BFD = resolver, changed, sessions }
+}
+
+func startNeighbours(t *testing.T, n *topology.Node) (*neighbour.Resolver, chan struct{}) {
+	t.Helper()
 	changed := make(chan struct{}, 1)
 	var resolver *neighbour.Resolver
 	err := topology.InNetns(n.Netns, func() error {
 		var err error
-		resolver, err = neighbour.Start(n.Bridge, 0, func() {
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
-		})
+		resolver, err = neighbour.Start(n.Bridge, 0, func() { signal(changed) })
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(resolver.Close)
-	return func(cfg *Config) { cfg.Neighbours, cfg.NeighboursChanged = resolver, changed }
+	return resolver, changed
+}
+
+// signal wakes the reader of c without blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // externalRouteConns is how many UDP connections the routed pod opens:
@@ -212,4 +231,143 @@ func sourcePort(t *testing.T, p topology.Packet) uint16 {
 	}
 	t.Fatalf("no source port in %q", p.Line)
 	return 0
+}
+
+// nsBFD is a BFD engine whose sessions live in a network namespace (a
+// node's or a gateway's in the tests): its port is opened there, and each
+// session's socket too.
+type nsBFD struct {
+	*bfd.Engine
+	netns string
+}
+
+func listenBFD(t *testing.T, netns string, onChange func(bfd.Change)) nsBFD {
+	t.Helper()
+	var e *bfd.Engine
+	err := topology.InNetns(netns, func() error {
+		var err error
+		e, err = bfd.Listen(bfd.Config{}, onChange)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return nsBFD{e, netns}
+}
+
+func (b nsBFD) Add(peer netip.Addr) error {
+	return topology.InNetns(b.netns, func() error { return b.Engine.Add(peer) })
+}
+
+// bfdConns is how many connections TestAgentExternalRouteFollowsBFD
+// opens before it cuts a gateway off: that none goes through it has a
+// chance of 2^-20.
+const bfdConns = 20
+
+// TestAgentExternalRouteFollowsBFD: both next hops of a route ask for BFD,
+// and each gateway runs a BFD engine with a session to the node. A hop is
+// in the group only while its session is up: none before the gateways
+// answer, both once they do; a gateway cut off from the segment leaves
+// the group on that node with no API write (its session goes down in
+// 300 ms at the defaults), and the pod's connections all go through the
+// other, those it carried included; back on the segment, it returns.
+func TestAgentExternalRouteFollowsBFD(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	gateways := []*topology.Host{e.topo.AddGateway(t, "gw1", 50), e.topo.AddGateway(t, "gw2", 51)}
+	ctx := context.Background()
+	if _, err := e.admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "routed",
+		Labels: map[string]string{"egress": "gateways"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	routed := n.AddPod(t, "routed")
+	e.admin.CreatePod(t, "routed", routed, nil)
+	e.startAgent(n, withNeighboursAndBFD(t, n)).waitHealthy(t)
+	route := &esv1.AdminPolicyBasedExternalRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "gateways"},
+		Spec: esv1.AdminPolicyBasedExternalRouteSpec{
+			From: esv1.ExternalNetworkSource{NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"egress": "gateways"}}},
+			NextHops: esv1.ExternalNextHops{StaticHops: []esv1.StaticHop{
+				{IP: gateways[0].IP.String(), BFDEnabled: true}, {IP: gateways[1].IP.String(), BFDEnabled: true}}},
+		},
+	}
+	if _, err := e.admin.ES.K8sV1().AdminPolicyBasedExternalRoutes().Create(ctx, route, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	buckets := func(want int) func() error {
+		return func() error {
+			groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge)
+			if got := strings.Count(groups, "bucket="); !strings.Contains(groups, "type=select") || got != want {
+				return fmt.Errorf("want the route's group with %d buckets:\n%s", want, groups)
+			}
+			return nil
+		}
+	}
+	wait.Until(t, convergeTimeout, buckets(0))
+	if src, err := routed.Dial("udp", e.server.Addr); err == nil {
+		t.Errorf("before any BFD session is up, the routed pod's datagram reached the external host from %v", src)
+	}
+
+	for _, gw := range gateways {
+		peer := listenBFD(t, gw.Netns, nil)
+		if err := peer.Add(n.IP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait.Until(t, convergeTimeout, buckets(2))
+
+	// Connections opened while both are up: some go through gw1.
+	gw1MAC := gateways[0].MAC(t)
+	capture := e.topo.External.Capture(t)
+	var open []*topology.Conn
+	for range bfdConns {
+		conn, err := routed.Connect("udp", e.server.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if src, err := conn.Probe(); err != nil || src != routed.IP {
+			t.Fatalf("the routed pod's datagram: seen from %v, %v", src, err)
+		}
+		open = append(open, conn)
+	}
+	throughGW1 := 0
+	for _, p := range capture.Stop() {
+		if p.Src == routed.IP && p.SrcMAC == gw1MAC {
+			throughGW1++
+		}
+	}
+	if throughGW1 == 0 {
+		t.Fatalf("none of %d connections went through gw1", bfdConns)
+	}
+
+	cut := time.Now()
+	gateways[0].Exec(t, "ip", "link", "set", "eth0", "down")
+	wait.UntilEvery(t, convergeTimeout, 10*time.Millisecond, buckets(1))
+	t.Logf("gw1 cut off: out of the group %v later", time.Since(cut).Round(10*time.Millisecond))
+	if groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge); strings.Count(groups, "bucket=") != 1 {
+		t.Fatalf("groups: %s", groups)
+	}
+	// The connections that went through gw1 go on through gw2 (no
+	// conntrack entry keeps them on a dead gateway), and new ones too.
+	capture = e.topo.External.Capture(t)
+	for _, conn := range open {
+		if src, err := conn.Probe(); err != nil || src != routed.IP {
+			t.Fatalf("with gw1 down, a connection opened before: seen from %v, %v", src, err)
+		}
+	}
+	for range bfdConns {
+		if src, err := routed.Dial("udp", e.server.Addr); err != nil || src != routed.IP {
+			t.Fatalf("with gw1 down, the routed pod's datagram: seen from %v, %v", src, err)
+		}
+	}
+	for _, p := range capture.Stop() {
+		if p.Src == routed.IP && p.SrcMAC == gw1MAC {
+			t.Errorf("with gw1's session down, a datagram went through it: %s", p.Line)
+		}
+	}
+
+	gateways[0].Exec(t, "ip", "link", "set", "eth0", "up")
+	wait.Until(t, convergeTimeout, buckets(2))
 }

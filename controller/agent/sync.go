@@ -17,6 +17,7 @@ import (
 
 	"github.com/egressflow/egressflow/conntrack"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/bfd"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/openflow"
 	"github.com/egressflow/egressflow/openflow/ofconn"
@@ -324,42 +325,83 @@ func (a *Agent) updateEgressIPInputs(ctx context.Context) ([]string, error) {
 	return nil, nil
 }
 
-// updateHopView asks Neighbours for the external routes' next hops, and
-// gives the planner their MACs as they are now (a snapshot), returning
-// the keys whose part changed.
+// updateHopView asks Neighbours for the external routes' next hops and
+// BFD for sessions to those that ask for one, and gives the planner what
+// they know now (a snapshot: each hop's MAC, and whether its session is
+// up), returning the keys whose part changed.
 func (a *Agent) updateHopView() []string {
-	wanted := a.planner.ExternalRouteHops()
-	if a.cfg.Neighbours != nil && !slices.Equal(wanted, a.wantedHops) {
-		a.cfg.Neighbours.Want(wanted)
-		a.wantedHops = wanted
+	hops := a.planner.ExternalRouteHops()
+	addrs := make([]netip.Addr, len(hops))
+	for i, h := range hops {
+		addrs[i] = h.IP
 	}
-	macs := map[netip.Addr]net.HardwareAddr{}
-	if a.cfg.Neighbours != nil {
-		for _, hop := range wanted {
-			if mac, ok := a.cfg.Neighbours.MAC(hop); ok {
-				macs[hop] = mac
+	if a.cfg.Neighbours != nil && !slices.Equal(addrs, a.wantedHops) {
+		a.cfg.Neighbours.Want(addrs)
+		a.wantedHops = addrs
+	}
+	macs, up := map[netip.Addr]net.HardwareAddr{}, map[netip.Addr]bool{}
+	for _, h := range hops {
+		if a.cfg.Neighbours != nil {
+			if mac, ok := a.cfg.Neighbours.MAC(h.IP); ok {
+				macs[h.IP] = mac
+			}
+		}
+		if h.BFD && a.cfg.BFD != nil {
+			a.startBFD(h.IP)
+			st, _, _ := a.cfg.BFD.State(h.IP)
+			up[h.IP] = st == bfd.Up
+		}
+	}
+	if a.cfg.BFD != nil {
+		for _, peer := range a.cfg.BFD.Peers() {
+			if i, found := slices.BinarySearchFunc(hops, peer, func(h dataplane.ExternalHop, p netip.Addr) int { return h.IP.Compare(p) }); !found || !hops[i].BFD {
+				a.cfg.BFD.Remove(peer)
 			}
 		}
 	}
 	var moved []netip.Addr
-	for hop, mac := range macs {
-		if old, ok := a.hopMACs[hop]; !ok || !bytes.Equal(old, mac) {
-			moved = append(moved, hop)
+	for _, h := range hops {
+		old, had := a.hopMACs[h.IP]
+		mac, has := macs[h.IP]
+		if had != has || !bytes.Equal(old, mac) || a.hopsUp[h.IP] != up[h.IP] {
+			moved = append(moved, h.IP)
 		}
 	}
 	for hop := range a.hopMACs {
-		if _, ok := macs[hop]; !ok {
+		if _, still := macs[hop]; !still && !slices.Contains(moved, hop) {
 			moved = append(moved, hop)
 		}
 	}
 	if len(moved) == 0 {
 		return nil
 	}
-	a.hopMACs = macs
-	return a.planner.SetExternalRouteView(dataplane.ExternalRouteNode{MAC: func(hop netip.Addr) (net.HardwareAddr, bool) {
-		mac, ok := macs[hop]
-		return mac, ok
-	}}, moved)
+	a.hopMACs, a.hopsUp = macs, up
+	return a.planner.SetExternalRouteView(dataplane.ExternalRouteNode{
+		MAC: func(hop netip.Addr) (net.HardwareAddr, bool) {
+			mac, ok := macs[hop]
+			return mac, ok
+		},
+		BFDUp: func(hop netip.Addr) bool { return up[hop] },
+	}, moved)
+}
+
+// startBFD starts the session to hop, if there is none, logging an error
+// once until it changes.
+func (a *Agent) startBFD(hop netip.Addr) {
+	err := a.cfg.BFD.Add(hop)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != a.bfdErrors[hop] {
+		if a.bfdErrors == nil {
+			a.bfdErrors = map[netip.Addr]string{}
+		}
+		a.bfdErrors[hop] = msg
+		if err != nil {
+			klog.ErrorS(err, "Could not start the BFD session to an external route's next hop; it is not used until it can", "node", a.cfg.Node.Name, "hop", hop)
+		}
+	}
 }
 
 // updateDirty gives the planner the objects marked dirty (EgressServices,

@@ -380,14 +380,16 @@ func (p *Planner) SetExternalRouteView(view ExternalRouteNode, changed []netip.A
 }
 
 // ExternalRouteHops returns the next hops of every namespace an external
-// route selects, sorted: the addresses whose MACs the node must find.
-func (p *Planner) ExternalRouteHops() []netip.Addr {
-	var out []netip.Addr
+// route selects, sorted by address, each followed with BFD if any policy
+// asks for it: the addresses whose MACs (and sessions) the node must find.
+func (p *Planner) ExternalRouteHops() []ExternalHop {
+	var sets []map[netip.Addr]bool
 	for _, hops := range p.externalRoute.hops {
+		set := make(map[netip.Addr]bool, len(hops))
 		for _, h := range hops {
-			out = append(out, h.IP)
+			set[h.IP] = h.BFD
 		}
+		sets = append(sets, set)
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
+	return mergeHops(sets)
 }
