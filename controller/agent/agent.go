@@ -268,6 +268,8 @@ type memberSource struct {
 	// objects the handlers have taken in (marked dirty), or of the initial
 	// list once the informer has synced; nil for the others.
 	seen *revisionWatermark
+	// changed, if not nil, is set by each event of the member's objects.
+	changed *atomic.Bool
 }
 
 // rolledOut is src of a member whose rollout the cluster component
@@ -304,6 +306,7 @@ type Agent struct {
 
 	egressServices eslisters.EgressServiceLister
 	egressIPs      eslisters.EgressIPLister
+	externalRoutes eslisters.AdminPolicyBasedExternalRouteLister
 	namespaces     corelisters.NamespaceLister
 	services       corelisters.ServiceLister
 	endpointSlices cache.Indexer
@@ -339,9 +342,10 @@ type Agent struct {
 	dirty map[string]bool
 	// podsChanged: a Pod changed since the worker last read them.
 	podsChanged atomic.Bool
-	// egressIPsChanged, namespacesChanged: an EgressIP, a namespace's
-	// labels, changed since the worker last read them.
-	egressIPsChanged, namespacesChanged atomic.Bool
+	// egressIPsChanged, namespacesChanged, routesChanged: an EgressIP, a
+	// namespace's labels, an AdminPolicyBasedExternalRoute changed since
+	// the worker last read them (the pod watches they imply may change).
+	egressIPsChanged, namespacesChanged, routesChanged atomic.Bool
 	// held are the EgressIP addresses the bridge answers for, as the last
 	// committed bundle left it; an address new in it is announced
 	// (announceTakeovers). Written by the worker, read by announcers.
@@ -530,6 +534,7 @@ func (a *Agent) watchInputs() {
 	}
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
 	a.egressIPs = a.esFactory.K8s().V1().EgressIPs().Lister()
+	a.externalRoutes = a.esFactory.K8s().V1().AdminPolicyBasedExternalRoutes().Lister()
 	a.namespaces = a.kubeFactory.Core().V1().Namespaces().Lister()
 	a.services = a.egressServiceFactory.Core().V1().Services().Lister()
 	a.endpointSlices = sliceInformer.GetIndexer()
@@ -568,6 +573,9 @@ func (a *Agent) watchMembers() {
 		dataplane.APIEgressFirewall: rolledOut(storeSource(dataplane.APIEgressFirewall, es.EgressFirewalls().Informer())),
 		dataplane.APIExternalRoute:  storeSource(dataplane.APIExternalRoute, es.AdminPolicyBasedExternalRoutes().Informer()),
 	}
+	routes := a.sources[dataplane.APIExternalRoute]
+	routes.changed = &a.routesChanged // its dynamic hops' gateway pods are watched
+	a.sources[dataplane.APIExternalRoute] = routes
 	for _, src := range a.cfg.Members {
 		if err := a.planner.RegisterMember(src.Member); err != nil {
 			panic(err)
@@ -578,7 +586,7 @@ func (a *Agent) watchMembers() {
 		if src.informer == nil {
 			continue
 		}
-		registration, err := src.informer.AddEventHandler(a.eventHandler(src.keyOf, nil, nil, src.seen))
+		registration, err := src.informer.AddEventHandler(a.eventHandler(src.keyOf, nil, src.changed, src.seen))
 		if err != nil {
 			panic(err) // only fails once the informer has stopped
 		}
@@ -1191,8 +1199,20 @@ func slim(obj any) (any, error) {
 	case *corev1.Pod:
 		id := identity(o.ObjectMeta)
 		id.Labels = o.Labels // the pod guard holds pods a Service selects
-		return &corev1.Pod{ObjectMeta: id, Spec: corev1.PodSpec{NodeName: o.Spec.NodeName},
-			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIPs: o.Status.PodIPs}}, nil
+		// An external route's gateway pod: being deleted, Ready, on the
+		// host network, or its addresses on other networks.
+		id.DeletionTimestamp = o.DeletionTimestamp
+		if status, ok := o.Annotations[dataplane.NetworkStatusAnnotation]; ok {
+			id.Annotations = map[string]string{dataplane.NetworkStatusAnnotation: status}
+		}
+		out := &corev1.Pod{ObjectMeta: id, Spec: corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
+			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIPs: o.Status.PodIPs}}
+		for _, c := range o.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			}
+		}
+		return out, nil
 	case *esv1.EgressService:
 		// Its annotations may hold a kubectl last-applied-configuration,
 		// a copy of the whole object.
@@ -1265,11 +1285,14 @@ func viewDataChanged(old, new any) bool {
 	return !ok1 || !ok2 || !maps.Equal(o.Data, n.Data)
 }
 
+// podAdmissionChanged reports whether a pod changed in what the agent
+// reads of it (slim keeps nothing else, but the resourceVersion).
 func podAdmissionChanged(old, new any) bool {
 	o, ok1 := old.(*corev1.Pod)
 	n, ok2 := new.(*corev1.Pod)
-	return !ok1 || !ok2 || o.Status.Phase != n.Status.Phase || o.Spec.NodeName != n.Spec.NodeName ||
-		!equality.Semantic.DeepEqual(o.Status.PodIPs, n.Status.PodIPs) || !equality.Semantic.DeepEqual(o.Labels, n.Labels)
+	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Spec, n.Spec) || !equality.Semantic.DeepEqual(o.Status, n.Status) ||
+		!equality.Semantic.DeepEqual(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
 }
 
 func namespaceLabelsChanged(old, new any) bool {

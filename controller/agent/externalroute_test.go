@@ -67,8 +67,8 @@ const externalRouteConns = 24
 // underlay. The agent resolves their MACs and sends the routed pod's
 // egress through them: each UDP connection through one gateway, always the
 // same, and the connections spread over both; the packets keep the pod's
-// IP. IPv6, for which the route lists no hop, and a pod of another
-// namespace leave as before, not through a gateway. Once the route is
+// IP. Its IPv6 egress, for which the route lists no hop, is dropped; a
+// pod of another namespace leaves as before, not through a gateway. Once the route is
 // deleted, the routed pod's egress leaves directly again; with a route
 // whose only hop never answers, it is dropped.
 func TestAgentExternalRouteSpreadsOverGateways(t *testing.T) {
@@ -123,10 +123,11 @@ func TestAgentExternalRouteSpreadsOverGateways(t *testing.T) {
 		ports[netip.MustParseAddrPort(conn.LocalAddr().String()).Port()] = true
 		conn.Close()
 	}
-	for _, p := range []*topology.Pod{routed, bystander} {
-		if src, err := p.Dial("udp", e.server.Addr6); err != nil || src != p.IP6 {
-			t.Fatalf("%s's IPv6 datagram: seen from %v, %v; want its own IP %v", p.Name, src, err, p.IP6)
-		}
+	if src, err := routed.Dial("udp", e.server.Addr6); err == nil {
+		t.Errorf("the routed pod's IPv6 datagram (no IPv6 hop listed) reached the external host from %v", src)
+	}
+	if src, err := bystander.Dial("udp", e.server.Addr6); err != nil || src != bystander.IP6 {
+		t.Fatalf("the bystander's IPv6 datagram: seen from %v, %v; want its own IP %v", src, err, bystander.IP6)
 	}
 	if src, err := bystander.Dial("udp", e.server.Addr); err != nil || src != bystander.IP {
 		t.Fatalf("the bystander's datagram: seen from %v, %v; want its own IP %v", src, err, bystander.IP)
@@ -154,7 +155,9 @@ func TestAgentExternalRouteSpreadsOverGateways(t *testing.T) {
 			}
 			via[port][gw] = true
 			used[gw]++
-		case p.Src == routed.IP6, p.Src == bystander.IP, p.Src == bystander.IP6:
+		case p.Src == routed.IP6:
+			t.Errorf("the routed pod's IPv6 datagram left: %s", p.Line)
+		case p.Src == bystander.IP, p.Src == bystander.IP6:
 			if throughGateway || p.SrcMAC != bridgeMAC {
 				t.Errorf("%s left through %s (%s), not directly from the node (%s)", p.Src, p.SrcMAC, gw, bridgeMAC)
 			}
@@ -370,4 +373,116 @@ func TestAgentExternalRouteFollowsBFD(t *testing.T) {
 
 	gateways[0].Exec(t, "ip", "link", "set", "eth0", "up")
 	wait.Until(t, convergeTimeout, buckets(2))
+}
+
+// gatewayPodObject is the Pod object of a host-networked gateway pod on
+// another node, whose address is the host's: Running, Ready as asked.
+func gatewayPodObject(name string, host *topology.Host, ready bool) *corev1.Pod {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "gateways", Name: name, Labels: map[string]string{"app": "gateway"}},
+		Spec: corev1.PodSpec{NodeName: "elsewhere", HostNetwork: true,
+			Containers: []corev1.Container{{Name: "router", Image: "router"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: host.IP.String()}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
+	}
+}
+
+// TestAgentExternalRouteDynamicGateways: a route's dynamic hop selects
+// host-networked gateway pods in namespace gateways; the agent watches
+// them and sends the routed pod's egress through the Ready ones. A
+// gateway pod made NotReady leaves the group, one deleted too, and with
+// none left the routed pod's egress is dropped, never sent another way.
+func TestAgentExternalRouteDynamicGateways(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.topo.Nodes[0]
+	gateways := []*topology.Host{e.topo.AddGateway(t, "gw1", 50), e.topo.AddGateway(t, "gw2", 51)}
+	ctx := context.Background()
+	for name, l := range map[string]map[string]string{"routed": {"egress": "gateways"}, "gateways": {"role": "gateways"}} {
+		if _, err := e.admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods := e.admin.Kube.CoreV1().Pods("gateways")
+	for i, gw := range gateways {
+		pod := gatewayPodObject(fmt.Sprintf("gw-%d", i+1), gw, true)
+		created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status = pod.Status
+		if _, err := pods.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routed := n.AddPod(t, "routed")
+	e.admin.CreatePod(t, "routed", routed, nil)
+	e.startAgent(n, withNeighbours(t, n)).waitHealthy(t)
+	route := &esv1.AdminPolicyBasedExternalRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "gateways"},
+		Spec: esv1.AdminPolicyBasedExternalRouteSpec{
+			From: esv1.ExternalNetworkSource{NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"egress": "gateways"}}},
+			NextHops: esv1.ExternalNextHops{DynamicHops: []esv1.DynamicHop{{
+				PodSelector:       esv1.LabelSelector{MatchLabels: map[string]string{"app": "gateway"}},
+				NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"role": "gateways"}},
+			}}},
+		},
+	}
+	if _, err := e.admin.ES.K8sV1().AdminPolicyBasedExternalRoutes().Create(ctx, route, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	buckets := func(want int) func() error {
+		return func() error {
+			groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge)
+			if got := strings.Count(groups, "bucket="); !strings.Contains(groups, "type=select") || got != want {
+				return fmt.Errorf("want the route's group with %d buckets:\n%s", want, groups)
+			}
+			return nil
+		}
+	}
+	wait.Until(t, convergeTimeout, buckets(2))
+	if src, err := routed.Dial("udp", e.server.Addr); err != nil || src != routed.IP {
+		t.Fatalf("the routed pod's datagram: seen from %v, %v", src, err)
+	}
+
+	// gw-2 NotReady: out of the group; the pod's egress through gw1 only.
+	gw2, err := pods.Get(ctx, "gw-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw2.Status.Conditions[0].Status = corev1.ConditionFalse
+	if _, err := pods.UpdateStatus(ctx, gw2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, convergeTimeout, buckets(1))
+	capture := e.topo.External.Capture(t)
+	for range bfdConns {
+		if src, err := routed.Dial("udp", e.server.Addr); err != nil || src != routed.IP {
+			t.Fatalf("with gw-2 NotReady, the routed pod's datagram: seen from %v, %v", src, err)
+		}
+	}
+	gw1MAC := gateways[0].MAC(t)
+	for _, p := range capture.Stop() {
+		if p.Src == routed.IP && p.Dst == e.topo.External.IP && p.SrcMAC != gw1MAC {
+			t.Errorf("with gw-2 NotReady, a datagram did not come through gw1: %s", p.Line)
+		}
+	}
+
+	// gw-1 deleted: no gateway left, the pod's egress is dropped.
+	if err := pods.Delete(ctx, "gw-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, convergeTimeout, buckets(0))
+	capture = e.topo.External.Capture(t)
+	if src, err := routed.Dial("udp", e.server.Addr); err == nil {
+		t.Errorf("with no gateway pod left, the routed pod's datagram reached the external host from %v", src)
+	}
+	for _, p := range capture.Stop() {
+		if p.Src == routed.IP {
+			t.Errorf("with no gateway pod left, the routed pod's packet left: %s", p.Line)
+		}
+	}
 }

@@ -16,11 +16,12 @@ import (
 )
 
 // An agent watches the pods bound to its node, through a field selector,
-// and the pods of the EgressIPs it holds, which it SNATs wherever they
-// run, through watches scoped by namespace and podSelector
-// (dataplane.HolderPodWatches): so in a large cluster an agent that holds
-// nothing receives its own pods' events alone, and a holder those of the
-// pods it serves.
+// the pods of the EgressIPs it holds, which it SNATs wherever they run,
+// and the gateway pods of the external routes' dynamic hops, through
+// watches scoped by namespace and podSelector
+// (dataplane.HolderPodWatches, dataplane.GatewayPodWatches): so in a large
+// cluster an agent that holds nothing and serves no route receives its
+// own pods' events alone.
 
 // podScope is the agent's view of the pods: its node's, and the holder
 // watches of the moment. Its watches change on the sync worker only (and
@@ -59,7 +60,7 @@ func (s *podScope) set(ctx context.Context, want []dataplane.PodWatch) (stopped 
 			close(running.stop)
 			delete(s.holder, w)
 			stopped = true
-			klog.V(2).InfoS("Stopped watching a held EgressIP's pods", "node", s.cfg.Node.Name, "namespace", w.Namespace, "selector", w.Selector)
+			klog.V(2).InfoS("Stopped watching pods of a held EgressIP or an external route's gateways", "node", s.cfg.Node.Name, "namespace", w.Namespace, "selector", w.Selector)
 		}
 	}
 	for _, w := range want {
@@ -80,7 +81,7 @@ func (s *podScope) set(ctx context.Context, want []dataplane.PodWatch) (stopped 
 		running := &podWatch{lister: pods.Lister(), synced: registration.HasSynced, stop: make(chan struct{})}
 		factory.Start(mergeDone(ctx.Done(), running.stop))
 		s.holder[w] = running
-		klog.V(2).InfoS("Watching a held EgressIP's pods", "node", s.cfg.Node.Name, "namespace", w.Namespace, "selector", w.Selector)
+		klog.V(2).InfoS("Watching pods of a held EgressIP or an external route's gateways", "node", s.cfg.Node.Name, "namespace", w.Namespace, "selector", w.Selector)
 	}
 	return stopped
 }

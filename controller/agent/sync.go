@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -243,7 +244,12 @@ func (a *Agent) setHolderWatches(ctx context.Context) (egressIPObjects, error) {
 	if err != nil {
 		return egressIPObjects{}, err
 	}
-	if a.podScope.set(ctx, dataplane.HolderPodWatches(a.cfg.Node.Name, eips, namespaces)) {
+	routes, err := a.externalRoutes.List(labels.Everything())
+	if err != nil {
+		return egressIPObjects{}, err
+	}
+	want := dataplane.MergePodWatches(dataplane.HolderPodWatches(a.cfg.Node.Name, eips, namespaces), dataplane.GatewayPodWatches(routes, namespaces))
+	if a.podScope.set(ctx, want) {
 		a.podsChanged.Store(true)
 	}
 	return egressIPObjects{eips, namespaces}, nil
@@ -277,6 +283,7 @@ func (a *Agent) recompute(ctx context.Context) error {
 		}
 		changed = append(changed, a.planner.SetLocalPods(pods)...)
 		a.planner.SetClusterPods(pods)
+		changed = append(changed, a.planner.SetExternalRouteGateways(pods)...)
 	}
 	changed = append(changed, a.planner.SetLeases(leases)...)
 	changed = append(changed, a.fence(ctx)...)
@@ -301,18 +308,20 @@ func (a *Agent) recompute(ctx context.Context) error {
 // either changed, once the holder watches they imply are in place, and
 // returns the keys of the external routes the namespaces changed.
 func (a *Agent) updateEgressIPInputs(ctx context.Context) ([]string, error) {
-	if !a.egressIPsChanged.Load() && !a.namespacesChanged.Load() {
+	if !a.egressIPsChanged.Load() && !a.namespacesChanged.Load() && !a.routesChanged.Load() {
 		return nil, nil
 	}
-	eipsChanged, namespacesChanged := a.egressIPsChanged.Swap(false), a.namespacesChanged.Swap(false)
+	eipsChanged, namespacesChanged, routesChanged := a.egressIPsChanged.Swap(false), a.namespacesChanged.Swap(false), a.routesChanged.Swap(false)
 	in, err := a.setHolderWatches(ctx)
 	if err != nil {
 		// Mark them again for the retry (a handler may have since).
-		if eipsChanged {
-			a.egressIPsChanged.Store(true)
-		}
-		if namespacesChanged {
-			a.namespacesChanged.Store(true)
+		for _, again := range []struct {
+			was  bool
+			flag *atomic.Bool
+		}{{eipsChanged, &a.egressIPsChanged}, {namespacesChanged, &a.namespacesChanged}, {routesChanged, &a.routesChanged}} {
+			if again.was {
+				again.flag.Store(true)
+			}
 		}
 		return nil, err
 	}

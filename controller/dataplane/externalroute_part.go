@@ -31,10 +31,11 @@ import (
 // gateway sends to a pod it serves records that gateway first
 // (KindExternalRouteInbound), so that the pod's replies to a connection
 // the outside opened go back through the gateway it came through (the
-// reference's ecmp_symmetric_reply). A pod whose namespace lists gateways
-// of its family but has none live is dropped (its route's group has no
-// bucket): it never leaves by another path. A family in which the
-// namespace lists no gateway is not routed.
+// reference's ecmp_symmetric_reply). A pod whose namespace has no live
+// gateway of its family is dropped (its route's group has no bucket),
+// whether the gateways it lists are down or it lists none of that
+// family, or its dynamic hops select no pod: a selected pod never leaves
+// by another path.
 //
 // Ownership, where several policies select one namespace: the first by
 // name renders its pods, with the hops of all of them merged
@@ -85,10 +86,13 @@ type Gateway struct {
 // use, and the select group over those of them that are live.
 type ExternalRoute struct {
 	// Group is the ID of the select group over Gateways
-	// (APIExternalRoute.GroupID), given from Hops: it stays put while
-	// gateways die and come back.
+	// (APIExternalRoute.GroupID), given from Family and Hops: it stays put
+	// while gateways die and come back.
 	Group uint32
-	// Hops are the route's addresses, live or not, sorted: its identity.
+	// Family is the route's: 0 for IPv4, 1 for IPv6.
+	Family int
+	// Hops are the route's addresses of its family, live or not, sorted;
+	// with Family, its identity.
 	Hops []netip.Addr
 	// Gateways are the live ones, sorted by address; none: the group has
 	// no bucket, and the route's pods are dropped.
@@ -96,7 +100,7 @@ type ExternalRoute struct {
 }
 
 func (r ExternalRoute) equal(o ExternalRoute) bool {
-	return r.Group == o.Group && slices.Equal(r.Hops, o.Hops) && sameGateways(r.Gateways, o.Gateways)
+	return r.Group == o.Group && r.Family == o.Family && slices.Equal(r.Hops, o.Hops) && sameGateways(r.Gateways, o.Gateways)
 }
 
 func sameGateways(a, b []Gateway) bool {
@@ -163,7 +167,7 @@ func (p ExternalRoutePart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, p
 	}
 	for _, r := range p.Routes {
 		ethType := uint64(0x0800)
-		if r.Hops[0].Is6() {
+		if r.Family == 1 {
 			ethType = 0x86dd
 		}
 		route := func(kind FlowKind, priority uint16, reg7 uint32, insts []openflow.Instruction) *openflow.Match {
@@ -281,8 +285,8 @@ func ComputeExternalRoutes(node NodeConfig, routes []*esv1.AdminPolicyBasedExter
 
 // assembleExternalRoutePart builds key's part from the local pods of the
 // namespaces it owns, their namespaces' hops and what the node knows of
-// the hops; nil when no address of theirs is routed. The groups are
-// unallotted (allotRouteGroups).
+// the hops: every address of theirs is routed; nil when there is none.
+// The groups are unallotted (allotRouteGroups).
 func assembleExternalRoutePart(key string, pods []*corev1.Pod, nsHops func(namespace string) []ExternalHop, view ExternalRouteNode, cidrs []netip.Prefix) *ExternalRoutePart {
 	type routed struct {
 		pod  netip.Addr
@@ -292,9 +296,8 @@ func assembleExternalRoutePart(key string, pods []*corev1.Pod, nsHops func(names
 	var addrs []routed
 	for _, pod := range pods {
 		for _, addr := range podAddresses(pod, cidrs) {
-			if listed, live := familyHops(nsHops(pod.Namespace), family(addr), view); len(listed) > 0 {
-				addrs = append(addrs, routed{addr, listed, live})
-			}
+			listed, live := familyHops(nsHops(pod.Namespace), family(addr), view)
+			addrs = append(addrs, routed{addr, listed, live})
 		}
 	}
 	if len(addrs) == 0 {
@@ -304,10 +307,11 @@ func assembleExternalRoutePart(key string, pods []*corev1.Pod, nsHops func(names
 	addrs = slices.CompactFunc(addrs, func(a, b routed) bool { return a.pod == b.pod })
 	part := &ExternalRoutePart{Key: key}
 	for _, a := range addrs {
-		route := slices.IndexFunc(part.Routes, func(r ExternalRoute) bool { return slices.Equal(r.Hops, a.hops) })
+		f := family(a.pod)
+		route := slices.IndexFunc(part.Routes, func(r ExternalRoute) bool { return r.Family == f && slices.Equal(r.Hops, a.hops) })
 		if route < 0 {
 			route = len(part.Routes)
-			part.Routes = append(part.Routes, ExternalRoute{Hops: a.hops, Gateways: a.live})
+			part.Routes = append(part.Routes, ExternalRoute{Family: f, Hops: a.hops, Gateways: a.live})
 		}
 		part.Pods = append(part.Pods, ExternalRoutePod{Pod: a.pod, Route: route})
 	}
@@ -352,7 +356,7 @@ func familyHops(hops []ExternalHop, f int, node ExternalRouteNode) (listed []net
 }
 
 // allotRouteGroups gives each route a group ID (APIExternalRoute.GroupID)
-// from a hash of its part's key and its hops, the next free one on a
+// from a hash of its part's key, its family and its hops, the next free one on a
 // collision; parts in key order, so that a route's ID stays put while
 // others come and go, collisions aside.
 func allotRouteGroups(parts []*ExternalRoutePart) {
@@ -362,6 +366,7 @@ func allotRouteGroups(parts []*ExternalRoutePart) {
 			r := &part.Routes[i]
 			h := fnv.New32a()
 			h.Write([]byte(part.Key))
+			h.Write([]byte{byte(r.Family)})
 			for _, hop := range r.Hops {
 				h.Write(hop.AsSlice())
 			}

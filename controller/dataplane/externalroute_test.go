@@ -191,10 +191,9 @@ func externalRouteNode(macs map[string]string, bfdUp ...string) ExternalRouteNod
 // TestExternalRouteParts: the first policy by name that selects a
 // namespace renders its local pods, through the hops of every policy
 // that selects it, per family; a hop is used only once its MAC is known
-// and, if BFD follows it, its session is up; a namespace with hops of a
-// family but none live drops that family (its group has no bucket), and
-// a family without hops is not routed. The flows and groups, as
-// ovs-ofctl prints them.
+// and, if BFD follows it, its session is up; a namespace with no live hop
+// of a family, listed or not, drops that family (its group has no
+// bucket). The flows and groups, as ovs-ofctl prints them.
 func TestExternalRouteParts(t *testing.T) {
 	const macA, macB, macV6, macWeb = "02:00:00:00:00:50", "02:00:00:00:00:51", "02:00:00:00:00:56", "02:00:00:00:00:60"
 	routes := []*esv1.AdminPolicyBasedExternalRoute{
@@ -280,16 +279,22 @@ func TestExternalRouteParts(t *testing.T) {
 	}
 
 	// web's only IPv4 hop is down: its pod's IPv4 egress goes to a group
-	// without buckets (dropped); it lists no IPv6 hop, so IPv6 is not
-	// routed.
+	// without buckets (dropped); it lists no IPv6 hop, so its IPv6 egress
+	// goes to another such group: a selected pod never leaves another way.
 	c := parts[1]
-	web := c.Routes[0].Group
+	if len(c.Routes) != 2 || c.Routes[0].Family != 0 || c.Routes[1].Family != 1 {
+		t.Fatalf("c's routes: %+v", c.Routes)
+	}
+	web4, web6 := c.Routes[0].Group, c.Routes[1].Group
 	flows, groups = render(c)
 	wantFlows = []string{
-		fmt.Sprintf("table=41, priority=180,ip,nw_src=10.244.1.6 actions=set_field:%#x->reg7,ct(table=49,zone=%d)", web&groupIDsPerAPI, zone),
-		fmt.Sprintf("table=49, priority=100,ip,reg7=%#x actions=group:%d", web&groupIDsPerAPI, web),
+		fmt.Sprintf("table=41, priority=180,ip,nw_src=10.244.1.6 actions=set_field:%#x->reg7,ct(table=49,zone=%d)", web4&groupIDsPerAPI, zone),
+		fmt.Sprintf("table=41, priority=180,ipv6,ipv6_src=fd00:10:244:1::6 actions=set_field:%#x->reg7,ct(table=49,zone=%d)", web6&groupIDsPerAPI, zone),
+		fmt.Sprintf("table=49, priority=100,ip,reg7=%#x actions=group:%d", web4&groupIDsPerAPI, web4),
+		fmt.Sprintf("table=49, priority=100,ipv6,reg7=%#x actions=group:%d", web6&groupIDsPerAPI, web6),
 	}
-	if !slices.Equal(flows, wantFlows) || !slices.Equal(groups, []string{fmt.Sprintf("add group_id=%d,type=select", web)}) {
+	wantGroups = []string{fmt.Sprintf("add group_id=%d,type=select", web4), fmt.Sprintf("add group_id=%d,type=select", web6)}
+	if !slices.Equal(flows, wantFlows) || !slices.Equal(groups, wantGroups) {
 		t.Errorf("c's flows:\n%s\ngroups %v", strings.Join(flows, "\n"), groups)
 	}
 
@@ -300,7 +305,7 @@ func TestExternalRouteParts(t *testing.T) {
 	if got := parts[0].Routes[0]; got.Group != v4 || len(got.Gateways) != 3 {
 		t.Errorf("a's IPv4 route after 172.18.0.52 resolved: %+v, want group %#x with 3 gateways", got, v4)
 	}
-	if got := parts[1].Routes[0]; got.Group != web || len(got.Gateways) != 1 {
-		t.Errorf("c's route after its session came up: %+v, want group %#x with 1 gateway", got, web)
+	if got := parts[1].Routes[0]; got.Group != web4 || len(got.Gateways) != 1 {
+		t.Errorf("c's route after its session came up: %+v, want group %#x with 1 gateway", got, web4)
 	}
 }

@@ -304,7 +304,7 @@ func (m *externalRouteMember) rebuild(owners, changed map[string]bool) []string 
 		if old != nil {
 			// Keep the IDs while the routes are the same, so that Equal
 			// compares what would render.
-			if slices.EqualFunc(old.Routes, part.Routes, func(a, b ExternalRoute) bool { return slices.Equal(a.Hops, b.Hops) }) {
+			if slices.EqualFunc(old.Routes, part.Routes, func(a, b ExternalRoute) bool { return a.Family == b.Family && slices.Equal(a.Hops, b.Hops) }) {
 				for i := range part.Routes {
 					part.Routes[i].Group = old.Routes[i].Group
 				}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -54,6 +55,42 @@ func HolderPodWatches(node string, eips []*esv1.EgressIP, namespaces []*corev1.N
 			}
 		}
 	}
+	return podWatches(want, selectors)
+}
+
+// GatewayPodWatches are what an agent must watch to know the gateway pods
+// of the external routes' dynamic hops, wherever they run: for each hop,
+// its podSelector in every namespace its namespaceSelector selects;
+// sorted, without repeats, and collapsed past MaxHolderPodWatches as
+// HolderPodWatches' are. Hops whose selectors do not parse select
+// nothing.
+func GatewayPodWatches(routes []*esv1.AdminPolicyBasedExternalRoute, namespaces []*corev1.Namespace) []PodWatch {
+	want := map[PodWatch]bool{}
+	selectors := map[string]bool{}
+	for _, route := range routes {
+		for _, h := range route.Spec.NextHops.DynamicHops {
+			nsSel, err := metav1.LabelSelectorAsSelector(h.NamespaceSelector.AsMeta())
+			if err != nil {
+				continue
+			}
+			podSel, err := metav1.LabelSelectorAsSelector(h.PodSelector.AsMeta())
+			if err != nil {
+				continue
+			}
+			selectors[podSel.String()] = true
+			for _, ns := range namespaces {
+				if nsSel.Matches(labels.Set(ns.Labels)) {
+					want[PodWatch{Namespace: ns.Name, Selector: podSel.String()}] = true
+				}
+			}
+		}
+	}
+	return podWatches(want, selectors)
+}
+
+// podWatches sorts want, or, past MaxHolderPodWatches, one cluster-wide
+// watch per selector.
+func podWatches(want map[PodWatch]bool, selectors map[string]bool) []PodWatch {
 	if len(want) > MaxHolderPodWatches {
 		clear(want)
 		for s := range selectors {
@@ -64,10 +101,19 @@ func HolderPodWatches(node string, eips []*esv1.EgressIP, namespaces []*corev1.N
 	for w := range want {
 		out = append(out, w)
 	}
-	slices.SortFunc(out, func(a, b PodWatch) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
-	})
+	slices.SortFunc(out, comparePodWatches)
 	return out
+}
+
+func comparePodWatches(a, b PodWatch) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
+}
+
+// MergePodWatches returns the watches of both lists, sorted, without
+// repeats.
+func MergePodWatches(a, b []PodWatch) []PodWatch {
+	out := slices.SortedFunc(slices.Values(slices.Concat(a, b)), comparePodWatches)
+	return slices.Compact(out)
 }
 
 // holds reports whether node holds one of eip's addresses.

@@ -28,7 +28,8 @@ import (
 //   - the pod the guard holds stays held;
 //   - net's endpoint (Network mode) is routed through the gateways, and
 //     its ip rule is withheld;
-//   - IPv6, for which the policy lists no gateway, is not routed;
+//   - IPv6, for which the policy lists no gateway, goes to a group
+//     without buckets: dropped, never sent another way;
 //   - a gateway's packet to a pod records the gateway and is then treated
 //     as any packet to the pod (the firewall's inbound commit included).
 func TestExternalRoutePrecedence(t *testing.T) {
@@ -63,7 +64,8 @@ func TestExternalRoutePrecedence(t *testing.T) {
 		t.Fatalf("external route parts %+v, problems %v", state.ExternalRoute.Parts, state.ExternalRoute.Problems)
 	}
 	part := state.ExternalRoute.Parts[0]
-	group := part.Routes[0].Group
+	v4 := slices.IndexFunc(part.Routes, func(r dataplane.ExternalRoute) bool { return r.Family == 0 })
+	group := part.Routes[v4].Group
 	bridgeMAC, _ := net.ParseMAC(n1MAC)
 	tables, err := trace.New(append(dataplane.Flows(n1, state, dataplane.Ports{Uplink: uplink, BridgeMAC: bridgeMAC}), trace.DefaultFlow()))
 	if err != nil {
@@ -118,8 +120,19 @@ func TestExternalRoutePrecedence(t *testing.T) {
 			t.Errorf("%s (db's endpoint without a known host, the held pod) was not dropped:\n%v", src, r)
 		}
 	}
-	if r := routedOut("fd00:10:244:1::9", "2001:db8:ff::1", trace.Conntrack{}); len(r.Emits) != 1 || r.Emits[0].Port != openflow.PortNormal || len(r.Groups) != 0 {
-		t.Errorf("the bystander's IPv6 packet (no IPv6 gateway listed): want it admitted, got\n%v", r)
+	// No IPv6 gateway listed: the IPv6 route's group has no bucket, and
+	// drops what it is handed.
+	v6 := slices.IndexFunc(part.Routes, func(r dataplane.ExternalRoute) bool { return r.Family == 1 })
+	if v6 < 0 || len(part.Routes[v6].Gateways) != 0 {
+		t.Fatalf("want an IPv6 route without gateways: %+v", part.Routes)
+	}
+	if r := routedOut("fd00:10:244:1::9", "2001:db8:ff::1", trace.Conntrack{}); len(r.Emits) != 0 || len(r.Groups) != 1 || r.Groups[0].Group != part.Routes[v6].Group {
+		t.Errorf("the bystander's IPv6 packet (no IPv6 gateway listed): want it handed to group %d (no bucket) only, got\n%v", part.Routes[v6].Group, r)
+	}
+	for _, g := range part.AppendGroups(nil, dataplane.Ports{Uplink: uplink}) {
+		if g.GroupID == part.Routes[v6].Group && len(g.Buckets) != 0 {
+			t.Errorf("the IPv6 route's group has buckets: %v", g)
+		}
 	}
 
 	// From gw1 to the bystander: the gateway recorded, then the
