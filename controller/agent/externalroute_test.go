@@ -286,7 +286,8 @@ func TestAgentExternalRouteFollowsBFD(t *testing.T) {
 	}
 	routed := n.AddPod(t, "routed")
 	e.admin.CreatePod(t, "routed", routed, nil)
-	e.startAgent(n, withNeighboursAndBFD(t, n)).waitHealthy(t)
+	agent := e.startAgent(n, withNeighboursAndBFD(t, n))
+	agent.waitHealthy(t)
 	route := &esv1.AdminPolicyBasedExternalRoute{
 		ObjectMeta: metav1.ObjectMeta{Name: "gateways"},
 		Spec: esv1.AdminPolicyBasedExternalRouteSpec{
@@ -349,6 +350,12 @@ func TestAgentExternalRouteFollowsBFD(t *testing.T) {
 	gateways[0].Exec(t, "ip", "link", "set", "eth0", "down")
 	wait.UntilEvery(t, convergeTimeout, 10*time.Millisecond, buckets(1))
 	t.Logf("gw1 cut off: out of the group %v later", time.Since(cut).Round(10*time.Millisecond))
+	hops := samples(t, agent.metrics, "egressflow_agent_externalroute_hops")
+	changes := samples(t, agent.metrics, "egressflow_agent_externalroute_hop_changes_total")
+	if hops[`egressflow_agent_externalroute_hops{state="usable"}`] != 1 || hops[`egressflow_agent_externalroute_hops{state="bfd_down"}`] != 1 ||
+		changes[`egressflow_agent_externalroute_hop_changes_total{to="usable"}`] != 2 || changes[`egressflow_agent_externalroute_hop_changes_total{to="unusable"}`] != 1 {
+		t.Errorf("with gw1's session down, the hops' metrics: %v %v; want 1 usable, 1 bfd_down, 2 changes to usable and 1 to unusable", hops, changes)
+	}
 	if groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge); strings.Count(groups, "bucket=") != 1 {
 		t.Fatalf("groups: %s", groups)
 	}

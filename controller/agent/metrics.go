@@ -35,6 +35,10 @@ type Metrics struct {
 	announcements *prometheus.CounterVec
 	leaseRenewals *prometheus.CounterVec
 	qosRules      prometheus.Gauge
+	// externalRouteHops counts the external routes' next hops on this
+	// node by state; hopChanges counts their changes of state.
+	externalRouteHops *prometheus.GaugeVec
+	hopChanges        *prometheus.CounterVec
 	// qosPackets reads the marking flows' packet counters at scrape time,
 	// firewallDenied the deny flows'.
 	qosPackets, firewallDenied *stagePacketCounter
@@ -96,6 +100,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressflow_agent_qos_rules",
 			Help: "EgressQoS rules applied on this node after the last successful sync: of each namespace's EgressQoS, the rules that select a pod of this node.",
 		}),
+		externalRouteHops: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_agent_externalroute_hops",
+			Help: "Next hops of the AdminPolicyBasedExternalRoutes selecting a namespace, as this node last saw them: usable (MAC resolved, and BFD up when it asks for it), unresolved (no MAC), bfd_down (MAC resolved, BFD session not up).",
+		}, []string{"state"}),
+		hopChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_agent_externalroute_hop_changes_total",
+			Help: "Times an external route's next hop became usable (to=usable) or stopped being usable (to=unusable) on this node, each taken into the flows at once.",
+		}, []string{"to"}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressflow_agent_sync_duration_seconds",
 			Help:    "Duration of a node sync: compute, diff, bundle, ip rules, conntrack flushes.",
@@ -161,7 +173,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.announcements, m.leaseRenewals,
-			m.qosRules, m.qosPackets, m.firewallRules, m.firewallUnresolved, m.firewallDenied, m.dnsHold, m.dnsReplies)
+			m.qosRules, m.externalRouteHops, m.hopChanges, m.qosPackets, m.firewallRules, m.firewallUnresolved, m.firewallDenied, m.dnsHold, m.dnsReplies)
 	}
 	return m
 }

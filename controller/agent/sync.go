@@ -369,12 +369,33 @@ func (a *Agent) updateHopView() []string {
 		}
 	}
 	var moved []netip.Addr
+	states := map[string]float64{"usable": 0, "unresolved": 0, "bfd_down": 0}
 	for _, h := range hops {
 		old, had := a.hopMACs[h.IP]
 		mac, has := macs[h.IP]
+		usable := has && (!h.BFD || up[h.IP])
+		switch {
+		case usable:
+			states["usable"]++
+		case !has:
+			states["unresolved"]++
+		default:
+			states["bfd_down"]++
+		}
 		if had != has || !bytes.Equal(old, mac) || a.hopsUp[h.IP] != up[h.IP] {
 			moved = append(moved, h.IP)
+			wasUsable := had && (!h.BFD || a.hopsUp[h.IP])
+			if usable != wasUsable {
+				to := "unusable"
+				if usable {
+					to = "usable"
+				}
+				a.cfg.Metrics.hopChanges.WithLabelValues(to).Inc()
+			}
 		}
+	}
+	for state, n := range states {
+		a.cfg.Metrics.externalRouteHops.WithLabelValues(state).Set(n)
 	}
 	for hop := range a.hopMACs {
 		if _, still := macs[hop]; !still && !slices.Contains(moved, hop) {
