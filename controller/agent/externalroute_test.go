@@ -57,6 +57,82 @@ func signal(c chan struct{}) {
 	}
 }
 
+// routeEnv is a one-node env with two routers on the underlay (gw1 at
+// .50, gw2 at .51) and a pod of namespace routed, which the route the
+// tests create selects.
+type routeEnv struct {
+	*env
+	node     *topology.Node
+	gateways []*topology.Host
+	routed   *topology.Pod
+}
+
+func newRouteEnv(t *testing.T) *routeEnv {
+	e := newEnv(t, 1)
+	r := &routeEnv{env: e, node: e.topo.Nodes[0], gateways: []*topology.Host{e.topo.AddGateway(t, "gw1", 50), e.topo.AddGateway(t, "gw2", 51)}}
+	r.createNamespace(t, "routed", map[string]string{"egress": "gateways"})
+	r.routed = r.node.AddPod(t, "routed")
+	e.admin.CreatePod(t, "routed", r.routed, nil)
+	return r
+}
+
+func (r *routeEnv) createNamespace(t *testing.T, name string, l map[string]string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
+	if _, err := r.admin.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createRoute creates the route "gateways", which selects namespace
+// routed, with hops.
+func (r *routeEnv) createRoute(t *testing.T, hops esv1.ExternalNextHops) *esv1.AdminPolicyBasedExternalRoute {
+	t.Helper()
+	route := &esv1.AdminPolicyBasedExternalRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "gateways"},
+		Spec: esv1.AdminPolicyBasedExternalRouteSpec{
+			From:     esv1.ExternalNetworkSource{NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"egress": "gateways"}}},
+			NextHops: hops,
+		},
+	}
+	created, err := r.admin.ES.K8sV1().AdminPolicyBasedExternalRoutes().Create(context.Background(), route, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+// buckets checks that the node has the route's group with want buckets;
+// its error shows the groups and the node's neighbour table, where the
+// gateways' MACs come from.
+func (r *routeEnv) buckets(t *testing.T, want int) func() error {
+	return func() error {
+		groups := r.node.Ofctl(t, "-O", "OpenFlow15", "dump-groups", r.node.Bridge)
+		if got := strings.Count(groups, "bucket="); !strings.Contains(groups, "type=select") || got != want {
+			return fmt.Errorf("want the route's group with %d buckets:\n%s\nneighbours of %s:\n%s", want, groups,
+				r.node.Bridge, r.node.Exec(t, "ip", "neigh", "show", "dev", r.node.Bridge))
+		}
+		return nil
+	}
+}
+
+// expectDropped checks that the routed pod's datagram to dst reaches
+// nothing: the external host sees no packet of its addressed to it (its
+// neighbour solicitations stay on the segment, as in the other tests).
+// when tells what the test set up.
+func (r *routeEnv) expectDropped(t *testing.T, dst netip.AddrPort, when string) {
+	t.Helper()
+	capture := r.topo.External.Capture(t)
+	if src, err := r.routed.Dial("udp", dst); err == nil {
+		t.Errorf("%s, the routed pod's datagram reached the external host from %v", when, src)
+	}
+	for _, p := range capture.Stop() {
+		if (p.Src == r.routed.IP || p.Src == r.routed.IP6) && (p.Dst == r.topo.External.IP || p.Dst == r.topo.External.IP6) {
+			t.Errorf("%s, the routed pod's packet left: %s", when, p.Line)
+		}
+	}
+}
+
 // externalRouteConns is how many UDP connections the routed pod opens:
 // enough that two gateways, each picked by a hash of the 5-tuple, both
 // take some (each connection misses one with probability 1/2).
@@ -72,41 +148,18 @@ const externalRouteConns = 24
 // deleted, the routed pod's egress leaves directly again; with a route
 // whose only hop never answers, it is dropped.
 func TestAgentExternalRouteSpreadsOverGateways(t *testing.T) {
-	e := newEnv(t, 1)
-	n := e.topo.Nodes[0]
-	gateways := []*topology.Host{e.topo.AddGateway(t, "gw1", 50), e.topo.AddGateway(t, "gw2", 51)}
+	e := newRouteEnv(t)
+	n, gateways, routed := e.node, e.gateways, e.routed
 	gatewayOf := map[string]string{}
 	for _, gw := range gateways {
 		gatewayOf[gw.MAC(t)] = gw.Name
 	}
 	ctx := context.Background()
-	if _, err := e.admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "routed",
-		Labels: map[string]string{"egress": "gateways"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	routed := n.AddPod(t, "routed")
-	e.admin.CreatePod(t, "routed", routed, nil)
 	bystander := e.addPod(n, "bystander")
 	e.startAgent(n, withNeighbours(t, n)).waitHealthy(t)
-
-	route := &esv1.AdminPolicyBasedExternalRoute{
-		ObjectMeta: metav1.ObjectMeta{Name: "gateways"},
-		Spec: esv1.AdminPolicyBasedExternalRouteSpec{
-			From:     esv1.ExternalNetworkSource{NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"egress": "gateways"}}},
-			NextHops: esv1.ExternalNextHops{StaticHops: []esv1.StaticHop{{IP: gateways[0].IP.String()}, {IP: gateways[1].IP.String()}}},
-		},
-	}
-	if _, err := e.admin.ES.K8sV1().AdminPolicyBasedExternalRoutes().Create(ctx, route, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	route := e.createRoute(t, esv1.ExternalNextHops{StaticHops: []esv1.StaticHop{{IP: gateways[0].IP.String()}, {IP: gateways[1].IP.String()}}})
 	// Both gateways resolved and in the route's group.
-	wait.Until(t, convergeTimeout, func() error {
-		groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge)
-		if strings.Count(groups, "bucket=") != 2 {
-			return fmt.Errorf("the route's group has not both gateways yet:\n%s", groups)
-		}
-		return nil
-	})
+	wait.Until(t, convergeTimeout, e.buckets(t, 2))
 
 	capture := e.topo.External.Capture(t)
 	ports := map[uint16]bool{}
@@ -123,9 +176,7 @@ func TestAgentExternalRouteSpreadsOverGateways(t *testing.T) {
 		ports[netip.MustParseAddrPort(conn.LocalAddr().String()).Port()] = true
 		conn.Close()
 	}
-	if src, err := routed.Dial("udp", e.server.Addr6); err == nil {
-		t.Errorf("the routed pod's IPv6 datagram (no IPv6 hop listed) reached the external host from %v", src)
-	}
+	e.expectDropped(t, e.server.Addr6, "with no IPv6 hop listed")
 	if src, err := bystander.Dial("udp", e.server.Addr6); err != nil || src != bystander.IP6 {
 		t.Fatalf("the bystander's IPv6 datagram: seen from %v, %v; want its own IP %v", src, err, bystander.IP6)
 	}
@@ -195,26 +246,9 @@ func TestAgentExternalRouteSpreadsOverGateways(t *testing.T) {
 
 	// A route whose only hop never answers: the pod's IPv4 egress is
 	// dropped, never sent another way.
-	route.Spec.NextHops.StaticHops = []esv1.StaticHop{{IP: "172.18.0.99"}}
-	route.ResourceVersion = ""
-	if _, err := e.admin.ES.K8sV1().AdminPolicyBasedExternalRoutes().Create(ctx, route, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	wait.Until(t, convergeTimeout, func() error {
-		if groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge); !strings.Contains(groups, "type=select") || strings.Contains(groups, "bucket=") {
-			return fmt.Errorf("want the route's group without buckets:\n%s", groups)
-		}
-		return nil
-	})
-	capture = e.topo.External.Capture(t)
-	if src, err := routed.Dial("udp", e.server.Addr); err == nil {
-		t.Errorf("with no live hop, the routed pod's datagram reached the external host from %v", src)
-	}
-	for _, p := range capture.Stop() {
-		if p.Src == routed.IP {
-			t.Errorf("with no live hop, the routed pod's packet left: %s", p.Line)
-		}
-	}
+	e.createRoute(t, esv1.ExternalNextHops{StaticHops: []esv1.StaticHop{{IP: "172.18.0.99"}}})
+	wait.Until(t, convergeTimeout, e.buckets(t, 0))
+	e.expectDropped(t, e.server.Addr, "with no live hop")
 }
 
 // sourcePort reads a UDP packet's source port from tcpdump's line
@@ -276,42 +310,14 @@ const bfdConns = 20
 // 300 ms at the defaults), and the pod's connections all go through the
 // other, those it carried included; back on the segment, it returns.
 func TestAgentExternalRouteFollowsBFD(t *testing.T) {
-	e := newEnv(t, 1)
-	n := e.topo.Nodes[0]
-	gateways := []*topology.Host{e.topo.AddGateway(t, "gw1", 50), e.topo.AddGateway(t, "gw2", 51)}
-	ctx := context.Background()
-	if _, err := e.admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "routed",
-		Labels: map[string]string{"egress": "gateways"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	routed := n.AddPod(t, "routed")
-	e.admin.CreatePod(t, "routed", routed, nil)
+	e := newRouteEnv(t)
+	n, gateways, routed := e.node, e.gateways, e.routed
 	agent := e.startAgent(n, withNeighboursAndBFD(t, n))
 	agent.waitHealthy(t)
-	route := &esv1.AdminPolicyBasedExternalRoute{
-		ObjectMeta: metav1.ObjectMeta{Name: "gateways"},
-		Spec: esv1.AdminPolicyBasedExternalRouteSpec{
-			From: esv1.ExternalNetworkSource{NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"egress": "gateways"}}},
-			NextHops: esv1.ExternalNextHops{StaticHops: []esv1.StaticHop{
-				{IP: gateways[0].IP.String(), BFDEnabled: true}, {IP: gateways[1].IP.String(), BFDEnabled: true}}},
-		},
-	}
-	if _, err := e.admin.ES.K8sV1().AdminPolicyBasedExternalRoutes().Create(ctx, route, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	buckets := func(want int) func() error {
-		return func() error {
-			groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge)
-			if got := strings.Count(groups, "bucket="); !strings.Contains(groups, "type=select") || got != want {
-				return fmt.Errorf("want the route's group with %d buckets:\n%s", want, groups)
-			}
-			return nil
-		}
-	}
-	wait.Until(t, convergeTimeout, buckets(0))
-	if src, err := routed.Dial("udp", e.server.Addr); err == nil {
-		t.Errorf("before any BFD session is up, the routed pod's datagram reached the external host from %v", src)
-	}
+	e.createRoute(t, esv1.ExternalNextHops{StaticHops: []esv1.StaticHop{
+		{IP: gateways[0].IP.String(), BFDEnabled: true}, {IP: gateways[1].IP.String(), BFDEnabled: true}}})
+	wait.Until(t, convergeTimeout, e.buckets(t, 0))
+	e.expectDropped(t, e.server.Addr, "before any BFD session is up")
 
 	for _, gw := range gateways {
 		peer := listenBFD(t, gw.Netns, nil)
@@ -319,7 +325,7 @@ func TestAgentExternalRouteFollowsBFD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wait.Until(t, convergeTimeout, buckets(2))
+	wait.Until(t, convergeTimeout, e.buckets(t, 2))
 
 	// Connections opened while both are up: some go through gw1.
 	gw1MAC := gateways[0].MAC(t)
@@ -348,7 +354,7 @@ func TestAgentExternalRouteFollowsBFD(t *testing.T) {
 
 	cut := time.Now()
 	gateways[0].Exec(t, "ip", "link", "set", "eth0", "down")
-	wait.UntilEvery(t, convergeTimeout, 10*time.Millisecond, buckets(1))
+	wait.UntilEvery(t, convergeTimeout, 10*time.Millisecond, e.buckets(t, 1))
 	t.Logf("gw1 cut off: out of the group %v later", time.Since(cut).Round(10*time.Millisecond))
 	hops := samples(t, agent.metrics, "egressflow_agent_externalroute_hops")
 	changes := samples(t, agent.metrics, "egressflow_agent_externalroute_hop_changes_total")
@@ -379,7 +385,7 @@ func TestAgentExternalRouteFollowsBFD(t *testing.T) {
 	}
 
 	gateways[0].Exec(t, "ip", "link", "set", "eth0", "up")
-	wait.Until(t, convergeTimeout, buckets(2))
+	wait.Until(t, convergeTimeout, e.buckets(t, 2))
 }
 
 // gatewayPodObject is the Pod object of a host-networked gateway pod on
@@ -404,15 +410,10 @@ func gatewayPodObject(name string, host *topology.Host, ready bool) *corev1.Pod 
 // gateway pod made NotReady leaves the group, one deleted too, and with
 // none left the routed pod's egress is dropped, never sent another way.
 func TestAgentExternalRouteDynamicGateways(t *testing.T) {
-	e := newEnv(t, 1)
-	n := e.topo.Nodes[0]
-	gateways := []*topology.Host{e.topo.AddGateway(t, "gw1", 50), e.topo.AddGateway(t, "gw2", 51)}
+	e := newRouteEnv(t)
+	n, gateways, routed := e.node, e.gateways, e.routed
 	ctx := context.Background()
-	for name, l := range map[string]map[string]string{"routed": {"egress": "gateways"}, "gateways": {"role": "gateways"}} {
-		if _, err := e.admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.createNamespace(t, "gateways", map[string]string{"role": "gateways"})
 	pods := e.admin.Kube.CoreV1().Pods("gateways")
 	for i, gw := range gateways {
 		pod := gatewayPodObject(fmt.Sprintf("gw-%d", i+1), gw, true)
@@ -425,32 +426,12 @@ func TestAgentExternalRouteDynamicGateways(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	routed := n.AddPod(t, "routed")
-	e.admin.CreatePod(t, "routed", routed, nil)
 	e.startAgent(n, withNeighbours(t, n)).waitHealthy(t)
-	route := &esv1.AdminPolicyBasedExternalRoute{
-		ObjectMeta: metav1.ObjectMeta{Name: "gateways"},
-		Spec: esv1.AdminPolicyBasedExternalRouteSpec{
-			From: esv1.ExternalNetworkSource{NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"egress": "gateways"}}},
-			NextHops: esv1.ExternalNextHops{DynamicHops: []esv1.DynamicHop{{
-				PodSelector:       esv1.LabelSelector{MatchLabels: map[string]string{"app": "gateway"}},
-				NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"role": "gateways"}},
-			}}},
-		},
-	}
-	if _, err := e.admin.ES.K8sV1().AdminPolicyBasedExternalRoutes().Create(ctx, route, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	buckets := func(want int) func() error {
-		return func() error {
-			groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge)
-			if got := strings.Count(groups, "bucket="); !strings.Contains(groups, "type=select") || got != want {
-				return fmt.Errorf("want the route's group with %d buckets:\n%s", want, groups)
-			}
-			return nil
-		}
-	}
-	wait.Until(t, convergeTimeout, buckets(2))
+	e.createRoute(t, esv1.ExternalNextHops{DynamicHops: []esv1.DynamicHop{{
+		PodSelector:       esv1.LabelSelector{MatchLabels: map[string]string{"app": "gateway"}},
+		NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"role": "gateways"}},
+	}}})
+	wait.Until(t, convergeTimeout, e.buckets(t, 2))
 	if src, err := routed.Dial("udp", e.server.Addr); err != nil || src != routed.IP {
 		t.Fatalf("the routed pod's datagram: seen from %v, %v", src, err)
 	}
@@ -464,7 +445,7 @@ func TestAgentExternalRouteDynamicGateways(t *testing.T) {
 	if _, err := pods.UpdateStatus(ctx, gw2, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	wait.Until(t, convergeTimeout, buckets(1))
+	wait.Until(t, convergeTimeout, e.buckets(t, 1))
 	capture := e.topo.External.Capture(t)
 	for range bfdConns {
 		if src, err := routed.Dial("udp", e.server.Addr); err != nil || src != routed.IP {
@@ -482,14 +463,6 @@ func TestAgentExternalRouteDynamicGateways(t *testing.T) {
 	if err := pods.Delete(ctx, "gw-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	wait.Until(t, convergeTimeout, buckets(0))
-	capture = e.topo.External.Capture(t)
-	if src, err := routed.Dial("udp", e.server.Addr); err == nil {
-		t.Errorf("with no gateway pod left, the routed pod's datagram reached the external host from %v", src)
-	}
-	for _, p := range capture.Stop() {
-		if p.Src == routed.IP {
-			t.Errorf("with no gateway pod left, the routed pod's packet left: %s", p.Line)
-		}
-	}
+	wait.Until(t, convergeTimeout, e.buckets(t, 0))
+	e.expectDropped(t, e.server.Addr, "with no gateway pod left")
 }

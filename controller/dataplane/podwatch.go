@@ -38,24 +38,16 @@ const MaxHolderPodWatches = 64
 // cluster-wide watch per distinct podSelector. EgressIPs whose selectors
 // do not parse select nothing.
 func HolderPodWatches(node string, eips []*esv1.EgressIP, namespaces []*corev1.Namespace) []PodWatch {
-	want := map[PodWatch]bool{}
-	selectors := map[string]bool{}
+	var w podWatchSet
 	for _, eip := range eips {
 		if !holds(node, eip) {
 			continue
 		}
-		nsSel, podSel, err := egressIPSelectors(eip)
-		if err != nil {
-			continue
-		}
-		selectors[podSel.String()] = true
-		for _, ns := range namespaces {
-			if nsSel.Matches(labels.Set(ns.Labels)) {
-				want[PodWatch{Namespace: ns.Name, Selector: podSel.String()}] = true
-			}
+		if nsSel, podSel, err := egressIPSelectors(eip); err == nil {
+			w.add(nsSel, podSel, namespaces)
 		}
 	}
-	return podWatches(want, selectors)
+	return w.list()
 }
 
 // GatewayPodWatches are what an agent must watch to know the gateway pods
@@ -65,41 +57,53 @@ func HolderPodWatches(node string, eips []*esv1.EgressIP, namespaces []*corev1.N
 // HolderPodWatches' are. Hops whose selectors do not parse select
 // nothing.
 func GatewayPodWatches(routes []*esv1.AdminPolicyBasedExternalRoute, namespaces []*corev1.Namespace) []PodWatch {
-	want := map[PodWatch]bool{}
-	selectors := map[string]bool{}
+	var w podWatchSet
 	for _, route := range routes {
 		for _, h := range route.Spec.NextHops.DynamicHops {
 			nsSel, err := metav1.LabelSelectorAsSelector(h.NamespaceSelector.AsMeta())
 			if err != nil {
 				continue
 			}
-			podSel, err := metav1.LabelSelectorAsSelector(h.PodSelector.AsMeta())
-			if err != nil {
-				continue
-			}
-			selectors[podSel.String()] = true
-			for _, ns := range namespaces {
-				if nsSel.Matches(labels.Set(ns.Labels)) {
-					want[PodWatch{Namespace: ns.Name, Selector: podSel.String()}] = true
-				}
+			if podSel, err := metav1.LabelSelectorAsSelector(h.PodSelector.AsMeta()); err == nil {
+				w.add(nsSel, podSel, namespaces)
 			}
 		}
 	}
-	return podWatches(want, selectors)
+	return w.list()
 }
 
-// podWatches sorts want, or, past MaxHolderPodWatches, one cluster-wide
-// watch per selector.
-func podWatches(want map[PodWatch]bool, selectors map[string]bool) []PodWatch {
+// podWatchSet gathers the watches of pod selectors in selected namespaces.
+type podWatchSet struct {
+	want      map[PodWatch]bool
+	selectors map[string]bool
+}
+
+// add adds podSel's watch in each namespace nsSel selects.
+func (w *podWatchSet) add(nsSel, podSel labels.Selector, namespaces []*corev1.Namespace) {
+	if w.want == nil {
+		w.want, w.selectors = map[PodWatch]bool{}, map[string]bool{}
+	}
+	w.selectors[podSel.String()] = true
+	for _, ns := range namespaces {
+		if nsSel.Matches(labels.Set(ns.Labels)) {
+			w.want[PodWatch{Namespace: ns.Name, Selector: podSel.String()}] = true
+		}
+	}
+}
+
+// list returns the watches sorted, or, past MaxHolderPodWatches, one
+// cluster-wide watch per selector.
+func (w *podWatchSet) list() []PodWatch {
+	want := w.want
 	if len(want) > MaxHolderPodWatches {
-		clear(want)
-		for s := range selectors {
+		want = map[PodWatch]bool{}
+		for s := range w.selectors {
 			want[PodWatch{Selector: s}] = true
 		}
 	}
 	out := make([]PodWatch, 0, len(want))
-	for w := range want {
-		out = append(out, w)
+	for pw := range want {
+		out = append(out, pw)
 	}
 	slices.SortFunc(out, comparePodWatches)
 	return out

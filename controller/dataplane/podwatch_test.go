@@ -80,3 +80,41 @@ func TestHolderPodWatches(t *testing.T) {
 		t.Errorf("past the bound: got %v, want %v", got, want)
 	}
 }
+
+// TestGatewayPodWatches: each dynamic hop's podSelector in the namespaces
+// its namespaceSelector selects, once each; static hops, and a hop whose
+// selector does not parse, watch nothing; past MaxHolderPodWatches, one
+// cluster-wide watch per selector; merged with the holder watches, each
+// watch once.
+func TestGatewayPodWatches(t *testing.T) {
+	namespaces := []*corev1.Namespace{
+		labelledNamespace("gw-a", map[string]string{"role": "gateways"}),
+		labelledNamespace("gw-b", map[string]string{"role": "gateways"}),
+		labelledNamespace("shop", map[string]string{"team": "web"}),
+	}
+	dynamic := func(role, app string) esv1.DynamicHop {
+		return esv1.DynamicHop{NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"role": role}},
+			PodSelector: esv1.LabelSelector{MatchLabels: map[string]string{"app": app}}}
+	}
+	bad := dynamic("gateways", "router")
+	bad.PodSelector = esv1.LabelSelector{MatchExpressions: []esv1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}
+	routes := []*esv1.AdminPolicyBasedExternalRoute{
+		externalRoute("a", nil, []esv1.StaticHop{{IP: "172.18.0.50"}}, dynamic("gateways", "router")),
+		externalRoute("b", nil, nil, dynamic("gateways", "router"), dynamic("none", "router"), bad),
+	}
+	want := []PodWatch{{Namespace: "gw-a", Selector: "app=router"}, {Namespace: "gw-b", Selector: "app=router"}}
+	if got := GatewayPodWatches(routes, namespaces); !slices.Equal(got, want) {
+		t.Errorf("watches %v, want %v", got, want)
+	}
+	merged := MergePodWatches(want, []PodWatch{{Namespace: "gw-a", Selector: "app=router"}, {Namespace: "billing", Selector: "app=pay"}})
+	if wantMerged := []PodWatch{{Namespace: "billing", Selector: "app=pay"}, {Namespace: "gw-a", Selector: "app=router"}, {Namespace: "gw-b", Selector: "app=router"}}; !slices.Equal(merged, wantMerged) {
+		t.Errorf("merged %v, want %v", merged, wantMerged)
+	}
+	var many []*corev1.Namespace
+	for i := range MaxHolderPodWatches + 1 {
+		many = append(many, labelledNamespace(fmt.Sprintf("gw-%d", i), map[string]string{"role": "gateways"}))
+	}
+	if got := GatewayPodWatches(routes, many); !slices.Equal(got, []PodWatch{{Selector: "app=router"}}) {
+		t.Errorf("past %d namespaces: %v, want one cluster-wide watch", MaxHolderPodWatches, got)
+	}
+}
