@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/endpoints"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/nodeview"
@@ -92,19 +93,27 @@ func TestSlimKeepsWhatTheAgentReads(t *testing.T) {
 			IPFamilies: svc.Spec.IPFamilies},
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}}},
 	}
+	// A gateway pod of an external route, being deleted: its readiness,
+	// host network, deletion and network-status annotation are kept.
+	deleting := metav1.Now()
+	networkStatus := `[{"name":"shop/ext","ips":["192.168.9.1"]}]`
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Namespace: "shop", UID: "u3", ResourceVersion: "11",
-			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"big": strings.Repeat("x", 1000)},
+		ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Namespace: "shop", UID: "u3", ResourceVersion: "11", DeletionTimestamp: &deleting,
+			Labels:        map[string]string{"app": "web"},
+			Annotations:   map[string]string{"big": strings.Repeat("x", 1000), dataplane.NetworkStatusAnnotation: networkStatus},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Spec: corev1.PodSpec{NodeName: "n1", HostNetwork: true, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5",
-			PodIPs:     []corev1.PodIP{{IP: "10.244.1.5"}, {IP: "fd00:10:244:1::5"}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+			PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}, {IP: "fd00:10:244:1::5"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, Reason: "ready", LastTransitionTime: deleting}}},
 	}
 	wantPod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Namespace: "shop", UID: "u3", ResourceVersion: "11", Labels: pod.Labels},
-		Spec:       corev1.PodSpec{NodeName: "n1"},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: pod.Status.PodIPs},
+		ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Namespace: "shop", UID: "u3", ResourceVersion: "11", Labels: pod.Labels,
+			DeletionTimestamp: &deleting, Annotations: map[string]string{dataplane.NetworkStatusAnnotation: networkStatus}},
+		Spec: corev1.PodSpec{NodeName: "n1", HostNetwork: true},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: pod.Status.PodIPs,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	es := &esv1.EgressService{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u2", ResourceVersion: "9",
