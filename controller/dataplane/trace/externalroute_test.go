@@ -24,7 +24,8 @@ import (
 //     a gateway recorded goes straight to that gateway's MAC;
 //   - a packet the firewall denies is dropped before the group;
 //   - web's endpoint leaves with its LB IP, api's is steered to its host,
-//     db's is dropped: the source APIs come first;
+//     db's is dropped, an EgressIP's pod is steered to its holder: the
+//     source APIs come first;
 //   - the pod the guard holds stays held;
 //   - net's endpoint (Network mode) is routed through the gateways, and
 //     its ip rule is withheld;
@@ -54,6 +55,20 @@ func TestExternalRoutePrecedence(t *testing.T) {
 			{Type: esv1.EgressFirewallRuleDeny, To: esv1.EgressFirewallDestination{CIDRSelector: "203.0.113.0/24"}},
 		}},
 	}}
+	// An EgressIP held by n2 selects one more pod of shop on n1.
+	const eipPod, egressIP = "10.244.1.40", "192.0.2.50"
+	cluster.EgressIPs = []*esv1.EgressIP{{
+		ObjectMeta: metav1.ObjectMeta{Name: "billing"},
+		Spec: esv1.EgressIPSpec{EgressIPs: []string{egressIP},
+			NamespaceSelector: esv1.LabelSelector{MatchLabels: map[string]string{"egress": "gateways"}},
+			PodSelector:       esv1.LabelSelector{MatchLabels: map[string]string{"app": "eip"}}},
+		Status: esv1.EgressIPStatus{Items: []esv1.EgressIPStatusItem{{EgressIP: egressIP, Node: "n2"}}},
+	}}
+	cluster.Pods = append(cluster.Pods, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "eip", Labels: map[string]string{"app": "eip"}},
+		Spec:       corev1.PodSpec{NodeName: "n1"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: eipPod}}},
+	})
 	cluster.EgressQoSes = []*esv1.EgressQoS{{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: esv1.EgressQoSName},
 		Spec:       esv1.EgressQoSSpec{Egress: []esv1.EgressQoSRule{{DSCP: 46}}},
@@ -114,6 +129,9 @@ func TestExternalRoutePrecedence(t *testing.T) {
 	n2, _ := net.ParseMAC(n2MAC)
 	if r := routedOut("10.244.1.6", "198.51.100.7", trace.Conntrack{}); len(r.Emits) != 1 || r.Emits[0].Packet.EthDst != trace.MACFrom(n2) {
 		t.Errorf("api's endpoint was not steered to its host n2:\n%v", r)
+	}
+	if r := routedOut(eipPod, "198.51.100.7", trace.Conntrack{}); len(r.Emits) != 1 || r.Emits[0].Packet.EthDst != trace.MACFrom(n2) || len(r.Groups) != 0 {
+		t.Errorf("the EgressIP's pod was not steered to its holder n2:\n%v", r)
 	}
 	for _, src := range []string{"10.244.1.7", "10.244.1.10"} {
 		if r := routedOut(src, "198.51.100.7", trace.Conntrack{}); !r.Dropped() {
