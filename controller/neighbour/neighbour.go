@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,12 +57,9 @@ func Start(link string, refresh time.Duration, onChange func()) (*Resolver, erro
 	if refresh <= 0 {
 		refresh = DefaultRefresh
 	}
-	ns, err := netns.Get()
-	if err != nil {
-		return nil, fmt.Errorf("neighbour: network namespace: %w", err)
-	}
-	defer ns.Close()
-	handle, err := netlink.NewHandleAt(ns)
+	// Sockets made in the calling thread's namespace, with no setns: the
+	// agent's container has CAP_NET_ADMIN, not CAP_SYS_ADMIN.
+	handle, err := netlink.NewHandle()
 	if err != nil {
 		return nil, fmt.Errorf("neighbour: netlink: %w", err)
 	}
@@ -75,7 +71,7 @@ func Start(link string, refresh time.Duration, onChange func()) (*Resolver, erro
 	r := &Resolver{linkIndex: l.Attrs().Index, handle: handle, onChange: onChange, done: make(chan struct{}),
 		wanted: map[netip.Addr]bool{}, macs: map[netip.Addr]net.HardwareAddr{}}
 	updates := make(chan netlink.NeighUpdate, 64)
-	err = netlink.NeighSubscribeWithOptions(updates, r.done, netlink.NeighSubscribeOptions{Namespace: &ns, ListExisting: true})
+	err = netlink.NeighSubscribeWithOptions(updates, r.done, netlink.NeighSubscribeOptions{ListExisting: true})
 	if err != nil {
 		handle.Close()
 		return nil, fmt.Errorf("neighbour: subscribe: %w", err)
