@@ -47,12 +47,7 @@ func (a *Agent) sync(ctx context.Context, epoch syncEpoch) (err error) {
 		return fmt.Errorf("read the informer caches: %w", err)
 	}
 
-	if a.ledgerGeneration != epoch.generation {
-		// A connection the ledger's account is not of: OVS may have
-		// restarted empty.
-		a.ledger.Forget()
-		a.ledgerGeneration = epoch.generation
-	}
+	a.trustLedgerOn(epoch.generation)
 	ports, err := a.readPorts(ctx)
 	if err != nil {
 		return err
@@ -158,6 +153,15 @@ type bridgeRead struct {
 }
 
 // readPorts reads the uplink's port number and the bridge's own MAC.
+// trustLedgerOn forgets the ledger's account unless it is of connection
+// generation: on any other, OVS may have restarted empty.
+func (a *Agent) trustLedgerOn(generation uint64) {
+	if a.ledgerGeneration != generation {
+		a.ledger.Forget()
+		a.ledgerGeneration = generation
+	}
+}
+
 func (a *Agent) readPorts(ctx context.Context) (dataplane.Ports, error) {
 	return readPorts(ctx, a.cfg.Switch, a.cfg.UplinkPort)
 }
