@@ -51,7 +51,7 @@ FUZZTIME_LONG ?= 10m
 DIFF_FLOWS_LONG ?= 50000
 
 .PHONY: images all build generate manifests lint chart-check test test-deps demo fuzz-smoke fuzz \
-	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-egressip bench-restart bench-failover bench-scale e2e clean
+	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-egressip bench-externalroute bench-restart bench-failover bench-scale e2e clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
 # the cluster up until Ctrl-C; `make test` runs it that way, as a test.
@@ -204,6 +204,12 @@ bench-qos: test-deps
 ## bench-firewall: the agent's EgressFirewall at 100 namespaces x 1,000 rules x 50 pods, all on one node (worst case).
 bench-firewall: test-deps
 	bash test/bench/firewall.sh
+
+## bench-externalroute: the agent's AdminPolicyBasedExternalRoute at 1,000 namespaces x 2 policies x 4 hops
+## x 10 pods, all on one node: flows and groups, full sync against ovs-ofctl bundle, a hop's BFD down to
+## the groups changed (p50/p99); then BFD's detection time against our engine and FRR's bfdd.
+bench-externalroute: test-deps
+	bash test/bench/externalroute.sh
 
 ## bench-scale: 5,000 nodes (kwok), 150,000 pods, 10,000 EgressServices and 1,000 EgressIPs against a
 ## real API server, the real controller, each liveness protocol on its own control plane: API and etcd

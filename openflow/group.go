@@ -1,6 +1,9 @@
 package openflow
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // GroupType is the type of a group (OFPGT_*): how it uses its buckets.
 type GroupType uint8
@@ -352,18 +355,19 @@ func (m *GroupMod) String() string {
 	if m.Command.changesBuckets() {
 		b = strconv.AppendUint(append(b, ",command_bucket_id="...), uint64(m.CommandBucketID), 10)
 	}
-	return string(appendGroupBody(b, m.Type, m.Buckets))
+	return string(appendGroupBody(b, m.Type, m.Properties, m.Buckets))
 }
 
 func (g *GroupDesc) appendText(b []byte) []byte {
 	b = strconv.AppendUint(append(b, "group_id="...), uint64(g.GroupID), 10)
-	return appendGroupBody(b, g.Type, g.Buckets)
+	return appendGroupBody(b, g.Type, g.Properties, g.Buckets)
 }
 
-// appendGroupBody appends what follows a group's ID in its text: its type
-// and buckets.
-func appendGroupBody(b []byte, typ GroupType, buckets []Bucket) []byte {
+// appendGroupBody appends what follows a group's ID in its text: its type,
+// its selection method (the one property ovs-ofctl prints), and buckets.
+func appendGroupBody(b []byte, typ GroupType, props []byte, buckets []Bucket) []byte {
 	b = append(append(b, ",type="...), typ.String()...)
+	b = appendSelectionMethod(b, props)
 	for i := range buckets {
 		b = buckets[i].appendText(append(b, ",bucket="...))
 	}
@@ -400,6 +404,49 @@ const (
 	ntrTypeSelectionMethod = 1
 	selectionMethodLen     = 16 // the method's name, NUL-padded
 )
+
+// appendSelectionMethod appends the selection method among a group's
+// properties as ovs-ofctl prints it (",selection_method=hash,fields(ip_src,
+// tcp_src)", with ",selection_method_param=N" when N is not 0), or nothing
+// when there is none or it does not parse.
+func appendSelectionMethod(b []byte, props []byte) []byte {
+	for len(props) >= 4 {
+		typ, n := be.Uint16(props), int(be.Uint16(props[2:]))
+		if n < 4 || n > len(props) {
+			return b
+		}
+		prop := props[:n]
+		props = props[min(len(props), (n+7)/8*8):]
+		const fixed = 12 + 4 + selectionMethodLen + 8
+		if typ != groupPropExperimenter || n < fixed || be.Uint32(prop[4:]) != ntrExperimenterID || be.Uint32(prop[8:]) != ntrTypeSelectionMethod {
+			continue
+		}
+		name, _, _ := strings.Cut(string(prop[16:16+selectionMethodLen]), "\x00")
+		b = append(append(b, ",selection_method="...), name...)
+		if param := be.Uint64(prop[16+selectionMethodLen:]); param != 0 {
+			b = strconv.AppendUint(append(b, ",selection_method_param="...), param, 10)
+		}
+		var names []string
+		for rest := prop[fixed:]; len(rest) >= 4; {
+			h := be.Uint32(rest)
+			f, ok := fieldByHeader[h&^0x100] // a masked header names its field too
+			width := int(h & 0xff)
+			if h&0x100 != 0 {
+				width /= 2 // value and mask; the mask alone follows here
+			}
+			if !ok || width == 0 || 4+width > len(rest) {
+				break
+			}
+			names = append(names, f.String())
+			rest = rest[4+width:]
+		}
+		if len(names) > 0 {
+			b = append(append(append(b, ",fields("...), strings.Join(names, ",")...), ')')
+		}
+		return b
+	}
+	return b
+}
 
 // HashSelection is the group property (GroupMod.Properties) that has Open
 // vSwitch pick a select group's bucket by a hash of fields

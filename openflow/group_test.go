@@ -197,4 +197,11 @@ func TestHashSelectionOnSwitch(t *testing.T) {
 			t.Errorf("ovs-ofctl reads %q, want %s", l, text)
 		}
 	}
+	// This package prints the groups as ovs-ofctl does, selection method
+	// included.
+	for i, g := range dumped {
+		if got, want := g.String(), lines[i]; got != want {
+			t.Errorf("group %d prints as\n%s\novs-ofctl prints\n%s", g.GroupID, got, want)
+		}
+	}
 }

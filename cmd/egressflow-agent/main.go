@@ -291,7 +291,8 @@ func run() error {
 	if ep.responder != nil {
 		defer ep.responder.Close()
 	}
-	local, err := connectNode(ctx, f)
+	agentMetrics := agent.NewMetrics(ep.registry)
+	local, err := connectNode(ctx, f, agentMetrics)
 	if err != nil || local == nil {
 		return err // nil: stopped while waiting for the bridge
 	}
@@ -304,7 +305,6 @@ func run() error {
 	eventsDone := make(chan struct{})
 	go func() { defer close(eventsDone); emitter.Run(ctx) }()
 	defer func() { stop(); <-eventsDone }() // stop ends ctx: the emitter drains and returns
-	agentMetrics := agent.NewMetrics(ep.registry)
 	// Bound once the agent exists: the peer probe asks the agent for its
 	// peers, and the agent reads the probe only once it runs.
 	late := &lateBound{}
@@ -417,7 +417,7 @@ type localNode struct {
 
 // connectNode opens the agent's handles on its node, waiting for the
 // bridge as long as ctx lasts (nil, nil if it ended meanwhile).
-func connectNode(ctx context.Context, f agentFlags) (*localNode, error) {
+func connectNode(ctx context.Context, f agentFlags, metrics *agent.Metrics) (*localNode, error) {
 	local := &localNode{mgmt: "unix:" + filepath.Join(f.ovsRundir, f.bridge+".mgmt")}
 	var err error
 	if local.ofClient, err = dialBridge(ctx, f.bridge, local.mgmt); err != nil {
@@ -454,7 +454,7 @@ func connectNode(ctx context.Context, f agentFlags) (*localNode, error) {
 		local.close()
 		return nil, fmt.Errorf("watch the neighbours of %s: %w", f.bridge, err)
 	}
-	if local.bfd, err = bfd.Listen(f.bfd, func(bfd.Change) { hopsChanged() }); err != nil {
+	if local.bfd, err = bfd.Listen(f.bfd, func(c bfd.Change) { metrics.BFDChanged(c); hopsChanged() }); err != nil {
 		// Another BFD daemon on the node, say: the rest works.
 		klog.ErrorS(err, "No BFD: AdminPolicyBasedExternalRoute next hops with bfdEnabled will not be used, and the pods they serve are dropped")
 	}
@@ -596,7 +596,8 @@ func newRenewer(kube kubernetes.Interface, f agentFlags, a *agent.Agent, handle 
 		},
 		Facts: func() heartbeat.Facts {
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, f.bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
-				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(), EgressSubnets: bridgeSubnets(handle, f.bridge),
+				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(),
+				ExternalRouteRevision: a.ExternalRouteRevision(), ExternalRouteNotes: a.ExternalRouteNotes(), EgressSubnets: bridgeSubnets(handle, f.bridge),
 				HostAddresses: hostAddresses.Read(), PeerKey: identity.PublicKey(), ProbeAddress: probeAddress(a, responder)}
 		},
 		Observe:   metrics.ObserveRenewal,

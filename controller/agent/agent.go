@@ -273,7 +273,8 @@ type memberSource struct {
 }
 
 // rolledOut is src of a member whose rollout the cluster component
-// reports from every node's heartbeat (EgressQoS, EgressFirewall): the
+// reports from every node's heartbeat (EgressQoS, EgressFirewall,
+// AdminPolicyBasedExternalRoute): the
 // agent publishes the watermark of its objects as of its last successful
 // sync (AppliedRevision), and leaves the Events to the cluster component,
 // which reports its problems once for every node (its families, its
@@ -397,7 +398,9 @@ type Agent struct {
 	wantedHops []netip.Addr
 	hopMACs    map[netip.Addr]net.HardwareAddr
 	hopsUp     map[netip.Addr]bool
-	bfdErrors  map[netip.Addr]string
+	// hopsFollowed are the wanted hops that BFD follows.
+	hopsFollowed map[netip.Addr]bool
+	bfdErrors    map[netip.Addr]string
 
 	// applyMu serializes what writes to the bridge: the worker's syncs
 	// and, until the caches have synced, the cold guard.
@@ -433,6 +436,10 @@ type Agent struct {
 	// last successful sync (nil before it), under mu; syncUnresolved is
 	// what the sync running now found, touched by the worker only.
 	unresolvedDNS, syncUnresolved []string
+	// routeNotes is heartbeat.Facts.ExternalRouteNotes as of the last
+	// successful sync (nil before it), under mu; syncRouteNotes, as
+	// syncUnresolved.
+	routeNotes, syncRouteNotes map[string][]string
 
 	// liveness records the sync attempts and the bridge's losses (Live).
 	liveness *liveness
@@ -571,7 +578,7 @@ func (a *Agent) watchMembers() {
 		},
 		dataplane.APIEgressQoS:      rolledOut(storeSource(dataplane.APIEgressQoS, es.EgressQoSes().Informer())),
 		dataplane.APIEgressFirewall: rolledOut(storeSource(dataplane.APIEgressFirewall, es.EgressFirewalls().Informer())),
-		dataplane.APIExternalRoute:  storeSource(dataplane.APIExternalRoute, es.AdminPolicyBasedExternalRoutes().Informer()),
+		dataplane.APIExternalRoute:  rolledOut(storeSource(dataplane.APIExternalRoute, es.AdminPolicyBasedExternalRoutes().Informer())),
 	}
 	routes := a.sources[dataplane.APIExternalRoute]
 	routes.changed = &a.routesChanged // its dynamic hops' gateway pods are watched
@@ -965,6 +972,7 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		a.syncedGeneration = epoch.generation
 		a.appliedRevisions = revisions
 		a.unresolvedDNS = a.syncUnresolved
+		a.routeNotes = a.syncRouteNotes
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -1030,6 +1038,19 @@ func (a *Agent) QoSRevision() string { return a.AppliedRevision(dataplane.APIEgr
 // FirewallRevision is the heartbeat's EgressFirewall watermark
 // (heartbeat.Facts.FirewallRevision).
 func (a *Agent) FirewallRevision() string { return a.AppliedRevision(dataplane.APIEgressFirewall) }
+
+// ExternalRouteRevision is the heartbeat's AdminPolicyBasedExternalRoute
+// watermark (heartbeat.Facts.ExternalRouteRevision).
+func (a *Agent) ExternalRouteRevision() string { return a.AppliedRevision(dataplane.APIExternalRoute) }
+
+// ExternalRouteNotes is what the node says of the external routes
+// (heartbeat.Facts.ExternalRouteNotes) as of the last successful sync: nil
+// before it, empty when there is nothing to say.
+func (a *Agent) ExternalRouteNotes() map[string][]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.routeNotes
+}
 
 // FirewallUnresolvedDNS is the heartbeat's list of the EgressFirewall
 // dnsNames this node has no answer for (heartbeat.Facts.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,11 +28,21 @@ func withNeighbours(t *testing.T, n *topology.Node) func(*Config) {
 }
 
 // withNeighboursAndBFD is withNeighbours with BFD sessions in n's
-// namespace, signalling on the same channel, as the agent's main does.
+// namespace, counted in the agent's metrics and signalling on the same
+// channel, as the agent's main does.
 func withNeighboursAndBFD(t *testing.T, n *topology.Node) func(*Config) {
 	resolver, changed := startNeighbours(t, n)
-	sessions := listenBFD(t, n.Netns, func(bfd.Change) { signal(changed) })
-	return func(cfg *Config) { cfg.Neighbours, cfg.HopsChanged, cfg.BFD = resolver, changed, sessions }
+	var metrics atomic.Pointer[Metrics]
+	sessions := listenBFD(t, n.Netns, func(c bfd.Change) {
+		if m := metrics.Load(); m != nil {
+			m.BFDChanged(c)
+		}
+		signal(changed)
+	})
+	return func(cfg *Config) {
+		cfg.Neighbours, cfg.HopsChanged, cfg.BFD = resolver, changed, sessions
+		metrics.Store(cfg.Metrics)
+	}
 }
 
 func startNeighbours(t *testing.T, n *topology.Node) (*neighbour.Resolver, chan struct{}) {
@@ -365,6 +377,22 @@ func TestAgentExternalRouteFollowsBFD(t *testing.T) {
 	if groups := n.Ofctl(t, "-O", "OpenFlow15", "dump-groups", n.Bridge); strings.Count(groups, "bucket=") != 1 {
 		t.Fatalf("groups: %s", groups)
 	}
+	// What the heartbeat publishes and the per-policy metrics say which
+	// hop is down, once the sync that took it out has ended.
+	wantNotes := map[string][]string{"gateways": {"next hop " + gateways[0].IP.String() + ": BFD session down"}}
+	wait.Until(t, convergeTimeout, func() error {
+		if got := agent.ExternalRouteNotes(); !reflect.DeepEqual(got, wantNotes) {
+			return fmt.Errorf("notes %q, want %q", got, wantNotes)
+		}
+		return nil
+	})
+	policyHops := samples(t, agent.metrics, "egressflow_agent_externalroute_policy_hops")
+	bfdChanges := samples(t, agent.metrics, "egressflow_agent_bfd_session_changes_total")
+	if policyHops[`egressflow_agent_externalroute_policy_hops{policy="gateways",state="usable"}`] != 1 ||
+		policyHops[`egressflow_agent_externalroute_policy_hops{policy="gateways",state="unusable"}`] != 1 ||
+		bfdChanges[`egressflow_agent_bfd_session_changes_total{to="up"}`] < 2 || bfdChanges[`egressflow_agent_bfd_session_changes_total{to="down"}`] < 1 {
+		t.Errorf("with gw1's session down, the policy's hops %v and session changes %v; want 1 usable, 1 unusable, 2 or more up and 1 or more down", policyHops, bfdChanges)
+	}
 	// The connections that went through gw1 go on through gw2 (no
 	// conntrack entry keeps them on a dead gateway), and new ones too.
 	capture = e.topo.External.Capture(t)
@@ -386,6 +414,12 @@ func TestAgentExternalRouteFollowsBFD(t *testing.T) {
 
 	gateways[0].Exec(t, "ip", "link", "set", "eth0", "up")
 	wait.Until(t, convergeTimeout, e.buckets(t, 2))
+	wait.Until(t, convergeTimeout, func() error {
+		if got := agent.ExternalRouteNotes(); got == nil || len(got) != 0 {
+			return fmt.Errorf("notes %q with both sessions up, want none", got)
+		}
+		return nil
+	})
 }
 
 // gatewayPodObject is the Pod object of a host-networked gateway pod on

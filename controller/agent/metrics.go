@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressflow/egressflow/controller/bfd"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/openflow"
@@ -39,6 +40,12 @@ type Metrics struct {
 	// node by state; hopChanges counts their changes of state.
 	externalRouteHops *prometheus.GaugeVec
 	hopChanges        *prometheus.CounterVec
+	// policyHops counts each used policy's hops by state; usedPolicies
+	// are the policies it has series for. bfdChanges counts the BFD
+	// sessions' changes of state.
+	policyHops   *prometheus.GaugeVec
+	usedPolicies map[string]bool
+	bfdChanges   *prometheus.CounterVec
 	// qosPackets reads the marking flows' packet counters at scrape time,
 	// firewallDenied the deny flows'.
 	qosPackets, firewallDenied *stagePacketCounter
@@ -96,6 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Exact dnsNames of each namespace's EgressFirewall (of namespaces with a pod on this node) that this node had no answer for after the last successful sync: their rules match nothing meanwhile. Wildcards are not counted (they fill from the pods' own lookups). A namespace's series goes when it has none.",
 		}, []string{"namespace"}),
 		unresolvedNamespaces: map[string]bool{},
+		usedPolicies:         map[string]bool{},
 		qosRules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressflow_agent_qos_rules",
 			Help: "EgressQoS rules applied on this node after the last successful sync: of each namespace's EgressQoS, the rules that select a pod of this node.",
@@ -107,6 +115,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		hopChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_agent_externalroute_hop_changes_total",
 			Help: "Times an external route's next hop became usable (to=usable) or stopped being usable (to=unusable) on this node, each taken into the flows at once.",
+		}, []string{"to"}),
+		policyHops: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_agent_externalroute_policy_hops",
+			Help: "Next hops of each AdminPolicyBasedExternalRoute that selects a namespace with a pod on this node, after the last successful sync: usable, or unusable (no MAC, or BFD asked for and not up). Only policies this node uses have series.",
+		}, []string{"policy", "state"}),
+		bfdChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_agent_bfd_session_changes_total",
+			Help: "Changes of state of this node's BFD sessions to external route next hops, by the state entered (down, init, up, admin_down).",
 		}, []string{"to"}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressflow_agent_sync_duration_seconds",
@@ -173,7 +189,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.announcements, m.leaseRenewals,
-			m.qosRules, m.externalRouteHops, m.hopChanges, m.qosPackets, m.firewallRules, m.firewallUnresolved, m.firewallDenied, m.dnsHold, m.dnsReplies)
+			m.qosRules, m.externalRouteHops, m.hopChanges, m.policyHops, m.bfdChanges, m.qosPackets, m.firewallRules, m.firewallUnresolved, m.firewallDenied, m.dnsHold, m.dnsReplies)
 	}
 	return m
 }
@@ -450,3 +466,31 @@ func (m *Metrics) setUnresolvedDNS(names []dataplane.UnresolvedDNSName) []string
 	}
 	return out
 }
+
+// setPolicyHops sets egressflow_agent_externalroute_policy_hops from the
+// used policies' hops (dataplane.ExternalRouteReport.Hops), dropping the
+// series of policies no longer used. Called by the sync only.
+func (m *Metrics) setPolicyHops(hops map[string]dataplane.PolicyHops) {
+	for policy := range m.usedPolicies {
+		if _, ok := hops[policy]; !ok {
+			m.policyHops.DeleteLabelValues(policy, "usable")
+			m.policyHops.DeleteLabelValues(policy, "unusable")
+			delete(m.usedPolicies, policy)
+		}
+	}
+	for policy, n := range hops {
+		m.policyHops.WithLabelValues(policy, "usable").Set(float64(n.Usable))
+		m.policyHops.WithLabelValues(policy, "unusable").Set(float64(n.Unusable))
+		m.usedPolicies[policy] = true
+	}
+}
+
+// BFDChanged counts a BFD session's change of state
+// (egressflow_agent_bfd_session_changes_total): the bfd.Engine's callback
+// calls it.
+func (m *Metrics) BFDChanged(c bfd.Change) {
+	m.bfdChanges.WithLabelValues(bfdStateLabels[c.State]).Inc()
+}
+
+// bfdStateLabels are the states' values of the to label.
+var bfdStateLabels = map[bfd.State]string{bfd.AdminDown: "admin_down", bfd.Down: "down", bfd.Init: "init", bfd.Up: "up"}

@@ -107,6 +107,9 @@ func (a *Agent) sync(ctx context.Context, epoch syncEpoch) (err error) {
 	m.qosRules.Set(float64(a.planner.QoSRules()))
 	m.firewallRules.Set(float64(a.planner.FirewallRules()))
 	a.syncUnresolved = m.setUnresolvedDNS(a.planner.UnresolvedDNS())
+	report := a.planner.ExternalRouteReport(a.hopNote)
+	a.syncRouteNotes = report.Notes
+	m.setPolicyHops(report.Hops)
 	// The flows are in place: a vswitchd waiting for them may forward.
 	if err := a.release(ctx, epoch); err != nil {
 		return err
@@ -353,7 +356,9 @@ func (a *Agent) updateHopView() []string {
 		a.wantedHops = addrs
 	}
 	macs, up := map[netip.Addr]net.HardwareAddr{}, map[netip.Addr]bool{}
+	a.hopsFollowed = map[netip.Addr]bool{}
 	for _, h := range hops {
+		a.hopsFollowed[h.IP] = h.BFD
 		if a.cfg.Neighbours != nil {
 			if mac, ok := a.cfg.Neighbours.MAC(h.IP); ok {
 				macs[h.IP] = mac
@@ -417,6 +422,18 @@ func (a *Agent) updateHopView() []string {
 		},
 		BFDUp: func(hop netip.Addr) bool { return up[hop] },
 	}, moved)
+}
+
+// hopNote says why the node cannot use hop, as the external routes'
+// notes put it (dataplane.Planner.ExternalRouteReport); "" when it can.
+func (a *Agent) hopNote(hop netip.Addr) string {
+	switch {
+	case a.hopMACs[hop] == nil:
+		return "no neighbour answer (ARP or NDP)"
+	case a.hopsFollowed[hop] && !a.hopsUp[hop]:
+		return "BFD session down"
+	}
+	return ""
 }
 
 // startBFD starts the session to hop, if there is none, logging an error

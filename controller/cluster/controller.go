@@ -174,6 +174,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	qosInf := c.esInformers.K8s().V1().EgressQoSes()
 	firewallInf := c.esInformers.K8s().V1().EgressFirewalls()
 	eipInf := c.esInformers.K8s().V1().EgressIPs()
+	routeInf := c.esInformers.K8s().V1().AdminPolicyBasedExternalRoutes()
 	svcInf := c.kubeInformers.Core().V1().Services()
 	nodeInf := c.kubeInformers.Core().V1().Nodes()
 	sliceInf := c.kubeInformers.Discovery().V1().EndpointSlices()
@@ -188,6 +189,9 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	register(c, func(s slot[*rolloutTerm[*esv1.EgressQoS]]) member { return newQoSRollout(c, qosInf.Informer(), s) })
 	register(c, func(s slot[*rolloutTerm[*esv1.EgressFirewall]]) member {
 		return newFirewallRollout(c, firewallInf.Informer(), s)
+	})
+	register(c, func(s slot[*rolloutTerm[*esv1.AdminPolicyBasedExternalRoute]]) member {
+		return newExternalRouteRollout(c, routeInf.Informer(), s)
 	})
 	c.serviceLister, c.nodeLister, c.leaseLister = svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()

@@ -162,8 +162,9 @@ func (firewallAPI) withStatus(fw *esv1.EgressFirewall, v rolloutVerdict) *esv1.E
 
 func (firewallAPI) status(fw *esv1.EgressFirewall) any { return fw.Status }
 
-// firewallStates read the summary's first word back as the state.
-var firewallStates = []struct {
+// summaryStates read the summary's first word (rolloutVerdict.summary) back
+// as the state.
+var summaryStates = []struct {
 	prefix string
 	state  reasons.Reason
 }{
@@ -186,7 +187,7 @@ func (firewallAPI) reported(fw *esv1.EgressFirewall) (reasons.Reason, string, bo
 	problems := strings.Join(slices.DeleteFunc(slices.Clone(fw.Status.Messages[1:]), func(m string) bool {
 		return strings.HasSuffix(m, unresolvedSuffix)
 	}), "; ")
-	for _, s := range firewallStates {
+	for _, s := range summaryStates {
 		if strings.HasPrefix(fw.Status.Messages[0], s.prefix) {
 			ok := fw.Status.Status == referenceStatus(firewallKind, s.state)
 			return s.state, problems, ok

@@ -55,12 +55,15 @@ type livenessMetrics struct {
 	probeVerdicts *prometheus.CounterVec
 }
 
-// rolloutMetrics are EgressQoS's and EgressFirewall's status.
+// rolloutMetrics are EgressQoS's, EgressFirewall's and
+// AdminPolicyBasedExternalRoute's status.
 type rolloutMetrics struct {
-	qosStates       *prometheus.GaugeVec
-	qosApplied      prometheus.Histogram
-	firewallStates  *prometheus.GaugeVec
-	firewallApplied prometheus.Histogram
+	qosStates            *prometheus.GaugeVec
+	qosApplied           prometheus.Histogram
+	firewallStates       *prometheus.GaugeVec
+	firewallApplied      prometheus.Histogram
+	externalRouteStates  *prometheus.GaugeVec
+	externalRouteApplied prometheus.Histogram
 }
 
 // egressIPMetrics are the EgressIP assignment's, after the reference's
@@ -83,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
 			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.agentsRestarting, m.probeVerdicts, m.qosStates, m.qosApplied,
-			m.firewallStates, m.firewallApplied, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
+			m.firewallStates, m.firewallApplied, m.externalRouteStates, m.externalRouteApplied, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
 	}
 	return m
 }
@@ -118,15 +121,15 @@ func newSyncMetrics() *syncMetrics {
 	m := &syncMetrics{
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_syncs_total",
-			Help: "Syncs by queue (service, node, egressqos, egressfirewall, egressip) and result (ok, error).",
+			Help: "Syncs by queue (service, node, egressqos, egressfirewall, egressip, externalroute) and result (ok, error).",
 		}, []string{"queue", "result"}),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_last_successful_sync_timestamp_seconds",
-			Help: "When the last sync that succeeded ended, by queue (service, node, egressqos, egressfirewall, egressip), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
+			Help: "When the last sync that succeeded ended, by queue (service, node, egressqos, egressfirewall, egressip, externalroute), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
 		}, []string{"queue"}),
 		failingSyncs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_failing_syncs",
-			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node, egressqos, egressfirewall, egressip); 0 on a replica that does not lead.",
+			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node, egressqos, egressfirewall, egressip, externalroute); 0 on a replica that does not lead.",
 		}, []string{"queue"}),
 		failing: map[string]map[any]bool{},
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -135,13 +138,13 @@ func newSyncMetrics() *syncMetrics {
 		}),
 		apiWritesByResult: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_api_writes_total",
-			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status) and result (ok, conflict, error).",
+			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status, externalroute_status) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
 		events: events.NewCounter("egressflow_controller"),
 	}
 	// Known label values start at 0, so that a rate or a sum over them
 	// exists before the first failure.
-	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP} {
+	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP, queueExternalRoute} {
 		m.failingSyncs.WithLabelValues(queue)
 		for _, result := range []string{"ok", "error"} {
 			m.syncs.WithLabelValues(queue, result)
@@ -191,9 +194,19 @@ func newRolloutMetrics() rolloutMetrics {
 			Help:    "Time from the controller first seeing an EgressFirewall generation to every live agent having applied it (generations that waited for agents only).",
 			Buckets: eventToStatusBuckets,
 		}),
+		externalRouteStates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_controller_externalroute",
+			Help: "AdminPolicyBasedExternalRoute objects by state, status.messages' first word: applied (on every live agent's node), pending (some agent has not applied the current generation), invalid (a selector or static hop cannot be read; the rest applies), unknown (resourceVersion not an etcd revision). Next hops down do not count: see the agents' egressflow_agent_externalroute_policy_hops. 0 on a replica that does not lead.",
+		}, []string{"state"}),
+		externalRouteApplied: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egressflow_controller_externalroute_apply_seconds",
+			Help:    "Time from the controller first seeing an AdminPolicyBasedExternalRoute generation to every live agent having applied it (generations that waited for agents only).",
+			Buckets: eventToStatusBuckets,
+		}),
 	}
 	setStates(m.qosStates, nil)
 	setStates(m.firewallStates, nil)
+	setStates(m.externalRouteStates, nil)
 	return m
 }
 
@@ -238,6 +251,8 @@ const (
 	queueQoS      = "egressqos"
 	queueFirewall = "egressfirewall"
 	queueEgressIP = "egressip"
+	// queueExternalRoute is AdminPolicyBasedExternalRoute's.
+	queueExternalRoute = "externalroute"
 )
 
 // synced records the sync of key from queue that ended at now with err.

@@ -97,6 +97,12 @@ const (
 	// second.
 	DefaultFirewallWorkers        = 2
 	DefaultFirewallPendingWarning = 30 * time.Second
+	// DefaultExternalRouteWorkers and DefaultExternalRoutePendingWarning
+	// are their AdminPolicyBasedExternalRoute counterparts: a handful of
+	// cluster-wide policies, changed rarely. Their status also changes
+	// when a node's next hop goes down or up, one write per change.
+	DefaultExternalRouteWorkers        = 2
+	DefaultExternalRoutePendingWarning = 30 * time.Second
 
 	// DefaultResyncPeriod is how often every EgressService and node is
 	// enqueued again, a safety net for lost events. A no-op resync costs no
@@ -166,9 +172,12 @@ type Options struct {
 	EgressIPWorkers   int
 	// FirewallPendingWarning: see DefaultFirewallPendingWarning.
 	FirewallPendingWarning time.Duration
-	ResyncPeriod           time.Duration
-	RetryBaseDelay         time.Duration
-	RetryMaxDelay          time.Duration
+	ExternalRouteWorkers   int
+	// ExternalRoutePendingWarning: see DefaultExternalRoutePendingWarning.
+	ExternalRoutePendingWarning time.Duration
+	ResyncPeriod                time.Duration
+	RetryBaseDelay              time.Duration
+	RetryMaxDelay               time.Duration
 
 	// Registerer receives the controller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
@@ -189,8 +198,10 @@ func (o *Options) setDefaults() error {
 	setDefault(&o.QoSWorkers, DefaultQoSWorkers)
 	setDefault(&o.QoSPendingWarning, DefaultQoSPendingWarning)
 	setDefault(&o.FirewallWorkers, DefaultFirewallWorkers)
+	setDefault(&o.ExternalRouteWorkers, DefaultExternalRouteWorkers)
 	setDefault(&o.EgressIPWorkers, DefaultEgressIPWorkers)
 	setDefault(&o.FirewallPendingWarning, DefaultFirewallPendingWarning)
+	setDefault(&o.ExternalRoutePendingWarning, DefaultExternalRoutePendingWarning)
 	setDefault(&o.RetryBaseDelay, DefaultRetryBaseDelay)
 	setDefault(&o.RetryMaxDelay, DefaultRetryMaxDelay)
 	setDefault(&o.ResyncPeriod, DefaultResyncPeriod)

@@ -105,7 +105,7 @@ func newRevisionTracker() *revisionTracker {
 // observe records obj's generation if it is new, and returns what is
 // recorded.
 func (k *revisionTracker) observe(obj metav1.Object, now time.Time) seenGeneration {
-	key := obj.GetNamespace() + "/" + obj.GetName()
+	key := objectKey(obj)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	cur, ok := k.seen[key]
@@ -188,6 +188,15 @@ func (k *revisionTracker) flipped(candidates sets.Set[string], a, b revision) []
 	return out
 }
 
+// objectKey is obj's key in its informer's cache and a rollout's queue:
+// namespace/name, or name for a cluster-scoped object.
+func objectKey(obj metav1.Object) string {
+	if obj.GetNamespace() == "" {
+		return obj.GetName()
+	}
+	return obj.GetNamespace() + "/" + obj.GetName()
+}
+
 // rolloutObject is an object of a node-local API as its clientset and
 // lister hand it out: a pointer (*esv1.EgressQoS, *esv1.EgressFirewall).
 type rolloutObject interface {
@@ -197,18 +206,23 @@ type rolloutObject interface {
 }
 
 // rolloutKey is the queue key of obj (or of a tombstone's object), or ""
-// when obj is not a T, or is not named name and misnamedCounts is false.
+// when obj is not a T, or is not named name ("": any name counts) and
+// misnamedCounts is false.
 func rolloutKey[T rolloutObject](obj any, name string, misnamedCounts bool) string {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	o, ok := obj.(T)
 	var zero T
-	if !ok || o == zero || (o.GetName() != name && !misnamedCounts) {
+	if !ok || o == zero || (isMisnamed(o, name) && !misnamedCounts) {
 		return ""
 	}
-	return o.GetNamespace() + "/" + o.GetName()
+	return objectKey(o)
 }
+
+// isMisnamed says whether obj is not named name, the only name that counts
+// ("": any name counts).
+func isMisnamed(obj metav1.Object, name string) bool { return name != "" && obj.GetName() != name }
 
 // rollout reports where the objects of one node-local API are applied: its
 // tracker (fed in every replica) and, through the term, its queue and
@@ -264,7 +278,8 @@ type rolloutConfig struct {
 	// kind is the API's kind, in logs and messages ("EgressQoS").
 	kind string
 	// name is the only object name that counts (esv1.EgressQoSName,
-	// EgressFirewallName).
+	// EgressFirewallName); "" when any name does
+	// (AdminPolicyBasedExternalRoute).
 	name string
 	// reportMisnamed: an object of another name is reported Invalid
 	// (EgressFirewall); otherwise it is ignored (EgressQoS).
@@ -301,7 +316,7 @@ func (r *rollout[T]) watches() []watch {
 // observe records obj's generation in the tracker; a misnamed object is
 // applied nowhere, so it has none to track.
 func (r *rollout[T]) observe(obj T) {
-	if obj.GetName() == r.name {
+	if !isMisnamed(obj, r.name) {
 		r.tracker.observe(obj, r.c.opts.Clock.Now())
 	}
 }

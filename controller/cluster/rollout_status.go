@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/controller/reasons"
 )
 
@@ -260,6 +261,14 @@ type rolloutAPI[T rolloutObject] interface {
 	problemsText(v rolloutVerdict) string
 }
 
+// notesReporter is a rolloutAPI that sends Events when the agents' notes
+// about an object change (AdminPolicyBasedExternalRoute's next hops).
+type notesReporter[T rolloutObject] interface {
+	// reportNotes sends the Events of the change from obj's status (before
+	// the write) to v.
+	reportNotes(e *events.Emitter, obj T, v rolloutVerdict)
+}
+
 // rolloutTerm is one leadership term's part of one API: its queue
 // (namespace/name keys) and bookkeeping, guarded by mu.
 type rolloutTerm[T rolloutObject] struct {
@@ -368,7 +377,6 @@ func setStates(g *prometheus.GaugeVec, counts map[string]int) {
 // applied and whether its rules can be; it writes nothing when the status
 // already says so, and sends the Events of a change.
 func (r *rollout[T]) sync(ctx context.Context, t *term, key string) error {
-	_, name := splitKey(key)
 	s := r.termOf(t)
 	obj, err := r.get(key)
 	if apierrors.IsNotFound(err) {
@@ -383,7 +391,7 @@ func (r *rollout[T]) sync(ctx context.Context, t *term, key string) error {
 	if err != nil {
 		return err
 	}
-	misnamed := name != r.name
+	misnamed := isMisnamed(obj, r.name)
 	if misnamed && !r.reportMisnamed {
 		return nil // only the object named default counts
 	}
@@ -489,6 +497,9 @@ func (r *rollout[T]) report(logger klog.Logger, obj T, v rolloutVerdict) {
 	if problems := r.api.problemsText(v); problems != "" && problems != prevProblems {
 		r.c.events.Event(obj, corev1.EventTypeWarning, string(reasons.Invalid), problems)
 		logger.Info(r.kind+" invalid", "problems", len(v.problems))
+	}
+	if n, ok := any(r.api).(notesReporter[T]); ok {
+		n.reportNotes(r.c.events, obj, v)
 	}
 	if v.readyReason() == prevState {
 		return

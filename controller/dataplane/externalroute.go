@@ -103,6 +103,15 @@ func readExternalRoute(route *esv1.AdminPolicyBasedExternalRoute, nsLabels map[s
 	return from, hops, problems
 }
 
+// ExternalRouteProblems are the problems of route that the object alone
+// shows (selectors that do not parse, static hops that are not
+// addresses), as every agent finds them; the problems of the gateway pods
+// its dynamic hops select are each node's to tell.
+func ExternalRouteProblems(route *esv1.AdminPolicyBasedExternalRoute) []Problem {
+	_, _, problems := readExternalRoute(route, nil, nil)
+	return problems
+}
+
 // mergeHops merges the hops of the policies that select one namespace:
 // an address any lists is a hop, followed with BFD if any asks; sorted by
 // address (IPv4 first).

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // externalRouteMember keeps the AdminPolicyBasedExternalRoute parts of a
@@ -45,8 +46,11 @@ type externalRouteMember struct {
 	// namespaces each owns.
 	owner map[string]string
 	hops  map[string][]ExternalHop
-	owned map[string]map[string]bool
-	parts map[string]*ExternalRoutePart
+	// selectors are the keys of every policy selecting each namespace, by
+	// name.
+	selectors map[string][]string
+	owned     map[string]map[string]bool
+	parts     map[string]*ExternalRoutePart
 	// selectionChanged, if not nil, is called when a namespace comes to
 	// be selected or stops being selected (the pod guard admits its pods
 	// late, after the stages).
@@ -65,7 +69,7 @@ type plannedRoute struct {
 func newExternalRouteMember(node NodeConfig) *externalRouteMember {
 	return &externalRouteMember{node: node, routes: map[string]*plannedRoute{}, namespaces: map[string]labels.Set{},
 		gateways: map[string]map[string]*corev1.Pod{}, local: map[string][]*corev1.Pod{},
-		owner: map[string]string{}, hops: map[string][]ExternalHop{}, owned: map[string]map[string]bool{}, parts: map[string]*ExternalRoutePart{}}
+		owner: map[string]string{}, hops: map[string][]ExternalHop{}, selectors: map[string][]string{}, owned: map[string]map[string]bool{}, parts: map[string]*ExternalRoutePart{}}
 }
 
 func (*externalRouteMember) API() API { return APIExternalRoute }
@@ -239,24 +243,26 @@ func (m *externalRouteMember) replan(namespaces, changed map[string]bool) []stri
 	for ns := range namespaces {
 		oldOwner, wasOwned := m.owner[ns]
 		oldHops := m.hops[ns]
-		owner, hopSets := "", []map[netip.Addr]bool(nil)
+		var selectors []string
+		hopSets := []map[netip.Addr]bool(nil)
 		if l, known := m.namespaces[ns]; known {
 			for _, key := range byName {
 				pl := m.routes[key]
 				if pl.from != nil && pl.from.Matches(l) {
-					if owner == "" {
-						owner = key
-					}
+					selectors = append(selectors, key)
 					hopSets = append(hopSets, pl.hops)
 				}
 			}
 		}
 		hops := mergeHops(hopSets)
-		if owner == "" {
+		owner := ""
+		if len(selectors) == 0 {
 			delete(m.owner, ns)
 			delete(m.hops, ns)
+			delete(m.selectors, ns)
 		} else {
-			m.owner[ns], m.hops[ns] = owner, hops
+			owner = selectors[0]
+			m.owner[ns], m.hops[ns], m.selectors[ns] = owner, hops, selectors
 		}
 		if wasOwned != (owner != "") && m.selectionChanged != nil {
 			m.selectionChanged()
@@ -379,12 +385,18 @@ func (p *Planner) SetExternalRouteView(view ExternalRouteNode, changed []netip.A
 	return p.externalRoute.setView(view, changed)
 }
 
-// ExternalRouteHops returns the next hops of every namespace an external
-// route selects, sorted by address, each followed with BFD if any policy
-// asks for it: the addresses whose MACs (and sessions) the node must find.
+// ExternalRouteHops returns the next hops of the namespaces that an
+// external route selects and that have a pod on this node, sorted by
+// address, each followed with BFD if any policy asks for it: the addresses
+// whose MACs (and sessions) the node must find. A node without such pods
+// runs no session: a gateway's BFD load grows with the nodes that use it,
+// not with the cluster.
 func (p *Planner) ExternalRouteHops() []ExternalHop {
 	var sets []map[netip.Addr]bool
-	for _, hops := range p.externalRoute.hops {
+	for ns, hops := range p.externalRoute.hops {
+		if len(p.externalRoute.local[ns]) == 0 {
+			continue
+		}
 		set := make(map[netip.Addr]bool, len(hops))
 		for _, h := range hops {
 			set[h.IP] = h.BFD
@@ -392,4 +404,62 @@ func (p *Planner) ExternalRouteHops() []ExternalHop {
 		sets = append(sets, set)
 	}
 	return mergeHops(sets)
+}
+
+// ExternalRouteReport is what a node says of the external routes
+// (Planner.ExternalRouteReport), by policy name.
+type ExternalRouteReport struct {
+	// Notes are heartbeat.Facts.ExternalRouteNotes: a note on each hop
+	// of a used policy that cannot be used, and on each gateway pod a
+	// policy's dynamic hops select that is no hop.
+	Notes map[string][]string
+	// Hops are the hops of each used policy, those usable and the others.
+	Hops map[string]PolicyHops
+}
+
+// PolicyHops counts one policy's hops on a node.
+type PolicyHops struct{ Usable, Unusable int }
+
+// ExternalRouteReport says, for each policy that selects a namespace with
+// a pod on this node (a used policy), how many of its hops can be used
+// and a note on each that cannot, as hopNote says ("" when it can); and,
+// for every policy, the gateway pods its dynamic hops select that are no
+// hop. The cluster component reports the policies' other problems itself.
+func (p *Planner) ExternalRouteReport(hopNote func(netip.Addr) string) ExternalRouteReport {
+	m := p.externalRoute
+	used := map[string]bool{}
+	for ns, keys := range m.selectors {
+		if len(m.local[ns]) > 0 {
+			for _, key := range keys {
+				used[key] = true
+			}
+		}
+	}
+	report := ExternalRouteReport{Notes: map[string][]string{}, Hops: map[string]PolicyHops{}}
+	for key, pl := range m.routes {
+		name := pl.route.Name
+		var notes []string
+		if used[key] {
+			var count PolicyHops
+			for addr := range pl.hops {
+				if text := hopNote(addr); text != "" {
+					count.Unusable++
+					notes = append(notes, "next hop "+addr.String()+": "+text)
+				} else {
+					count.Usable++
+				}
+			}
+			report.Hops[name] = count
+		}
+		for _, problem := range pl.problems {
+			if problem.Reason == reasons.GatewayNotHostNetwork || problem.Reason == reasons.GatewayNetworkUnknown {
+				notes = append(notes, problem.Message)
+			}
+		}
+		if len(notes) > 0 {
+			slices.Sort(notes)
+			report.Notes[name] = slices.Compact(notes)
+		}
+	}
+	return report
 }

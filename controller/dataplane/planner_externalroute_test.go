@@ -12,8 +12,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // erHistory is the cluster a random history of external routes builds,
@@ -212,9 +214,81 @@ func TestExternalRouteMemberMatchesSpecification(t *testing.T) {
 			if got, want := slices.Sorted(p.externalRoute.Keys()), erKeys(h.routes); !slices.Equal(got, want) {
 				t.Fatalf("seed %d step %d: keys %v, want %v", seed, step, got, want)
 			}
+			wantHops, wantReport := h.used()
+			if got := p.ExternalRouteHops(); !slices.Equal(got, wantHops) {
+				t.Fatalf("seed %d step %d: hops %v, want %v", seed, step, got, wantHops)
+			}
+			if got := p.ExternalRouteReport(h.hopNote); !reflect.DeepEqual(got, wantReport) {
+				t.Fatalf("seed %d step %d: report %+v, want %+v", seed, step, got, wantReport)
+			}
 			before = now
 		}
 	}
+}
+
+// hopNote is the note on a hop the test's node knows no MAC of.
+func (h *erHistory) hopNote(a netip.Addr) string {
+	if _, ok := h.macs[a]; ok {
+		return ""
+	}
+	return "no MAC"
+}
+
+// used is what the node must follow of the hops, and what it reports,
+// read from the history directly: the hops (BFD if any policy asks) of
+// every policy selecting a namespace with a pod on the node; by policy
+// name, those hops counted and hopNote's notes on them, and every
+// policy's gateway pods that are no hop.
+func (h *erHistory) used() ([]ExternalHop, ExternalRouteReport) {
+	var gateways []*corev1.Pod
+	nsLabels := map[string]labels.Set{}
+	for _, ns := range h.namespaces {
+		nsLabels[ns.Name] = ns.Labels
+	}
+	for _, pod := range h.gateways {
+		gateways = append(gateways, pod)
+	}
+	slices.SortFunc(gateways, byNamespacedName)
+	bfd := map[netip.Addr]bool{}
+	notes := map[string][]string{}
+	counts := map[string]PolicyHops{}
+	for _, route := range h.routes {
+		from, hops, problems := readExternalRoute(route, nsLabels, gateways)
+		for _, problem := range problems {
+			if problem.Reason == reasons.GatewayNotHostNetwork || problem.Reason == reasons.GatewayNetworkUnknown {
+				notes[route.Name] = append(notes[route.Name], problem.Message)
+			}
+		}
+		used := false
+		for _, pod := range h.local {
+			if l, known := nsLabels[pod.Namespace]; known && from != nil && from.Matches(l) {
+				used = true
+			}
+		}
+		if !used {
+			continue
+		}
+		count := PolicyHops{}
+		for a, b := range hops {
+			bfd[a] = bfd[a] || b
+			if h.hopNote(a) != "" {
+				notes[route.Name] = append(notes[route.Name], "next hop "+a.String()+": "+h.hopNote(a))
+				count.Unusable++
+			} else {
+				count.Usable++
+			}
+		}
+		counts[route.Name] = count
+	}
+	hops := []ExternalHop{}
+	for _, a := range slices.SortedFunc(maps.Keys(bfd), netip.Addr.Compare) {
+		hops = append(hops, ExternalHop{IP: a, BFD: bfd[a]})
+	}
+	for name := range notes {
+		slices.Sort(notes[name])
+		notes[name] = slices.Compact(notes[name])
+	}
+	return hops, ExternalRouteReport{Notes: notes, Hops: counts}
 }
 
 // erPartOf is key's part and problems in s.

@@ -2,7 +2,9 @@ package heartbeat
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -66,6 +68,14 @@ const (
 	// EgressFirewall rules that the node has no answer for,
 	// comma-separated <namespace>/<name> (see Facts.FirewallUnresolvedDNS).
 	AnnotationFirewallUnresolvedDNS = "egressflow.io/firewall-unresolved-dns"
+	// AnnotationExternalRouteRevision is the agent's
+	// AdminPolicyBasedExternalRoute watermark (see
+	// Facts.ExternalRouteRevision).
+	AnnotationExternalRouteRevision = "egressflow.io/externalroute-revision"
+	// AnnotationExternalRouteNotes is what the node says of the
+	// AdminPolicyBasedExternalRoutes it applies, a JSON object of policy
+	// name to messages (see Facts.ExternalRouteNotes).
+	AnnotationExternalRouteNotes = "egressflow.io/externalroute-notes"
 	// AnnotationEgressSubnets are the node's uplink subnets, comma-separated
 	// masked prefixes (see Facts.EgressSubnets).
 	AnnotationEgressSubnets = "egressflow.io/egress-subnets"
@@ -122,6 +132,20 @@ const MaxHostAddresses = 256
 // all.
 const MaxFirewallUnresolvedDNS = 100
 
+// MaxExternalRouteNotes bounds how many notes one agent publishes about the
+// AdminPolicyBasedExternalRoutes (Facts.ExternalRouteNotes), the first in
+// policy and message order, and MaxExternalRouteNoteLength each note: a
+// node's down hops are a handful (a policy lists a few gateways), and the
+// controller writes them into the policies' status, where a handful is
+// what a person reads. The Lease stays small (at most about 20 KB, under
+// 1 KB typically). Higher publishes more of a mass failure at the cost of a
+// larger Lease written every renewal; the agent's metrics
+// (egressflow_agent_externalroute_hops) count every hop.
+const (
+	MaxExternalRouteNotes      = 100
+	MaxExternalRouteNoteLength = 200
+)
+
 // SyncState says whether an agent's dataplane matches its desired state.
 type SyncState string
 
@@ -163,6 +187,18 @@ type Facts struct {
 	// the watermarks do; empty is "none", written as "". The cluster
 	// component puts them in the EgressFirewalls' status.messages.
 	FirewallUnresolvedDNS []string
+	// ExternalRouteRevision is the agent's AdminPolicyBasedExternalRoute
+	// watermark, as QoSRevision is its EgressQoS one.
+	ExternalRouteRevision string
+	// ExternalRouteNotes are what the node says of the
+	// AdminPolicyBasedExternalRoutes it applies after its last successful
+	// sync, by policy name: the next hops its pods cannot use (BFD session
+	// down, no neighbour answer) and the gateway pods that are no hop.
+	// Nil is "not known yet" (before the first sync): nothing is written
+	// and the predecessor's notes stay; empty is "none". At most
+	// MaxExternalRouteNotes notes of MaxExternalRouteNoteLength bytes are
+	// written. The cluster component puts them in the policies' status.
+	ExternalRouteNotes map[string][]string
 	// EgressSubnets are the subnets of the node's uplink (the global
 	// unicast addresses on its bridge, masked; see EgressSubnets): the
 	// cluster component gives the node only egress IPs inside one of them.
@@ -189,6 +225,8 @@ func (f Facts) Equal(g Facts) bool {
 	return f.BridgeMAC == g.BridgeMAC && f.SyncState == g.SyncState && f.QoSRevision == g.QoSRevision &&
 		f.FirewallRevision == g.FirewallRevision && f.PeerKey == g.PeerKey && slices.Equal(f.SteerAddresses, g.SteerAddresses) &&
 		(f.FirewallUnresolvedDNS == nil) == (g.FirewallUnresolvedDNS == nil) && slices.Equal(f.FirewallUnresolvedDNS, g.FirewallUnresolvedDNS) &&
+		f.ExternalRouteRevision == g.ExternalRouteRevision && (f.ExternalRouteNotes == nil) == (g.ExternalRouteNotes == nil) &&
+		maps.EqualFunc(f.ExternalRouteNotes, g.ExternalRouteNotes, slices.Equal) &&
 		slices.Equal(f.EgressSubnets, g.EgressSubnets) && slices.Equal(f.HostAddresses, g.HostAddresses) && f.ProbeAddress == g.ProbeAddress
 }
 
@@ -212,6 +250,12 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 	}
 	if f.FirewallUnresolvedDNS != nil {
 		a[AnnotationFirewallUnresolvedDNS] = strings.Join(f.FirewallUnresolvedDNS[:min(len(f.FirewallUnresolvedDNS), MaxFirewallUnresolvedDNS)], ",")
+	}
+	if f.ExternalRouteRevision != "" {
+		a[AnnotationExternalRouteRevision] = f.ExternalRouteRevision
+	}
+	if f.ExternalRouteNotes != nil {
+		a[AnnotationExternalRouteNotes] = writeExternalRouteNotes(f.ExternalRouteNotes)
 	}
 	if len(f.EgressSubnets) > 0 {
 		a[AnnotationEgressSubnets] = joinComma(f.EgressSubnets)
@@ -244,7 +288,7 @@ func joinComma[T fmt.Stringer](xs []T) string {
 func ReadFacts(l *coordinationv1.Lease) Facts {
 	a := l.Annotations
 	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState]), QoSRevision: a[AnnotationQoSRevision],
-		FirewallRevision: a[AnnotationFirewallRevision], PeerKey: a[AnnotationPeerKey]}
+		FirewallRevision: a[AnnotationFirewallRevision], ExternalRouteRevision: a[AnnotationExternalRouteRevision], PeerKey: a[AnnotationPeerKey]}
 	for _, s := range strings.Split(a[AnnotationSteerAddresses], ",") {
 		if addr, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
 			f.SteerAddresses = append(f.SteerAddresses, addr)
@@ -256,7 +300,61 @@ func ReadFacts(l *coordinationv1.Lease) Facts {
 	if v, ok := a[AnnotationFirewallUnresolvedDNS]; ok {
 		f.FirewallUnresolvedDNS = parseUnresolvedDNS(v)
 	}
+	if v, ok := a[AnnotationExternalRouteNotes]; ok {
+		f.ExternalRouteNotes = parseExternalRouteNotes(v)
+	}
 	return f
+}
+
+// boundExternalRouteNotes keeps at most MaxExternalRouteNotes of notes,
+// the first by policy name and then message, each message cut to
+// MaxExternalRouteNoteLength bytes, each once; never nil.
+func boundExternalRouteNotes(notes map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	budget := MaxExternalRouteNotes
+	for _, policy := range slices.Sorted(maps.Keys(notes)) {
+		var kept []string
+		for _, m := range notes[policy] {
+			if len(m) > MaxExternalRouteNoteLength {
+				m = strings.ToValidUTF8(m[:MaxExternalRouteNoteLength], "")
+			}
+			if m != "" {
+				kept = append(kept, m)
+			}
+		}
+		slices.Sort(kept)
+		kept = slices.Compact(kept)
+		kept = kept[:min(len(kept), budget)]
+		if policy == "" || len(kept) == 0 {
+			continue
+		}
+		out[policy] = kept
+		if budget -= len(kept); budget == 0 {
+			break
+		}
+	}
+	return out
+}
+
+// writeExternalRouteNotes is the AnnotationExternalRouteNotes value of
+// notes, bounded.
+func writeExternalRouteNotes(notes map[string][]string) string {
+	b, err := json.Marshal(boundExternalRouteNotes(notes))
+	if err != nil {
+		return "{}" // a map of strings always marshals
+	}
+	return string(b)
+}
+
+// parseExternalRouteNotes reads an AnnotationExternalRouteNotes value
+// tolerantly: a value that is not a JSON object of string lists reads as
+// no notes; the rest is bounded as a writer bounds it. Never nil.
+func parseExternalRouteNotes(v string) map[string][]string {
+	var notes map[string][]string
+	if json.Unmarshal([]byte(v), &notes) != nil {
+		return map[string][]string{}
+	}
+	return boundExternalRouteNotes(notes)
 }
 
 // parseUnresolvedDNS reads an AnnotationFirewallUnresolvedDNS value

@@ -97,6 +97,8 @@ func TestFactsRoundTrip(t *testing.T) {
 		{HostAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:1::5")}},
 		{FirewallUnresolvedDNS: []string{}},
 		{FirewallUnresolvedDNS: []string{"shop/api.example.com", "web/a.example"}},
+		{ExternalRouteRevision: "42", ExternalRouteNotes: map[string][]string{}},
+		{ExternalRouteNotes: map[string][]string{"gw-a": {"next hop 172.18.0.5: BFD session down", "next hop 2001:db8::5: no neighbour answer"}}},
 	}
 	for _, f := range cases {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: f.annotations(time.Second)}}
@@ -149,6 +151,42 @@ func TestFactsRoundTrip(t *testing.T) {
 	if n := strings.Count(written, ",") + 1; n != MaxFirewallUnresolvedDNS {
 		t.Errorf("%d unresolved names written, want %d", n, MaxFirewallUnresolvedDNS)
 	}
+	// External route notes: absent is unknown (nil); what is not a JSON
+	// object of string lists reads as none; empty messages and policies
+	// are dropped, the rest sorted, each once, cut to
+	// MaxExternalRouteNoteLength, and at most MaxExternalRouteNotes in
+	// all, the first policies first.
+	if got := ReadFacts(&coordinationv1.Lease{}).ExternalRouteNotes; got != nil {
+		t.Errorf("no notes annotation read as %#v, want nil", got)
+	}
+	for _, v := range []string{"nonsense", `["a"]`, `{"a": 1}`, ""} {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationExternalRouteNotes: v}}}
+		if got := ReadFacts(l).ExternalRouteNotes; got == nil || len(got) != 0 {
+			t.Errorf("notes %q read as %#v, want none (not nil)", v, got)
+		}
+	}
+	long := strings.Repeat("é", MaxExternalRouteNoteLength) // 2 bytes each: cut inside one
+	handWritten := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		AnnotationExternalRouteNotes: `{"b": ["z", "y", "z", ""], "": ["x"], "a": [], "c": ["` + long + `"]}`}}}
+	gotNotes := ReadFacts(handWritten).ExternalRouteNotes
+	wantNotes := map[string][]string{"b": {"y", "z"}, "c": {strings.Repeat("é", MaxExternalRouteNoteLength/2)}}
+	if !reflect.DeepEqual(gotNotes, wantNotes) {
+		t.Errorf("notes read as %q, want %q", gotNotes, wantNotes)
+	}
+	manyNotes := map[string][]string{}
+	for i := range MaxExternalRouteNotes + 5 {
+		policy := fmt.Sprintf("p%03d", i%7)
+		manyNotes[policy] = append(manyNotes[policy], fmt.Sprintf("note %03d", i))
+	}
+	written = (Facts{ExternalRouteNotes: manyNotes}).annotations(time.Second)[AnnotationExternalRouteNotes]
+	readBack := ReadFacts(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationExternalRouteNotes: written}}}).ExternalRouteNotes
+	total := 0
+	for _, m := range readBack {
+		total += len(m)
+	}
+	if total != MaxExternalRouteNotes || len(readBack["p000"]) != len(manyNotes["p000"]) || len(readBack["p006"]) >= len(manyNotes["p006"]) {
+		t.Errorf("%d notes written (%d of p000, %d of p006), want %d, the first policies whole", total, len(readBack["p000"]), len(readBack["p006"]), MaxExternalRouteNotes)
+	}
 	bad := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationSteerAddresses: "192.0.2.1, nonsense ,"}}}
 	if got := ReadFacts(bad).SteerAddresses; len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.1") {
 		t.Errorf("unparseable addresses kept: %v", got)
@@ -178,6 +216,11 @@ func TestFactsEqual(t *testing.T) {
 		"HostAddresses":               func(f *Facts) { f.HostAddresses = f.HostAddresses[:1] },
 		"FirewallUnresolvedDNS":       func(f *Facts) { f.FirewallUnresolvedDNS = []string{"shop/a.example"} },
 		"FirewallUnresolvedDNS known": func(f *Facts) { f.FirewallUnresolvedDNS = []string{} },
+		"ExternalRouteRevision":       func(f *Facts) { f.ExternalRouteRevision = "8" },
+		"ExternalRouteNotes": func(f *Facts) {
+			f.ExternalRouteNotes = map[string][]string{"gw": {"next hop 192.0.2.9: BFD session down"}}
+		},
+		"ExternalRouteNotes known": func(f *Facts) { f.ExternalRouteNotes = map[string][]string{} },
 	} {
 		other := same
 		change(&other)

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -37,7 +38,11 @@ const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | n
 // Resolver keeps the MACs of the wanted addresses on one link. It is safe
 // for concurrent use.
 type Resolver struct {
-	linkIndex int
+	// link is the link's name; linkIndex its index as last looked up
+	// (a link deleted and made again, as Open vSwitch does with a
+	// bridge's internal port, has a new one).
+	link      string
+	linkIndex atomic.Int64
 	handle    *netlink.Handle
 	onChange  func()
 	done      chan struct{}
@@ -68,8 +73,9 @@ func Start(link string, refresh time.Duration, onChange func()) (*Resolver, erro
 		handle.Close()
 		return nil, fmt.Errorf("neighbour: link %s: %w", link, err)
 	}
-	r := &Resolver{linkIndex: l.Attrs().Index, handle: handle, onChange: onChange, done: make(chan struct{}),
+	r := &Resolver{link: link, handle: handle, onChange: onChange, done: make(chan struct{}),
 		wanted: map[netip.Addr]bool{}, macs: map[netip.Addr]net.HardwareAddr{}}
+	r.linkIndex.Store(int64(l.Attrs().Index))
 	updates := make(chan netlink.NeighUpdate, 64)
 	err = netlink.NeighSubscribeWithOptions(updates, r.done, netlink.NeighSubscribeOptions{ListExisting: true})
 	if err != nil {
@@ -131,7 +137,7 @@ func (r *Resolver) resolve(addr netip.Addr) {
 	if addr.Is6() {
 		family = netlink.FAMILY_V6
 	}
-	_ = r.handle.NeighSet(&netlink.Neigh{LinkIndex: r.linkIndex, Family: family, IP: addr.AsSlice(),
+	_ = r.handle.NeighSet(&netlink.Neigh{LinkIndex: int(r.linkIndex.Load()), Family: family, IP: addr.AsSlice(),
 		State: netlink.NUD_NONE, Flags: netlink.NTF_USE}) // a failure shows as no MAC
 }
 
@@ -140,7 +146,7 @@ func (r *Resolver) readTable(addrs []netip.Addr) {
 	if len(addrs) == 0 {
 		return
 	}
-	entries, err := r.handle.NeighList(r.linkIndex, unix.AF_UNSPEC)
+	entries, err := r.handle.NeighList(int(r.linkIndex.Load()), unix.AF_UNSPEC)
 	if err != nil {
 		return
 	}
@@ -167,6 +173,7 @@ func (r *Resolver) run(updates <-chan netlink.NeighUpdate, refresh time.Duration
 				r.onChange()
 			}
 		case <-tick.C:
+			moved := r.followLink()
 			r.mu.Lock()
 			addrs := make([]netip.Addr, 0, len(r.wanted))
 			for a := range r.wanted {
@@ -176,16 +183,39 @@ func (r *Resolver) run(updates <-chan netlink.NeighUpdate, refresh time.Duration
 			for _, a := range addrs {
 				r.resolve(a)
 			}
+			if moved {
+				r.readTable(addrs)
+			}
 		case <-r.done:
 			return
 		}
 	}
 }
 
+// followLink looks the link up again by name and, if it has a new index
+// (deleted and made again), follows it: the MACs learnt on the old one
+// are dropped (the callback is told), and true is returned so that the
+// caller resolves the wanted addresses on the new one.
+func (r *Resolver) followLink() bool {
+	l, err := r.handle.LinkByName(r.link)
+	if err != nil || int64(l.Attrs().Index) == r.linkIndex.Load() {
+		return false // gone for now, or the same: nothing to follow
+	}
+	r.linkIndex.Store(int64(l.Attrs().Index))
+	r.mu.Lock()
+	forgot := len(r.macs) > 0
+	clear(r.macs)
+	r.mu.Unlock()
+	if forgot && r.onChange != nil {
+		r.onChange()
+	}
+	return true
+}
+
 // apply takes one entry of the table (gone when deleted) and reports
 // whether a wanted address's MAC changed.
 func (r *Resolver) apply(n netlink.Neigh, deleted bool) bool {
-	if n.LinkIndex != r.linkIndex {
+	if n.LinkIndex != int(r.linkIndex.Load()) {
 		return false
 	}
 	addr, ok := netip.AddrFromSlice(n.IP)

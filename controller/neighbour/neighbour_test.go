@@ -113,3 +113,36 @@ func TestFollowsANewMAC(t *testing.T) {
 	waitMAC(t, r, p.B4, moved, 15*time.Second)
 	waitMAC(t, r, p.B6, moved, 15*time.Second)
 }
+
+// TestFollowsALinkMadeAgain: the link deleted and made again under its
+// name (as Open vSwitch makes a bridge's internal port again when it
+// restarts), with a new index: the MACs learnt on the old one go, and a
+// refresh finds the link and the wanted addresses on it again, at the
+// peer's new MAC.
+func TestFollowsALinkMadeAgain(t *testing.T) {
+	p := topology.NewPair(t)
+	var changes atomic.Int64
+	r := startIn(t, p, 300*time.Millisecond, &changes)
+	r.Want([]netip.Addr{p.B4, p.B6})
+	waitMAC(t, r, p.B4, linkMAC(t, p.NsB, p.LinkB), 5*time.Second)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ip("-n", p.NsA, "link", "delete", p.LinkA) // and its peer
+	waitMAC(t, r, p.B4, nil, 5*time.Second)
+	moved := net.HardwareAddr{0x02, 0x00, 0x5e, 0x10, 0x20, 0x31}
+	ip("-n", p.NsA, "link", "add", p.LinkA, "type", "veth", "peer", "name", p.LinkB, "netns", p.NsB, "address", moved.String())
+	for _, end := range []struct {
+		ns, name string
+		v4, v6   netip.Addr
+	}{{p.NsA, p.LinkA, p.A4, p.A6}, {p.NsB, p.LinkB, p.B4, p.B6}} {
+		ip("-n", end.ns, "addr", "add", end.v4.String()+"/24", "dev", end.name)
+		ip("-n", end.ns, "addr", "add", end.v6.String()+"/64", "dev", end.name, "nodad")
+		ip("-n", end.ns, "link", "set", end.name, "up")
+	}
+	waitMAC(t, r, p.B4, moved, 5*time.Second)
+	waitMAC(t, r, p.B6, moved, 5*time.Second)
+}

@@ -171,3 +171,14 @@ const (
 	// the annotation is missing or unreadable.
 	GatewayNetworkUnknown Reason = "GatewayNetworkUnknown"
 )
+
+// The Events of a change of what the nodes note about an
+// AdminPolicyBasedExternalRoute (heartbeat.Facts.ExternalRouteNotes).
+const (
+	// NextHopsDegraded: some node that uses the policy cannot use some of
+	// its next hops (BFD session down, no neighbour answer), or a gateway
+	// pod its dynamic hops select is no hop; the message lists them.
+	NextHopsDegraded Reason = "NextHopsDegraded"
+	// NextHopsRecovered: no node notes anything about the policy any more.
+	NextHopsRecovered Reason = "NextHopsRecovered"
+)

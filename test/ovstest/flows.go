@@ -50,6 +50,40 @@ func (s *Switch) BundleAddFlows(t testing.TB, file string) time.Duration {
 	return time.Since(start)
 }
 
+// WriteBundleFile writes groups and then flows to a file for
+// Switch.Bundle, one "group ..." or "flow ..." line each (ovs-ofctl's
+// bundle file syntax), and returns its path. The groups come first: a
+// flow may name a group only once it exists.
+func WriteBundleFile[G, F fmt.Stringer](t testing.TB, groups []G, flows []F) string {
+	t.Helper()
+	var b strings.Builder
+	for _, g := range groups {
+		b.WriteString("group " + g.String() + "\n")
+	}
+	for _, f := range flows {
+		b.WriteString("flow add " + f.String() + "\n")
+	}
+	path := filepath.Join(t.TempDir(), "bundle.txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Bundle applies the group and flow mods of file (see WriteBundleFile)
+// with `ovs-ofctl -O OpenFlow15 bundle`, one atomic transaction, and
+// returns how long ovs-ofctl took.
+func (s *Switch) Bundle(t testing.TB, file string) time.Duration {
+	t.Helper()
+	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "bundle", s.Bridge, file)
+	cmd.Env = s.Env()
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ovs-ofctl bundle %s: %v\n%s", file, err, out)
+	}
+	return time.Since(start)
+}
+
 // FlowCount returns how many flows of the bridge the filter selects (for
 // example "cookie=0x1/-1"), from `ovs-ofctl dump-aggregate`.
 func (s *Switch) FlowCount(t testing.TB, filter string) int {

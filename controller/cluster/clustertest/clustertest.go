@@ -614,13 +614,14 @@ var firewallNameRule = map[string]any{
 // SetFirewallRevision): it plays the agent's side of the status contract of
 // both APIs, which the agent's own tests check.
 type Agent struct {
-	Node                          string
-	qosRevision, firewallRevision atomic.Pointer[string]
-	egressSubnets                 atomic.Pointer[[]netip.Prefix]
-	unresolvedDNS                 atomic.Pointer[[]string]
-	renewer                       *heartbeat.Renewer
-	cancel                        context.CancelFunc
-	done                          chan struct{}
+	Node                                         string
+	qosRevision, firewallRevision, routeRevision atomic.Pointer[string]
+	egressSubnets                                atomic.Pointer[[]netip.Prefix]
+	unresolvedDNS                                atomic.Pointer[[]string]
+	routeNotes                                   atomic.Pointer[map[string][]string]
+	renewer                                      *heartbeat.Renewer
+	cancel                                       context.CancelFunc
+	done                                         chan struct{}
 	// probes answers the probe protocol (StartProbedAgent), nil if not.
 	probes *ProbeRelay
 }
@@ -632,6 +633,22 @@ func (a *Agent) SetQoSRevision(rv string) { a.qosRevision.Store(&rv) }
 // SetFirewallRevision makes the agent publish rv as its EgressFirewall
 // watermark (heartbeat.Facts.FirewallRevision) from its next renewal on.
 func (a *Agent) SetFirewallRevision(rv string) { a.firewallRevision.Store(&rv) }
+
+// SetExternalRouteRevision makes the agent publish rv as its
+// AdminPolicyBasedExternalRoute watermark
+// (heartbeat.Facts.ExternalRouteRevision) from its next renewal on.
+func (a *Agent) SetExternalRouteRevision(rv string) { a.routeRevision.Store(&rv) }
+
+// SetExternalRouteNotes makes the agent publish notes (policy name →
+// messages; nil: none) as what it says of the external routes
+// (heartbeat.Facts.ExternalRouteNotes) from its next renewal on.
+func (a *Agent) SetExternalRouteNotes(notes map[string][]string) {
+	n := maps.Clone(notes)
+	if n == nil {
+		n = map[string][]string{}
+	}
+	a.routeNotes.Store(&n)
+}
 
 // SetFirewallUnresolvedDNS makes the agent publish names
 // ("<namespace>/<dnsName>"; none: an empty list) as the dnsNames it has no
@@ -710,6 +727,12 @@ func (e *Env) startAgent(t testing.TB, a *Agent, renew, expire time.Duration) *A
 			if n := a.unresolvedDNS.Load(); n != nil {
 				f.FirewallUnresolvedDNS = *n
 			}
+			if rv := a.routeRevision.Load(); rv != nil {
+				f.ExternalRouteRevision = *rv
+			}
+			if n := a.routeNotes.Load(); n != nil {
+				f.ExternalRouteNotes = *n
+			}
 			return f
 		},
 	})
@@ -756,6 +779,26 @@ func (e *Env) EgressNode(t testing.TB, name string, labels map[string]string, su
 	maps.Copy(l, labels)
 	e.CreateNode(t, name, l, true)
 	return e.StartAgentWith(t, name, AgentRenew, AgentExpire, subnets...)
+}
+
+// CreateExternalRoute creates an AdminPolicyBasedExternalRoute and returns
+// it as created.
+func (e *Env) CreateExternalRoute(t testing.TB, name string, spec esv1.AdminPolicyBasedExternalRouteSpec) *esv1.AdminPolicyBasedExternalRoute {
+	t.Helper()
+	return createObject(t, e.ES.K8sV1().AdminPolicyBasedExternalRoutes(), &esv1.AdminPolicyBasedExternalRoute{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec})
+}
+
+// GetExternalRoute reads an AdminPolicyBasedExternalRoute.
+func (e *Env) GetExternalRoute(t testing.TB, name string) *esv1.AdminPolicyBasedExternalRoute {
+	t.Helper()
+	return getObject(t, e.ES.K8sV1().AdminPolicyBasedExternalRoutes(), name)
+}
+
+// UpdateExternalRoute reads, modifies and writes back an
+// AdminPolicyBasedExternalRoute, and returns it as written.
+func (e *Env) UpdateExternalRoute(t testing.TB, name string, modify func(*esv1.AdminPolicyBasedExternalRoute)) *esv1.AdminPolicyBasedExternalRoute {
+	t.Helper()
+	return updateObject(t, e.ES.K8sV1().AdminPolicyBasedExternalRoutes(), name, modify)
 }
 
 // CreateEgressIP creates an EgressIP of the given addresses that selects

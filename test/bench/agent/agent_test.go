@@ -367,6 +367,9 @@ type env struct {
 	// newDNS, if not nil, gives each in-process agent its Config.DNS (a
 	// benchmark's fixed answers); nil: none, as the agent binary has.
 	newDNS func() agent.FirewallDNS
+	// configure, if not nil, completes each in-process agent's Config (a
+	// benchmark's next hops' neighbours and BFD sessions).
+	configure func(*agent.Config)
 }
 
 // agentManifests give the agent's identity exactly its deploy/ RBAC.
@@ -587,6 +590,8 @@ type probeSwitch struct {
 	bundleDur time.Duration
 	bundled   bool
 	captured  []*openflow.FlowMod
+	// capturedGroups are the first bundle's group mods, when capturing.
+	capturedGroups []*openflow.GroupMod
 
 	watch atomic.Pointer[flowWatch]
 }
@@ -595,7 +600,10 @@ type probeSwitch struct {
 // flow mod that carries reports is signalled on done.
 type flowWatch struct {
 	carries func(*openflow.FlowMod) bool
-	done    chan time.Time // buffered 1
+	// carriesGroup, if not nil, also reports a bundle with a group mod
+	// for which it holds.
+	carriesGroup func(*openflow.GroupMod) bool
+	done         chan time.Time // buffered 1
 }
 
 // newFlowWatch awaits a bundle with a flow mod for which carries holds.
@@ -640,8 +648,9 @@ type probeBundle struct {
 	start    time.Time
 	first    bool // the switch's first bundle
 	mods     int
-	captured []*openflow.FlowMod // when first and capturing
-	watched  *flowWatch          // carried by this bundle
+	captured []*openflow.FlowMod  // when first and capturing
+	groups   []*openflow.GroupMod // the same, of groups
+	watched  *flowWatch           // carried by this bundle
 }
 
 func (b *probeBundle) Add(ctx context.Context, msgs openflow.Sequence) error {
@@ -649,8 +658,10 @@ func (b *probeBundle) Add(ctx context.Context, msgs openflow.Sequence) error {
 	// The agent reuses msgs once Add returns: decode what is kept now.
 	if b.first && b.sw.capture {
 		b.captured = append(b.captured, flowMods(msgs)...)
+		b.groups = append(b.groups, groupMods(msgs)...)
 	}
-	if w := b.sw.watch.Load(); w != nil && b.watched == nil && slices.ContainsFunc(flowMods(msgs), w.carries) {
+	if w := b.sw.watch.Load(); w != nil && b.watched == nil && (slices.ContainsFunc(flowMods(msgs), w.carries) ||
+		(w.carriesGroup != nil && slices.ContainsFunc(groupMods(msgs), w.carriesGroup))) {
 		b.watched = w
 	}
 	return b.Bundle.Add(ctx, msgs)
@@ -666,7 +677,7 @@ func (b *probeBundle) Commit(ctx context.Context) error {
 	s.mods.Add(int64(b.mods))
 	if b.first {
 		s.mu.Lock()
-		s.bundleAt, s.bundleDur, s.captured = b.start, acked.Sub(b.start), b.captured
+		s.bundleAt, s.bundleDur, s.captured, s.capturedGroups = b.start, acked.Sub(b.start), b.captured, b.groups
 		s.mu.Unlock()
 	}
 	if b.watched != nil && s.watch.CompareAndSwap(b.watched, nil) {
@@ -675,9 +686,15 @@ func (b *probeBundle) Commit(ctx context.Context) error {
 	return nil
 }
 
-// flowMods decodes what the agent bundled (flow mods, some encoded ahead).
-func flowMods(msgs openflow.Sequence) []*openflow.FlowMod {
-	out := make([]*openflow.FlowMod, 0, msgs.Len())
+// flowMods decodes the flow mods the agent bundled (some encoded ahead).
+func flowMods(msgs openflow.Sequence) []*openflow.FlowMod { return bundled[*openflow.FlowMod](msgs) }
+
+// groupMods decodes the group mods the agent bundled.
+func groupMods(msgs openflow.Sequence) []*openflow.GroupMod { return bundled[*openflow.GroupMod](msgs) }
+
+// bundled decodes the messages of type M among what the agent bundled.
+func bundled[M openflow.Message](msgs openflow.Sequence) []M {
+	out := make([]M, 0, msgs.Len())
 	for i := range msgs.Len() {
 		m := msgs.At(i)
 		if raw, ok := m.(*openflow.RawMessage); ok {
@@ -686,8 +703,8 @@ func flowMods(msgs openflow.Sequence) []*openflow.FlowMod {
 				panic(fmt.Sprintf("the agent bundled an undecodable %v: %v", raw.Type, err))
 			}
 		}
-		if fm, ok := m.(*openflow.FlowMod); ok {
-			out = append(out, fm)
+		if typed, ok := m.(M); ok {
+			out = append(out, typed)
 		}
 	}
 	return out
@@ -729,6 +746,12 @@ func (s *probeSwitch) firstBundle() []*openflow.FlowMod {
 	return s.captured
 }
 
+func (s *probeSwitch) firstBundleGroups() []*openflow.GroupMod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.capturedGroups
+}
+
 // runningAgent is an in-process agent on the bench switch.
 type runningAgent struct {
 	*agent.Agent
@@ -762,7 +785,7 @@ func (e *env) startAgent(b *testing.B, logs *klogWatch, capture bool) *runningAg
 	if e.newDNS != nil {
 		dns = e.newDNS()
 	}
-	a := agent.New(agent.Config{
+	cfg := agent.Config{
 		Node: dataplane.NodeConfig{
 			Name:            benchNode,
 			ClusterPodCIDRs: e.podCIDRs,
@@ -777,7 +800,11 @@ func (e *env) startAgent(b *testing.B, logs *klogWatch, capture bool) *runningAg
 		Tables:     iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
 		DNS:        dns,
 		Metrics:    agent.NewMetrics(reg),
-	})
+	}
+	if e.configure != nil {
+		e.configure(&cfg)
+	}
+	a := agent.New(cfg)
 	done := make(chan struct{})
 	r := &runningAgent{Agent: a, sw: sw, reg: reg, dns: dns}
 	logs.reset()
