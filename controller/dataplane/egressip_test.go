@@ -181,6 +181,7 @@ func TestEgressIPSpread(t *testing.T) {
 		t.Fatalf("n1's groups: %v", groups)
 	}
 	wantGroup := fmt.Sprintf("add group_id=%d,type=select,"+
+		"selection_method=hash,fields(ip_src,ip_dst,ipv6_src,ipv6_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst,sctp_src,sctp_dst),"+
 		"bucket=bucket_id:0,weight:100,actions=set_field:%#x->reg6,resubmit(,48),"+
 		"bucket=bucket_id:1,weight:100,actions=set_field:%#x->reg6,resubmit(,48)", group, hop(0), hop(1))
 	if got := groups[0].String(); got != wantGroup {

@@ -355,6 +355,19 @@ func familyHops(hops []ExternalHop, f int, node ExternalRouteNode) (listed []net
 	return listed, live
 }
 
+// naturalRouteGroup is the ID a route of the part of key gets but on a
+// collision (allotRouteGroups): a hash of the key, the family and the
+// hops, within the API's IDs.
+func naturalRouteGroup(key string, r ExternalRoute) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	h.Write([]byte{byte(r.Family)})
+	for _, hop := range r.Hops {
+		h.Write(hop.AsSlice())
+	}
+	return h.Sum32() & groupIDsPerAPI
+}
+
 // allotRouteGroups gives each route a group ID (APIExternalRoute.GroupID)
 // from a hash of its part's key, its family and its hops, the next free one on a
 // collision; parts in key order, so that a route's ID stays put while
@@ -364,13 +377,7 @@ func allotRouteGroups(parts []*ExternalRoutePart) {
 	for _, part := range parts {
 		for i := range part.Routes {
 			r := &part.Routes[i]
-			h := fnv.New32a()
-			h.Write([]byte(part.Key))
-			h.Write([]byte{byte(r.Family)})
-			for _, hop := range r.Hops {
-				h.Write(hop.AsSlice())
-			}
-			id := h.Sum32() & groupIDsPerAPI
+			id := naturalRouteGroup(part.Key, *r)
 			for taken[id] {
 				id = (id + 1) & groupIDsPerAPI
 			}

@@ -267,8 +267,8 @@ func TestExternalRouteParts(t *testing.T) {
 		fmt.Sprintf("table=49, priority=100,ipv6,reg7=%#x actions=group:%d", id6, v6),
 	}
 	wantGroups := []string{
-		fmt.Sprintf("add group_id=%d,type=select,bucket=bucket_id:0,weight:100,actions=set_field:%#x->reg7,resubmit(,49),bucket=bucket_id:1,weight:100,actions=set_field:%#x->reg7,resubmit(,49)", v4, gw(id4, 0), gw(id4, 1)),
-		fmt.Sprintf("add group_id=%d,type=select,bucket=bucket_id:0,weight:100,actions=set_field:%#x->reg7,resubmit(,49)", v6, gw(id6, 0)),
+		fmt.Sprintf("add group_id=%d,type=select,selection_method=hash,fields(ip_src,ip_dst,ipv6_src,ipv6_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst,sctp_src,sctp_dst),bucket=bucket_id:0,weight:100,actions=set_field:%#x->reg7,resubmit(,49),bucket=bucket_id:1,weight:100,actions=set_field:%#x->reg7,resubmit(,49)", v4, gw(id4, 0), gw(id4, 1)),
+		fmt.Sprintf("add group_id=%d,type=select,selection_method=hash,fields(ip_src,ip_dst,ipv6_src,ipv6_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst,sctp_src,sctp_dst),bucket=bucket_id:0,weight:100,actions=set_field:%#x->reg7,resubmit(,49)", v6, gw(id6, 0)),
 	}
 	flows, groups := render(a)
 	if !slices.Equal(flows, wantFlows) {
@@ -293,7 +293,7 @@ func TestExternalRouteParts(t *testing.T) {
 		fmt.Sprintf("table=49, priority=100,ip,reg7=%#x actions=group:%d", web4&groupIDsPerAPI, web4),
 		fmt.Sprintf("table=49, priority=100,ipv6,reg7=%#x actions=group:%d", web6&groupIDsPerAPI, web6),
 	}
-	wantGroups = []string{fmt.Sprintf("add group_id=%d,type=select", web4), fmt.Sprintf("add group_id=%d,type=select", web6)}
+	wantGroups = []string{fmt.Sprintf("add group_id=%d,type=select,selection_method=hash,fields(ip_src,ip_dst,ipv6_src,ipv6_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst,sctp_src,sctp_dst)", web4), fmt.Sprintf("add group_id=%d,type=select,selection_method=hash,fields(ip_src,ip_dst,ipv6_src,ipv6_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst,sctp_src,sctp_dst)", web6)}
 	if !slices.Equal(flows, wantFlows) || !slices.Equal(groups, wantGroups) {
 		t.Errorf("c's flows:\n%s\ngroups %v", strings.Join(flows, "\n"), groups)
 	}

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"iter"
 	"maps"
 	"net/netip"
@@ -27,8 +28,10 @@ import (
 //   - what the node knows of some hops (their MACs, their BFD sessions):
 //     the parts of the owners of the namespaces that list them.
 //
-// The group IDs are allotted again over every part whenever a part's
-// routes changed (allotRouteGroups: a collision may move another's).
+// A part whose routes changed gets the group IDs allotRouteGroups would
+// give it over every part: its natural ones (a hash) while no two routes'
+// natural IDs collide, which is all but always; on a collision, or when
+// one ends, every part is allotted again (a collision moves another's).
 type externalRouteMember struct {
 	node NodeConfig
 
@@ -51,6 +54,15 @@ type externalRouteMember struct {
 	selectors map[string][]string
 	owned     map[string]map[string]bool
 	parts     map[string]*ExternalRoutePart
+	// byName are the policies' keys in name order, kept as they come
+	// and go.
+	byName []string
+	// natural counts the parts' routes by their natural group ID
+	// (naturalRouteGroup), and shared those IDs held by more than one:
+	// while none is, every route has its natural ID, and a part that
+	// changes is allotted alone.
+	natural map[uint32]int
+	shared  int
 	// selectionChanged, if not nil, is called when a namespace comes to
 	// be selected or stops being selected (the pod guard admits its pods
 	// late, after the stages).
@@ -69,7 +81,8 @@ type plannedRoute struct {
 func newExternalRouteMember(node NodeConfig) *externalRouteMember {
 	return &externalRouteMember{node: node, routes: map[string]*plannedRoute{}, namespaces: map[string]labels.Set{},
 		gateways: map[string]map[string]*corev1.Pod{}, local: map[string][]*corev1.Pod{},
-		owner: map[string]string{}, hops: map[string][]ExternalHop{}, selectors: map[string][]string{}, owned: map[string]map[string]bool{}, parts: map[string]*ExternalRoutePart{}}
+		owner: map[string]string{}, hops: map[string][]ExternalHop{}, selectors: map[string][]string{}, owned: map[string]map[string]bool{}, parts: map[string]*ExternalRoutePart{},
+		natural: map[uint32]int{}}
 }
 
 func (*externalRouteMember) API() API { return APIExternalRoute }
@@ -93,7 +106,27 @@ func (m *externalRouteMember) Update(key string, obj any) []string {
 		m.routes[key] = m.read(route)
 		m.addSelected(namespaces, m.routes[key])
 	}
+	m.placeByName(key, old, m.routes[key])
 	return m.replan(namespaces, changed)
+}
+
+// placeByName keeps byName in order for key's policy, read as old before
+// and now (nil: none).
+func (m *externalRouteMember) placeByName(key string, old, now *plannedRoute) {
+	find := func(name string) (int, bool) {
+		return slices.BinarySearchFunc(m.byName, name, func(k, name string) int {
+			return cmp.Or(strings.Compare(m.routes[k].route.Name, name), strings.Compare(k, key))
+		})
+	}
+	if old != nil && (now == nil || old.route.Name != now.route.Name) {
+		// Found by the name it had: routes[key] may hold the new one.
+		i := slices.Index(m.byName, key)
+		m.byName = slices.Delete(m.byName, i, i+1)
+	}
+	if now != nil && (old == nil || old.route.Name != now.route.Name) {
+		i, _ := find(now.route.Name)
+		m.byName = slices.Insert(m.byName, i, key)
+	}
 }
 
 func (m *externalRouteMember) Part(key string) (Part, bool) {
@@ -236,9 +269,6 @@ func (m *externalRouteMember) addSelected(set map[string]bool, pl *plannedRoute)
 // again, and rebuilds the parts of their owners before and after; changed
 // holds the keys already known to have changed.
 func (m *externalRouteMember) replan(namespaces, changed map[string]bool) []string {
-	byName := slices.SortedFunc(maps.Keys(m.routes), func(a, b string) int {
-		return strings.Compare(m.routes[a].route.Name, m.routes[b].route.Name)
-	})
 	owners := map[string]bool{}
 	for ns := range namespaces {
 		oldOwner, wasOwned := m.owner[ns]
@@ -246,7 +276,7 @@ func (m *externalRouteMember) replan(namespaces, changed map[string]bool) []stri
 		var selectors []string
 		hopSets := []map[netip.Addr]bool(nil)
 		if l, known := m.namespaces[ns]; known {
-			for _, key := range byName {
+			for _, key := range m.byName {
 				pl := m.routes[key]
 				if pl.from != nil && pl.from.Matches(l) {
 					selectors = append(selectors, key)
@@ -289,7 +319,9 @@ func (m *externalRouteMember) replan(namespaces, changed map[string]bool) []stri
 // any part's routes changed, and returns the keys in changed and those
 // whose part changed, sorted.
 func (m *externalRouteMember) rebuild(owners, changed map[string]bool) []string {
-	regroup := false
+	// regrouped are the keys of the parts whose routes changed (added,
+	// gone, or other hops), with their parts before.
+	regrouped := map[string]*ExternalRoutePart{}
 	for key := range owners {
 		var pods []*corev1.Pod
 		for ns := range m.owned[key] {
@@ -303,47 +335,84 @@ func (m *externalRouteMember) rebuild(owners, changed map[string]bool) []string 
 		if part == nil {
 			if old != nil {
 				delete(m.parts, key)
-				changed[key], regroup = true, true
+				changed[key], regrouped[key] = true, old
 			}
 			continue
 		}
-		if old != nil {
+		if old != nil && slices.EqualFunc(old.Routes, part.Routes, func(a, b ExternalRoute) bool { return a.Family == b.Family && slices.Equal(a.Hops, b.Hops) }) {
 			// Keep the IDs while the routes are the same, so that Equal
 			// compares what would render.
-			if slices.EqualFunc(old.Routes, part.Routes, func(a, b ExternalRoute) bool { return a.Family == b.Family && slices.Equal(a.Hops, b.Hops) }) {
-				for i := range part.Routes {
-					part.Routes[i].Group = old.Routes[i].Group
-				}
-				if old.Equal(*part) {
-					continue
-				}
-			} else {
-				regroup = true
+			for i := range part.Routes {
+				part.Routes[i].Group = old.Routes[i].Group
 			}
-		} else {
-			regroup = true
+			if old.Equal(*part) {
+				continue
+			}
+		} else if _, seen := regrouped[key]; !seen {
+			regrouped[key] = old
 		}
 		m.parts[key] = part
 		changed[key] = true
 	}
-	if regroup {
-		// On copies: a part given out (Part) never changes under its
-		// holder.
-		sorted := make([]*ExternalRoutePart, 0, len(m.parts))
-		for _, key := range slices.Sorted(maps.Keys(m.parts)) {
-			part := *m.parts[key]
-			part.Routes = slices.Clone(part.Routes)
-			sorted = append(sorted, &part)
-		}
-		allotRouteGroups(sorted)
-		for _, part := range sorted {
-			if !part.Equal(*m.parts[part.Key]) {
-				m.parts[part.Key] = part
-				changed[part.Key] = true
+	if len(regrouped) > 0 {
+		m.allot(regrouped, changed)
+	}
+	return slices.Sorted(maps.Keys(changed))
+}
+
+// allot gives the routes of the parts in regrouped (key → part before,
+// nil if none) their group IDs as allotRouteGroups over every part would,
+// and records in changed the keys of the parts whose IDs that moved.
+// While no two routes share a natural ID, before or after, each has its
+// own, and only the parts in regrouped are touched; otherwise every part
+// is allotted again.
+func (m *externalRouteMember) allot(regrouped map[string]*ExternalRoutePart, changed map[string]bool) {
+	sharedBefore := m.shared
+	count := func(key string, routes []ExternalRoute, delta int) {
+		for _, r := range routes {
+			id := naturalRouteGroup(key, r)
+			if n := m.natural[id]; n > 1 && n+delta <= 1 {
+				m.shared--
+			} else if n <= 1 && n+delta > 1 {
+				m.shared++
+			}
+			if m.natural[id] += delta; m.natural[id] == 0 {
+				delete(m.natural, id)
 			}
 		}
 	}
-	return slices.Sorted(maps.Keys(changed))
+	for key, old := range regrouped {
+		if old != nil {
+			count(key, old.Routes, -1)
+		}
+		if now := m.parts[key]; now != nil {
+			count(key, now.Routes, 1)
+		}
+	}
+	if sharedBefore == 0 && m.shared == 0 {
+		for key := range regrouped {
+			if now := m.parts[key]; now != nil {
+				for i := range now.Routes {
+					now.Routes[i].Group = APIExternalRoute.GroupID(naturalRouteGroup(key, now.Routes[i]))
+				}
+			}
+		}
+		return
+	}
+	// On copies: a part given out (Part) never changes under its holder.
+	sorted := make([]*ExternalRoutePart, 0, len(m.parts))
+	for _, key := range slices.Sorted(maps.Keys(m.parts)) {
+		part := *m.parts[key]
+		part.Routes = slices.Clone(part.Routes)
+		sorted = append(sorted, &part)
+	}
+	allotRouteGroups(sorted)
+	for _, part := range sorted {
+		if !part.Equal(*m.parts[part.Key]) {
+			m.parts[part.Key] = part
+			changed[part.Key] = true
+		}
+	}
 }
 
 // externalRoutes returns the node's part of the member (State.ExternalRoute).

@@ -315,3 +315,60 @@ func erKeys(routes map[string]*esv1.AdminPolicyBasedExternalRoute) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestExternalRouteMemberGroupCollisions: two policies whose routes hash
+// to the same group ID (found by search): the planner's IDs stay those
+// Compute allots over every part, as the policies come and go in either
+// order, including after the collision is gone.
+func TestExternalRouteMemberGroupCollisions(t *testing.T) {
+	hop := esv1.StaticHop{IP: "172.18.0.50"}
+	route := func(name string) *esv1.AdminPolicyBasedExternalRoute {
+		return externalRoute(name, map[string]string{"route": name}, []esv1.StaticHop{hop})
+	}
+	seen := map[uint32]string{}
+	var names [2]string
+	for i := 0; names[0] == ""; i++ {
+		name := fmt.Sprintf("c-%d", i)
+		id := naturalRouteGroup(ObjectKey(APIExternalRoute, "", name), ExternalRoute{Family: 0, Hops: []netip.Addr{netip.MustParseAddr(hop.IP)}})
+		if other, ok := seen[id]; ok {
+			names = [2]string{other, name}
+		}
+		seen[id] = name
+	}
+	view := ExternalRouteNode{
+		MAC:   func(netip.Addr) (net.HardwareAddr, bool) { return net.HardwareAddr{2, 0, 0, 0, 0, 1}, true },
+		BFDUp: func(netip.Addr) bool { return false },
+	}
+	var namespaces []*corev1.Namespace
+	var pods []*corev1.Pod
+	for i, name := range names {
+		namespaces = append(namespaces, labelledNamespace(name, map[string]string{"route": name}))
+		pods = append(pods, pod(name, "n1", nil, fmt.Sprintf("10.244.1.%d", 10+i)))
+	}
+	p := NewPlanner(n1Config, tables)
+	p.SetNamespaces(namespaces)
+	p.SetLocalPods(pods)
+	p.SetExternalRouteView(view, []netip.Addr{netip.MustParseAddr(hop.IP)})
+	present := map[string]bool{}
+	for step, s := range []struct {
+		name string
+		add  bool
+	}{{names[0], true}, {names[1], true}, {names[0], false}, {names[0], true}, {names[1], false}, {names[1], true}, {names[0], false}, {names[1], false}} {
+		var obj *esv1.AdminPolicyBasedExternalRoute
+		if s.add {
+			obj = route(s.name)
+		}
+		present[s.name] = s.add
+		p.UpdateObject(ObjectKey(APIExternalRoute, "", s.name), obj)
+		var routes []*esv1.AdminPolicyBasedExternalRoute
+		for _, name := range names {
+			if present[name] {
+				routes = append(routes, route(name))
+			}
+		}
+		want := Compute(n1Config, Cluster{ExternalRoutes: routes, Namespaces: namespaces, Pods: pods, ExternalRouteHops: view}, tables)
+		if g, w := fmt.Sprintf("%+v", p.State().ExternalRoute), fmt.Sprintf("%+v", want.ExternalRoute); g != w {
+			t.Fatalf("step %d (%s %v): the planner's external routes\n%s\nCompute's\n%s", step, s.name, s.add, g, w)
+		}
+	}
+}

@@ -8,7 +8,8 @@
 # up) to the groups changed on the bridge (see
 # test/bench/agent/externalroute_test.go); then BFD's own detection time,
 # with our engine and with FRR's bfdd as the peer (controller/bfd's
-# BenchmarkDetection). Needs root.
+# BenchmarkDetection); then a gateway killed on the cluster in Docker
+# (test/dockercluster BenchmarkExternalRouteFailover). Needs root and Docker.
 #
 # Extra arguments go to the agent benchmark, e.g. a quick try:
 #   bash test/bench/externalroute.sh -er-namespaces=20 -er-pods=2 -rounds=1 -er-changes=5
@@ -31,3 +32,8 @@ go test -run '^$' -bench '^BenchmarkAgentExternalRoute$' -benchtime 1x -count 1 
 # How long a BFD session takes to declare a dead gateway down, at the
 # default 100 ms x 3: the rest of a failover's time.
 go test -run '^$' -bench '^BenchmarkDetection$' -benchtime 20x -count 1 -timeout 20m ./controller/bfd/ 2>&1 | grep -v '^[IWE][0-9]'
+
+# On the cluster in Docker, with two external gateway containers running
+# FRR's bfdd: 10 rounds of docker kill of a gateway while the routed pods
+# send, to the last frame any node sent towards it (p50/p99).
+go test -tags e2e -run '^$' -bench '^BenchmarkExternalRouteFailover$' -benchtime 10x -count 1 -timeout 60m ./test/dockercluster 2>&1 | grep -v '^[IWE][0-9]'

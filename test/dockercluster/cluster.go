@@ -631,8 +631,8 @@ func sweep() {
 	}
 	entries, _ := os.ReadDir("/var/run/netns")
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "ef") && (strings.HasSuffix(e.Name(), "-external") || strings.Contains(e.Name(), "-node-")) {
-			if _, err := run("docker", "inspect", e.Name()); err != nil { // the external and node containers have their namespaces' names
+		if strings.HasPrefix(e.Name(), "ef") && (strings.HasSuffix(e.Name(), "-external") || strings.Contains(e.Name(), "-node-") || strings.Contains(e.Name(), "-gw")) {
+			if _, err := run("docker", "inspect", e.Name()); err != nil { // the external, gateway and node containers have their namespaces' names
 				_, _ = run("ip", "netns", "delete", e.Name())
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/test/wait"
 )
 
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
@@ -24,8 +25,9 @@ func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 // containerd and Open vSwitch each), egressflow installed with
 // `kubectl apply -k deploy/`, a dual-stack EgressService whose pods'
 // packets are shown leaving with the LB IP, and beside it a dual-stack
-// EgressIP whose pods leave with its addresses, before and after the
-// service's host node loses power (docker kill). It is a test only so that it can reuse the test
+// EgressIP whose pods leave with its addresses, an
+// AdminPolicyBasedExternalRoute over two external gateways one of which
+// dies, and the service's host node losing power (docker kill). It is a test only so that it can reuse the test
 // harnesses and clean up everything they start; the demo build tag keeps it
 // out of `go test ./...`. With DEMO_HOLD=0 it exits after the scenario;
 // otherwise the cluster stays up, with the commands to look at it, until
@@ -81,6 +83,8 @@ func TestDemo(t *testing.T) {
 	}
 	showEgressIP(nil)
 
+	showExternalRoute(t, c)
+
 	say("== %s loses power: docker kill %s", s.host().Name, s.host().Container)
 	killed, took := s.failHost(t, "kill")
 	say("   status.host = %s; LB-IP traffic through it %v after the kill", s.host().Name, took.Round(10*time.Millisecond))
@@ -110,7 +114,7 @@ func TestDemo(t *testing.T) {
 		return
 	}
 	say(`== The demo cluster stays up until you press Ctrl-C. To look at it:
-   kubectl:              kubectl --kubeconfig %s get egressservices,egressips,pods -A -o wide
+   kubectl:              kubectl --kubeconfig %s get egressservices,egressips,apbexternalroutes,pods -A -o wide
    a node's flows:       docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex
    a pod's view:         kubectl --kubeconfig %s logs -n %s web-1 --tail 4
    the external host:    ip netns exec %s tcpdump -n -i eth0`,
@@ -119,6 +123,60 @@ func TestDemo(t *testing.T) {
 	defer stop()
 	<-held.Done()
 	say("== Cleaning up")
+}
+
+// showExternalRoute runs an AdminPolicyBasedExternalRoute over two
+// external gateways that run FRR's bfdd, shows which gateway each routed
+// pod's packets come through, then kills one gateway and shows how soon
+// the nodes stop using it.
+func showExternalRoute(t *testing.T, c *Cluster) {
+	say("== AdminPolicyBasedExternalRoute: gateways gw1 and gw2 (containers on the segment, forwarding, FRR's bfdd at 100 ms x 3); namespace %s (egress=gateways) with a pod per node, namespace %s with one", routedNamespace, plainNamespace)
+	r := newRouteScenario(c)
+	say("   policy gateways: from namespaceSelector egress=gateways, static next hops %s, %s (gw1) and %s, %s (gw2), bfdEnabled", r.gateways[0].IP, r.gateways[0].IP6, r.gateways[1].IP, r.gateways[1].IP6)
+	say("   every node's BFD sessions to both gateways are up (FRR: show bfd peers)")
+	showRoutes := func() {
+		l := r.watch.look(routeWindow)
+		for addr, pod := range r.watch.routedPods {
+			say("   %-9s %-26s -> the external host got it through %v", pod, addr, l.via[addr])
+		}
+		say("   plain     (%s)            -> %d packets straight from its node, %d through a gateway", plainNamespace, l.plainDirect, l.plainViaGateway)
+	}
+	say("== What the external host sees (each datagram a new flow: the select group spreads them)")
+	wait.Until(t, convergeTimeout, func() error {
+		if got := r.watch.look(routeWindow).gatewaysUsed(false); len(got) != 2 {
+			return fmt.Errorf("IPv4 through %v", got)
+		}
+		return nil
+	})
+	showRoutes()
+	say("%s", indent(c.Kubectl("get", "apbexternalroute")))
+	say("== %s's groups: docker exec %s ovs-ofctl -O OpenFlow15 dump-groups br-ex", c.Nodes[0].Name, c.Nodes[0].Container)
+	say("%s", indent(c.Exec(c.Nodes[0], "ovs-ofctl", "-O", "OpenFlow15", "dump-groups", "br-ex")))
+
+	gw1 := r.gateways[0]
+	mac := gw1.MAC(t)
+	say("== gw1 dies: docker kill %s", gw1.Container)
+	capture := c.External.Capture(t)
+	killed := time.Now()
+	gw1.Kill()
+	time.Sleep(2 * time.Second)
+	var last time.Time
+	for _, p := range capture.Stop() {
+		if r.watch.routedPods[p.Src] != "" && p.DstMAC == mac && p.Time.After(last) {
+			last = p.Time
+		}
+	}
+	say("   the last routed frame any node sent towards gw1 left %v after the kill (BFD's detection, then the groups without it)", last.Sub(killed).Round(time.Millisecond))
+	showRoutes()
+	wait.Until(t, convergeTimeout, func() error {
+		out := c.Kubectl("get", "apbexternalroute", "gateways", "-o", "jsonpath={.status.messages}")
+		if !strings.Contains(out, "BFD session down") {
+			return fmt.Errorf("status.messages %s", out)
+		}
+		return nil
+	})
+	say("== kubectl get apbexternalroute gateways -o jsonpath='{.status}'")
+	say("%s", indent(c.Kubectl("get", "apbexternalroute", "gateways", "-o", "jsonpath={.status}")))
 }
 
 // show prints what the external host saw of each pod, per family; pods on
