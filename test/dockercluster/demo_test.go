@@ -3,10 +3,14 @@
 package dockercluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -136,8 +140,15 @@ func showExternalRoute(t *testing.T, c *Cluster) {
 	say("   every node's BFD sessions to both gateways are up (FRR: show bfd peers)")
 	showRoutes := func() {
 		l := r.watch.look(routeWindow)
-		for addr, pod := range r.watch.routedPods {
-			say("   %-9s %-26s -> the external host got it through %v", pod, addr, l.via[addr])
+		addrs := slices.SortedFunc(maps.Keys(r.watch.routedPods), func(a, b netip.Addr) int {
+			return cmp.Or(strings.Compare(r.watch.routedPods[a], r.watch.routedPods[b]), a.Compare(b))
+		})
+		for _, addr := range addrs {
+			var through []string
+			for _, gw := range slices.Sorted(maps.Keys(l.via[addr])) {
+				through = append(through, fmt.Sprintf("%s %d", gw, l.via[addr][gw]))
+			}
+			say("   %-9s %-26s -> the external host got it through %s", r.watch.routedPods[addr], addr, strings.Join(through, ", "))
 		}
 		say("   plain     (%s)            -> %d packets straight from its node, %d through a gateway", plainNamespace, l.plainDirect, l.plainViaGateway)
 	}
@@ -153,20 +164,9 @@ func showExternalRoute(t *testing.T, c *Cluster) {
 	say("== %s's groups: docker exec %s ovs-ofctl -O OpenFlow15 dump-groups br-ex", c.Nodes[0].Name, c.Nodes[0].Container)
 	say("%s", indent(c.Exec(c.Nodes[0], "ovs-ofctl", "-O", "OpenFlow15", "dump-groups", "br-ex")))
 
-	gw1 := r.gateways[0]
-	mac := gw1.MAC(t)
-	say("== gw1 dies: docker kill %s", gw1.Container)
-	capture := c.External.Capture(t)
-	killed := time.Now()
-	gw1.Kill()
-	time.Sleep(2 * time.Second)
-	var last time.Time
-	for _, p := range capture.Stop() {
-		if r.watch.routedPods[p.Src] != "" && p.DstMAC == mac && p.Time.After(last) {
-			last = p.Time
-		}
-	}
-	say("   the last routed frame any node sent towards gw1 left %v after the kill (BFD's detection, then the groups without it)", last.Sub(killed).Round(time.Millisecond))
+	say("== gw1 dies: docker kill %s", r.gateways[0].Container)
+	took := r.killGateway(c, 0)
+	say("   the last routed frame any node sent towards gw1 left %v after the kill (BFD's detection, then the groups without it)", took.Round(time.Millisecond))
 	showRoutes()
 	wait.Until(t, convergeTimeout, func() error {
 		out := c.Kubectl("get", "apbexternalroute", "gateways", "-o", "jsonpath={.status.messages}")

@@ -76,6 +76,32 @@ func newRouteScenario(c *Cluster) *routeScenario {
 	return s
 }
 
+// killGateway kills gateway i (docker kill) while the routed pods send,
+// and returns how long after the kill the last routed frame any node sent
+// towards it left, as the external host saw it: until a node takes the
+// dead gateway out of its groups, the flows that pick it go to its MAC,
+// which the network's bridge, having forgotten it with the container's
+// port, floods past the external host. Zero: no such frame was seen.
+func (s *routeScenario) killGateway(c *Cluster, i int) time.Duration {
+	c.t.Helper()
+	g := s.gateways[i]
+	mac := g.MAC(c.t)
+	capture := c.External.Capture(c.t)
+	killed := time.Now()
+	g.Kill()
+	time.Sleep(2 * time.Second)
+	var last time.Time
+	for _, p := range capture.Stop() {
+		if s.watch.routedPods[p.Src] != "" && p.DstMAC == mac && p.Time.After(last) {
+			last = p.Time
+		}
+	}
+	if last.IsZero() {
+		return 0
+	}
+	return last.Sub(killed)
+}
+
 // routeWatch tells, from the external host's capture, which gateway each
 // routed pod's packets came through (by their source MAC), and whether
 // the plain pods' packets came directly.
