@@ -671,16 +671,7 @@ func (a *Agent) eventHandler(keyOf func(obj any) string, relevant func(old, new 
 func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	defer utilruntime.HandleCrash()
 	defer a.queue.ShutDown()
-	a.kubeFactory.Start(ctx.Done())
-	a.egressServiceFactory.Start(ctx.Done())
-	a.leaseFactory.Start(ctx.Done())
-	a.heartbeatFactory.Start(mergeDone(ctx.Done(), a.heartbeatLeasesStop))
-	a.viewFactory.Start(ctx.Done())
-	a.esFactory.Start(ctx.Done())
-	a.ownPodFactory.Start(ctx.Done())
-	for _, src := range a.cfg.Members {
-		go src.Informer.Run(ctx.Done())
-	}
+	a.startInformers(ctx)
 	// Run returns only once the succession guard has stopped, so that no
 	// hold lands after an uninstall's release.
 	successionDone := make(chan struct{})
@@ -768,6 +759,21 @@ func (a *Agent) Run(ctx context.Context, reconnected <-chan struct{}) error {
 	for a.processNext(ctx) {
 	}
 	return nil
+}
+
+// startInformers starts every informer the agent reads, until ctx ends
+// (the heartbeat Leases' sooner, once retired).
+func (a *Agent) startInformers(ctx context.Context) {
+	a.kubeFactory.Start(ctx.Done())
+	a.egressServiceFactory.Start(ctx.Done())
+	a.leaseFactory.Start(ctx.Done())
+	a.heartbeatFactory.Start(mergeDone(ctx.Done(), a.heartbeatLeasesStop))
+	a.viewFactory.Start(ctx.Done())
+	a.esFactory.Start(ctx.Done())
+	a.ownPodFactory.Start(ctx.Done())
+	for _, src := range a.cfg.Members {
+		go src.Informer.Run(ctx.Done())
+	}
 }
 
 // watchHops asks for a sync whenever a next hop's MAC or BFD session

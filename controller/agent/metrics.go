@@ -36,16 +36,7 @@ type Metrics struct {
 	announcements *prometheus.CounterVec
 	leaseRenewals *prometheus.CounterVec
 	qosRules      prometheus.Gauge
-	// externalRouteHops counts the external routes' next hops on this
-	// node by state; hopChanges counts their changes of state.
-	externalRouteHops *prometheus.GaugeVec
-	hopChanges        *prometheus.CounterVec
-	// policyHops counts each used policy's hops by state; usedPolicies
-	// are the policies it has series for. bfdChanges counts the BFD
-	// sessions' changes of state.
-	policyHops   *prometheus.GaugeVec
-	usedPolicies map[string]bool
-	bfdChanges   *prometheus.CounterVec
+	externalRouteMetrics
 	// qosPackets reads the marking flows' packet counters at scrape time,
 	// firewallDenied the deny flows'.
 	qosPackets, firewallDenied *stagePacketCounter
@@ -58,6 +49,47 @@ type Metrics struct {
 	// (SnoopDNS).
 	dnsHold    prometheus.Histogram
 	dnsReplies *prometheus.CounterVec
+}
+
+// externalRouteMetrics are the AdminPolicyBasedExternalRoutes' next hops
+// on this node.
+type externalRouteMetrics struct {
+	// externalRouteHops counts the hops the node follows by state;
+	// hopChanges counts their changes of state.
+	externalRouteHops *prometheus.GaugeVec
+	hopChanges        *prometheus.CounterVec
+	// policyHops counts each used policy's hops by state; usedPolicies
+	// are the policies it has series for. bfdChanges counts the BFD
+	// sessions' changes of state.
+	policyHops   *prometheus.GaugeVec
+	usedPolicies map[string]bool
+	bfdChanges   *prometheus.CounterVec
+}
+
+func newExternalRouteMetrics() externalRouteMetrics {
+	return externalRouteMetrics{
+		externalRouteHops: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_agent_externalroute_hops",
+			Help: "Next hops of the AdminPolicyBasedExternalRoutes selecting a namespace with a pod on this node, as this node last saw them: usable (MAC resolved, and BFD up when it asks for it), unresolved (no MAC), bfd_down (MAC resolved, BFD session not up).",
+		}, []string{"state"}),
+		hopChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_agent_externalroute_hop_changes_total",
+			Help: "Times an external route's next hop became usable (to=usable) or stopped being usable (to=unusable) on this node, each taken into the flows at once.",
+		}, []string{"to"}),
+		policyHops: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressflow_agent_externalroute_policy_hops",
+			Help: "Next hops of each AdminPolicyBasedExternalRoute that selects a namespace with a pod on this node, after the last successful sync: usable, or unusable (no MAC, or BFD asked for and not up). Only policies this node uses have series.",
+		}, []string{"policy", "state"}),
+		usedPolicies: map[string]bool{},
+		bfdChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressflow_agent_bfd_session_changes_total",
+			Help: "Changes of state of this node's BFD sessions to external route next hops, by the state entered (down, init, up, admin_down).",
+		}, []string{"to"}),
+	}
+}
+
+func (m *externalRouteMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.externalRouteHops, m.hopChanges, m.policyHops, m.bfdChanges}
 }
 
 // dnsHoldBuckets span a reply released at once (tens of microseconds:
@@ -103,27 +135,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Exact dnsNames of each namespace's EgressFirewall (of namespaces with a pod on this node) that this node had no answer for after the last successful sync: their rules match nothing meanwhile. Wildcards are not counted (they fill from the pods' own lookups). A namespace's series goes when it has none.",
 		}, []string{"namespace"}),
 		unresolvedNamespaces: map[string]bool{},
-		usedPolicies:         map[string]bool{},
 		qosRules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressflow_agent_qos_rules",
 			Help: "EgressQoS rules applied on this node after the last successful sync: of each namespace's EgressQoS, the rules that select a pod of this node.",
 		}),
-		externalRouteHops: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "egressflow_agent_externalroute_hops",
-			Help: "Next hops of the AdminPolicyBasedExternalRoutes selecting a namespace, as this node last saw them: usable (MAC resolved, and BFD up when it asks for it), unresolved (no MAC), bfd_down (MAC resolved, BFD session not up).",
-		}, []string{"state"}),
-		hopChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "egressflow_agent_externalroute_hop_changes_total",
-			Help: "Times an external route's next hop became usable (to=usable) or stopped being usable (to=unusable) on this node, each taken into the flows at once.",
-		}, []string{"to"}),
-		policyHops: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "egressflow_agent_externalroute_policy_hops",
-			Help: "Next hops of each AdminPolicyBasedExternalRoute that selects a namespace with a pod on this node, after the last successful sync: usable, or unusable (no MAC, or BFD asked for and not up). Only policies this node uses have series.",
-		}, []string{"policy", "state"}),
-		bfdChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "egressflow_agent_bfd_session_changes_total",
-			Help: "Changes of state of this node's BFD sessions to external route next hops, by the state entered (down, init, up, admin_down).",
-		}, []string{"to"}),
+		externalRouteMetrics: newExternalRouteMetrics(),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressflow_agent_sync_duration_seconds",
 			Help:    "Duration of a node sync: compute, diff, bundle, ip rules, conntrack flushes.",
@@ -188,8 +204,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return 0
 	})
 	if reg != nil {
-		reg.MustRegister(m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes, m.announcements, m.leaseRenewals,
-			m.qosRules, m.externalRouteHops, m.hopChanges, m.policyHops, m.bfdChanges, m.qosPackets, m.firewallRules, m.firewallUnresolved, m.firewallDenied, m.dnsHold, m.dnsReplies)
+		reg.MustRegister(append(m.collectors(), m.flows, m.syncDuration, m.syncs, m.lastSuccess, m.flowMods, m.connected, m.lastError, m.ctFlushes,
+			m.announcements, m.leaseRenewals, m.qosRules, m.qosPackets, m.firewallRules, m.firewallUnresolved, m.firewallDenied, m.dnsHold, m.dnsReplies)...)
 	}
 	return m
 }

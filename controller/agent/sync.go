@@ -103,13 +103,7 @@ func (a *Agent) sync(ctx context.Context, epoch syncEpoch) (err error) {
 	// nftables table) may go on (SnoopDNS).
 	a.dnsApplied.advance(a.dnsRendered)
 	a.announceTakeovers(ctx, ports)
-	m.flowMods.Add(float64(stream.sent))
-	m.qosRules.Set(float64(a.planner.QoSRules()))
-	m.firewallRules.Set(float64(a.planner.FirewallRules()))
-	a.syncUnresolved = m.setUnresolvedDNS(a.planner.UnresolvedDNS())
-	report := a.planner.ExternalRouteReport(a.hopNote)
-	a.syncRouteNotes = report.Notes
-	m.setPolicyHops(report.Hops)
+	a.recordApplied(stream.sent)
 	// The flows are in place: a vswitchd waiting for them may forward.
 	if err := a.release(ctx, epoch); err != nil {
 		return err
@@ -339,6 +333,20 @@ func (a *Agent) updateEgressIPInputs(ctx context.Context) ([]string, error) {
 		return a.planner.SetNamespaces(in.namespaces), nil
 	}
 	return nil, nil
+}
+
+// recordApplied records what a sync applied, once its bundle is in: the
+// metrics, and what the heartbeat publishes once the sync has ended (the
+// unresolved dnsNames, the external routes' notes).
+func (a *Agent) recordApplied(flowMods int) {
+	m := a.cfg.Metrics
+	m.flowMods.Add(float64(flowMods))
+	m.qosRules.Set(float64(a.planner.QoSRules()))
+	m.firewallRules.Set(float64(a.planner.FirewallRules()))
+	a.syncUnresolved = m.setUnresolvedDNS(a.planner.UnresolvedDNS())
+	report := a.planner.ExternalRouteReport(a.hopNote)
+	a.syncRouteNotes = report.Notes
+	m.setPolicyHops(report.Hops)
 }
 
 // updateHopView asks Neighbours for the external routes' next hops and
