@@ -119,27 +119,40 @@ const noteSeparator = " note: "
 // node-2 and 3 more note: next hop 172.18.0.5: BFD session down"), at most
 // externalRouteStatusMessages and then one saying how many more.
 func noteMessages(nodes map[string][]string) []string {
-	byNote := map[string][]string{}
-	for node, notes := range nodes {
-		for _, n := range notes {
-			byNote[n] = append(byNote[n], node)
-		}
-	}
-	notes := slices.Sorted(maps.Keys(byNote))
+	notes, who := nodesByNote(nodes, nil)
 	var out []string
 	for _, n := range notes[:min(len(notes), externalRouteStatusMessages)] {
-		who := byNote[n]
-		slices.Sort(who)
-		names := strings.Join(who[:min(len(who), statusNodeNames)], ", ")
-		if more := len(who) - statusNodeNames; more > 0 {
-			names += fmt.Sprintf(" and %d more", more)
-		}
-		out = append(out, names+noteSeparator+n)
+		out = append(out, who[n]+noteSeparator+n)
 	}
 	if more := len(notes) - externalRouteStatusMessages; more > 0 {
 		out = append(out, fmt.Sprintf("and %d more notes", more))
 	}
 	return out
+}
+
+// nodesByNote turns the agents' notes (node → notes) around: the notes
+// that keep accepts (nil: all), sorted, and for each the nodes that note
+// it, sorted and named as a status message names them (at most
+// statusNodeNames: "node-1, node-2 and 3 more").
+func nodesByNote(nodes map[string][]string, keep func(note string) bool) ([]string, map[string]string) {
+	byNote := map[string][]string{}
+	for node, notes := range nodes {
+		for _, n := range notes {
+			if keep == nil || keep(n) {
+				byNote[n] = append(byNote[n], node)
+			}
+		}
+	}
+	who := make(map[string]string, len(byNote))
+	for n, list := range byNote {
+		slices.Sort(list)
+		names := strings.Join(list[:min(len(list), statusNodeNames)], ", ")
+		if more := len(list) - statusNodeNames; more > 0 {
+			names += fmt.Sprintf(" and %d more", more)
+		}
+		who[n] = names
+	}
+	return slices.Sorted(maps.Keys(byNote)), who
 }
 
 func (externalRouteAPI) says(route *esv1.AdminPolicyBasedExternalRoute, v rolloutVerdict) bool {

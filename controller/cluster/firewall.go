@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -107,24 +106,10 @@ func unresolvedMessages(fw *esv1.EgressFirewall, nodes map[string][]string) []st
 			wanted[esv1.DNSNameKey(r.To.DNSName)] = true
 		}
 	}
-	byName := map[string][]string{}
-	for node, names := range nodes {
-		for _, name := range names {
-			if wanted[name] {
-				byName[name] = append(byName[name], node)
-			}
-		}
-	}
-	names := slices.Sorted(maps.Keys(byName))
+	names, who := nodesByNote(nodes, func(name string) bool { return wanted[name] })
 	var out []string
 	for _, name := range names[:min(len(names), firewallStatusMessages)] {
-		n := byName[name]
-		slices.Sort(n)
-		who := strings.Join(n[:min(len(n), statusNodeNames)], ", ")
-		if more := len(n) - statusNodeNames; more > 0 {
-			who += fmt.Sprintf(" and %d more", more)
-		}
-		out = append(out, fmt.Sprintf("%s: dnsName %s is%s", who, name, unresolvedSuffix))
+		out = append(out, fmt.Sprintf("%s: dnsName %s is%s", who[name], name, unresolvedSuffix))
 	}
 	if more := len(names) - firewallStatusMessages; more > 0 {
 		out = append(out, fmt.Sprintf("and %d more dnsNames are%s", more, unresolvedSuffix))

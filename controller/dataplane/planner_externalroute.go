@@ -63,6 +63,9 @@ type externalRouteMember struct {
 	// changes is allotted alone.
 	natural map[uint32]int
 	shared  int
+	// routed are the pod addresses the parts route (routesAddr), nil
+	// when a part changed since they were gathered.
+	routed map[netip.Addr]bool
 	// selectionChanged, if not nil, is called when a namespace comes to
 	// be selected or stops being selected (the pod guard admits its pods
 	// late, after the stages).
@@ -357,6 +360,9 @@ func (m *externalRouteMember) rebuild(owners, changed map[string]bool) []string 
 	if len(regrouped) > 0 {
 		m.allot(regrouped, changed)
 	}
+	if len(changed) > 0 {
+		m.routed = nil
+	}
 	return slices.Sorted(maps.Keys(changed))
 }
 
@@ -432,12 +438,15 @@ func (m *externalRouteMember) externalRoutes() ExternalRoutes {
 
 // routesAddr reports whether a part routes the local pod address addr.
 func (m *externalRouteMember) routesAddr(addr netip.Addr) bool {
-	for _, part := range m.parts {
-		if slices.ContainsFunc(part.Pods, func(p ExternalRoutePod) bool { return p.Pod == addr }) {
-			return true
+	if m.routed == nil {
+		m.routed = map[netip.Addr]bool{}
+		for _, part := range m.parts {
+			for _, p := range part.Pods {
+				m.routed[p.Pod] = true
+			}
 		}
 	}
-	return false
+	return m.routed[addr]
 }
 
 // SetExternalRouteGateways takes the pods that the external routes'

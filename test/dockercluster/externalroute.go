@@ -21,8 +21,9 @@ import (
 )
 
 // routeWindow is how long each look at the external host's capture lasts:
-// a probe pod sends about 30 datagrams per family in it, each of a new
-// flow, so that a select group over two gateways uses both.
+// a routed pod sends over a hundred datagrams per family in it (the plain
+// pod about 30), each of a new flow, so that a select group over two
+// gateways uses both.
 const routeWindow = 1500 * time.Millisecond
 
 // routeScenario is an AdminPolicyBasedExternalRoute on the cluster: two
@@ -41,6 +42,13 @@ type routeScenario struct {
 
 const routedNamespace, plainNamespace = "er-routed", "er-plain"
 
+// routedProbe are the routed pods' probe flags: a datagram every 10 ms to
+// each target, its answer waited for 10 ms at most, so that a datagram
+// lost to a dead gateway holds the next one back by no more: the frames
+// towards a gateway just killed (routeScenario.killGateway) come every few
+// milliseconds until no node picks it any more.
+var routedProbe = []string{"--interval=10ms", "--answer-timeout=10ms"}
+
 func newRouteScenario(c *Cluster) *routeScenario {
 	c.t.Helper()
 	s := &routeScenario{gateways: []*Gateway{c.StartGateway(1), c.StartGateway(2)}}
@@ -51,7 +59,7 @@ func newRouteScenario(c *Cluster) *routeScenario {
 	c.labelNamespace(routedNamespace, map[string]string{"egress": "gateways"})
 	s.watch = c.watchRoutes(s.gateways)
 	for i, n := range c.Nodes {
-		s.watch.routed(c.RunProbePod(routedNamespace, fmt.Sprintf("routed-%d", i), n, nil, targets...))
+		s.watch.routed(c.runProbePodWith(routedNamespace, fmt.Sprintf("routed-%d", i), n, nil, routedProbe, targets...))
 	}
 	s.watch.plain(c.RunProbePod(plainNamespace, "plain", c.Nodes[0], nil, targets...))
 	s.routes = versioned.NewForConfigOrDie(c.API.Config(kubetest.Admin)).K8sV1().AdminPolicyBasedExternalRoutes()

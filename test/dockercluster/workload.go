@@ -75,6 +75,13 @@ func (c *Cluster) RunKeptFlowsProbePod(namespace, name string, node *Node, label
 	if flows > 0 {
 		args = append(args, fmt.Sprintf("--flows=%d", flows))
 	}
+	return c.runProbePodWith(namespace, name, node, labels, args, targets...)
+}
+
+// runProbePodWith is RunProbePod whose probe takes args (testapp probe's
+// flags).
+func (c *Cluster) runProbePodWith(namespace, name string, node *Node, labels map[string]string, args []string, targets ...string) *corev1.Pod {
+	c.t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 		Spec: corev1.PodSpec{

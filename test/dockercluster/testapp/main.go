@@ -117,16 +117,18 @@ func (r report) String() string {
 	return line
 }
 
-// answerTimeout bounds one exchange: answers come in well under a
-// millisecond; a lost one (during a failover) must not delay the next
-// datagram by much more than the interval, or the probe would measure its
-// own wait rather than when the path came back.
-const answerTimeout = 100 * time.Millisecond
+// defaultAnswerTimeout bounds one exchange (probe --answer-timeout):
+// answers come in well under a millisecond; a lost one (during a
+// failover) must not delay the next datagram by much more than the
+// interval, or the probe would measure its own wait rather than when the
+// path came back.
+const defaultAnswerTimeout = 100 * time.Millisecond
 
 func probe(args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	interval := fs.Duration("interval", 50*time.Millisecond, "time between datagrams to each target")
 	every := fs.Duration("report", time.Second, "how often each target's state is logged besides its changes")
+	answerTimeout := fs.Duration("answer-timeout", defaultAnswerTimeout, "how long a datagram's answer is waited for before the next datagram")
 	flows := fs.Int("flows", 0, "send to each target over this many flows (sockets) kept for the pod's life, each logged apart; 0: a new flow for each datagram")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -158,7 +160,7 @@ func probe(args []string) error {
 			r := report{target: f.target, flow: f.number}
 			buf := make([]byte, 256)
 			logged := time.Now()
-			send := func() (string, error) { return exchange(f.target, buf) }
+			send := func() (string, error) { return exchange(f.target, buf, *answerTimeout) }
 			if f.number > 0 {
 				conn, err := net.Dial("udp", f.target)
 				if err != nil {
@@ -166,7 +168,7 @@ func probe(args []string) error {
 					return
 				}
 				defer conn.Close()
-				send = func() (string, error) { return exchangeOn(conn, buf) }
+				send = func() (string, error) { return exchangeOn(conn, buf, *answerTimeout) }
 			}
 			for ctx.Err() == nil {
 				src, err := send()
@@ -198,18 +200,19 @@ func probe(args []string) error {
 
 // exchange sends one datagram to target on a new socket (a new flow each
 // time, as a fresh client would) and returns the answer.
-func exchange(target string, buf []byte) (string, error) {
-	conn, err := net.DialTimeout("udp", target, answerTimeout)
+func exchange(target string, buf []byte, timeout time.Duration) (string, error) {
+	conn, err := net.DialTimeout("udp", target, timeout)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
-	return exchangeOn(conn, buf)
+	return exchangeOn(conn, buf, timeout)
 }
 
-// exchangeOn sends one datagram on conn and returns the answer.
-func exchangeOn(conn net.Conn, buf []byte) (string, error) {
-	_ = conn.SetDeadline(time.Now().Add(answerTimeout))
+// exchangeOn sends one datagram on conn and returns the answer, waited
+// for at most timeout.
+func exchangeOn(conn net.Conn, buf []byte, timeout time.Duration) (string, error) {
+	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write([]byte("probe\n")); err != nil {
 		return "", err
 	}
