@@ -36,13 +36,18 @@ type externalRouteMember struct {
 	node NodeConfig
 
 	routes map[string]*plannedRoute // by key
-	// namespaces are the namespaces' labels; gateways the pods that
-	// dynamic hops may select, by namespace and name; local this node's
-	// pods, by namespace.
+	// namespaces are the namespaces' labels; local this node's pods, by
+	// namespace.
 	namespaces map[string]labels.Set
-	gateways   map[string]map[string]*corev1.Pod
 	local      map[string][]*corev1.Pod
-	view       ExternalRouteNode
+	// gatewayPods are the pods that dynamic hops may select, as last
+	// given to setGateways; sortedGateways the same in namespace and name
+	// order (nil until a dynamic hop reads them); gateways the same by
+	// namespace and name, which tells the next call which moved, kept only
+	// while some policy has dynamic hops.
+	gatewayPods, sortedGateways []*corev1.Pod
+	gateways                    map[string]map[string]*corev1.Pod
+	view                        ExternalRouteNode
 
 	// owner and hops are each selected namespace's first policy by name
 	// and the merged hops of every policy selecting it; owned, by key, the
@@ -191,6 +196,13 @@ func (m *externalRouteMember) setNamespaces(namespaces []*corev1.Namespace) []st
 // setGateways takes the pods that dynamic hops may select (at least every
 // one they select) and returns the keys whose part or problems changed.
 func (m *externalRouteMember) setGateways(pods []*corev1.Pod) []string {
+	m.gatewayPods, m.sortedGateways = pods, nil
+	if !slices.ContainsFunc(slices.Collect(maps.Values(m.routes)), func(pl *plannedRoute) bool { return pl.dynamic }) {
+		// Nothing reads them now: a dynamic hop that comes reads
+		// gatewayPods, and the next call finds them all moved.
+		m.gateways = nil
+		return nil
+	}
 	given := map[string]map[string]*corev1.Pod{}
 	moved := false
 	for _, pod := range pods {
@@ -247,10 +259,10 @@ func (m *externalRouteMember) regather(moved map[string]bool) []string {
 func (m *externalRouteMember) read(route *esv1.AdminPolicyBasedExternalRoute) *plannedRoute {
 	var pods []*corev1.Pod
 	if len(route.Spec.NextHops.DynamicHops) > 0 {
-		for _, byName := range m.gateways {
-			pods = slices.AppendSeq(pods, maps.Values(byName))
+		if m.sortedGateways == nil {
+			m.sortedGateways = slices.SortedFunc(slices.Values(m.gatewayPods), byNamespacedName)
 		}
-		slices.SortFunc(pods, byNamespacedName)
+		pods = m.sortedGateways
 	}
 	from, hops, problems := readExternalRoute(route, m.namespaces, pods)
 	return &plannedRoute{route: route, from: from, hops: hops, problems: problems, dynamic: len(route.Spec.NextHops.DynamicHops) > 0}
