@@ -558,6 +558,24 @@ func (e *env) createCluster(b *testing.B) {
 // cookieFilter selects egressflow's flows for ovs-ofctl.
 var cookieFilter = fmt.Sprintf("cookie=%#x/%#x", dataplane.CookiePrefix, dataplane.CookiePrefixMask)
 
+// createPods creates n pods (pod(k) for k in [0, n)) with setupWorkers
+// goroutines, and then writes each one's status: the API server resets a
+// pod's status on create, so it is written after, as a kubelet would.
+func (e *env) createPods(b *testing.B, n int, pod func(k int) *corev1.Pod) {
+	ctx := context.Background()
+	wait.Parallel(b, n, *setupWorkers, func(k int) error {
+		p := pod(k)
+		status := p.Status
+		created, err := e.admin.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		created.Status = status
+		_, err = e.admin.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+}
+
 // clearFlows deletes egressflow's flows from the bridge but its marker: a
 // bridge the agent programmed before and that lost the services' flows,
 // so that a starting agent goes straight to its full sync. (Without the

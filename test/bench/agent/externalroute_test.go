@@ -115,17 +115,7 @@ func (e *env) createExternalRouteCluster(b *testing.B) {
 		}
 		return nil
 	})
-	wait.Parallel(b, *erNamespaces*(*erPodsPer), *setupWorkers, func(k int) error {
-		pod := erPod(k / *erPodsPer, k%*erPodsPer)
-		status := pod.Status
-		created, err := e.admin.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		created.Status = status
-		_, err = e.admin.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		return err
-	})
+	e.createPods(b, *erNamespaces*(*erPodsPer), func(k int) *corev1.Pod { return erPod(k / *erPodsPer, k%*erPodsPer) })
 }
 
 // fixedHops plays the node's neighbour table and BFD sessions: every hop

@@ -808,19 +808,7 @@ func (e *env) createFirewallCluster(b *testing.B) {
 		_, err := e.adminES.K8sV1().EgressFirewalls(fwNamespace(i)).Create(ctx, fwObject(i), metav1.CreateOptions{})
 		return err
 	})
-	// The API server resets a pod's status on create: it is written after,
-	// as a kubelet would.
-	wait.Parallel(b, *fwNamespaces*(*fwPodsPer), *setupWorkers, func(k int) error {
-		pod := fwPod(k / *fwPodsPer, k%*fwPodsPer)
-		status := pod.Status
-		created, err := e.admin.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		created.Status = status
-		_, err = e.admin.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		return err
-	})
+	e.createPods(b, *fwNamespaces*(*fwPodsPer), func(k int) *corev1.Pod { return fwPod(k / *fwPodsPer, k%*fwPodsPer) })
 }
 
 // fwKey is namespace i's EgressFirewall's key, its flows' cookie hash.

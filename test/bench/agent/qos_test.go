@@ -436,19 +436,7 @@ func (e *env) createQoSCluster(b *testing.B) {
 		_, err := e.adminES.K8sV1().EgressQoSes(qosNamespace(i)).Create(ctx, qosObject(i), metav1.CreateOptions{})
 		return err
 	})
-	// The API server resets a pod's status on create: it is written after,
-	// as a kubelet would.
-	wait.Parallel(b, *qosNamespaces*(*qosPodsPer), *setupWorkers, func(k int) error {
-		pod := qosPod(k / *qosPodsPer, k%*qosPodsPer, benchNode)
-		status := pod.Status
-		created, err := e.admin.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		created.Status = status
-		_, err = e.admin.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		return err
-	})
+	e.createPods(b, *qosNamespaces*(*qosPodsPer), func(k int) *corev1.Pod { return qosPod(k / *qosPodsPer, k%*qosPodsPer, benchNode) })
 }
 
 // changeLatency makes latencyWarmup+changes changes through change, the
