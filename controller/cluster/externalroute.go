@@ -13,7 +13,6 @@ import (
 	"k8s.io/utils/clock"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
-	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/controller/events"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/reasons"
@@ -77,17 +76,7 @@ type externalRouteAPI struct{ clock clock.Clock }
 // addresses. The family check does not apply: a hop of a family the
 // pods do not have is never used, and harms nothing.
 func (externalRouteAPI) problems(route *esv1.AdminPolicyBasedExternalRoute, _ []netip.Prefix) []esv1.RuleProblem {
-	return externalRouteProblems(route)
-}
-
-// externalRouteProblems are route's problems as every agent finds them
-// from the object alone (dataplane.ExternalRouteProblems).
-func externalRouteProblems(route *esv1.AdminPolicyBasedExternalRoute) []esv1.RuleProblem {
-	var out []esv1.RuleProblem
-	for _, p := range dataplane.ExternalRouteProblems(route) {
-		out = append(out, esv1.RuleProblem{Reason: p.Reason, Message: p.Message})
-	}
-	return out
+	return route.Spec.Problems()
 }
 
 // externalRouteReferenceStatus is status.status in the reference's words

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -87,29 +86,45 @@ func ComputeExternalRouteHops(routes []*esv1.AdminPolicyBasedExternalRoute, name
 	return out, problems
 }
 
-// readExternalRoute reads one policy: its namespace selector (nil when it
-// cannot be read), its hops, each address with whether BFD follows it,
-// and its problems, keyed.
+// readExternalRoute reads one policy (esv1.AdminPolicyBasedExternalRouteSpec.Read):
+// its namespace selector (nil when it cannot be read), its hops, each
+// address with whether BFD follows it, and its problems, keyed: the
+// spec's, and those of the gateway pods its dynamic hops select.
 func readExternalRoute(route *esv1.AdminPolicyBasedExternalRoute, nsLabels map[string]labels.Set, pods []*corev1.Pod) (labels.Selector, map[netip.Addr]bool, []Problem) {
 	key := ObjectKey(APIExternalRoute, "", route.Name)
-	from, err := metav1.LabelSelectorAsSelector(route.Spec.From.NamespaceSelector.AsMeta())
-	if err != nil {
-		return nil, nil, []Problem{{Key: key, Reason: reasons.InvalidSelector, Message: "spec.from.namespaceSelector: " + err.Error()}}
+	from, static, dynamic, staticProblems := route.Spec.Read()
+	problems := keyProblems(key, staticProblems)
+	if from == nil {
+		return nil, nil, problems
 	}
-	hops, problems := routeHops(route, nsLabels, pods)
-	for i := range problems {
-		problems[i].Key = key
+	hops := map[netip.Addr]bool{}
+	add := func(addr netip.Addr, bfd bool) { hops[addr] = hops[addr] || bfd }
+	for _, h := range static {
+		add(h.Addr, h.BFD)
+	}
+	for _, h := range dynamic {
+		if h.Problem != nil {
+			problems = append(problems, Problem{Key: key, Reason: h.Problem.Reason, Message: h.Problem.Message})
+			continue
+		}
+		where := fmt.Sprintf("spec.nextHops.dynamic[%d]", h.Index)
+		for _, pod := range pods {
+			set, known := nsLabels[pod.Namespace]
+			if !known || !h.Namespaces.Matches(set) || !h.Pods.Matches(labels.Set(pod.Labels)) || !gatewayPodLive(pod, h.BFD) {
+				continue
+			}
+			addrs, problem := gatewayAddrs(pod, h.NetworkAttachmentName)
+			if problem != nil {
+				problem.Key, problem.Message = key, where+": "+problem.Message
+				problems = append(problems, *problem)
+				continue
+			}
+			for _, addr := range addrs {
+				add(addr, h.BFD)
+			}
+		}
 	}
 	return from, hops, problems
-}
-
-// ExternalRouteProblems are the problems of route that the object alone
-// shows (selectors that do not parse, static hops that are not
-// addresses), as every agent finds them; the problems of the gateway pods
-// its dynamic hops select are each node's to tell.
-func ExternalRouteProblems(route *esv1.AdminPolicyBasedExternalRoute) []Problem {
-	_, _, problems := readExternalRoute(route, nil, nil)
-	return problems
 }
 
 // mergeHops merges the hops of the policies that select one namespace:
@@ -136,51 +151,6 @@ func byNamespacedName(a, b *corev1.Pod) int {
 
 func sortedByName(routes []*esv1.AdminPolicyBasedExternalRoute) []*esv1.AdminPolicyBasedExternalRoute {
 	return slices.SortedFunc(slices.Values(routes), func(a, b *esv1.AdminPolicyBasedExternalRoute) int { return strings.Compare(a.Name, b.Name) })
-}
-
-// routeHops returns one policy's hops, each address with whether BFD
-// follows it, and the problems (without key) of its hops.
-func routeHops(route *esv1.AdminPolicyBasedExternalRoute, nsLabels map[string]labels.Set, pods []*corev1.Pod) (map[netip.Addr]bool, []Problem) {
-	hops := map[netip.Addr]bool{}
-	var problems []Problem
-	add := func(addr netip.Addr, bfd bool) { hops[addr] = hops[addr] || bfd }
-	for i, h := range route.Spec.NextHops.StaticHops {
-		addr, err := netip.ParseAddr(h.IP)
-		if err != nil || addr.Zone() != "" || addr.Is4In6() {
-			problems = append(problems, Problem{Reason: reasons.InvalidRule, Message: fmt.Sprintf("spec.nextHops.static[%d]: %q is not an address; the hop is skipped", i, h.IP)})
-			continue
-		}
-		add(addr, h.BFDEnabled)
-	}
-	for i, h := range route.Spec.NextHops.DynamicHops {
-		where := fmt.Sprintf("spec.nextHops.dynamic[%d]", i)
-		nsSel, err := metav1.LabelSelectorAsSelector(h.NamespaceSelector.AsMeta())
-		if err != nil {
-			problems = append(problems, Problem{Reason: reasons.InvalidSelector, Message: where + ".namespaceSelector: " + err.Error()})
-			continue
-		}
-		podSel, err := metav1.LabelSelectorAsSelector(h.PodSelector.AsMeta())
-		if err != nil {
-			problems = append(problems, Problem{Reason: reasons.InvalidSelector, Message: where + ".podSelector: " + err.Error()})
-			continue
-		}
-		for _, pod := range pods {
-			set, known := nsLabels[pod.Namespace]
-			if !known || !nsSel.Matches(set) || !podSel.Matches(labels.Set(pod.Labels)) || !gatewayPodLive(pod, h.BFDEnabled) {
-				continue
-			}
-			addrs, problem := gatewayAddrs(pod, h.NetworkAttachmentName)
-			if problem != nil {
-				problem.Message = where + ": " + problem.Message
-				problems = append(problems, *problem)
-				continue
-			}
-			for _, addr := range addrs {
-				add(addr, h.BFDEnabled)
-			}
-		}
-	}
-	return hops, problems
 }
 
 // gatewayPodLive says whether a selected pod serves as a hop: Running and

@@ -1,7 +1,13 @@
 package v1
 
 import (
+	"fmt"
+	"net/netip"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // AdminPolicyBasedExternalRoute is a CRD allowing the cluster
@@ -141,4 +147,83 @@ type AdminPolicyBasedExternalRouteList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []AdminPolicyBasedExternalRoute `json:"items"`
+}
+
+// The one reading of an AdminPolicyBasedExternalRoute's spec: the node
+// agents route what it gives, and the cluster component reports what it
+// refuses, in the same words.
+
+// StaticNextHop is a static next hop as read: its address and whether BFD
+// follows it.
+//
+// +k8s:deepcopy-gen=false
+type StaticNextHop struct {
+	Addr netip.Addr
+	BFD  bool
+}
+
+// DynamicNextHop is a dynamic next hop as read: its position in
+// spec.nextHops.dynamic, its selectors, or the problem that keeps it from
+// selecting anything.
+//
+// +k8s:deepcopy-gen=false
+type DynamicNextHop struct {
+	Index                 int
+	Namespaces, Pods      labels.Selector
+	NetworkAttachmentName string
+	BFD                   bool
+	// Problem, if not nil, is why the hop selects nothing (a selector
+	// that does not parse); its selectors are then nil.
+	Problem *RuleProblem
+}
+
+// Read reads the spec: the namespace selector, the static hops that are
+// addresses with a problem for each that is not, and the dynamic hops in
+// order, each with its selectors or its problem. A namespace selector that
+// does not parse makes the policy select nothing: from is then nil, and
+// its problem the only one (the rest is not read). Problems lists them
+// all.
+func (s AdminPolicyBasedExternalRouteSpec) Read() (from labels.Selector, static []StaticNextHop, dynamic []DynamicNextHop, problems []RuleProblem) {
+	from, err := metav1.LabelSelectorAsSelector(s.From.NamespaceSelector.AsMeta())
+	if err != nil {
+		return nil, nil, nil, []RuleProblem{{Reason: reasons.InvalidSelector, Message: "spec.from.namespaceSelector: " + err.Error()}}
+	}
+	for i, h := range s.NextHops.StaticHops {
+		addr, err := netip.ParseAddr(h.IP)
+		if err != nil || addr.Zone() != "" || addr.Is4In6() {
+			problems = append(problems, RuleProblem{Rule: i, Reason: reasons.InvalidRule,
+				Message: fmt.Sprintf("spec.nextHops.static[%d]: %q is not an address; the hop is skipped", i, h.IP)})
+			continue
+		}
+		static = append(static, StaticNextHop{Addr: addr, BFD: h.BFDEnabled})
+	}
+	for i, h := range s.NextHops.DynamicHops {
+		d := DynamicNextHop{Index: i, NetworkAttachmentName: h.NetworkAttachmentName, BFD: h.BFDEnabled}
+		where := fmt.Sprintf("spec.nextHops.dynamic[%d]", i)
+		var err error
+		if d.Namespaces, err = metav1.LabelSelectorAsSelector(h.NamespaceSelector.AsMeta()); err != nil {
+			d.Problem = &RuleProblem{Rule: i, Reason: reasons.InvalidSelector, Message: where + ".namespaceSelector: " + err.Error()}
+		} else if d.Pods, err = metav1.LabelSelectorAsSelector(h.PodSelector.AsMeta()); err != nil {
+			d.Problem = &RuleProblem{Rule: i, Reason: reasons.InvalidSelector, Message: where + ".podSelector: " + err.Error()}
+		}
+		if d.Problem != nil {
+			d.Namespaces, d.Pods = nil, nil
+		}
+		dynamic = append(dynamic, d)
+	}
+	return from, static, dynamic, problems
+}
+
+// Problems are what keeps parts of the spec from applying, in spec
+// order (Read): the namespace selector's, or else the static hops' and
+// then the dynamic hops' selectors'. The gateway pods' problems are each
+// node's to tell.
+func (s AdminPolicyBasedExternalRouteSpec) Problems() []RuleProblem {
+	_, _, dynamic, problems := s.Read()
+	for _, d := range dynamic {
+		if d.Problem != nil {
+			problems = append(problems, *d.Problem)
+		}
+	}
+	return problems
 }
