@@ -267,7 +267,7 @@ func (p *Planner) admit() {
 		}
 		_, qos := p.qosByNamespace[pod.Namespace]
 		_, firewall := p.firewallByNamespace[pod.Namespace]
-		_, routed := p.externalRoute.owner[pod.Namespace]
+		_, routed := p.externalRoute.ownerOf(pod.Namespace)
 		late := qos || firewall || routed
 		podLabels := labels.Set(pod.Labels)
 		for _, addr := range podAddresses(pod, p.node.ClusterPodCIDRs) {

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"cmp"
 	"iter"
 	"maps"
 	"net/netip"
@@ -49,14 +48,12 @@ type externalRouteMember struct {
 	gateways                    map[string]map[string]*corev1.Pod
 	view                        ExternalRouteNode
 
-	// owner and hops are each selected namespace's first policy by name
-	// and the merged hops of every policy selecting it; owned, by key, the
-	// namespaces each owns.
-	owner map[string]string
-	hops  map[string][]ExternalHop
-	// selectors are the keys of every policy selecting each namespace, by
-	// name.
+	// selectors are the keys of every policy selecting each selected
+	// namespace, by name (the first is the namespace's owner, ownerOf);
+	// hops the merged hops of them all; owned, by key, the namespaces each
+	// owns.
 	selectors map[string][]string
+	hops      map[string][]ExternalHop
 	owned     map[string]map[string]bool
 	parts     map[string]*ExternalRoutePart
 	// byName are the policies' keys in name order, kept as they come
@@ -89,7 +86,7 @@ type plannedRoute struct {
 func newExternalRouteMember(node NodeConfig) *externalRouteMember {
 	return &externalRouteMember{node: node, routes: map[string]*plannedRoute{}, namespaces: map[string]labels.Set{},
 		gateways: map[string]map[string]*corev1.Pod{}, local: map[string][]*corev1.Pod{},
-		owner: map[string]string{}, hops: map[string][]ExternalHop{}, selectors: map[string][]string{}, owned: map[string]map[string]bool{}, parts: map[string]*ExternalRoutePart{},
+		hops: map[string][]ExternalHop{}, selectors: map[string][]string{}, owned: map[string]map[string]bool{}, parts: map[string]*ExternalRoutePart{},
 		natural: map[uint32]int{}}
 }
 
@@ -114,27 +111,25 @@ func (m *externalRouteMember) Update(key string, obj any) []string {
 		m.routes[key] = m.read(route)
 		m.addSelected(namespaces, m.routes[key])
 	}
-	m.placeByName(key, old, m.routes[key])
+	switch {
+	case old == nil:
+		// New: into byName at its name's place (a key names one policy,
+		// so its name never changes).
+		i, _ := slices.BinarySearchFunc(m.byName, route.Name, func(k, name string) int { return strings.Compare(m.routes[k].route.Name, name) })
+		m.byName = slices.Insert(m.byName, i, key)
+	case route == nil:
+		m.byName = slices.DeleteFunc(m.byName, func(k string) bool { return k == key })
+	}
 	return m.replan(namespaces, changed)
 }
 
-// placeByName keeps byName in order for key's policy, read as old before
-// and now (nil: none).
-func (m *externalRouteMember) placeByName(key string, old, now *plannedRoute) {
-	find := func(name string) (int, bool) {
-		return slices.BinarySearchFunc(m.byName, name, func(k, name string) int {
-			return cmp.Or(strings.Compare(m.routes[k].route.Name, name), strings.Compare(k, key))
-		})
+// ownerOf is the policy that renders namespace ns's pods, the first by
+// name of those selecting it; false when none does.
+func (m *externalRouteMember) ownerOf(ns string) (string, bool) {
+	if keys := m.selectors[ns]; len(keys) > 0 {
+		return keys[0], true
 	}
-	if old != nil && (now == nil || old.route.Name != now.route.Name) {
-		// Found by the name it had: routes[key] may hold the new one.
-		i := slices.Index(m.byName, key)
-		m.byName = slices.Delete(m.byName, i, i+1)
-	}
-	if now != nil && (old == nil || old.route.Name != now.route.Name) {
-		i, _ := find(now.route.Name)
-		m.byName = slices.Insert(m.byName, i, key)
-	}
+	return "", false
 }
 
 func (m *externalRouteMember) Part(key string) (Part, bool) {
@@ -162,7 +157,7 @@ func (m *externalRouteMember) SetLocalPods(pods map[string][]*corev1.Pod, change
 		} else {
 			m.local[ns] = pods[ns]
 		}
-		if key, ok := m.owner[ns]; ok {
+		if key, ok := m.ownerOf(ns); ok {
 			owners[key] = true
 		}
 	}
@@ -197,7 +192,7 @@ func (m *externalRouteMember) setNamespaces(namespaces []*corev1.Namespace) []st
 // one they select) and returns the keys whose part or problems changed.
 func (m *externalRouteMember) setGateways(pods []*corev1.Pod) []string {
 	m.gatewayPods, m.sortedGateways = pods, nil
-	if !slices.ContainsFunc(slices.Collect(maps.Values(m.routes)), func(pl *plannedRoute) bool { return pl.dynamic }) {
+	if !m.anyDynamic() {
 		// Nothing reads them now: a dynamic hop that comes reads
 		// gatewayPods, and the next call finds them all moved.
 		m.gateways = nil
@@ -222,6 +217,16 @@ func (m *externalRouteMember) setGateways(pods []*corev1.Pod) []string {
 	return m.regather(map[string]bool{})
 }
 
+// anyDynamic says whether some policy has dynamic hops.
+func (m *externalRouteMember) anyDynamic() bool {
+	for _, pl := range m.routes {
+		if pl.dynamic {
+			return true
+		}
+	}
+	return false
+}
+
 // setView takes what the node knows of the hops now, changed the
 // addresses whose MAC or BFD session may have changed, and returns the
 // keys whose part changed.
@@ -230,7 +235,8 @@ func (m *externalRouteMember) setView(view ExternalRouteNode, changed []netip.Ad
 	owners := map[string]bool{}
 	for ns, hops := range m.hops {
 		if slices.ContainsFunc(hops, func(h ExternalHop) bool { return slices.Contains(changed, h.IP) }) {
-			owners[m.owner[ns]] = true
+			owner, _ := m.ownerOf(ns)
+			owners[owner] = true
 		}
 	}
 	return m.rebuild(owners, map[string]bool{})
@@ -286,7 +292,7 @@ func (m *externalRouteMember) addSelected(set map[string]bool, pl *plannedRoute)
 func (m *externalRouteMember) replan(namespaces, changed map[string]bool) []string {
 	owners := map[string]bool{}
 	for ns := range namespaces {
-		oldOwner, wasOwned := m.owner[ns]
+		oldOwner, wasOwned := m.ownerOf(ns)
 		oldHops := m.hops[ns]
 		var selectors []string
 		hopSets := []map[netip.Addr]bool(nil)
@@ -300,15 +306,13 @@ func (m *externalRouteMember) replan(namespaces, changed map[string]bool) []stri
 			}
 		}
 		hops := mergeHops(hopSets)
-		owner := ""
 		if len(selectors) == 0 {
-			delete(m.owner, ns)
 			delete(m.hops, ns)
 			delete(m.selectors, ns)
 		} else {
-			owner = selectors[0]
-			m.owner[ns], m.hops[ns], m.selectors[ns] = owner, hops, selectors
+			m.hops[ns], m.selectors[ns] = hops, selectors
 		}
+		owner, _ := m.ownerOf(ns)
 		if wasOwned != (owner != "") && m.selectionChanged != nil {
 			m.selectionChanged()
 		}
