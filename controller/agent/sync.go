@@ -386,22 +386,15 @@ func (a *Agent) updateHopView() []string {
 		}
 	}
 	var moved []netip.Addr
-	states := map[string]float64{"usable": 0, "unresolved": 0, "bfd_down": 0}
+	states := map[string]float64{hopUsable: 0, hopUnresolved: 0, hopBFDDown: 0}
 	for _, h := range hops {
 		old, had := a.hopMACs[h.IP]
 		mac, has := macs[h.IP]
-		usable := has && (!h.BFD || up[h.IP])
-		switch {
-		case usable:
-			states["usable"]++
-		case !has:
-			states["unresolved"]++
-		default:
-			states["bfd_down"]++
-		}
+		state := hopState(has, h.BFD, up[h.IP])
+		states[state]++
 		if had != has || !bytes.Equal(old, mac) || a.hopsUp[h.IP] != up[h.IP] {
 			moved = append(moved, h.IP)
-			wasUsable := had && (!h.BFD || a.hopsUp[h.IP])
+			usable, wasUsable := state == hopUsable, hopState(had, h.BFD, a.hopsUp[h.IP]) == hopUsable
 			if usable != wasUsable {
 				to := "unusable"
 				if usable {
@@ -432,16 +425,34 @@ func (a *Agent) updateHopView() []string {
 	}, moved)
 }
 
-// hopNote says why the node cannot use hop, as the external routes'
-// notes put it (dataplane.Planner.ExternalRouteReport); "" when it can.
-func (a *Agent) hopNote(hop netip.Addr) string {
+// A next hop's state on this node, as egressflow_agent_externalroute_hops
+// labels it.
+const (
+	hopUsable     = "usable"     // MAC resolved, and BFD up if it follows the hop
+	hopUnresolved = "unresolved" // no MAC
+	hopBFDDown    = "bfd_down"   // MAC resolved, BFD followed and not up
+)
+
+// hopState is the state of a hop with a MAC or not, followed by BFD or
+// not, whose session is up or not.
+func hopState(hasMAC, followed, up bool) string {
 	switch {
-	case a.hopMACs[hop] == nil:
-		return "no neighbour answer (ARP or NDP)"
-	case a.hopsFollowed[hop] && !a.hopsUp[hop]:
-		return "BFD session down"
+	case !hasMAC:
+		return hopUnresolved
+	case followed && !up:
+		return hopBFDDown
 	}
-	return ""
+	return hopUsable
+}
+
+// hopNotes say why the node cannot use a hop in each state but usable, as
+// the external routes' notes put it.
+var hopNotes = map[string]string{hopUnresolved: "no neighbour answer (ARP or NDP)", hopBFDDown: "BFD session down"}
+
+// hopNote says why the node cannot use hop (dataplane.Planner.
+// ExternalRouteReport); "" when it can.
+func (a *Agent) hopNote(hop netip.Addr) string {
+	return hopNotes[hopState(a.hopMACs[hop] != nil, a.hopsFollowed[hop], a.hopsUp[hop])]
 }
 
 // startBFD starts the session to hop, if there is none, logging an error
