@@ -158,22 +158,10 @@ func (a externalRouteAPI) withStatus(route *esv1.AdminPolicyBasedExternalRoute, 
 
 func (externalRouteAPI) status(route *esv1.AdminPolicyBasedExternalRoute) any { return route.Status }
 
-// reported reads the state from the summary's first word (the first
-// message) and the problems from the messages after it that are no
-// notes. A status of another wording, or whose status.status is not the
-// reference's word for that state, is another writer's.
+// reported reads the state and the problems from status.messages
+// (readSummary), but for the messages about the agents' notes.
 func (externalRouteAPI) reported(route *esv1.AdminPolicyBasedExternalRoute) (reasons.Reason, string, bool) {
-	messages := route.Status.Messages
-	if len(messages) == 0 {
-		return "", "", route.Status.Status == ""
-	}
-	problems := strings.Join(slices.DeleteFunc(slices.Clone(messages[1:]), isNoteMessage), "; ")
-	for _, s := range summaryStates {
-		if strings.HasPrefix(messages[0], s.prefix) {
-			return s.state, problems, route.Status.Status == externalRouteReferenceStatus(s.state)
-		}
-	}
-	return "", problems, false
+	return readSummary(route.Status.Status, route.Status.Messages, isNoteMessage, externalRouteReferenceStatus)
 }
 
 // isNoteMessage says whether a status message is about the agents' notes.

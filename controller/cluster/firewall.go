@@ -147,38 +147,13 @@ func (firewallAPI) withStatus(fw *esv1.EgressFirewall, v rolloutVerdict) *esv1.E
 
 func (firewallAPI) status(fw *esv1.EgressFirewall) any { return fw.Status }
 
-// summaryStates read the summary's first word (rolloutVerdict.summary) back
-// as the state.
-var summaryStates = []struct {
-	prefix string
-	state  reasons.Reason
-}{
-	{"Applied ", reasons.Applied},
-	{"Pending", reasons.Pending},
-	{"Invalid:", reasons.Invalid},
-	{"Unknown:", reasons.RevisionUnknown},
-}
-
-// reported reads the state from the summary's first word (the first
-// message) and the problems from the messages after it, but for those
-// about unresolved dnsNames (which are no problem of the rules). A status whose
-// summary is of another wording, or whose status.status is not the
-// reference's word for that state, is another writer's (or an earlier
-// version's).
+// reported reads the state and the problems from status.messages
+// (readSummary), but for the messages about unresolved dnsNames (which
+// are no problem of the rules).
 func (firewallAPI) reported(fw *esv1.EgressFirewall) (reasons.Reason, string, bool) {
-	if len(fw.Status.Messages) == 0 {
-		return "", "", fw.Status.Status == "" // never written, or another writer's
-	}
-	problems := strings.Join(slices.DeleteFunc(slices.Clone(fw.Status.Messages[1:]), func(m string) bool {
-		return strings.HasSuffix(m, unresolvedSuffix)
-	}), "; ")
-	for _, s := range summaryStates {
-		if strings.HasPrefix(fw.Status.Messages[0], s.prefix) {
-			ok := fw.Status.Status == referenceStatus(firewallKind, s.state)
-			return s.state, problems, ok
-		}
-	}
-	return "", problems, false
+	return readSummary(fw.Status.Status, fw.Status.Messages,
+		func(m string) bool { return strings.HasSuffix(m, unresolvedSuffix) },
+		func(state reasons.Reason) string { return referenceStatus(firewallKind, state) })
 }
 
 // problemsText is status.messages in one line.

@@ -238,6 +238,38 @@ func (v rolloutVerdict) summary() string {
 	return "Applied " + v.where(0)
 }
 
+// summaryStates read the summary's first word (rolloutVerdict.summary) back
+// as the state.
+var summaryStates = []struct {
+	prefix string
+	state  reasons.Reason
+}{
+	{"Applied ", reasons.Applied},
+	{"Pending", reasons.Pending},
+	{"Invalid:", reasons.Invalid},
+	{"Unknown:", reasons.RevisionUnknown},
+}
+
+// readSummary reads back a status written as status.status (the
+// reference's word for the state, as reference gives it) and messages
+// (the summary, then problems and notes; isNote tells the notes): the
+// state from the summary's first word, and the problems in one line.
+// ok is false for a status of another wording, or whose status.status is
+// not the reference's word for its state: another writer's (or an
+// earlier version's). A status never written reads as no state.
+func readSummary(status string, messages []string, isNote func(string) bool, reference func(reasons.Reason) string) (state reasons.Reason, problems string, ok bool) {
+	if len(messages) == 0 {
+		return "", "", status == "" // never written, or another writer's
+	}
+	problems = strings.Join(slices.DeleteFunc(slices.Clone(messages[1:]), isNote), "; ")
+	for _, s := range summaryStates {
+		if strings.HasPrefix(messages[0], s.prefix) {
+			return s.state, problems, status == reference(s.state)
+		}
+	}
+	return "", problems, false
+}
+
 // rolloutAPI is what differs between the node-local APIs: how their
 // objects are judged, and how their status says it.
 type rolloutAPI[T rolloutObject] interface {
