@@ -131,10 +131,7 @@ func (c *Cluster) labelEgressNode(t testing.TB, n *Node, on bool) {
 // a probe pod labelled app=web on each node, sending to targets.
 func (c *Cluster) createEgressIPNamespace(t testing.TB, ns string, targets []string) []*corev1.Pod {
 	c.CreateNamespace(ns)
-	patch := `{"metadata":{"labels":{"team":"billing"}}}`
-	if _, err := c.Kube.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.labelNamespace(ns, map[string]string{"team": "billing"})
 	var pods []*corev1.Pod
 	for i, n := range c.Nodes {
 		pods = append(pods, c.RunProbePod(ns, fmt.Sprintf("api-%d", i+1), n, map[string]string{"app": "web"}, targets...))

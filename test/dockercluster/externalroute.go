@@ -205,24 +205,6 @@ func (l routeLook) gatewaysUsed(v6 bool) []string {
 	return out
 }
 
-// labelNamespace sets labels on namespace name.
-func (c *Cluster) labelNamespace(name string, labels map[string]string) {
-	c.t.Helper()
-	ns, err := c.Kube.CoreV1().Namespaces().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if ns.Labels == nil {
-		ns.Labels = map[string]string{}
-	}
-	for k, v := range labels {
-		ns.Labels[k] = v
-	}
-	if _, err := c.Kube.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
 // setPodCondition sets the pod's condition typ (a readiness gate's) to
 // True or False in its status, as the controller a gate names would, and
 // waits until the kubelet has made the pod Ready or not Ready accordingly.
@@ -239,30 +221,24 @@ func (c *Cluster) setPodCondition(namespace, name, typ string, value bool) {
 		if err != nil {
 			return err
 		}
-		found, ready := false, corev1.ConditionUnknown
-		for i, cond := range pod.Status.Conditions {
-			switch cond.Type {
-			case corev1.PodConditionType(typ):
-				found = true
-				if cond.Status != want {
-					pod.Status.Conditions[i].Status, pod.Status.Conditions[i].LastTransitionTime = want, metav1.Now()
-					found = false // written below
-				}
-			case corev1.PodReady:
-				ready = cond.Status
-			}
+		conditions := pod.Status.Conditions
+		i := slices.IndexFunc(conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodConditionType(typ) })
+		if i < 0 {
+			conditions = append(conditions, corev1.PodCondition{Type: corev1.PodConditionType(typ)})
+			i = len(conditions) - 1
 		}
-		if !found {
-			if !slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodConditionType(typ) }) {
-				pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodConditionType(typ), Status: want, LastTransitionTime: metav1.Now()})
-			}
+		if conditions[i].Status != want {
+			conditions[i].Status, conditions[i].LastTransitionTime = want, metav1.Now()
+			pod.Status.Conditions = conditions
 			if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
 			return fmt.Errorf("condition %s written %s", typ, want)
 		}
-		if ready != want {
-			return fmt.Errorf("pod Ready is %s, want %s", ready, want)
+		if ready := slices.IndexFunc(conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodReady && c.Status == want
+		}); ready < 0 {
+			return fmt.Errorf("pod Ready is not %s yet", want)
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package dockercluster
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -26,6 +28,19 @@ func (c *Cluster) CreateNamespace(name string) {
 	c.t.Helper()
 	_, err := c.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
+		c.t.Fatal(err)
+	}
+}
+
+// labelNamespace sets labels on namespace name (a merge patch: the
+// others stay).
+func (c *Cluster) labelNamespace(name string, labels map[string]string) {
+	c.t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.Kube.CoreV1().Namespaces().Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 }
