@@ -296,16 +296,21 @@ func selects(svc *corev1.Service, pod *corev1.Pod) bool {
 
 // podAddresses are the addresses of a pod that has not finished, in cidrs.
 func podAddresses(pod *corev1.Pod, cidrs []netip.Prefix) []netip.Addr {
+	return appendPodAddresses(make([]netip.Addr, 0, len(pod.Status.PodIPs)), pod, cidrs)
+}
+
+// appendPodAddresses appends podAddresses to dst: a caller that only reads
+// them reuses one buffer across pods.
+func appendPodAddresses(dst []netip.Addr, pod *corev1.Pod, cidrs []netip.Prefix) []netip.Addr {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return nil
+		return dst
 	}
-	var out []netip.Addr
 	for _, ip := range pod.Status.PodIPs {
 		if addr, err := netip.ParseAddr(ip.IP); err == nil && endpoints.Contains(cidrs, addr.Unmap()) {
-			out = append(out, addr.Unmap())
+			dst = append(dst, addr.Unmap())
 		}
 	}
-	return out
+	return dst
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }

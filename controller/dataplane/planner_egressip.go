@@ -132,6 +132,8 @@ type egressIPInputs struct {
 	// changed holds the keys whose part or problems changed since
 	// TakeEgressIPChanges.
 	changed map[string]bool
+	// addrs is decide's buffer of a pod's addresses.
+	addrs []netip.Addr
 	// work counts the pods decided and the objects rebuilt, for the tests
 	// that hold the planner to touching only what an input changed.
 	work struct{ decided, rebuilt int }
@@ -538,9 +540,9 @@ func (p *Planner) decide(ref podRef) {
 	if pod := in.pods[ref.namespace][ref.name]; pod != nil && len(in.selecting[ref.namespace]) > 0 {
 		local := pod.Spec.NodeName == p.node.Name
 		podLabels := labels.Set(pod.Labels)
-		addrs := podAddresses(pod, p.node.ClusterPodCIDRs)
-		next = make([]eipAddr, 0, len(addrs))
-		for _, addr := range addrs {
+		in.addrs = appendPodAddresses(in.addrs[:0], pod, p.node.ClusterPodCIDRs)
+		next = make([]eipAddr, 0, len(in.addrs))
+		for _, addr := range in.addrs {
 			d := eipAddr{pod: pod, addr: addr}
 			for _, pl := range in.selecting[ref.namespace] {
 				if !pl.families[family(addr)] || !pl.podSel.Matches(podLabels) {
