@@ -10,6 +10,11 @@ SHELL := /bin/bash
 
 MODULE   := github.com/egressflow/egressflow
 API_PKG  := $(MODULE)/controller/apis
+# The API packages, one per group and version (client-gen makes one typed
+# client of each, all in one clientset): k8s.ovn.org/v1 and
+# network.operator.openshift.io/v1.
+API_GROUPS := egressservice/v1 networkoperator/v1
+API_PKGS   := $(addprefix $(API_PKG)/,$(API_GROUPS))
 GEN_DIR  := controller/generated
 GEN_PKG  := $(MODULE)/$(GEN_DIR)
 HEADER   := test/tools/boilerplate.go.txt
@@ -105,22 +110,22 @@ generate:
 	find controller/apis -name zz_generated.deepcopy.go -delete
 	rm -rf $(GEN_DIR)
 	go run $(CODEGEN)/deepcopy-gen@$(CODEGEN_VERSION) --go-header-file $(HEADER) \
-		--output-file zz_generated.deepcopy.go $(API_PKG)/egressservice/v1
+		--output-file zz_generated.deepcopy.go $(API_PKGS)
 	go run $(CODEGEN)/applyconfiguration-gen@$(CODEGEN_VERSION) --go-header-file $(HEADER) \
 		--output-dir $(GEN_DIR)/applyconfiguration --output-pkg $(GEN_PKG)/applyconfiguration \
-		$(API_PKG)/egressservice/v1
+		$(API_PKGS)
 	go run $(CODEGEN)/client-gen@$(CODEGEN_VERSION) --go-header-file $(HEADER) \
 		--output-dir $(GEN_DIR)/clientset --output-pkg $(GEN_PKG)/clientset \
 		--clientset-name versioned --plural-exceptions $(PLURALS) --apply-configuration-package $(GEN_PKG)/applyconfiguration \
-		--input-base $(API_PKG) --input egressservice/v1
+		--input-base $(API_PKG) $(addprefix --input ,$(API_GROUPS))
 	go run $(CODEGEN)/lister-gen@$(CODEGEN_VERSION) --go-header-file $(HEADER) \
 		--output-dir $(GEN_DIR)/listers --output-pkg $(GEN_PKG)/listers --plural-exceptions $(PLURALS) \
-		$(API_PKG)/egressservice/v1
+		$(API_PKGS)
 	go run $(CODEGEN)/informer-gen@$(CODEGEN_VERSION) --go-header-file $(HEADER) \
 		--output-dir $(GEN_DIR)/informers --output-pkg $(GEN_PKG)/informers --plural-exceptions $(PLURALS) \
 		--versioned-clientset-package $(GEN_PKG)/clientset/versioned \
 		--listers-package $(GEN_PKG)/listers \
-		$(API_PKG)/egressservice/v1
+		$(API_PKGS)
 
 ## manifests: the CRDs in deploy/crds/ from the kubebuilder markers on the types,
 ## and their copies in the Helm chart (deploy/charts/egressflow/crds, checked by test/chart).
@@ -128,7 +133,7 @@ manifests:
 	go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION) \
 		crd paths=./controller/apis/... output:crd:artifacts:config=deploy/crds
 	rm -f deploy/charts/egressflow/crds/*.yaml
-	cp deploy/crds/k8s.ovn.org_*.yaml deploy/charts/egressflow/crds/
+	cp deploy/crds/*_*.yaml deploy/charts/egressflow/crds/
 
 ## lint: go vet and a gofmt check.
 lint:
@@ -152,9 +157,9 @@ test-deps:
 ## test: everything (needs root): lint, unit and integration tests against real
 ## OVS and a real kube-apiserver, the generated-code check, a short fuzz run.
 test: test-deps lint
-	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	bash test/tools/gotest.sh -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) e2e
-	DEMO_HOLD=0 go test -tags demo -count=1 -timeout $(TEST_TIMEOUT) -run TestDemo ./test/dockercluster
+	DEMO_HOLD=0 bash test/tools/gotest.sh -tags demo -count=1 -timeout $(TEST_TIMEOUT) -run TestDemo ./test/dockercluster
 	$(MAKE) fuzz-smoke
 
 ## e2e: egressflow installed with kubectl apply -k on a real Kubernetes cluster in
@@ -162,7 +167,7 @@ test: test-deps lint
 ## tested with real pods and packets. Builds and caches the node image and the
 ## Kubernetes binaries the first time (make test-deps).
 e2e: test-deps
-	go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/dockercluster
+	bash test/tools/gotest.sh -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/dockercluster
 
 ## demo: the main job: a real Kubernetes cluster in Docker on this machine (three node
 ## containers with kubelet, containerd and OVS), egressflow installed with

@@ -352,7 +352,7 @@ func TestAnotherNamespace(t *testing.T) {
 		}
 	}
 	slices.Sort(crds)
-	if want := []string{"adminpolicybasedexternalroutes.k8s.ovn.org", "egressfirewalls.k8s.ovn.org", "egressips.k8s.ovn.org", "egressqoses.k8s.ovn.org", "egressservices.k8s.ovn.org"}; !slices.Equal(crds, want) {
+	if want := []string{"adminpolicybasedexternalroutes.k8s.ovn.org", "egressfirewalls.k8s.ovn.org", "egressips.k8s.ovn.org", "egressqoses.k8s.ovn.org", "egressrouters.network.operator.openshift.io", "egressservices.k8s.ovn.org"}; !slices.Equal(crds, want) {
 		t.Errorf("crds/ holds %v, want %v", crds, want)
 	}
 }
@@ -430,7 +430,7 @@ func TestValues(t *testing.T) {
 func TestCopiesEqualDeploy(t *testing.T) {
 	r := root(t)
 	for _, c := range []struct{ chart, deploy, glob string }{
-		{"crds", "deploy/crds", "k8s.ovn.org_*.yaml"},
+		{"crds", "deploy/crds", "*_*.yaml"},
 		{"files/admission", "deploy/admission", "*.yaml"},
 		{"files/monitoring", "deploy/monitoring", "*"},
 	} {

@@ -20,8 +20,10 @@ package applyconfiguration
 
 import (
 	v1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	networkoperatorv1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
 	egressservicev1 "github.com/egressflow/egressflow/controller/generated/applyconfiguration/egressservice/v1"
 	internal "github.com/egressflow/egressflow/controller/generated/applyconfiguration/internal"
+	applyconfigurationnetworkoperatorv1 "github.com/egressflow/egressflow/controller/generated/applyconfiguration/networkoperator/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	managedfields "k8s.io/apimachinery/pkg/util/managedfields"
@@ -84,6 +86,26 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &egressservicev1.LabelSelectorRequirementApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("StaticHop"):
 		return &egressservicev1.StaticHopApplyConfiguration{}
+
+		// Group=network.operator.openshift.io, Version=v1
+	case networkoperatorv1.SchemeGroupVersion.WithKind("EgressRouter"):
+		return &applyconfigurationnetworkoperatorv1.EgressRouterApplyConfiguration{}
+	case networkoperatorv1.SchemeGroupVersion.WithKind("EgressRouterAddress"):
+		return &applyconfigurationnetworkoperatorv1.EgressRouterAddressApplyConfiguration{}
+	case networkoperatorv1.SchemeGroupVersion.WithKind("EgressRouterInterface"):
+		return &applyconfigurationnetworkoperatorv1.EgressRouterInterfaceApplyConfiguration{}
+	case networkoperatorv1.SchemeGroupVersion.WithKind("EgressRouterSpec"):
+		return &applyconfigurationnetworkoperatorv1.EgressRouterSpecApplyConfiguration{}
+	case networkoperatorv1.SchemeGroupVersion.WithKind("EgressRouterStatus"):
+		return &applyconfigurationnetworkoperatorv1.EgressRouterStatusApplyConfiguration{}
+	case networkoperatorv1.SchemeGroupVersion.WithKind("EgressRouterStatusCondition"):
+		return &applyconfigurationnetworkoperatorv1.EgressRouterStatusConditionApplyConfiguration{}
+	case networkoperatorv1.SchemeGroupVersion.WithKind("L4RedirectRule"):
+		return &applyconfigurationnetworkoperatorv1.L4RedirectRuleApplyConfiguration{}
+	case networkoperatorv1.SchemeGroupVersion.WithKind("MacvlanConfig"):
+		return &applyconfigurationnetworkoperatorv1.MacvlanConfigApplyConfiguration{}
+	case networkoperatorv1.SchemeGroupVersion.WithKind("RedirectConfig"):
+		return &applyconfigurationnetworkoperatorv1.RedirectConfigApplyConfiguration{}
 
 	}
 	return nil

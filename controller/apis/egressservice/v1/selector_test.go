@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
-	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,50 +69,6 @@ func TestAsMetaSelects(t *testing.T) {
 	}
 	if everything, err := metav1.LabelSelectorAsSelector(LabelSelector{}.AsMeta()); err != nil || !everything.Empty() {
 		t.Errorf("an empty selector gives %v, %v; want one that selects every pod", everything, err)
-	}
-}
-
-// TestCRDBoundsMatchConstants: the generated CRDs bound spec.egress by
-// MaxEgressQoSRules and MaxEgressFirewallRules, and EgressIP's
-// spec.egressIPs and status.items by MaxEgressIPAddresses (a marker cannot
-// name the constant).
-func TestCRDBoundsMatchConstants(t *testing.T) {
-	for _, c := range []struct {
-		file, path string // path: the dotted properties under the schema's root
-		want       int
-	}{
-		{"k8s.ovn.org_egressqoses.yaml", "spec.egress", MaxEgressQoSRules},
-		{"k8s.ovn.org_egressfirewalls.yaml", "spec.egress", MaxEgressFirewallRules},
-		{"k8s.ovn.org_adminpolicybasedexternalroutes.yaml", "spec.nextHops.static", MaxExternalRouteHops},
-		{"k8s.ovn.org_adminpolicybasedexternalroutes.yaml", "spec.nextHops.dynamic", MaxExternalRouteHops},
-	} {
-		raw, err := os.ReadFile("../../../../deploy/crds/" + c.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var crd struct {
-			Spec struct {
-				Versions []struct {
-					Schema struct {
-						OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
-					} `json:"schema"`
-				} `json:"versions"`
-			} `json:"spec"`
-		}
-		if err := yaml.Unmarshal(raw, &crd); err != nil {
-			t.Fatal(err)
-		}
-		if len(crd.Spec.Versions) != 1 {
-			t.Fatalf("%s: %d versions in the CRD", c.file, len(crd.Spec.Versions))
-		}
-		node := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
-		for _, name := range strings.Split(c.path, ".") {
-			props, _ := node["properties"].(map[string]any)
-			node, _ = props[name].(map[string]any)
-		}
-		if got, ok := node["maxItems"].(float64); !ok || int(got) != c.want {
-			t.Errorf("%s: %s maxItems %v, the constant %d", c.file, c.path, node["maxItems"], c.want)
-		}
 	}
 }
 

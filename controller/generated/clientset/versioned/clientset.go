@@ -23,6 +23,7 @@ import (
 	http "net/http"
 
 	k8sv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/egressservice/v1"
+	networkoperatorv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/networkoperator/v1"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
 	flowcontrol "k8s.io/client-go/util/flowcontrol"
@@ -31,17 +32,24 @@ import (
 type Interface interface {
 	Discovery() discovery.DiscoveryInterface
 	K8sV1() k8sv1.K8sV1Interface
+	NetworkOperatorV1() networkoperatorv1.NetworkOperatorV1Interface
 }
 
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
-	k8sV1 *k8sv1.K8sV1Client
+	k8sV1             *k8sv1.K8sV1Client
+	networkOperatorV1 *networkoperatorv1.NetworkOperatorV1Client
 }
 
 // K8sV1 retrieves the K8sV1Client
 func (c *Clientset) K8sV1() k8sv1.K8sV1Interface {
 	return c.k8sV1
+}
+
+// NetworkOperatorV1 retrieves the NetworkOperatorV1Client
+func (c *Clientset) NetworkOperatorV1() networkoperatorv1.NetworkOperatorV1Interface {
+	return c.networkOperatorV1
 }
 
 // Discovery retrieves the DiscoveryClient
@@ -92,6 +100,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 	if err != nil {
 		return nil, err
 	}
+	cs.networkOperatorV1, err = networkoperatorv1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 
 	cs.DiscoveryClient, err = discovery.NewDiscoveryClientForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
@@ -114,6 +126,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
 	cs.k8sV1 = k8sv1.New(c)
+	cs.networkOperatorV1 = networkoperatorv1.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)
 	return &cs

@@ -27,6 +27,7 @@ import (
 	versioned "github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	egressservice "github.com/egressflow/egressflow/controller/generated/informers/externalversions/egressservice"
 	internalinterfaces "github.com/egressflow/egressflow/controller/generated/informers/externalversions/internalinterfaces"
+	networkoperator "github.com/egressflow/egressflow/controller/generated/informers/externalversions/networkoperator"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -326,8 +327,13 @@ type SharedInformerFactory interface {
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
 	K8s() egressservice.Interface
+	NetworkOperator() networkoperator.Interface
 }
 
 func (f *sharedInformerFactory) K8s() egressservice.Interface {
 	return egressservice.New(f, f.namespace, f.tweakListOptions)
+}
+
+func (f *sharedInformerFactory) NetworkOperator() networkoperator.Interface {
+	return networkoperator.New(f, f.namespace, f.tweakListOptions)
 }

@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 
 	v1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	networkoperatorv1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
 )
@@ -63,6 +64,10 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressQoSes().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("egressservices"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressServices().Informer()}, nil
+
+		// Group=network.operator.openshift.io, Version=v1
+	case networkoperatorv1.SchemeGroupVersion.WithResource("egressrouters"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.NetworkOperator().V1().EgressRouters().Informer()}, nil
 
 	}
 

@@ -23,6 +23,8 @@ import (
 	clientset "github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	k8sv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/egressservice/v1"
 	fakek8sv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/egressservice/v1/fake"
+	networkoperatorv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/networkoperator/v1"
+	fakenetworkoperatorv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/networkoperator/v1/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -139,4 +141,9 @@ var (
 // K8sV1 retrieves the K8sV1Client
 func (c *Clientset) K8sV1() k8sv1.K8sV1Interface {
 	return &fakek8sv1.FakeK8sV1{Fake: &c.Fake}
+}
+
+// NetworkOperatorV1 retrieves the NetworkOperatorV1Client
+func (c *Clientset) NetworkOperatorV1() networkoperatorv1.NetworkOperatorV1Interface {
+	return &fakenetworkoperatorv1.FakeNetworkOperatorV1{Fake: &c.Fake}
 }

@@ -20,6 +20,7 @@ package fake
 
 import (
 	k8sv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	networkoperatorv1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,6 +33,7 @@ var codecs = serializer.NewCodecFactory(scheme)
 
 var localSchemeBuilder = runtime.SchemeBuilder{
 	k8sv1.AddToScheme,
+	networkoperatorv1.AddToScheme,
 }
 
 // AddToScheme adds all types of this clientset into the given scheme. This allows composition
