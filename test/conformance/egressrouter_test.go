@@ -171,6 +171,11 @@ func TestRouterValidation(t *testing.T) {
 			if r.code != http.StatusUnprocessableEntity || !strings.Contains(r.message(), c.want) {
 				t.Fatalf("status %d %s\nwant 422 with %q", r.code, r.body, c.want)
 			}
+			// The agents' and controller's reading finds it too (in an
+			// object stored before the CRD refused it).
+			if problems := readProblems(t, c.spec); len(problems) == 0 {
+				t.Errorf("Read finds no problem in what the CRD refuses: %s", c.spec)
+			}
 		})
 	}
 	if left := a.do("GET", routerCollection(ns), "", "").expect(t, http.StatusOK, "list").names(t); len(left) != 0 {
@@ -186,6 +191,9 @@ func TestRouterValidation(t *testing.T) {
 		"v6-only": `{"addresses":[{"ip":"2001:db8::10/64"}],"redirect":{"fallbackIP":"2001:db8:ff::5"}}`,
 	} {
 		a.do("POST", routerCollection(ns), jsonType, routerManifest(name, spec)).expect(t, http.StatusCreated, "valid "+name)
+		if problems := readProblems(t, spec); len(problems) != 0 {
+			t.Errorf("Read refuses what the CRD accepts (%s): %v", name, problems)
+		}
 	}
 	// Validation also guards updates.
 	for _, patch := range []string{
@@ -317,4 +325,15 @@ func TestRouterTypedClientAndInformer(t *testing.T) {
 	if seen[1] != "MODIFIED:node-a" {
 		t.Fatalf("MODIFIED event carried %q", seen[1])
 	}
+}
+
+// readProblems reads spec (JSON) as the agents and the controller do.
+func readProblems(t *testing.T, spec string) []nov1.Problem {
+	t.Helper()
+	var s nov1.EgressRouterSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		t.Fatalf("%s: %v", spec, err)
+	}
+	_, problems := s.Read()
+	return problems
 }
