@@ -116,12 +116,15 @@ type egressIPInputs struct {
 	decided map[podRef][]eipAddr
 	byAddr  map[netip.Addr]*eipAddr
 
-	// redecide are the pods whose addresses are to be decided again;
-	// dirty the objects whose part is to be rebuilt (mark); regroup: which
-	// parts spread changed, and the groups are to be allotted again.
-	redecide map[podRef]bool
-	dirty    []*plannedEgressIP
-	regroup  bool
+	// redecide are the pods whose addresses are to be decided again, or
+	// every pod held with redecideAll (the first pods: no decision yet to
+	// undo, and no set of every pod to build); dirty the objects whose
+	// part is to be rebuilt (mark); regroup: which parts spread changed,
+	// and the groups are to be allotted again.
+	redecide    map[podRef]bool
+	redecideAll bool
+	dirty       []*plannedEgressIP
+	regroup     bool
 
 	// selectedCount counts, for each local pod address, the objects that
 	// list it in selected (one, unless it moves between objects within a
@@ -306,10 +309,12 @@ func (in *egressIPInputs) relist(ns string, nsLabels labels.Set, known bool) {
 // pods added, gone or replaced by a new version are decided again.
 func (p *Planner) SetClusterPods(pods []*corev1.Pod) {
 	in := &p.egressIP
-	if len(in.pods) == 0 && len(in.decided) == 0 && len(in.redecide) == 0 {
-		// The first pods (a start): sized for them, not grown to them.
-		in.decided, in.redecide = make(map[podRef][]eipAddr, len(pods)), make(map[podRef]bool, len(pods))
+	if len(in.pods) == 0 && len(in.decided) == 0 && len(pods) > 0 {
+		// The first pods (a start): sized for them, not grown to them,
+		// and every one decided at the next plan.
+		in.decided = make(map[podRef][]eipAddr, len(pods))
 		in.byAddr = make(map[netip.Addr]*eipAddr, 2*len(pods))
+		in.redecideAll = true
 	}
 	// In place: a change costs the pods it touches, not a new map of every
 	// pod (the list comes whole on every change of any pod).
@@ -324,7 +329,9 @@ func (p *Planner) SetClusterPods(pods []*corev1.Pod) {
 		}
 		if byName[pod.Name] != pod {
 			byName[pod.Name] = pod
-			in.redecide[podRef{pod.Namespace, pod.Name}] = true
+			if !in.redecideAll {
+				in.redecide[podRef{pod.Namespace, pod.Name}] = true
+			}
 		}
 	}
 	held := 0
@@ -460,8 +467,18 @@ func (p *Planner) lbClaimed(addr netip.Addr) (string, bool) {
 // spread changed.
 func (p *Planner) replanEgressIPs() {
 	in := &p.egressIP
-	if len(in.redecide) == 0 && len(in.dirty) == 0 && !in.regroup && !in.selectedMoved {
+	if len(in.redecide) == 0 && !in.redecideAll && len(in.dirty) == 0 && !in.regroup && !in.selectedMoved {
 		return
+	}
+	if in.redecideAll {
+		// No decision was made before: the gone pods have none to undo.
+		in.redecideAll = false
+		clear(in.redecide)
+		for ns, byName := range in.pods {
+			for name := range byName {
+				p.decide(podRef{ns, name})
+			}
+		}
 	}
 	for ref := range in.redecide {
 		p.decide(ref)

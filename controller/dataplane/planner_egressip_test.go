@@ -47,6 +47,14 @@ func TestEgressIPPlannerIncremental(t *testing.T) {
 				p.SetNamespaces(nsList)
 				pods := randomPodsIn(r, namespaces...)
 				p.SetClusterPods(pods)
+				if len(pods) > 1 && r.IntN(2) == 0 {
+					// Before the first plan, with every pod still to be
+					// decided: a pod gone, and the namespaces relisted.
+					pods = slices.Delete(slices.Clone(pods), 0, 1)
+					p.SetClusterPods(pods)
+					nsList = randomNamespaces(r, namespaces...)
+					p.SetNamespaces(nsList)
+				}
 				leases := map[string]*coordinationv1.Lease{"n1": agentLease(macs[0]), "n2": agentLease(macs[1]), "n3": agentLease(macs[2])}
 				p.SetLeases(leases)
 				inputs := map[string]ServiceInputs{}
