@@ -14,8 +14,8 @@ import (
 // TestCRDBoundsMatchConstants: the generated CRDs bound their lists by
 // the constants the code reads them with (a marker cannot name a
 // constant): EgressQoS's and EgressFirewall's spec.egress, the external
-// routes' next hops, and an EgressRouter's redirect rules. (EgressIP's
-// bounds are checked beside its type.)
+// routes' next hops, EgressIP's addresses and status items, and an
+// EgressRouter's redirect rules.
 func TestCRDBoundsMatchConstants(t *testing.T) {
 	for _, c := range []struct {
 		file, path string // path: the dotted properties under the schema's root
@@ -25,6 +25,8 @@ func TestCRDBoundsMatchConstants(t *testing.T) {
 		{"k8s.ovn.org_egressfirewalls.yaml", "spec.egress", esv1.MaxEgressFirewallRules},
 		{"k8s.ovn.org_adminpolicybasedexternalroutes.yaml", "spec.nextHops.static", esv1.MaxExternalRouteHops},
 		{"k8s.ovn.org_adminpolicybasedexternalroutes.yaml", "spec.nextHops.dynamic", esv1.MaxExternalRouteHops},
+		{"k8s.ovn.org_egressips.yaml", "spec.egressIPs", esv1.MaxEgressIPAddresses},
+		{"k8s.ovn.org_egressips.yaml", "status.items", esv1.MaxEgressIPAddresses},
 		{"network.operator.openshift.io_egressrouters.yaml", "spec.redirect.redirectRules", nov1.MaxEgressRouterRules},
 	} {
 		raw, err := os.ReadFile("../../deploy/crds/" + c.file)

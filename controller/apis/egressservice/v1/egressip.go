@@ -116,7 +116,7 @@ type EgressIP struct {
 // the API server's CEL cost budget; a larger bound costs quadratically more
 // per write. The MaxItems markers on EgressIPSpec.EgressIPs and
 // EgressIPStatus.Items repeat it (markers cannot name a constant);
-// TestEgressIPCRDBoundsMatchConstant keeps them equal.
+// TestCRDBoundsMatchConstants (test/codegen) keeps them equal.
 const MaxEgressIPAddresses = 64
 
 // EgressIPSpec is a desired state description of EgressIP.

@@ -2,13 +2,11 @@ package v1
 
 import (
 	"encoding/json"
-	"os"
 	"reflect"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/yaml"
 )
 
 // TestLabelSelectorIsMetaOnTheWire: the same JSON decodes into both types
@@ -69,52 +67,5 @@ func TestAsMetaSelects(t *testing.T) {
 	}
 	if everything, err := metav1.LabelSelectorAsSelector(LabelSelector{}.AsMeta()); err != nil || !everything.Empty() {
 		t.Errorf("an empty selector gives %v, %v; want one that selects every pod", everything, err)
-	}
-}
-
-func TestEgressIPCRDBoundsMatchConstant(t *testing.T) {
-	raw, err := os.ReadFile("../../../../deploy/crds/k8s.ovn.org_egressips.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	type bounded struct {
-		MaxItems *int `json:"maxItems"`
-	}
-	var crd struct {
-		Spec struct {
-			Versions []struct {
-				Schema struct {
-					OpenAPIV3Schema struct {
-						Properties struct {
-							Spec struct {
-								Properties struct {
-									EgressIPs bounded `json:"egressIPs"`
-								} `json:"properties"`
-							} `json:"spec"`
-							Status struct {
-								Properties struct {
-									Items bounded `json:"items"`
-								} `json:"properties"`
-							} `json:"status"`
-						} `json:"properties"`
-					} `json:"openAPIV3Schema"`
-				} `json:"schema"`
-			} `json:"versions"`
-		} `json:"spec"`
-	}
-	if err := yaml.Unmarshal(raw, &crd); err != nil {
-		t.Fatal(err)
-	}
-	if len(crd.Spec.Versions) != 1 {
-		t.Fatalf("%d versions in the CRD", len(crd.Spec.Versions))
-	}
-	schema := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
-	for field, got := range map[string]*int{
-		"spec.egressIPs": schema.Spec.Properties.EgressIPs.MaxItems,
-		"status.items":   schema.Status.Properties.Items.MaxItems,
-	} {
-		if got == nil || *got != MaxEgressIPAddresses {
-			t.Errorf("%s maxItems %v, the constant %d", field, got, MaxEgressIPAddresses)
-		}
 	}
 }
