@@ -11,9 +11,9 @@ SHELL := /bin/bash
 MODULE   := github.com/egressflow/egressflow
 API_PKG  := $(MODULE)/controller/apis
 # The API packages, one per group and version (client-gen makes one typed
-# client of each, all in one clientset): k8s.ovn.org/v1 and
-# network.operator.openshift.io/v1.
-API_GROUPS := egressservice/v1 networkoperator/v1
+# client of each, all in one clientset): k8s.ovn.org/v1,
+# network.operator.openshift.io/v1 and cloud.network.openshift.io/v1.
+API_GROUPS := egressservice/v1 networkoperator/v1 cloudnetwork/v1
 API_PKGS   := $(addprefix $(API_PKG)/,$(API_GROUPS))
 GEN_DIR  := controller/generated
 GEN_PKG  := $(MODULE)/$(GEN_DIR)

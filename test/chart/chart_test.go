@@ -307,8 +307,8 @@ func TestAnotherNamespace(t *testing.T) {
 	// metrics scraper's (ServiceAccount, token Secret, reader role), and a
 	// PodMonitor per component.
 	for kind, n := range map[string]int{"Namespace": 1, "ServiceAccount": 3, "Secret": 1, "ConfigMap": 2, "ClusterRole": 3, "ClusterRoleBinding": 5,
-		"Role": 2, "RoleBinding": 2, "DaemonSet": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ValidatingAdmissionPolicy": 4,
-		"ValidatingAdmissionPolicyBinding": 4, "PodMonitor": 2, "PrometheusRule": 1, "Job": 1, "FlowSchema": 1, "PriorityLevelConfiguration": 1} {
+		"Role": 2, "RoleBinding": 2, "DaemonSet": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ValidatingAdmissionPolicy": 5,
+		"ValidatingAdmissionPolicyBinding": 5, "PodMonitor": 2, "PrometheusRule": 1, "Job": 1, "FlowSchema": 1, "PriorityLevelConfiguration": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
 		}
@@ -352,7 +352,7 @@ func TestAnotherNamespace(t *testing.T) {
 		}
 	}
 	slices.Sort(crds)
-	if want := []string{"adminpolicybasedexternalroutes.k8s.ovn.org", "egressfirewalls.k8s.ovn.org", "egressips.k8s.ovn.org", "egressqoses.k8s.ovn.org", "egressrouters.network.operator.openshift.io", "egressservices.k8s.ovn.org"}; !slices.Equal(crds, want) {
+	if want := []string{"adminpolicybasedexternalroutes.k8s.ovn.org", "cloudprivateipconfigs.cloud.network.openshift.io", "egressfirewalls.k8s.ovn.org", "egressips.k8s.ovn.org", "egressqoses.k8s.ovn.org", "egressrouters.network.operator.openshift.io", "egressservices.k8s.ovn.org"}; !slices.Equal(crds, want) {
 		t.Errorf("crds/ holds %v, want %v", crds, want)
 	}
 }

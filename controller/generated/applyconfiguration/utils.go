@@ -19,9 +19,11 @@ limitations under the License.
 package applyconfiguration
 
 import (
-	v1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	v1 "github.com/egressflow/egressflow/controller/apis/cloudnetwork/v1"
+	egressservicev1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	networkoperatorv1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
-	egressservicev1 "github.com/egressflow/egressflow/controller/generated/applyconfiguration/egressservice/v1"
+	cloudnetworkv1 "github.com/egressflow/egressflow/controller/generated/applyconfiguration/cloudnetwork/v1"
+	applyconfigurationegressservicev1 "github.com/egressflow/egressflow/controller/generated/applyconfiguration/egressservice/v1"
 	internal "github.com/egressflow/egressflow/controller/generated/applyconfiguration/internal"
 	applyconfigurationnetworkoperatorv1 "github.com/egressflow/egressflow/controller/generated/applyconfiguration/networkoperator/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -33,59 +35,67 @@ import (
 // apply configuration type exists for the given GroupVersionKind.
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
-	// Group=k8s.ovn.org, Version=v1
-	case v1.SchemeGroupVersion.WithKind("AdminPolicyBasedExternalRoute"):
-		return &egressservicev1.AdminPolicyBasedExternalRouteApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("AdminPolicyBasedExternalRouteSpec"):
-		return &egressservicev1.AdminPolicyBasedExternalRouteSpecApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("AdminPolicyBasedRouteStatus"):
-		return &egressservicev1.AdminPolicyBasedRouteStatusApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("DynamicHop"):
-		return &egressservicev1.DynamicHopApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressFirewall"):
-		return &egressservicev1.EgressFirewallApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressFirewallDestination"):
-		return &egressservicev1.EgressFirewallDestinationApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressFirewallPort"):
-		return &egressservicev1.EgressFirewallPortApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressFirewallRule"):
-		return &egressservicev1.EgressFirewallRuleApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressFirewallSpec"):
-		return &egressservicev1.EgressFirewallSpecApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressFirewallStatus"):
-		return &egressservicev1.EgressFirewallStatusApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressIP"):
-		return &egressservicev1.EgressIPApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressIPSpec"):
-		return &egressservicev1.EgressIPSpecApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressIPStatus"):
-		return &egressservicev1.EgressIPStatusApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressIPStatusItem"):
-		return &egressservicev1.EgressIPStatusItemApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressQoS"):
-		return &egressservicev1.EgressQoSApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressQoSRule"):
-		return &egressservicev1.EgressQoSRuleApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressQoSSpec"):
-		return &egressservicev1.EgressQoSSpecApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressQoSStatus"):
-		return &egressservicev1.EgressQoSStatusApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressService"):
-		return &egressservicev1.EgressServiceApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressServiceSpec"):
-		return &egressservicev1.EgressServiceSpecApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("EgressServiceStatus"):
-		return &egressservicev1.EgressServiceStatusApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("ExternalNetworkSource"):
-		return &egressservicev1.ExternalNetworkSourceApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("ExternalNextHops"):
-		return &egressservicev1.ExternalNextHopsApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("LabelSelector"):
-		return &egressservicev1.LabelSelectorApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("LabelSelectorRequirement"):
-		return &egressservicev1.LabelSelectorRequirementApplyConfiguration{}
-	case v1.SchemeGroupVersion.WithKind("StaticHop"):
-		return &egressservicev1.StaticHopApplyConfiguration{}
+	// Group=cloud.network.openshift.io, Version=v1
+	case v1.SchemeGroupVersion.WithKind("CloudPrivateIPConfig"):
+		return &cloudnetworkv1.CloudPrivateIPConfigApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("CloudPrivateIPConfigSpec"):
+		return &cloudnetworkv1.CloudPrivateIPConfigSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("CloudPrivateIPConfigStatus"):
+		return &cloudnetworkv1.CloudPrivateIPConfigStatusApplyConfiguration{}
+
+		// Group=k8s.ovn.org, Version=v1
+	case egressservicev1.SchemeGroupVersion.WithKind("AdminPolicyBasedExternalRoute"):
+		return &applyconfigurationegressservicev1.AdminPolicyBasedExternalRouteApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("AdminPolicyBasedExternalRouteSpec"):
+		return &applyconfigurationegressservicev1.AdminPolicyBasedExternalRouteSpecApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("AdminPolicyBasedRouteStatus"):
+		return &applyconfigurationegressservicev1.AdminPolicyBasedRouteStatusApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("DynamicHop"):
+		return &applyconfigurationegressservicev1.DynamicHopApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressFirewall"):
+		return &applyconfigurationegressservicev1.EgressFirewallApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressFirewallDestination"):
+		return &applyconfigurationegressservicev1.EgressFirewallDestinationApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressFirewallPort"):
+		return &applyconfigurationegressservicev1.EgressFirewallPortApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressFirewallRule"):
+		return &applyconfigurationegressservicev1.EgressFirewallRuleApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressFirewallSpec"):
+		return &applyconfigurationegressservicev1.EgressFirewallSpecApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressFirewallStatus"):
+		return &applyconfigurationegressservicev1.EgressFirewallStatusApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressIP"):
+		return &applyconfigurationegressservicev1.EgressIPApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressIPSpec"):
+		return &applyconfigurationegressservicev1.EgressIPSpecApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressIPStatus"):
+		return &applyconfigurationegressservicev1.EgressIPStatusApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressIPStatusItem"):
+		return &applyconfigurationegressservicev1.EgressIPStatusItemApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressQoS"):
+		return &applyconfigurationegressservicev1.EgressQoSApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressQoSRule"):
+		return &applyconfigurationegressservicev1.EgressQoSRuleApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressQoSSpec"):
+		return &applyconfigurationegressservicev1.EgressQoSSpecApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressQoSStatus"):
+		return &applyconfigurationegressservicev1.EgressQoSStatusApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressService"):
+		return &applyconfigurationegressservicev1.EgressServiceApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressServiceSpec"):
+		return &applyconfigurationegressservicev1.EgressServiceSpecApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("EgressServiceStatus"):
+		return &applyconfigurationegressservicev1.EgressServiceStatusApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("ExternalNetworkSource"):
+		return &applyconfigurationegressservicev1.ExternalNetworkSourceApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("ExternalNextHops"):
+		return &applyconfigurationegressservicev1.ExternalNextHopsApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("LabelSelector"):
+		return &applyconfigurationegressservicev1.LabelSelectorApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("LabelSelectorRequirement"):
+		return &applyconfigurationegressservicev1.LabelSelectorRequirementApplyConfiguration{}
+	case egressservicev1.SchemeGroupVersion.WithKind("StaticHop"):
+		return &applyconfigurationegressservicev1.StaticHopApplyConfiguration{}
 
 		// Group=network.operator.openshift.io, Version=v1
 	case networkoperatorv1.SchemeGroupVersion.WithKind("EgressRouter"):

@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	cloudnetworkv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/cloudnetwork/v1"
 	k8sv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/egressservice/v1"
 	networkoperatorv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/networkoperator/v1"
 	discovery "k8s.io/client-go/discovery"
@@ -31,6 +32,7 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterface
+	CloudNetworkV1() cloudnetworkv1.CloudNetworkV1Interface
 	K8sV1() k8sv1.K8sV1Interface
 	NetworkOperatorV1() networkoperatorv1.NetworkOperatorV1Interface
 }
@@ -38,8 +40,14 @@ type Interface interface {
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
+	cloudNetworkV1    *cloudnetworkv1.CloudNetworkV1Client
 	k8sV1             *k8sv1.K8sV1Client
 	networkOperatorV1 *networkoperatorv1.NetworkOperatorV1Client
+}
+
+// CloudNetworkV1 retrieves the CloudNetworkV1Client
+func (c *Clientset) CloudNetworkV1() cloudnetworkv1.CloudNetworkV1Interface {
+	return c.cloudNetworkV1
 }
 
 // K8sV1 retrieves the K8sV1Client
@@ -96,6 +104,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.cloudNetworkV1, err = cloudnetworkv1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.k8sV1, err = k8sv1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -125,6 +137,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.cloudNetworkV1 = cloudnetworkv1.New(c)
 	cs.k8sV1 = k8sv1.New(c)
 	cs.networkOperatorV1 = networkoperatorv1.New(c)
 

@@ -25,6 +25,7 @@ import (
 	time "time"
 
 	versioned "github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	cloudnetwork "github.com/egressflow/egressflow/controller/generated/informers/externalversions/cloudnetwork"
 	egressservice "github.com/egressflow/egressflow/controller/generated/informers/externalversions/egressservice"
 	internalinterfaces "github.com/egressflow/egressflow/controller/generated/informers/externalversions/internalinterfaces"
 	networkoperator "github.com/egressflow/egressflow/controller/generated/informers/externalversions/networkoperator"
@@ -326,8 +327,13 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
+	CloudNetwork() cloudnetwork.Interface
 	K8s() egressservice.Interface
 	NetworkOperator() networkoperator.Interface
+}
+
+func (f *sharedInformerFactory) CloudNetwork() cloudnetwork.Interface {
+	return cloudnetwork.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) K8s() egressservice.Interface {

@@ -21,7 +21,8 @@ package externalversions
 import (
 	fmt "fmt"
 
-	v1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	v1 "github.com/egressflow/egressflow/controller/apis/cloudnetwork/v1"
+	egressservicev1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	networkoperatorv1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
@@ -53,16 +54,20 @@ func (f *genericInformer) Lister() cache.GenericLister {
 // TODO extend this to unknown resources with a client pool
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
-	// Group=k8s.ovn.org, Version=v1
-	case v1.SchemeGroupVersion.WithResource("adminpolicybasedexternalroutes"):
+	// Group=cloud.network.openshift.io, Version=v1
+	case v1.SchemeGroupVersion.WithResource("cloudprivateipconfigs"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.CloudNetwork().V1().CloudPrivateIPConfigs().Informer()}, nil
+
+		// Group=k8s.ovn.org, Version=v1
+	case egressservicev1.SchemeGroupVersion.WithResource("adminpolicybasedexternalroutes"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().AdminPolicyBasedExternalRoutes().Informer()}, nil
-	case v1.SchemeGroupVersion.WithResource("egressfirewalls"):
+	case egressservicev1.SchemeGroupVersion.WithResource("egressfirewalls"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressFirewalls().Informer()}, nil
-	case v1.SchemeGroupVersion.WithResource("egressips"):
+	case egressservicev1.SchemeGroupVersion.WithResource("egressips"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressIPs().Informer()}, nil
-	case v1.SchemeGroupVersion.WithResource("egressqoses"):
+	case egressservicev1.SchemeGroupVersion.WithResource("egressqoses"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressQoSes().Informer()}, nil
-	case v1.SchemeGroupVersion.WithResource("egressservices"):
+	case egressservicev1.SchemeGroupVersion.WithResource("egressservices"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.K8s().V1().EgressServices().Informer()}, nil
 
 		// Group=network.operator.openshift.io, Version=v1

@@ -21,6 +21,8 @@ package fake
 import (
 	applyconfiguration "github.com/egressflow/egressflow/controller/generated/applyconfiguration"
 	clientset "github.com/egressflow/egressflow/controller/generated/clientset/versioned"
+	cloudnetworkv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/cloudnetwork/v1"
+	fakecloudnetworkv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/cloudnetwork/v1/fake"
 	k8sv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/egressservice/v1"
 	fakek8sv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/egressservice/v1/fake"
 	networkoperatorv1 "github.com/egressflow/egressflow/controller/generated/clientset/versioned/typed/networkoperator/v1"
@@ -137,6 +139,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// CloudNetworkV1 retrieves the CloudNetworkV1Client
+func (c *Clientset) CloudNetworkV1() cloudnetworkv1.CloudNetworkV1Interface {
+	return &fakecloudnetworkv1.FakeCloudNetworkV1{Fake: &c.Fake}
+}
 
 // K8sV1 retrieves the K8sV1Client
 func (c *Clientset) K8sV1() k8sv1.K8sV1Interface {

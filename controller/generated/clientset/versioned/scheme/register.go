@@ -19,6 +19,7 @@ limitations under the License.
 package scheme
 
 import (
+	cloudnetworkv1 "github.com/egressflow/egressflow/controller/apis/cloudnetwork/v1"
 	k8sv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	networkoperatorv1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ var Scheme = runtime.NewScheme()
 var Codecs = serializer.NewCodecFactory(Scheme)
 var ParameterCodec = runtime.NewParameterCodec(Scheme)
 var localSchemeBuilder = runtime.SchemeBuilder{
+	cloudnetworkv1.AddToScheme,
 	k8sv1.AddToScheme,
 	networkoperatorv1.AddToScheme,
 }
