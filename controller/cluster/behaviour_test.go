@@ -32,17 +32,27 @@ import (
 // label patch; each node's view was written once, and each service's
 // agents' label once on the Service and once on its slice (which no
 // EndpointSlice controller manages here).
+//
+// The Services and their slices exist before the controller starts: its
+// caches hold them before it sees the first EgressService. (An
+// EgressService whose slice has not reached the controller yet gets a
+// NoEndpoints status, then its host: two writes, rightly, for what the
+// controller saw in turn; the watches of two resources keep no order
+// between them.)
 func TestBalanceAndNoOpResync(t *testing.T) {
 	nodes := []string{"node-a", "node-b", "node-c"}
 	f := newFixture(t, nodes...)
+	const n = 12
+	for i := range n {
+		f.loadBalancer(fmt.Sprintf("svc-%02d", i), nodes...)
+	}
 	reg := prometheus.NewRegistry()
 	opts := options("replica-a")
 	opts.Registerer = reg
 	r := f.RunController(t, opts)
 	r.WaitLeading(t, settle)
-	const n = 12
 	for i := range n {
-		f.service(fmt.Sprintf("svc-%02d", i), esv1.EgressServiceSpec{}, nodes...)
+		f.CreateEgressService(t, f.ns, fmt.Sprintf("svc-%02d", i), esv1.EgressServiceSpec{})
 	}
 	load := map[string]int{}
 	for i := range n {

@@ -107,12 +107,19 @@ func (f *fixture) runWith(opts cluster.Options) *clustertest.Replica {
 // endpoints on the given nodes, and an EgressService with spec.
 func (f *fixture) service(name string, spec esv1.EgressServiceSpec, endpointNodes ...string) {
 	f.t.Helper()
+	f.loadBalancer(name, endpointNodes...)
+	f.CreateEgressService(f.t, f.ns, name, spec)
+}
+
+// loadBalancer creates the LoadBalancer Service name with an endpoint on
+// each of endpointNodes (in its EndpointSlice), and no EgressService.
+func (f *fixture) loadBalancer(name string, endpointNodes ...string) {
+	f.t.Helper()
 	var eps []clustertest.Endpoint
 	for i, n := range endpointNodes {
 		eps = append(eps, clustertest.Endpoint{IP: fmt.Sprintf("10.128.%d.%d", i/200, 10+i%200), Node: n})
 	}
 	f.CreateService(f.t, clustertest.Service{Namespace: f.ns, Name: name, IngressIPs: []string{"192.0.2.10"}, Endpoints: eps})
-	f.CreateEgressService(f.t, f.ns, name, spec)
 }
 
 func (f *fixture) label(name string) string { return assign.LabelKey(f.ns, name) }
