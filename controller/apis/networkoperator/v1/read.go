@@ -69,103 +69,107 @@ func (r Redirect) Address(is6 bool) (RouterAddress, bool) {
 // (never a part of it): the problems say why, in the spec's order.
 func (s EgressRouterSpec) Read() (Redirect, []Problem) {
 	var out Redirect
-	var problems []Problem
-	invalid := func(format string, args ...any) {
-		problems = append(problems, Problem{Reason: reasons.InvalidRule, Message: fmt.Sprintf(format, args...)})
-	}
+	var problems problemList
 	if s.Mode != "" && s.Mode != EgressRouterModeRedirect {
-		invalid("spec.mode: %q is not served; only Redirect is", s.Mode)
+		problems.add(reasons.InvalidRule, "spec.mode: %q is not served; only Redirect is", s.Mode)
 	}
 	switch m := s.NetworkInterface.Macvlan; {
 	case m.Mode != "" && m.Mode != MacvlanModeBridge && m.Mode != MacvlanModePrivate && m.Mode != MacvlanModeVEPA && m.Mode != MacvlanModePassthru:
-		invalid("spec.networkInterface.macvlan.mode: %q is not one of Bridge, Private, VEPA, Passthru", m.Mode)
+		problems.add(reasons.InvalidRule, "spec.networkInterface.macvlan.mode: %q is not one of Bridge, Private, VEPA, Passthru", m.Mode)
 	case m.Master != "" && (len(m.Master) > 15 || strings.ContainsAny(m.Master, "/: \t\n")):
-		invalid("spec.networkInterface.macvlan.master: %q is not an interface name", m.Master)
+		problems.add(reasons.InvalidRule, "spec.networkInterface.macvlan.master: %q is not an interface name", m.Master)
 	default:
 		out.Master = m.Master
 	}
 	before := len(problems)
-	out.Addresses, problems = readAddresses(s.Addresses, problems)
+	out.Addresses = readAddresses(s.Addresses, &problems)
 	if s.Redirect == nil {
-		invalid("spec.redirect: mode Redirect needs it")
+		problems.add(reasons.InvalidRule, "spec.redirect: mode Redirect needs it")
 		return out, problems
 	}
 	// A destination's family is checked against addresses read whole: an
 	// address with a problem is reported once, not again for each rule.
-	out.Rules, out.Fallback, problems = readRedirect(*s.Redirect, out, len(problems) == before, problems)
+	out.Rules, out.Fallback = readRedirect(*s.Redirect, out, len(problems) == before, &problems)
 	return out, problems
 }
 
+// problemList collects the problems of one reading.
+type problemList []Problem
+
+func (l *problemList) add(reason reasons.Reason, format string, args ...any) {
+	*l = append(*l, Problem{Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+// plainAddr parses an address as the spec's fields take it: no zone, and
+// IPv4 not written as IPv6.
+func plainAddr(text string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(text)
+	return a, err == nil && a.Zone() == "" && !a.Is4In6()
+}
+
 // readAddresses reads spec.addresses, one per family.
-func readAddresses(addresses []EgressRouterAddress, problems []Problem) ([]RouterAddress, []Problem) {
+func readAddresses(addresses []EgressRouterAddress, problems *problemList) []RouterAddress {
 	var out []RouterAddress
-	invalid := func(format string, args ...any) {
-		problems = append(problems, Problem{Reason: reasons.InvalidAddress, Message: fmt.Sprintf(format, args...)})
-	}
 	if len(addresses) == 0 {
-		invalid("spec.addresses: none given")
+		problems.add(reasons.InvalidAddress, "spec.addresses: none given")
 	}
 	for i, a := range addresses {
-		prefix, err := netip.ParsePrefix(a.IP)
-		if err != nil || prefix.Addr().Zone() != "" || prefix.Addr().Is4In6() {
-			invalid("spec.addresses[%d].ip: %q is not an address with its prefix length", i, a.IP)
+		prefix, err := netip.ParsePrefix(a.IP) // takes no zone
+		if err != nil || prefix.Addr().Is4In6() {
+			problems.add(reasons.InvalidAddress, "spec.addresses[%d].ip: %q is not an address with its prefix length", i, a.IP)
 			continue
 		}
 		addr := RouterAddress{Prefix: prefix}
 		if a.Gateway != "" {
-			gw, err := netip.ParseAddr(a.Gateway)
-			if err != nil || gw.Zone() != "" || gw.Is4In6() || gw.Is6() != prefix.Addr().Is6() {
-				invalid("spec.addresses[%d].gateway: %q is not an address of the family of %s", i, a.Gateway, a.IP)
+			gw, ok := plainAddr(a.Gateway)
+			if !ok || gw.Is6() != prefix.Addr().Is6() {
+				problems.add(reasons.InvalidAddress, "spec.addresses[%d].gateway: %q is not an address of the family of %s", i, a.Gateway, a.IP)
 				continue
 			}
 			addr.Gateway = gw
 		}
 		if (Redirect{Addresses: out}).hasFamily(prefix.Addr()) {
-			invalid("spec.addresses[%d].ip: %s is a second address of its family", i, a.IP)
+			problems.add(reasons.InvalidAddress, "spec.addresses[%d].ip: %s is a second address of its family", i, a.IP)
 			continue
 		}
 		out = append(out, addr)
 	}
-	return out, problems
+	return out
 }
 
-// readRedirect reads spec.redirect; checkFamily: against the addresses
-// read in r.
-func readRedirect(spec RedirectConfig, r Redirect, checkFamily bool, problems []Problem) ([]RedirectRule, netip.Addr, []Problem) {
+// readRedirect reads spec.redirect's rules and fallback; checkFamily:
+// against the addresses read in r.
+func readRedirect(spec RedirectConfig, r Redirect, checkFamily bool, problems *problemList) ([]RedirectRule, netip.Addr) {
 	var rules []RedirectRule
-	invalid := func(format string, args ...any) {
-		problems = append(problems, Problem{Reason: reasons.InvalidRule, Message: fmt.Sprintf(format, args...)})
-	}
 	destination := func(field, text string) (netip.Addr, bool) {
-		a, err := netip.ParseAddr(text)
-		if err != nil || a.Zone() != "" || a.Is4In6() {
-			invalid("%s: %q is not an address", field, text)
-			return netip.Addr{}, false
+		a, ok := plainAddr(text)
+		switch {
+		case !ok:
+			problems.add(reasons.InvalidRule, "%s: %q is not an address", field, text)
+		case checkFamily && !r.hasFamily(a):
+			problems.add(reasons.WrongFamily, "%s: %s has no address of its family in spec.addresses to leave from", field, text)
+		default:
+			return a, true
 		}
-		if checkFamily && !r.hasFamily(a) {
-			problems = append(problems, Problem{Reason: reasons.WrongFamily,
-				Message: fmt.Sprintf("%s: %s has no address of its family in spec.addresses to leave from", field, text)})
-			return netip.Addr{}, false
-		}
-		return a, true
+		return netip.Addr{}, false
 	}
 	seen := map[RedirectRule]bool{} // by protocol and port only
 	for i, rule := range spec.RedirectRules {
 		field := fmt.Sprintf("spec.redirect.redirectRules[%d]", i)
 		switch {
 		case rule.Protocol != ProtocolTypeTCP && rule.Protocol != ProtocolTypeUDP && rule.Protocol != ProtocolTypeSCTP:
-			invalid("%s.protocol: %q is not one of TCP, UDP, SCTP", field, rule.Protocol)
+			problems.add(reasons.InvalidRule, "%s.protocol: %q is not one of TCP, UDP, SCTP", field, rule.Protocol)
 			continue
 		case rule.Port < 1 || rule.Port > 65535:
-			invalid("%s.port: %d is not in 1-65535", field, rule.Port)
+			problems.add(reasons.InvalidRule, "%s.port: %d is not in 1-65535", field, rule.Port)
 			continue
 		case rule.TargetPort < 0 || rule.TargetPort > 65535:
-			invalid("%s.targetPort: %d is not in 1-65535", field, rule.TargetPort)
+			problems.add(reasons.InvalidRule, "%s.targetPort: %d is not in 1-65535", field, rule.TargetPort)
 			continue
 		}
 		key := RedirectRule{Protocol: rule.Protocol, Port: uint16(rule.Port)}
 		if seen[key] {
-			invalid("%s: a second rule for %s port %d", field, rule.Protocol, rule.Port)
+			problems.add(reasons.InvalidRule, "%s: a second rule for %s port %d", field, rule.Protocol, rule.Port)
 			continue
 		}
 		seen[key] = true
@@ -184,9 +188,9 @@ func readRedirect(spec RedirectConfig, r Redirect, checkFamily bool, problems []
 		fallback, _ = destination("spec.redirect.fallbackIP", spec.FallbackIP)
 	}
 	if spec.FallbackIP == "" && len(spec.RedirectRules) == 0 {
-		invalid("spec.redirect: neither a fallbackIP nor a rule")
+		problems.add(reasons.InvalidRule, "spec.redirect: neither a fallbackIP nor a rule")
 	}
-	return rules, fallback, problems
+	return rules, fallback
 }
 
 // hasFamily says whether r has a reserved address of a's family.
