@@ -32,7 +32,7 @@ func routerCollection(ns string) string {
 func routerItem(ns, name string) string { return routerCollection(ns) + "/" + name }
 
 func routerManifest(name, spec string) string {
-	return fmt.Sprintf(`{"apiVersion":%q,"kind":"EgressRouter","metadata":{"name":%q},"spec":%s}`, routerGroupVersion, name, spec)
+	return manifestIn(routerGroupVersion, "EgressRouter", name, spec)
 }
 
 func (r response) router(t *testing.T) *nov1.EgressRouter {

@@ -194,7 +194,13 @@ func awaitCached[T any](ctx context.Context, t *testing.T, waitForSync func(<-ch
 // manifestOf is a create body for an object of kind (of this API group)
 // named name with spec.
 func manifestOf(kind, name, spec string) string {
-	return fmt.Sprintf(`{"apiVersion":"k8s.ovn.org/v1","kind":%q,"metadata":{"name":%q},"spec":%s}`, kind, name, spec)
+	return manifestIn("k8s.ovn.org/v1", kind, name, spec)
+}
+
+// manifestIn is a create body for an object of apiVersion and kind named
+// name with spec.
+func manifestIn(apiVersion, kind, name, spec string) string {
+	return fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"metadata":{"name":%q},"spec":%s}`, apiVersion, kind, name, spec)
 }
 
 // replacementOf is a PUT body for namespace ns's object name of resource
