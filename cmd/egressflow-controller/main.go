@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -84,6 +85,8 @@ func run() error {
 	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs; endpoints outside them are host-networked and ignored (empty: every endpoint counts)")
 	var egressIPUnheld string
 	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(esv1.EgressIPUnheldDrop)), "the agents' choice for a selected pod whose EgressIP has no held address of its family (\"drop\" or \"node-ip\"; EGRESSIP_UNHELD of the egressflow-cluster ConfigMap): the EgressIP's Assigned condition says when pods leave through their nodes")
+	var maxEgressIPs string
+	fs.StringVar(&maxEgressIPs, "max-egress-ips-per-node", cli.EnvOr("MAX_EGRESS_IPS_PER_NODE", "0"), "how many egress IPs a node without the egressflow.io/max-egress-ips annotation may hold, both families together (MAX_EGRESS_IPS_PER_NODE of the egressflow-cluster ConfigMap; 0: no limit); a cloud's per-interface capacity (cloud.network.openshift.io/egress-ipconfig) applies too")
 	fs.IntVar(&opts.ServiceWorkers, "service-workers", cluster.DefaultServiceWorkers, "EgressServices synced in parallel")
 	fs.IntVar(&opts.NodeWorkers, "node-workers", cluster.DefaultNodeWorkers, "node label patches, and node view writes, in parallel")
 	fs.IntVar(&opts.EgressIPWorkers, "egressip-workers", cluster.DefaultEgressIPWorkers, "EgressIPs synced in parallel")
@@ -120,6 +123,9 @@ func run() error {
 	}
 	if opts.EgressIPUnheld, err = esv1.ParseEgressIPUnheld(egressIPUnheld); err != nil {
 		return fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
+	}
+	if opts.MaxEgressIPsPerNode, err = strconv.Atoi(maxEgressIPs); err != nil || opts.MaxEgressIPsPerNode < 0 {
+		return fmt.Errorf("--max-egress-ips-per-node (or MAX_EGRESS_IPS_PER_NODE) %q: want a number of addresses, 0 for no limit", maxEgressIPs)
 	}
 	if len(opts.PodCIDRs) == 0 {
 		klog.InfoS("No --pod-cidrs: every endpoint address counts as a pod on the cluster network, host-networked ones too")

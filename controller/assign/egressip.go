@@ -16,8 +16,9 @@ import (
 // rules (docs/egressip.md, "Assignment"):
 //
 //   - an address may go to a node that carries EgressAssignableLabel (any
-//     value), is Ready, has a live agent, and has the address inside one of
-//     the subnets its agent publishes;
+//     value), is Ready, has a live agent, has the address inside one of
+//     the subnets its agent publishes (or the cloud's: capacity.go), and
+//     has room for it under its capacity (capacity.go);
 //   - two addresses of one EgressIP never share a node;
 //   - a holder that still satisfies all that is kept, however unbalanced;
 //   - otherwise the address goes to the candidate with the fewest addresses
@@ -76,8 +77,11 @@ type EgressNode struct {
 	// address goes to it only when no other node can take it.
 	AgentRestarting bool
 	// Subnets are the subnets the node's agent last published
-	// (heartbeat.Facts.EgressSubnets); nil when it published none.
+	// (heartbeat.Facts.EgressSubnets), or the cloud's
+	// (EgressLimits.CloudSubnets); nil when there are none.
 	Subnets []netip.Prefix
+	// Capacity limits the addresses the node may hold; nil for none.
+	Capacity *EgressCapacity
 }
 
 // InSubnet says whether a lies in one of n's subnets.
@@ -155,8 +159,9 @@ type EgressIPDecision struct {
 }
 
 // DecideEgressIP decides which node holds each address of in. load(node) is
-// how many addresses, of every EgressIP, the node holds.
-func DecideEgressIP(in EgressIPInput, nodes EgressNodes, load func(node string) int) EgressIPDecision {
+// how many addresses, of every EgressIP, the node holds, its own kept
+// ones included.
+func DecideEgressIP(in EgressIPInput, nodes EgressNodes, load func(node string) EgressLoad) EgressIPDecision {
 	items := make([]EgressIPItem, len(in.Addresses))
 	seen := make(map[netip.Addr]bool, len(in.Addresses))
 	used := make(map[string]int, len(in.Addresses)) // node -> item holding it
@@ -214,14 +219,15 @@ func DecideEgressIP(in EgressIPInput, nodes EgressNodes, load func(node string) 
 			continue
 		}
 		candidates[i] = rankCandidates(it.Addr, nodes, load)
-		if placeEgressIP(i, items, candidates, kept, used, map[string]bool{}) {
-			continue
-		}
-		it.Reason, it.Why = unheldReason(it.Addr, nodes, len(candidates[i]) > 0)
+		placeEgressIP(i, items, candidates, kept, used, map[string]bool{})
 	}
 	for i := range items {
-		if items[i].Node != "" {
-			items[i].Reason, items[i].Why = reasons.Assigned, ""
+		it := &items[i]
+		switch {
+		case it.Node != "":
+			it.Reason, it.Why = reasons.Assigned, ""
+		case it.Reason == "" && it.Addr.IsValid():
+			it.Reason, it.Why = unheldReason(it.Addr, nodes, used)
 		}
 	}
 	return EgressIPDecision{Items: items}
@@ -270,14 +276,17 @@ func holderProblem(nodes EgressNodes, node string, a netip.Addr) NodeProblem {
 	return NodeOK
 }
 
-// rankCandidates are the nodes that may hold a, best first (candidateRank,
-// the load being the addresses a node holds).
-func rankCandidates(a netip.Addr, nodes EgressNodes, load func(string) int) []string {
+// rankCandidates are the nodes that may hold a and have room for it,
+// best first (candidateRank, the load being the addresses a node holds).
+func rankCandidates(a netip.Addr, nodes EgressNodes, load func(string) EgressLoad) []string {
 	keyHash := newRendezvousPrefix(a.String())
 	var out []candidateRank
 	for name, n := range nodes.Assignable {
-		if n.available() && n.InSubnet(a) {
-			out = append(out, candidateRank{n.AgentRestarting, load(name), keyHash.score(name), name})
+		if !n.available() || !n.InSubnet(a) {
+			continue
+		}
+		if l := load(name); n.Capacity.HasRoom(a, l) {
+			out = append(out, candidateRank{n.AgentRestarting, l.Total(), keyHash.score(name), name})
 		}
 	}
 	slices.SortFunc(out, candidateRank.compare)
@@ -288,11 +297,24 @@ func rankCandidates(a netip.Addr, nodes EgressNodes, load func(string) int) []st
 	return names
 }
 
-// unheldReason says why a (not an address another EgressIP holds) has no
-// node; hasCandidates says whether some node could have taken it but for
-// the EgressIP's other addresses.
-func unheldReason(a netip.Addr, nodes EgressNodes, hasCandidates bool) (reasons.Reason, string) {
-	if hasCandidates {
+// unheldReason says why a (not an address another EgressIP holds, not
+// placed) has no node; used are the nodes the EgressIP's addresses hold.
+// An available node with a in a subnet and none of them is full: the
+// placement would have taken it otherwise. Which reason it is depends on
+// this EgressIP alone, not on the loads, so that another EgressIP filling
+// a node does not change this one's status.
+func unheldReason(a netip.Addr, nodes EgressNodes, used map[string]int) (reasons.Reason, string) {
+	var mayHold bool
+	for name, n := range nodes.Assignable {
+		if !n.available() || !n.InSubnet(a) {
+			continue
+		}
+		if _, taken := used[name]; !taken {
+			return reasons.NodesAtCapacity, "the available egress nodes with it in a subnet that hold no other address of this EgressIP hold as many addresses as their capacity allows"
+		}
+		mayHold = true
+	}
+	if mayHold {
 		return reasons.AllNodesTaken, "every egress node that could hold it holds another address of this EgressIP"
 	}
 	if len(nodes.Assignable) == 0 {

@@ -32,7 +32,16 @@ func nodeSet(nodes ...*EgressNode) EgressNodes {
 	return EgressNodes{Assignable: m}
 }
 
-func eipLoads(l map[string]int) func(string) int { return func(n string) int { return l[n] } }
+// eipLoads are the loads of nodes from their IPv4 and IPv6 counts.
+func eipLoads(v4, v6 map[string]int) func(string) EgressLoad {
+	return func(n string) EgressLoad { return EgressLoad{IPv4: v4[n], IPv6: v6[n]} }
+}
+
+// capped is n with capacity c.
+func capped(n *EgressNode, c EgressCapacity) *EgressNode {
+	n.Capacity = &c
+	return n
+}
 
 func holders(kv ...string) map[netip.Addr]string {
 	m := map[netip.Addr]string{}
@@ -77,8 +86,9 @@ func TestDecideEgressIP(t *testing.T) {
 		holders   map[netip.Addr]string
 		conflicts map[netip.Addr]string
 		nodes     EgressNodes
-		load      map[string]int
-		exists    []string // nodes that exist without the label
+		load      map[string]int // IPv4 addresses held
+		load6     map[string]int // IPv6 addresses held
+		exists    []string       // nodes that exist without the label
 		want      []string
 		wantLost  []string
 	}{
@@ -211,6 +221,50 @@ func TestDecideEgressIP(t *testing.T) {
 			wantLost: []string{"192.0.2.10 lost a (NodeAddress)"},
 		},
 		{
+			name:      "a node at its capacity takes no more, however lightly loaded",
+			addresses: []string{"192.0.2.10"},
+			nodes:     nodeSet(capped(egressNode("a", net4a), EgressCapacity{NoLimit, NoLimit, 1}), egressNode("b", net4a)),
+			load:      map[string]int{"a": 1, "b": 7},
+			want:      []string{"192.0.2.10=b"},
+		},
+		{
+			name:      "a family's capacity bounds that family only",
+			addresses: []string{"192.0.2.10", "2001:db8::10"},
+			nodes:     nodeSet(capped(egressNode("a", net4a, net6), EgressCapacity{1, 5, NoLimit}), egressNode("b", net4a, net6)),
+			load:      map[string]int{"a": 1, "b": 3},
+			load6:     map[string]int{"b": 3},
+			want:      []string{"192.0.2.10=b", "2001:db8::10=a"},
+		},
+		{
+			name:      "the total bounds both families together",
+			addresses: []string{"2001:db8::10"},
+			nodes:     nodeSet(capped(egressNode("a", net6), EgressCapacity{NoLimit, NoLimit, 2})),
+			load:      map[string]int{"a": 2},
+			want:      []string{"2001:db8::10:NodesAtCapacity"},
+		},
+		{
+			name:      "a capacity of 0 holds none",
+			addresses: []string{"192.0.2.10"},
+			nodes:     nodeSet(capped(egressNode("a", net4a), EgressCapacity{0, 0, 0})),
+			want:      []string{"192.0.2.10:NodesAtCapacity"},
+		},
+		{
+			name:      "a holder above a lowered capacity keeps what it holds",
+			addresses: []string{"192.0.2.10", "192.0.2.11"},
+			holders:   holders("192.0.2.10", "a"),
+			nodes:     nodeSet(capped(egressNode("a", net4a), EgressCapacity{NoLimit, NoLimit, 0})),
+			load:      map[string]int{"a": 4},
+			want:      []string{"192.0.2.10=a", "192.0.2.11:AllNodesTaken"},
+		},
+		{
+			// Room on a would hold it: the reason names the capacity.
+			name:      "a full node and a node the same EgressIP takes: NodesAtCapacity",
+			addresses: []string{"192.0.2.10", "192.0.2.11"},
+			nodes:     nodeSet(capped(egressNode("a", net4a), EgressCapacity{NoLimit, NoLimit, 1}), egressNode("b", net4a)),
+			load:      map[string]int{"a": 1},
+			want:      []string{"192.0.2.10=b", "192.0.2.11:NodesAtCapacity"},
+		},
+		{
 			name:      "spellings: compared as addresses, written as the spec writes them",
 			addresses: []string{"2001:DB8::A", "2001:db8:0:0::a", "not-an-ip", "fe80::1%eth0"},
 			holders:   holders("2001:db8::a", "a"),
@@ -222,7 +276,7 @@ func TestDecideEgressIP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := tc.nodes
 			nodes.Exists = func(n string) bool { return slices.Contains(tc.exists, n) }
-			d := DecideEgressIP(EgressIPInput{Addresses: tc.addresses, Holders: tc.holders, Conflicts: tc.conflicts}, nodes, eipLoads(tc.load))
+			d := DecideEgressIP(EgressIPInput{Addresses: tc.addresses, Holders: tc.holders, Conflicts: tc.conflicts}, nodes, eipLoads(tc.load, tc.load6))
 			items, lost := short(d)
 			if !slices.Equal(items, tc.want) {
 				t.Errorf("items %q, want %q", items, tc.want)
@@ -248,7 +302,7 @@ func TestDecideEgressIPTieBreak(t *testing.T) {
 				want = n
 			}
 		}
-		d := DecideEgressIP(EgressIPInput{Addresses: []string{addr}}, nodes, eipLoads(nil))
+		d := DecideEgressIP(EgressIPInput{Addresses: []string{addr}}, nodes, eipLoads(nil, nil))
 		if got := d.Items[0].Node; got != want {
 			t.Errorf("%s went to %s, want %s", addr, got, want)
 		}
@@ -258,8 +312,8 @@ func TestDecideEgressIPTieBreak(t *testing.T) {
 		t.Errorf("40 addresses at equal load went to %v: the hash does not spread them", picked)
 	}
 	// The canonical address is hashed: another spelling picks the same node.
-	a := DecideEgressIP(EgressIPInput{Addresses: []string{"2001:db8::1"}}, nodeSet(egressNode("a", net6), egressNode("b", net6), egressNode("c", net6)), eipLoads(nil))
-	b := DecideEgressIP(EgressIPInput{Addresses: []string{"2001:DB8:0::1"}}, nodeSet(egressNode("a", net6), egressNode("b", net6), egressNode("c", net6)), eipLoads(nil))
+	a := DecideEgressIP(EgressIPInput{Addresses: []string{"2001:db8::1"}}, nodeSet(egressNode("a", net6), egressNode("b", net6), egressNode("c", net6)), eipLoads(nil, nil))
+	b := DecideEgressIP(EgressIPInput{Addresses: []string{"2001:DB8:0::1"}}, nodeSet(egressNode("a", net6), egressNode("b", net6), egressNode("c", net6)), eipLoads(nil, nil))
 	if a.Items[0].Node != b.Items[0].Node {
 		t.Errorf("two spellings of one address went to %s and %s", a.Items[0].Node, b.Items[0].Node)
 	}
@@ -310,7 +364,7 @@ func TestEgressIPCondition(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := DecideEgressIP(EgressIPInput{Addresses: tc.addresses}, tc.nodes, eipLoads(nil))
+			d := DecideEgressIP(EgressIPInput{Addresses: tc.addresses}, tc.nodes, eipLoads(nil, nil))
 			ok, reason, message := d.Condition()
 			if ok != tc.ok || reason != tc.reason || message != tc.message {
 				t.Errorf("condition %v %s %q\nwant      %v %s %q", ok, reason, message, tc.ok, tc.reason, tc.message)
@@ -342,6 +396,10 @@ func TestDecideEgressIPAgainstBruteForce(t *testing.T) {
 				continue // exists, not labelled
 			}
 			n := &EgressNode{Name: name, Ready: rng.IntN(6) != 0, AgentAlive: rng.IntN(6) != 0, AgentRestarting: rng.IntN(4) == 0}
+			if rng.IntN(2) == 0 {
+				limit := func() int { return rng.IntN(4) - 1 } // NoLimit, 0, 1 or 2
+				n.Capacity = &EgressCapacity{limit(), limit(), limit()}
+			}
 			for _, p := range subnets {
 				if rng.IntN(2) == 0 {
 					n.Subnets = append(n.Subnets, p)
@@ -350,9 +408,9 @@ func TestDecideEgressIPAgainstBruteForce(t *testing.T) {
 			assignable[name] = n
 		}
 		nodes := EgressNodes{Assignable: assignable, Exists: func(n string) bool { return slices.Contains(all, n) }}
-		load := map[string]int{}
+		load, load6 := map[string]int{}, map[string]int{}
 		for _, n := range all {
-			load[n] = rng.IntN(3)
+			load[n], load6[n] = rng.IntN(3), rng.IntN(2)
 		}
 		var addrs []string
 		for range 1 + rng.IntN(4) {
@@ -370,12 +428,12 @@ func TestDecideEgressIPAgainstBruteForce(t *testing.T) {
 			}
 		}
 		in := EgressIPInput{Addresses: addrs, Holders: hold, Conflicts: conflicts}
-		d := DecideEgressIP(in, nodes, eipLoads(load))
-		if again := DecideEgressIP(in, nodes, eipLoads(load)); !reflect.DeepEqual(again, d) {
+		d := DecideEgressIP(in, nodes, eipLoads(load, load6))
+		if again := DecideEgressIP(in, nodes, eipLoads(load, load6)); !reflect.DeepEqual(again, d) {
 			t.Fatalf("iteration %d: two decisions on the same input differ", iter)
 		}
-		if err := checkEgressIPSpec(in, assignable, load, d); err != nil {
-			t.Fatalf("iteration %d: %v\naddresses %q holders %v conflicts %v load %v\nnodes %s\ndecision %+v", iter, err, addrs, hold, conflicts, load, describeNodes(assignable), d.Items)
+		if err := checkEgressIPSpec(in, assignable, load, load6, d); err != nil {
+			t.Fatalf("iteration %d: %v\naddresses %q holders %v conflicts %v load %v %v\nnodes %s\ndecision %+v", iter, err, addrs, hold, conflicts, load, load6, describeNodes(assignable), d.Items)
 		}
 	}
 }
@@ -383,17 +441,20 @@ func TestDecideEgressIPAgainstBruteForce(t *testing.T) {
 func describeNodes(nodes map[string]*EgressNode) string {
 	s := ""
 	for _, n := range nodes {
-		s += fmt.Sprintf("%s(ready %v alive %v restarting %v %v) ", n.Name, n.Ready, n.AgentAlive, n.AgentRestarting, n.Subnets)
+		s += fmt.Sprintf("%s(ready %v alive %v restarting %v %v capacity %v) ", n.Name, n.Ready, n.AgentAlive, n.AgentRestarting, n.Subnets, n.Capacity)
 	}
 	return s
 }
 
-// checkEgressIPSpec is the specification of one decision.
-func checkEgressIPSpec(in EgressIPInput, nodes map[string]*EgressNode, load map[string]int, d EgressIPDecision) error {
+// checkEgressIPSpec is the specification of one decision. load and load6
+// are the IPv4 and IPv6 addresses each node holds.
+func checkEgressIPSpec(in EgressIPInput, nodes map[string]*EgressNode, load, load6 map[string]int, d EgressIPDecision) error {
 	if len(d.Items) != len(in.Addresses) {
 		return fmt.Errorf("%d items for %d addresses", len(d.Items), len(in.Addresses))
 	}
-	candidate := func(node string, a netip.Addr) bool {
+	// mayHold: available, with a in a subnet; candidate: and with room
+	// (a limit of -1 is none; a kept holder needs no room).
+	mayHold := func(node string, a netip.Addr) bool {
 		n, ok := nodes[node]
 		if !ok || !n.Ready || !n.AgentAlive {
 			return false
@@ -405,6 +466,18 @@ func checkEgressIPSpec(in EgressIPInput, nodes map[string]*EgressNode, load map[
 		}
 		return false
 	}
+	hasRoom := func(node string, a netip.Addr) bool {
+		c := nodes[node].Capacity
+		if c == nil {
+			return true
+		}
+		familyLimit, familyHeld := c.IPv4, load[node]
+		if a.Is6() {
+			familyLimit, familyHeld = c.IPv6, load6[node]
+		}
+		return (familyLimit < 0 || familyHeld < familyLimit) && (c.Any < 0 || load[node]+load6[node] < c.Any)
+	}
+	candidate := func(node string, a netip.Addr) bool { return mayHold(node, a) && hasRoom(node, a) }
 	// Which entries count (first spelling of each address), which are
 	// kept, and which are left to place.
 	first := map[netip.Addr]int{}
@@ -426,7 +499,7 @@ func checkEgressIPSpec(in EgressIPInput, nodes map[string]*EgressNode, load map[
 			}
 			continue
 		}
-		if h := in.Holders[a]; h != "" && candidate(h, a) && !keptNodes[h] {
+		if h := in.Holders[a]; h != "" && mayHold(h, a) && !keptNodes[h] {
 			keptNodes[h] = true
 			if it.Node != h || it.Lost != NodeOK {
 				return fmt.Errorf("%s: valid holder %s not kept (got %s, lost %s)", s, h, it.Node, it.Lost)
@@ -464,17 +537,33 @@ func checkEgressIPSpec(in EgressIPInput, nodes map[string]*EgressNode, load map[
 		it := d.Items[i]
 		a := netip.MustParseAddr(in.Addresses[i])
 		if it.Node == "" {
-			var anyCandidate, anyLabelled, inSubnet bool
+			// Nodes that could hold it: full ones among them say
+			// NodesAtCapacity, else all taken by this EgressIP.
+			var anyMayHold, anyFreeOfThis, anyLabelled, inSubnet bool
 			for n, node := range nodes {
 				anyLabelled = true
-				anyCandidate = anyCandidate || candidate(n, a)
+				if mayHold(n, a) {
+					anyMayHold = true
+					taken := false
+					for _, other := range d.Items {
+						taken = taken || other.Node == n
+					}
+					if !taken {
+						if hasRoom(n, a) {
+							return fmt.Errorf("%s not held, though %s may hold it, has room and holds nothing of this EgressIP", it.Address, n)
+						}
+						anyFreeOfThis = true
+					}
+				}
 				for _, p := range node.Subnets {
 					inSubnet = inSubnet || p.Contains(a)
 				}
 			}
 			wantReason := reasons.NodesUnavailable
 			switch {
-			case anyCandidate:
+			case anyFreeOfThis:
+				wantReason = reasons.NodesAtCapacity
+			case anyMayHold:
 				wantReason = reasons.AllNodesTaken
 			case !anyLabelled:
 				wantReason = reasons.NoEgressNode
@@ -513,8 +602,9 @@ func checkEgressIPSpec(in EgressIPInput, nodes map[string]*EgressNode, load map[
 				}
 				return 0
 			}
-			if wantNode == "" || restartingRank(n) < restartingRank(wantNode) || (restartingRank(n) == restartingRank(wantNode) && (load[n] < load[wantNode] ||
-				(load[n] == load[wantNode] && (fnvScore(canon, n) < fnvScore(canon, wantNode) ||
+			total := func(n string) int { return load[n] + load6[n] }
+			if wantNode == "" || restartingRank(n) < restartingRank(wantNode) || (restartingRank(n) == restartingRank(wantNode) && (total(n) < total(wantNode) ||
+				(total(n) == total(wantNode) && (fnvScore(canon, n) < fnvScore(canon, wantNode) ||
 					(fnvScore(canon, n) == fnvScore(canon, wantNode) && n < wantNode))))) {
 				wantNode = n
 			}

@@ -5,9 +5,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -217,7 +219,11 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 
 	// Events have a client of their own: their writes never wait for, nor
 	// take, the budget of status writes and label patches.
-	c.events, err = events.NewForConfig(cfg, esscheme.Scheme, events.Options{Component: eventComponent, Counter: c.metrics.events})
+	// Their objects are the APIs' and Nodes (InvalidEgressCapacity).
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(esscheme.AddToScheme(eventScheme))
+	utilruntime.Must(corev1.AddToScheme(eventScheme))
+	c.events, err = events.NewForConfig(cfg, eventScheme, events.Options{Component: eventComponent, Counter: c.metrics.events})
 	if err != nil {
 		return nil, err
 	}

@@ -17,12 +17,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	cloudv1 "github.com/egressflow/egressflow/controller/apis/cloudnetwork/v1"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/endpoints"
 	esinformersv1 "github.com/egressflow/egressflow/controller/generated/informers/externalversions/egressservice/v1"
 	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
+	"github.com/egressflow/egressflow/controller/reasons"
 )
 
 // EgressIP assignment: which node holds each address of every EgressIP
@@ -76,8 +78,17 @@ func (m *egressIPs) newTerm(limiter func() workqueue.TypedRateLimiter[string]) a
 }
 
 // prepare adopts the assignments the objects' status records
-// (adoptEgressIPs).
-func (m *egressIPs) prepare(ctx context.Context, t *term) { m.adoptEgressIPs(ctx, t) }
+// (adoptEgressIPs), and reports the egress nodes whose limits cannot be
+// read: their annotations changed before this term, with no one to say so.
+func (m *egressIPs) prepare(ctx context.Context, t *term) {
+	m.adoptEgressIPs(ctx, t)
+	nodes, _ := m.c.nodeLister.List(labels.Everything())
+	for _, n := range nodes {
+		if assign.EgressAssignable(n) {
+			m.reportEgressLimits(n)
+		}
+	}
+}
 
 func (m *egressIPs) pools() []workerPool {
 	return []workerPool{{m.c.opts.EgressIPWorkers, func(ctx context.Context, t *term) bool {
@@ -123,14 +134,18 @@ type eipState struct {
 	mu sync.Mutex
 
 	records map[string]*eipRecord
-	// load is how many addresses each node holds (reserved: decided,
-	// written or about to be), the spread's measure.
-	load map[string]int
+	// load is how many addresses each node holds per family (reserved:
+	// decided, written or about to be): the spread's measure, and what a
+	// capacity bounds.
+	load map[string]assign.EgressLoad
 	// byNode indexes EgressIPs by the nodes that hold their addresses.
 	byNode map[string]sets.Set[string]
 	// waiting are EgressIPs with an address no node holds for a reason
 	// the nodes may change: any node change syncs them again.
 	waiting sets.Set[string]
+	// waitingForRoom are those of waiting that some node's capacity may
+	// be keeping out: an address given up anywhere syncs them again.
+	waitingForRoom sets.Set[string]
 	// claims are, per address, the EgressIPs that list it; the oldest
 	// owns it (see owner).
 	claims map[netip.Addr]sets.Set[string]
@@ -161,17 +176,18 @@ type eipRecord struct {
 
 func newEIPState() *eipState {
 	return &eipState{
-		records:   map[string]*eipRecord{},
-		load:      map[string]int{},
-		byNode:    map[string]sets.Set[string]{},
-		waiting:   sets.New[string](),
-		claims:    map[netip.Addr]sets.Set[string]{},
-		written:   map[string]*esv1.EgressIP{},
-		eventTime: map[string]time.Time{},
+		records:        map[string]*eipRecord{},
+		load:           map[string]assign.EgressLoad{},
+		byNode:         map[string]sets.Set[string]{},
+		waiting:        sets.New[string](),
+		waitingForRoom: sets.New[string](),
+		claims:         map[netip.Addr]sets.Set[string]{},
+		written:        map[string]*esv1.EgressIP{},
+		eventTime:      map[string]time.Time{},
 	}
 }
 
-func (s *eipState) loadOf(node string) int { return s.load[node] }
+func (s *eipState) loadOf(node string) assign.EgressLoad { return s.load[node] }
 
 // setSpec records the addresses name lists and its creation time. It
 // returns the other EgressIPs whose ownership of an address may have
@@ -252,19 +268,26 @@ func (s *eipState) conflicts(name string) map[netip.Addr]string {
 }
 
 // reserve makes held the nodes of name's addresses, and records how many
-// of its addresses are not held and whether it waits for nodes.
-func (s *eipState) reserve(name string, held map[netip.Addr]string, unheld int, waiting bool) {
+// of its addresses are not held and whether it waits for nodes, or for
+// room on them. It returns the EgressIPs that wait for room when it gave
+// up an address (that room may be theirs), name among them when it still
+// does: its decision counted the address it gave up.
+func (s *eipState) reserve(name string, held map[netip.Addr]string, unheld int, waiting, waitingForRoom bool) []string {
 	r := s.records[name]
+	gaveUp := false
 	for a, n := range r.holders {
 		if held[a] != n {
 			s.unhold(name, r, a, n)
+			gaveUp = true
 		}
 	}
 	for a, n := range held {
 		if r.holders[a] != n {
 			r.holders[a] = n
 			s.held++
-			s.load[n]++
+			l := s.load[n]
+			l.Add(a, 1)
+			s.load[n] = l
 			if s.byNode[n] == nil {
 				s.byNode[n] = sets.New[string]()
 			}
@@ -278,13 +301,25 @@ func (s *eipState) reserve(name string, held map[netip.Addr]string, unheld int, 
 	} else {
 		s.waiting.Delete(name)
 	}
+	if waitingForRoom {
+		s.waitingForRoom.Insert(name)
+	} else {
+		s.waitingForRoom.Delete(name)
+	}
+	if gaveUp {
+		return s.waitingForRoom.UnsortedList()
+	}
+	return nil
 }
 
 func (s *eipState) unhold(name string, r *eipRecord, a netip.Addr, n string) {
 	delete(r.holders, a)
 	s.held--
-	if s.load[n]--; s.load[n] <= 0 {
+	l := s.load[n]
+	if l.Add(a, -1); l.Total() <= 0 {
 		delete(s.load, n)
+	} else {
+		s.load[n] = l
 	}
 	for _, other := range r.holders {
 		if other == n {
@@ -315,6 +350,10 @@ func (s *eipState) release(name string) (held map[netip.Addr]string, affected []
 	s.unheld -= r.unheld
 	delete(s.records, name)
 	s.waiting.Delete(name)
+	s.waitingForRoom.Delete(name)
+	if len(held) > 0 {
+		affected = append(affected, s.waitingForRoom.UnsortedList()...)
+	}
 	delete(s.written, name)
 	delete(s.eventTime, name)
 	return held, affected
@@ -386,9 +425,12 @@ func (m *egressIPs) egressNodes(t *term) assign.EgressNodes {
 		if !assign.EgressAssignable(n) {
 			continue
 		}
+		// An unreadable limit is a capacity of 0 (NodeEgressLimits), its
+		// Event emitted when the annotation changed (nodeEvent).
+		limits, _ := assign.NodeEgressLimits(n, c.opts.maxEgressIPsPerNode())
 		en := &assign.EgressNode{Name: n.Name, Ready: assign.NodeServes(n, alive[n.Name]), AgentAlive: alive[n.Name], AgentUnreachable: unreachable[n.Name],
-			AgentRestarting: c.leaseFacts.restarting(n.Name)}
-		if l, err := c.leaseLister.Leases(c.opts.Namespace).Get(n.Name); err == nil {
+			AgentRestarting: c.leaseFacts.restarting(n.Name), Capacity: limits.Capacity, Subnets: limits.CloudSubnets}
+		if l, err := c.leaseLister.Leases(c.opts.Namespace).Get(n.Name); err == nil && en.Subnets == nil {
 			en.Subnets = heartbeat.ReadFacts(l).EgressSubnets
 		}
 		view.Assignable[n.Name] = en
@@ -454,9 +496,9 @@ func (m *egressIPs) egressNodeChanged(t *term, node string, relevant bool) {
 }
 
 // nodeEvent feeds a Node add, update or delete (nil for none) to the
-// EgressIP assignment: a change of the label or of readiness matters; a
-// node that stops being Ready while it holds addresses counts as
-// unreachable.
+// EgressIP assignment: a change of the label, of readiness or of the
+// annotations that limit the node's egress addresses matters; a node that
+// stops being Ready while it holds addresses counts as unreachable.
 func (m *egressIPs) nodeEvent(t *term, old, cur *corev1.Node) {
 	var was, is bool
 	var wasReady, isReady corev1.ConditionStatus
@@ -479,7 +521,11 @@ func (m *egressIPs) nodeEvent(t *term, old, cur *corev1.Node) {
 	if !slices.Equal(oldAddrs, curAddrs) {
 		m.egressNodeAddressesChanged(t, oldAddrs, curAddrs)
 	}
-	if old != nil && cur != nil && was == is && wasReady == isReady {
+	limitsChanged := cur != nil && (old == nil || !egressLimitsEqual(old, cur))
+	if limitsChanged && is {
+		m.reportEgressLimits(cur)
+	}
+	if old != nil && cur != nil && was == is && wasReady == isReady && !limitsChanged {
 		return
 	}
 	// Unknown is the agent's liveness to judge (assign.NodeServes).
@@ -487,6 +533,27 @@ func (m *egressIPs) nodeEvent(t *term, old, cur *corev1.Node) {
 		m.noteUnreachable(t, name, assign.NodeNotReady)
 	}
 	m.egressNodeChanged(t, name, was || is)
+}
+
+// egressLimitsEqual says whether a and b carry the same annotations that
+// limit their egress addresses (assign.NodeEgressLimits).
+func egressLimitsEqual(a, b *corev1.Node) bool {
+	for _, k := range []string{assign.MaxEgressIPsAnnotation, cloudv1.EgressIPConfigAnnotation} {
+		va, oka := a.Annotations[k]
+		vb, okb := b.Annotations[k]
+		if va != vb || oka != okb {
+			return false
+		}
+	}
+	return true
+}
+
+// reportEgressLimits emits a Warning Event on an egress node whose limits
+// cannot be read: it takes no new address until they can.
+func (m *egressIPs) reportEgressLimits(n *corev1.Node) {
+	if _, err := assign.NodeEgressLimits(n, m.c.opts.maxEgressIPsPerNode()); err != nil {
+		m.c.events.Event(n, corev1.EventTypeWarning, string(reasons.InvalidEgressCapacity), err.Error()+"; the node takes no new egress IP until it is fixed, and keeps those it holds")
+	}
 }
 
 // egressNodeAddressesChanged re-syncs the EgressIPs that list an address a
@@ -516,7 +583,7 @@ func (m *egressIPs) egressNodeAddressesChanged(t *term, old, cur []netip.Addr) {
 func (m *egressIPs) noteUnreachable(t *term, node string, cause assign.NodeProblem) {
 	c := m.c
 	m.state(t).mu.Lock()
-	holds := m.state(t).load[node] > 0
+	holds := m.state(t).load[node].Total() > 0
 	m.state(t).mu.Unlock()
 	if holds {
 		c.metrics.eipNodeUnreachable.WithLabelValues(string(cause)).Inc()

@@ -37,6 +37,20 @@ import (
 type simNode struct {
 	labelled, ready, alive bool
 	subnets                []netip.Prefix
+	// capacity is nil for none.
+	capacity *assign.EgressCapacity
+}
+
+// randomCapacity is none half the time, else a total, or per family, of
+// 0 to 2.
+func (s *eipSim) randomCapacity() *assign.EgressCapacity {
+	switch s.rng.IntN(4) {
+	case 0:
+		return &assign.EgressCapacity{IPv4: assign.NoLimit, IPv6: assign.NoLimit, Any: s.rng.IntN(3)}
+	case 1:
+		return &assign.EgressCapacity{IPv4: s.rng.IntN(3), IPv6: s.rng.IntN(3), Any: assign.NoLimit}
+	}
+	return nil
 }
 
 type eipSim struct {
@@ -59,7 +73,7 @@ func (s *eipSim) view() assign.EgressNodes {
 	v := assign.EgressNodes{Assignable: map[string]*assign.EgressNode{}, Exists: func(n string) bool { return s.nodes[n] != nil }}
 	for name, n := range s.nodes {
 		if n.labelled {
-			v.Assignable[name] = &assign.EgressNode{Name: name, Ready: n.ready, AgentAlive: n.alive, Subnets: slices.Clone(n.subnets)}
+			v.Assignable[name] = &assign.EgressNode{Name: name, Ready: n.ready, AgentAlive: n.alive, Subnets: slices.Clone(n.subnets), Capacity: n.capacity}
 		}
 	}
 	return v
@@ -146,7 +160,7 @@ func (s *eipSim) step() string {
 			s.nodeEvent(name, n.labelled)
 			return "delete " + name
 		}
-		n := &simNode{labelled: s.rng.IntN(4) != 0, ready: true, alive: true}
+		n := &simNode{labelled: s.rng.IntN(4) != 0, ready: true, alive: true, capacity: s.randomCapacity()}
 		for _, p := range simSubnets {
 			if s.rng.IntN(2) == 0 {
 				n.subnets = append(n.subnets, p)
@@ -162,7 +176,11 @@ func (s *eipSim) step() string {
 		}
 		name := all[s.rng.IntN(len(all))]
 		n := s.nodes[name]
-		switch s.rng.IntN(4) {
+		switch s.rng.IntN(5) {
+		case 4: // capacity (its annotation, or the cloud's)
+			n.capacity = s.randomCapacity()
+			s.nodeEvent(name, n.labelled)
+			return "capacity " + name
 		case 0:
 			n.labelled = !n.labelled
 			s.nodeEvent(name, true)
@@ -217,7 +235,7 @@ func (s *eipSim) check() error {
 			}
 		}
 	}
-	load := map[string]int{}
+	load := map[string]assign.EgressLoad{} // recounted per family
 	byNode := map[string]sets.Set[string]{}
 	for name, eip := range s.eips {
 		used := map[string]bool{}
@@ -234,7 +252,13 @@ func (s *eipSim) check() error {
 			if owner[a] != name {
 				return fmt.Errorf("%s holds %s, which %s owns", name, a, owner[a])
 			}
-			load[it.Node]++
+			l := load[it.Node]
+			if a.Is4() {
+				l.IPv4++
+			} else {
+				l.IPv6++
+			}
+			load[it.Node] = l
 			if byNode[it.Node] == nil {
 				byNode[it.Node] = sets.New[string]()
 			}
@@ -257,6 +281,35 @@ func (s *eipSim) check() error {
 	for n, l := range load {
 		if s.state.load[n] != l || !s.state.byNode[n].Equal(byNode[n]) {
 			return fmt.Errorf("indexes: load %v byNode %v; recount %v %v", s.state.load, s.state.byNode, load, byNode)
+		}
+	}
+	// Room is used: an address its owner does not hold has no node that
+	// may hold it, holds nothing of that EgressIP and is below every limit
+	// (-1: none) for the address's family and in all.
+	for name, eip := range s.eips {
+		for _, str := range eip.Spec.EgressIPs {
+			a := netip.MustParseAddr(str)
+			if owner[a] != name || slices.ContainsFunc(eip.Status.Items, func(it esv1.EgressIPStatusItem) bool { return it.EgressIP == str }) {
+				continue
+			}
+			for nodeName, n := range s.nodes {
+				if !n.labelled || !n.ready || !n.alive || !slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a) }) ||
+					slices.ContainsFunc(eip.Status.Items, func(it esv1.EgressIPStatusItem) bool { return it.Node == nodeName }) {
+					continue
+				}
+				room := true
+				if c := n.capacity; c != nil {
+					sameFamily, familyLimit := load[nodeName].IPv4, c.IPv4
+					if a.Is6() {
+						sameFamily, familyLimit = load[nodeName].IPv6, c.IPv6
+					}
+					all := load[nodeName].IPv4 + load[nodeName].IPv6
+					room = (familyLimit < 0 || sameFamily < familyLimit) && (c.Any < 0 || all < c.Any)
+				}
+				if room {
+					return fmt.Errorf("%s: %s not held, though %s may hold it and has room (holds %+v, capacity %+v)", name, str, nodeName, load[nodeName], n.capacity)
+				}
+			}
 		}
 	}
 	held, unheld := 0, 0

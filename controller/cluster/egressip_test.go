@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	cloudv1 "github.com/egressflow/egressflow/controller/apis/cloudnetwork/v1"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/cluster"
@@ -69,7 +70,12 @@ func (f *eipFixture) egressNode(spec string) {
 // until it leads and is idle.
 func (f *eipFixture) run(identity string) *clustertest.Replica {
 	f.t.Helper()
-	opts := options(identity)
+	return f.runWith(options(identity))
+}
+
+// runWith is run with opts.
+func (f *eipFixture) runWith(opts cluster.Options) *clustertest.Replica {
+	f.t.Helper()
 	f.reg = prometheus.NewRegistry()
 	opts.Registerer = f.reg
 	f.r = f.RunController(f.t, opts)
@@ -341,6 +347,91 @@ func TestEgressIPReasons(t *testing.T) {
 	f.SetNodeReady(t, "node-c", true)
 	f.waitItems("web", reasons.Assigned, "192.0.2.10=node-c")
 	f.waitEvent("web", normal, reasons.Assigned, "192.0.2.10 on node-c")
+}
+
+// TestEgressIPCapacity: the cluster's limit, a node's annotation and the
+// cloud's annotation bound how many addresses a node takes; an address no
+// node has room for says so, and is placed once room is made, by a raised
+// limit or an address given up; a lowered limit moves nothing; an
+// unreadable annotation gets an Event on the Node and takes nothing new.
+func TestEgressIPCapacity(t *testing.T) {
+	f := newEIPFixture(t, "node-a")
+	opts := options("replica-a")
+	opts.MaxEgressIPsPerNode = 1
+	f.runWith(opts)
+	f.CreateEgressIP(t, "one", "192.0.2.10")
+	f.waitItems("one", reasons.Assigned, "192.0.2.10=node-a")
+	f.CreateEgressIP(t, "two", "192.0.2.11")
+	f.waitItems("two", reasons.NodesAtCapacity)
+	if msg := f.message("two"); msg != "not held: 192.0.2.11 (NodesAtCapacity: the available egress nodes with it in a subnet that hold no other address of this EgressIP hold as many addresses as their capacity allows)" {
+		t.Errorf("message %q", msg)
+	}
+	f.waitEvent("two", warning, reasons.NodesAtCapacity, "as many addresses as their capacity allows")
+
+	// node-b's agent publishes another subnet; the cloud's annotation
+	// gives it subnet4 and room for one IPv4 address.
+	f.egressNode("node-b=198.51.100.0/24")
+	cloud := `[{"interface":"eni-0b","ifaddr":{"ipv4":"192.0.2.0/24"},"capacity":{"ipv4":1,"ipv6":0}}]`
+	f.PatchNodeAnnotations(t, "node-b", map[string]*string{cloudv1.EgressIPConfigAnnotation: &cloud})
+	f.waitItems("two", reasons.Assigned, "192.0.2.11=node-b")
+
+	// Every node full; node-a's own annotation raises its limit.
+	f.CreateEgressIP(t, "three", "192.0.2.12")
+	f.waitItems("three", reasons.NodesAtCapacity)
+	two := "2"
+	f.PatchNodeAnnotations(t, "node-a", map[string]*string{assign.MaxEgressIPsAnnotation: &two})
+	f.waitItems("three", reasons.Assigned, "192.0.2.12=node-a")
+
+	// Full again; an address given up makes room.
+	f.CreateEgressIP(t, "four", "192.0.2.13")
+	f.waitItems("four", reasons.NodesAtCapacity)
+	f.DeleteEgressIP(t, "one")
+	f.waitItems("four", reasons.Assigned, "192.0.2.13=node-a")
+
+	// A lowered limit moves nothing.
+	zero := "0"
+	f.PatchNodeAnnotations(t, "node-a", map[string]*string{assign.MaxEgressIPsAnnotation: &zero})
+	f.CreateEgressIP(t, "five", "192.0.2.14")
+	f.waitItems("five", reasons.NodesAtCapacity)
+	f.waitItems("three", reasons.Assigned, "192.0.2.12=node-a")
+	f.waitItems("four", reasons.Assigned, "192.0.2.13=node-a")
+	f.DeleteEgressIP(t, "five") // "two" alone waits for node-b's room below
+
+	// Unreadable: an Event on the Node. With its own limit unreadable,
+	// node-b keeps what it holds; with the cloud's, it has only its
+	// agent's subnets, where "two" is not, until the annotation is fixed.
+	for _, bad := range []struct {
+		key, value, says string
+		two              reasons.Reason
+		twoItems         []string
+	}{
+		{assign.MaxEgressIPsAnnotation, "lots", `egressflow.io/max-egress-ips "lots" is not a number of addresses`, reasons.Assigned, []string{"192.0.2.11=node-b"}},
+		{cloudv1.EgressIPConfigAnnotation, `[{"ifaddr":{"ipv4":"2001:db8::/64"}}]`, `ifaddr.ipv4 "2001:db8::/64" is not an ipv4 prefix`, reasons.NodesAtCapacity, nil},
+	} {
+		nodeB, err := f.Kube.CoreV1().Nodes().Get(context.Background(), "node-b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		good, hadGood := nodeB.Annotations[bad.key]
+		f.PatchNodeAnnotations(t, "node-b", map[string]*string{bad.key: &bad.value})
+		wait.Until(t, settle, func() error {
+			var got []string
+			for _, e := range f.Events(t, metav1.NamespaceDefault, "node-b") {
+				if e.InvolvedObject.Kind == "Node" && e.Type == warning && e.Reason == string(reasons.InvalidEgressCapacity) && strings.Contains(e.Message, bad.says) {
+					return nil
+				}
+				got = append(got, e.Reason+": "+e.Message)
+			}
+			return fmt.Errorf("no InvalidEgressCapacity Event saying %q on node-b: %q", bad.says, got)
+		})
+		f.waitItems("two", bad.two, bad.twoItems...)
+		restore := &good
+		if !hadGood {
+			restore = nil
+		}
+		f.PatchNodeAnnotations(t, "node-b", map[string]*string{bad.key: restore})
+		f.waitItems("two", reasons.Assigned, "192.0.2.11=node-b")
+	}
 }
 
 // TestEgressIPLabelRemoved: an address follows the label: removed from

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"k8s.io/utils/clock"
 )
@@ -162,6 +163,13 @@ type Options struct {
 	// the Assigned condition says when the pods leave through their
 	// nodes. "" is esv1.EgressIPUnheldDrop.
 	EgressIPUnheld esv1.EgressIPUnheld
+	// MaxEgressIPsPerNode is how many egress IPs, both families together,
+	// a node without assign.MaxEgressIPsAnnotation may hold; 0 sets no
+	// limit. A limit spreads the addresses over more nodes than the
+	// fewest-first rule alone would when nodes come and go, and bounds
+	// what one node's failure moves at once; too low a limit leaves
+	// addresses unheld (NodesAtCapacity) while nodes have room to spare.
+	MaxEgressIPsPerNode int
 
 	ServiceWorkers int
 	NodeWorkers    int
@@ -186,6 +194,15 @@ type Options struct {
 	Clock clock.WithTicker
 }
 
+// maxEgressIPsPerNode is MaxEgressIPsPerNode as assign.NodeEgressLimits
+// reads it.
+func (o *Options) maxEgressIPsPerNode() int {
+	if o.MaxEgressIPsPerNode <= 0 {
+		return assign.NoLimit
+	}
+	return o.MaxEgressIPsPerNode
+}
+
 func (o *Options) setDefaults() error {
 	setDefault(&o.Namespace, DefaultNamespace)
 	setDefault(&o.LeaderLeaseName, DefaultLeaderLeaseName)
@@ -200,6 +217,9 @@ func (o *Options) setDefaults() error {
 	setDefault(&o.FirewallWorkers, DefaultFirewallWorkers)
 	setDefault(&o.ExternalRouteWorkers, DefaultExternalRouteWorkers)
 	setDefault(&o.EgressIPWorkers, DefaultEgressIPWorkers)
+	if o.MaxEgressIPsPerNode < 0 {
+		return errors.New("the cluster's egress IPs per node must be 0 (no limit) or more")
+	}
 	setDefault(&o.FirewallPendingWarning, DefaultFirewallPendingWarning)
 	setDefault(&o.ExternalRoutePendingWarning, DefaultExternalRoutePendingWarning)
 	setDefault(&o.RetryBaseDelay, DefaultRetryBaseDelay)

@@ -105,25 +105,30 @@ func (s *eipState) decide(eip *esv1.EgressIP, view assign.EgressNodes) (assign.E
 	affected := s.setSpec(eip.Name, eip.CreationTimestamp, eip.Spec.Addresses())
 	in := assign.EgressIPInput{Addresses: eip.Spec.EgressIPs, Holders: s.records[eip.Name].holders, Conflicts: s.conflicts(eip.Name)}
 	d := assign.DecideEgressIP(in, view, s.loadOf)
-	unheld, waiting := unheldCount(d)
-	s.reserve(eip.Name, d.Held(), unheld, waiting)
-	return d, affected
+	unheld, waiting, waitingForRoom := unheldCount(d)
+	mayFit := s.reserve(eip.Name, d.Held(), unheld, waiting, waitingForRoom)
+	return d, append(affected, mayFit...)
 }
 
 // unheldCount counts d's addresses without a node, and says whether a
 // change of nodes may give one a node (reasons other than AddressConflict
-// and InvalidAddress).
-func unheldCount(d assign.EgressIPDecision) (unheld int, waiting bool) {
+// and InvalidAddress), and whether an address given up elsewhere may
+// (NodesAtCapacity, and AllNodesTaken, whose nodes may be full too).
+func unheldCount(d assign.EgressIPDecision) (unheld int, waiting, waitingForRoom bool) {
 	for _, it := range d.Items {
 		if it.Node != "" {
 			continue
 		}
 		unheld++
-		if it.Reason != reasons.AddressConflict && it.Reason != reasons.InvalidAddress {
+		switch it.Reason {
+		case reasons.AddressConflict, reasons.InvalidAddress:
+		case reasons.NodesAtCapacity, reasons.AllNodesTaken:
+			waiting, waitingForRoom = true, true
+		default:
 			waiting = true
 		}
 	}
-	return unheld, waiting
+	return unheld, waiting, waitingForRoom
 }
 
 func (m *egressIPs) setEgressIPGauges(e *eipState) {
@@ -327,7 +332,7 @@ func (s *eipState) adopt(eips []*esv1.EgressIP, view assign.EgressNodes) int {
 			}
 		}
 		adopted += len(kept)
-		s.reserve(eip.Name, kept, 0, false)
+		s.reserve(eip.Name, kept, 0, false, false)
 	}
 	return adopted
 }

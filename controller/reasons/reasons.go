@@ -146,6 +146,16 @@ const (
 	// subnet holds another address of the same EgressIP (two addresses of
 	// one EgressIP never share a node).
 	AllNodesTaken Reason = "AllNodesTaken"
+	// NodesAtCapacity: the available egress nodes with the address in a
+	// subnet hold as many addresses as their capacity allows (the cloud's
+	// per-interface limit, egressflow.io/max-egress-ips, or the
+	// controller's --max-egress-ips-per-node).
+	NodesAtCapacity Reason = "NodesAtCapacity"
+	// InvalidEgressCapacity (an Event on a Node): the node's
+	// egressflow.io/max-egress-ips or cloud.network.openshift.io/egress-ipconfig
+	// annotation cannot be read. The node takes no new address until it
+	// can, and keeps those it holds.
+	InvalidEgressCapacity Reason = "InvalidEgressCapacity"
 	// AddressConflict: an older EgressIP (by creationTimestamp, then name)
 	// lists the same address and is the one that may hold it.
 	AddressConflict Reason = "AddressConflict"
@@ -156,6 +166,35 @@ const (
 	// holding it would answer ARP and neighbour solicitations for that
 	// node and take its traffic.
 	NodeAddress Reason = "NodeAddress"
+)
+
+// Why a CloudPrivateIPConfig's address is where it is, or nowhere (the
+// reason of its Assigned condition and of its Events): Assigned says the
+// cloud has it on spec.node; the others say why not yet.
+const (
+	// CloudNodeNotFound: spec.node names no Node.
+	CloudNodeNotFound Reason = "NodeNotFound"
+	// CloudNodeUnknown: the cloud does not know the node's instance or its
+	// primary interface (no providerID, or one the cloud does not have).
+	CloudNodeUnknown Reason = "CloudNodeUnknown"
+	// CloudThrottled: the cloud refused the controller's calls for their
+	// rate; they are retried with backoff.
+	CloudThrottled Reason = "CloudThrottled"
+	// CloudInterfaceFull: the node's interface holds as many addresses as
+	// its instance type allows.
+	CloudInterfaceFull Reason = "CloudInterfaceFull"
+	// CloudAddressInUse: the address is another interface's primary
+	// address, or something other than egressflow holds it.
+	CloudAddressInUse Reason = "CloudAddressInUse"
+	// CloudAssignPending: the cloud accepted the assignment, and does not
+	// list it yet (its reads lag its writes).
+	CloudAssignPending Reason = "CloudAssignPending"
+	// CloudRequestFailed: any other error of the cloud's API.
+	CloudRequestFailed Reason = "CloudRequestFailed"
+	// InvalidObjectName: the object's name is not an address in the
+	// convention of CloudPrivateIPConfig (the CRD refuses it; an object
+	// stored otherwise).
+	InvalidObjectName Reason = "InvalidObjectName"
 )
 
 // Why a gateway pod that an AdminPolicyBasedExternalRoute's dynamic hop

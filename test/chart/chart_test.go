@@ -320,7 +320,7 @@ func TestAnotherNamespace(t *testing.T) {
 	}
 	cm := m["ConfigMap/"+otherNamespace+"/egressflow-cluster"]
 	for k, v := range map[string]string{"BRIDGE": "br-uplink", "UPLINK": "ens5", "POD_CIDRS": "10.42.0.0/16",
-		"SERVICE_CIDRS": "10.43.0.0/16", "EGRESSIP_UNHELD": "node-ip"} {
+		"SERVICE_CIDRS": "10.43.0.0/16", "EGRESSIP_UNHELD": "node-ip", "MAX_EGRESS_IPS_PER_NODE": "12"} {
 		if got := str(cm, "data", k); got != v {
 			t.Errorf("egressflow-cluster %s = %q, want %q", k, got, v)
 		}
@@ -413,6 +413,8 @@ func TestValues(t *testing.T) {
 	}{
 		{[]string{"--set", "namespace.create=true"}, "namespace.create renders the Namespace"},
 		{[]string{"--set", "cluster.egressIPUnheld=maybe"}, "cluster.egressIPUnheld must be drop or node-ip"},
+		{[]string{"--set", "cluster.maxEgressIPsPerNode=-1"}, "cluster.maxEgressIPsPerNode must be a number, 0 or more"},
+		{[]string{"--set-string", "cluster.maxEgressIPsPerNode=many"}, "cluster.maxEgressIPsPerNode must be a number, 0 or more"},
 	} {
 		cmd := exec.Command(bin, append([]string{"template", release, chartDir, "--namespace", deployNamespace}, bad.args...)...)
 		cmd.Dir = root(t)

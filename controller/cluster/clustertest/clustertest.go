@@ -156,10 +156,24 @@ func (e *Env) SetNodeReadyStatus(t testing.TB, name string, status corev1.Condit
 // PatchNodeLabels merge-patches a Node's labels (nil value: remove).
 func (e *Env) PatchNodeLabels(t testing.TB, name string, labels map[string]*string) {
 	t.Helper()
+	e.patchNodeMetadata(t, name, "labels", labels)
+}
+
+// PatchNodeAnnotations merge-patches a Node's annotations (nil value:
+// remove).
+func (e *Env) PatchNodeAnnotations(t testing.TB, name string, annotations map[string]*string) {
+	t.Helper()
+	e.patchNodeMetadata(t, name, "annotations", annotations)
+}
+
+// patchNodeMetadata merge-patches one map of a Node's metadata, labels or
+// annotations.
+func (e *Env) patchNodeMetadata(t testing.TB, name, field string, values map[string]*string) {
+	t.Helper()
 	var b strings.Builder
-	b.WriteString(`{"metadata":{"labels":{`)
+	fmt.Fprintf(&b, `{"metadata":{%q:{`, field)
 	i := 0
-	for k, v := range labels {
+	for k, v := range values {
 		if i > 0 {
 			b.WriteString(",")
 		}

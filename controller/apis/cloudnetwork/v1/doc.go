@@ -8,7 +8,10 @@
 // are generated from these types by `make generate`; never edit them by hand.
 // They share one clientset with the other groups: CloudNetworkV1().
 //
-// It also holds the one reading of an object's name, the address it
+// It also holds the Node annotation in which a cloud controller publishes
+// each node's egress subnets and capacity, and its one reading
+// (egressipconfig.go: EgressIPConfigAnnotation, ParseEgressIPConfig), and
+// the one reading of an object's name, the address it
 // assigns (ObjectName, AddressOf): an IPv4 address as it is written, an
 // IPv6 address as its eight groups of four hex digits joined by dots (an
 // object's name must be a DNS subdomain, so "::" cannot be kept). It is
