@@ -56,7 +56,7 @@ FUZZTIME_LONG ?= 10m
 DIFF_FLOWS_LONG ?= 50000
 
 .PHONY: images all build generate manifests lint chart-check test test-deps demo fuzz-smoke fuzz \
-	bench-openflow bench-controller bench-egressip-assign bench-agent bench-qos bench-firewall bench-egressip bench-externalroute bench-restart bench-failover bench-scale e2e clean
+	bench-openflow bench-controller bench-egressip-assign bench-cloudip bench-agent bench-qos bench-firewall bench-egressip bench-externalroute bench-restart bench-failover bench-scale e2e clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
 # the cluster up until Ctrl-C; `make test` runs it that way, as a test.
@@ -193,6 +193,12 @@ bench-openflow: test-deps
 ## bench-controller: host assignment at 1,000 nodes x 5,000 services against a real API server.
 bench-controller: test-deps
 	bash test/bench/controller.sh
+
+## bench-cloudip: the cloud controller at 1,000 CloudPrivateIPConfigs over 100 nodes against a real API server
+## and the local EC2 endpoint (test/fakeec2) answering after 200 ms: time to all Assigned, EC2 calls per
+## assignment, a node's death.
+bench-cloudip: test-deps
+	bash test/bench/cloudip.sh
 
 ## bench-egressip-assign: EgressIP assignment at 100 egress nodes x 1,000 EgressIPs against a real API server.
 bench-egressip-assign: test-deps

@@ -22,6 +22,8 @@ import (
 	"github.com/egressflow/egressflow/cmd/internal/cli"
 	"github.com/egressflow/egressflow/cmd/internal/clientmetrics"
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
+	"github.com/egressflow/egressflow/controller/cloud"
+	"github.com/egressflow/egressflow/controller/cloud/aws"
 	"github.com/egressflow/egressflow/controller/cluster"
 )
 
@@ -90,6 +92,9 @@ func run() error {
 	fs.IntVar(&opts.ServiceWorkers, "service-workers", cluster.DefaultServiceWorkers, "EgressServices synced in parallel")
 	fs.IntVar(&opts.NodeWorkers, "node-workers", cluster.DefaultNodeWorkers, "node label patches, and node view writes, in parallel")
 	fs.IntVar(&opts.EgressIPWorkers, "egressip-workers", cluster.DefaultEgressIPWorkers, "EgressIPs synced in parallel")
+	var cloudProvider string
+	fs.StringVar(&cloudProvider, "cloud-provider", cli.EnvOr("CLOUD_PROVIDER", cloud.Metal{}.Name()), "where CloudPrivateIPConfigs' addresses go (CLOUD_PROVIDER of the egressflow-cluster ConfigMap): \"metal\" (no cloud: an assignment is recorded, and the nodes' uplinks answer for the address) or \"aws\" (secondary addresses of the node's primary ENI; region and credentials from the SDK's usual sources: AWS_REGION, an IAM role for the ServiceAccount, the instance profile)")
+	fs.IntVar(&opts.CloudWorkers, "cloud-workers", cluster.DefaultCloudWorkers, "CloudPrivateIPConfigs synced in parallel (each waits on the cloud's API)")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", cluster.DefaultResyncPeriod, "how often everything is re-checked (no API write when right); negative disables")
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
 	fs.DurationVar(&opts.RetryMaxDelay, "retry-max-delay", cluster.DefaultRetryMaxDelay, "cap of the retry delay")
@@ -126,6 +131,16 @@ func run() error {
 	}
 	if opts.MaxEgressIPsPerNode, err = strconv.Atoi(maxEgressIPs); err != nil || opts.MaxEgressIPsPerNode < 0 {
 		return fmt.Errorf("--max-egress-ips-per-node (or MAX_EGRESS_IPS_PER_NODE) %q: want a number of addresses, 0 for no limit", maxEgressIPs)
+	}
+	switch cloudProvider {
+	case cloud.Metal{}.Name():
+		opts.CloudProvider = cloud.Metal{}
+	case aws.Name:
+		if opts.CloudProvider, err = aws.NewFromEnvironment(context.Background(), aws.Options{}); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--cloud-provider (or CLOUD_PROVIDER) %q: want metal or aws", cloudProvider)
 	}
 	if len(opts.PodCIDRs) == 0 {
 		klog.InfoS("No --pod-cidrs: every endpoint address counts as a pod on the cluster network, host-networked ones too")

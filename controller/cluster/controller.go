@@ -195,6 +195,9 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	register(c, func(s slot[*rolloutTerm[*esv1.AdminPolicyBasedExternalRoute]]) member {
 		return newExternalRouteRollout(c, routeInf.Informer(), s)
 	})
+	register(c, func(s slot[*cloudTerm]) member {
+		return newCloudIPs(c, opts.CloudProvider, c.esInformers.CloudNetwork().V1().CloudPrivateIPConfigs(), s)
+	})
 	c.serviceLister, c.nodeLister, c.leaseLister = svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()
 	if c.views, err = nodeview.NewPublisher(kube, opts.Namespace, nodeInf, c.viewInformers.Core().V1().ConfigMaps(), c.uninstalling.Load); err != nil {

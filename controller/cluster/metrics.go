@@ -121,7 +121,7 @@ func newSyncMetrics() *syncMetrics {
 	m := &syncMetrics{
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_syncs_total",
-			Help: "Syncs by queue (service, node, egressqos, egressfirewall, egressip, externalroute) and result (ok, error).",
+			Help: "Syncs by queue (service, node, egressqos, egressfirewall, egressip, externalroute, cloudprivateipconfig, cloudnode) and result (ok, error).",
 		}, []string{"queue", "result"}),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_last_successful_sync_timestamp_seconds",
@@ -138,13 +138,13 @@ func newSyncMetrics() *syncMetrics {
 		}),
 		apiWritesByResult: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_api_writes_total",
-			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status, externalroute_status) and result (ok, conflict, error).",
+			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status, externalroute_status, cloudip_status, cloudip_finalizer, node_annotations) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
 		events: events.NewCounter("egressflow_controller"),
 	}
 	// Known label values start at 0, so that a rate or a sum over them
 	// exists before the first failure.
-	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP, queueExternalRoute} {
+	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP, queueExternalRoute, queueCloudIP, queueCloudNode} {
 		m.failingSyncs.WithLabelValues(queue)
 		for _, result := range []string{"ok", "error"} {
 			m.syncs.WithLabelValues(queue, result)
@@ -253,6 +253,10 @@ const (
 	queueEgressIP = "egressip"
 	// queueExternalRoute is AdminPolicyBasedExternalRoute's.
 	queueExternalRoute = "externalroute"
+	// queueCloudIP is CloudPrivateIPConfig's, queueCloudNode the nodes
+	// whose cloud capacity is published.
+	queueCloudIP   = "cloudprivateipconfig"
+	queueCloudNode = "cloudnode"
 )
 
 // synced records the sync of key from queue that ended at now with err.

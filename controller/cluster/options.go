@@ -9,6 +9,7 @@ import (
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
+	"github.com/egressflow/egressflow/controller/cloud"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"k8s.io/utils/clock"
 )
@@ -92,6 +93,12 @@ const (
 	// (a burst of new EgressIPs, a node's addresses failing over) at the
 	// cost of API server concurrency.
 	DefaultEgressIPWorkers = 8
+	// DefaultCloudWorkers is how many CloudPrivateIPConfigs are synced at
+	// once. Each sync waits on the cloud's API (hundreds of milliseconds a
+	// call, and Assign waits until the cloud lists the address): more
+	// workers assign more addresses at once, and spend the account's API
+	// rate faster, which the cloud answers with throttling.
+	DefaultCloudWorkers = 10
 	// DefaultFirewallWorkers and DefaultFirewallPendingWarning are their
 	// EgressFirewall counterparts, for the same reasons: one object per
 	// namespace, changed rarely, taken in by an agent within about a
@@ -170,6 +177,9 @@ type Options struct {
 	// what one node's failure moves at once; too low a limit leaves
 	// addresses unheld (NodesAtCapacity) while nodes have room to spare.
 	MaxEgressIPsPerNode int
+	// CloudProvider is the cloud the cloud controller reconciles
+	// CloudPrivateIPConfigs with; nil is cloud.Metal.
+	CloudProvider cloud.Provider
 
 	ServiceWorkers int
 	NodeWorkers    int
@@ -178,6 +188,7 @@ type Options struct {
 	QoSPendingWarning time.Duration
 	FirewallWorkers   int
 	EgressIPWorkers   int
+	CloudWorkers      int
 	// FirewallPendingWarning: see DefaultFirewallPendingWarning.
 	FirewallPendingWarning time.Duration
 	ExternalRouteWorkers   int
@@ -217,6 +228,10 @@ func (o *Options) setDefaults() error {
 	setDefault(&o.FirewallWorkers, DefaultFirewallWorkers)
 	setDefault(&o.ExternalRouteWorkers, DefaultExternalRouteWorkers)
 	setDefault(&o.EgressIPWorkers, DefaultEgressIPWorkers)
+	setDefault(&o.CloudWorkers, DefaultCloudWorkers)
+	if o.CloudProvider == nil {
+		o.CloudProvider = cloud.Metal{}
+	}
 	if o.MaxEgressIPsPerNode < 0 {
 		return errors.New("the cluster's egress IPs per node must be 0 (no limit) or more")
 	}

@@ -119,7 +119,12 @@ func expectAdmissionPolicies(t *testing.T, c *Cluster) {
 	}
 	refused("controller adds label team=x", patch(`{"metadata":{"labels":{"team":"x"}}}`), "may change only the labels under egress-service.k8s.ovn.org/")
 	refused("controller removes label kubernetes.io/hostname", patch(`{"metadata":{"labels":{"kubernetes.io/hostname":null}}}`), "may change only the labels under egress-service.k8s.ovn.org/")
-	refused("controller annotates", patch(`{"metadata":{"annotations":{"x":"y"}}}`), "may change nothing of Node")
+	refused("controller annotates", patch(`{"metadata":{"annotations":{"x":"y"}}}`), "may change no annotation of Node")
+	for _, value := range []string{`"[]"`, "null"} {
+		if err := patch(`{"metadata":{"annotations":{"cloud.network.openshift.io/egress-ipconfig":` + value + `}}}`); err != nil {
+			t.Errorf("controller writes the cloud capacity annotation (%s): %v", value, err)
+		}
+	}
 	refused("controller cordons", patch(`{"spec":{"unschedulable":true}}`), "may change nothing of Node")
 	n, err := c.Kube.CoreV1().Nodes().Get(ctx, other.Name, metav1.GetOptions{})
 	if err != nil || n.Spec.Unschedulable || n.Labels["team"] != "" || n.Labels[corev1.LabelHostname] == "" {

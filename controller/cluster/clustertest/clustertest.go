@@ -58,14 +58,15 @@ const (
 const PodCIDR = "10.128.0.0/14"
 
 // Manifests are the deploy/ files every test cluster gets: the
-// controller's admission policies on EgressIPs and on the agents' input
-// label among them, so that every test would see the controller change
-// anything but an EgressIP's status or that label.
+// controller's admission policies on EgressIPs, on the agents' input
+// label, on Nodes and on CloudPrivateIPConfig status among them, so that
+// every test fails if the controller changes anything it may not.
 // (The Deployment and the API Priority and Fairness objects are applied
 // for their validation by the API server; this one runs no controller and
 // no priority and fairness.)
 var Manifests = []string{"deploy/controller/namespace.yaml", "deploy/controller/rbac.yaml", "deploy/controller/deployment.yaml", "deploy/controller/pdb.yaml", "deploy/agent/rbac.yaml",
-	"deploy/admission/controller-egressip-policy.yaml", "deploy/admission/controller-input-label-policy.yaml", "deploy/flowcontrol/liveness.yaml"}
+	"deploy/admission/controller-egressip-policy.yaml", "deploy/admission/controller-input-label-policy.yaml", "deploy/admission/controller-node-policy.yaml",
+	"deploy/admission/cloudprivateipconfig-status-policy.yaml", "deploy/flowcontrol/liveness.yaml"}
 
 // Env is a test API server with the deploy/ RBAC applied and admin clients.
 type Env struct {
