@@ -94,7 +94,7 @@ func run() error {
 	fs.IntVar(&opts.EgressIPWorkers, "egressip-workers", cluster.DefaultEgressIPWorkers, "EgressIPs synced in parallel")
 	var cloudProvider string
 	fs.StringVar(&cloudProvider, "cloud-provider", cli.EnvOr("CLOUD_PROVIDER", cloud.Metal{}.Name()), "where CloudPrivateIPConfigs' addresses go (CLOUD_PROVIDER of the egressflow-cluster ConfigMap): \"metal\" (no cloud: an assignment is recorded, and the nodes' uplinks answer for the address) or \"aws\" (secondary addresses of the node's primary ENI; region and credentials from the SDK's usual sources: AWS_REGION, an IAM role for the ServiceAccount, the instance profile)")
-	fs.IntVar(&opts.CloudWorkers, "cloud-workers", cluster.DefaultCloudWorkers, "CloudPrivateIPConfigs synced in parallel (each waits on the cloud's API)")
+	fs.IntVar(&opts.CloudWorkers, "cloud-workers", cluster.DefaultCloudWorkers, "CloudPrivateIPConfigs synced, and nodes' cloud capacities read, in parallel (each waits on the cloud's API)")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", cluster.DefaultResyncPeriod, "how often everything is re-checked (no API write when right); negative disables")
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
 	fs.DurationVar(&opts.RetryMaxDelay, "retry-max-delay", cluster.DefaultRetryMaxDelay, "cap of the retry delay")

@@ -375,6 +375,24 @@ func (d EgressIPDecision) StatusItems() []esv1.EgressIPStatusItem {
 	return out
 }
 
+// Confirmed is d with every held address that confirm does not confirm
+// on its node made not held, reason reasons.CloudPending and confirm's
+// why. On a cloud, an address is usable only once the cloud has it on its
+// node's interface: until then no node may use it.
+func (d EgressIPDecision) Confirmed(confirm func(a netip.Addr, node string) (ok bool, why string)) EgressIPDecision {
+	items := slices.Clone(d.Items)
+	for i := range items {
+		it := &items[i]
+		if it.Node == "" {
+			continue
+		}
+		if ok, why := confirm(it.Addr, it.Node); !ok {
+			it.Node, it.Reason, it.Why = "", reasons.CloudPending, why
+		}
+	}
+	return EgressIPDecision{Items: items}
+}
+
 // Condition is the Assigned condition's verdict: ok when every address is
 // held; reason Assigned then, else that of the first address not held;
 // message naming every address not held with its reason (in spec order,

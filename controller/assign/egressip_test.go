@@ -615,3 +615,32 @@ func checkEgressIPSpec(in EgressIPInput, nodes map[string]*EgressNode, load, loa
 	}
 	return nil
 }
+
+// TestConfirmed: an address the cloud has yet to confirm on its node is
+// not held, reason CloudPending with confirm's why; the others are as
+// decided, and the decision itself is not changed.
+func TestConfirmed(t *testing.T) {
+	d := DecideEgressIP(EgressIPInput{Addresses: []string{"192.0.2.10", "192.0.2.11", "203.0.113.1"}},
+		nodeSet(egressNode("a", net4a), egressNode("b", net4a)), eipLoads(nil, nil))
+	var asked []string
+	c := d.Confirmed(func(a netip.Addr, node string) (bool, string) {
+		asked = append(asked, a.String()+"="+node)
+		return a.String() == "192.0.2.10", "not yet on " + node
+	})
+	items, _ := short(c)
+	if !slices.Equal(items, []string{"192.0.2.10=" + d.Items[0].Node, "192.0.2.11:CloudPending", "203.0.113.1:NoNodeInSubnet"}) {
+		t.Errorf("confirmed %q", items)
+	}
+	if c.Items[1].Why != "not yet on "+d.Items[1].Node {
+		t.Errorf("why %q", c.Items[1].Why)
+	}
+	if len(asked) != 2 {
+		t.Errorf("asked about %q, want the two held addresses only", asked)
+	}
+	if orig, _ := short(d); orig[1] != "192.0.2.11="+d.Items[1].Node {
+		t.Errorf("the decision changed: %q", orig)
+	}
+	if ok, reason, _ := c.Condition(); ok || reason != reasons.CloudPending {
+		t.Errorf("condition %v %s, want not ok, CloudPending", ok, reason)
+	}
+}

@@ -114,7 +114,7 @@ func (m *cloudIPs) pools() []workerPool {
 		{m.c.opts.CloudWorkers, func(ctx context.Context, t *term) bool {
 			return process(ctx, m.c, m.term(t).queue, queueCloudIP, func(ctx context.Context, name string) error { return m.syncConfig(ctx, t, name) })
 		}},
-		{1, func(ctx context.Context, t *term) bool {
+		{m.c.opts.CloudWorkers, func(ctx context.Context, t *term) bool {
 			return process(ctx, m.c, m.term(t).nodes, queueCloudNode, func(ctx context.Context, name string) error { return m.publishNode(ctx, t, name) })
 		}},
 	}

@@ -45,7 +45,8 @@ func newCloudFixture(t *testing.T) *cloudFixture {
 }
 
 // node adds an instance of instanceType with primary address 10.0.0.<n>
-// and its Ready egress Node.
+// and its Ready egress Node, whose agent heartbeats and publishes the
+// subnet.
 func (f *cloudFixture) node(name, instanceType string, n int) {
 	f.t.Helper()
 	instance := "i-" + name
@@ -58,6 +59,7 @@ func (f *cloudFixture) node(name, instanceType string, n int) {
 		f.t.Fatal(err)
 	}
 	f.SetNodeReady(f.t, name, true)
+	f.StartAgentWith(f.t, name, clustertest.AgentRenew, clustertest.AgentExpire, "10.0.0.0/24")
 }
 
 func (f *cloudFixture) run(identity string) *clustertest.Replica {
@@ -119,16 +121,7 @@ func (f *cloudFixture) wait(name, node string, reason reasons.Reason) {
 
 func (f *cloudFixture) waitEvent(name, eventType string, reason reasons.Reason) {
 	f.t.Helper()
-	wait.Until(f.t, settle, func() error {
-		var got []string
-		for _, e := range f.Events(f.t, metav1.NamespaceDefault, name) {
-			if e.InvolvedObject.Kind == "CloudPrivateIPConfig" && e.Type == eventType && e.Reason == string(reason) {
-				return nil
-			}
-			got = append(got, e.Type+" "+e.Reason+": "+e.Message)
-		}
-		return fmt.Errorf("no %s Event %s on %s among %q", eventType, reason, name, got)
-	})
+	waitEventOn(f.t, f.Env, metav1.NamespaceDefault, "CloudPrivateIPConfig", name, eventType, reason, "")
 }
 
 // neverTwice watches, until the test ends, that addr is never on two
@@ -273,4 +266,122 @@ func TestCloudPrivateIPConfigLeaderChange(t *testing.T) {
 	if h := f.ec2.Holders(netip.MustParseAddr("10.0.0.100")); !slices.Equal(h, []string{f.iface["node-b"]}) || strings.Contains(fmt.Sprint(h), f.iface["node-a"]) {
 		t.Errorf("holders %v", h)
 	}
+}
+
+// TestEgressIPOnCloud: on a cloud, an EgressIP's address gets its
+// CloudPrivateIPConfig on the chosen node, and enters status.items only
+// once the cloud has it there; a move takes it out of status.items before
+// the cloud moves it; a deleted EgressIP's object goes, and the cloud
+// releases the address.
+func TestEgressIPOnCloud(t *testing.T) {
+	f := newCloudFixture(t)
+	f.node("node-a", "m5.large", 10)
+	f.node("node-b", "m5.large", 11)
+	f.ec2.SetListDelay(300 * time.Millisecond)
+	f.run("replica-a")
+	const addr = "10.0.0.100"
+	name := cloudv1.ObjectName(netip.MustParseAddr(addr))
+	f.neverTwice(addr)
+	f.statusFollowsCloud("web", addr)
+	// The cloud is asked to take the address from a node only once
+	// status.items no longer names that node (a quorum read, at the moment
+	// of the request).
+	var released atomic.Int32
+	f.ec2.BeforeRelease(func(iface string, a netip.Addr) {
+		released.Add(1)
+		eip, err := f.ES.K8sV1().EgressIPs().Get(context.Background(), "web", metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		for _, it := range eip.Status.Items {
+			if f.iface[it.Node] == iface {
+				t.Errorf("the cloud is asked to release %s from %s while status.items names %s", a, iface, it.Node)
+			}
+		}
+	})
+
+	f.CreateEgressIP(t, "web", addr)
+	first := f.waitEgressIP("web", "")
+	f.wait(name, first, reasons.Assigned)
+	obj, err := f.ES.CloudNetworkV1().CloudPrivateIPConfigs().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || obj.Labels[cluster.CloudEgressIPLabel] != "web" {
+		t.Fatalf("%s: labels %v (%v), want %s=web", name, obj.Labels, err, cluster.CloudEgressIPLabel)
+	}
+	waitEventOn(t, f.Env, metav1.NamespaceDefault, "EgressIP", "web", warning, reasons.CloudPending, "the cloud has yet to attach it")
+
+	// The holder loses its label: the address moves, through the cloud.
+	f.PatchNodeLabels(t, first, map[string]*string{assign.EgressAssignableLabel: nil})
+	second := f.waitEgressIP("web", first)
+	f.wait(name, second, reasons.Assigned)
+	if released.Load() == 0 {
+		t.Error("the move released nothing")
+	}
+
+	// Deleted: its object goes, and with it the address from the cloud.
+	f.DeleteEgressIP(t, "web")
+	wait.Until(t, settle, func() error {
+		_, err := f.ES.CloudNetworkV1().CloudPrivateIPConfigs().Get(context.Background(), name, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s still there (%v)", name, err)
+		}
+		if h := f.ec2.Holders(netip.MustParseAddr(addr)); len(h) > 0 {
+			return fmt.Errorf("%s still on %v", addr, h)
+		}
+		return nil
+	})
+}
+
+// waitEgressIP waits until the EgressIP's one address is held by a node
+// other than not, and returns it.
+func (f *cloudFixture) waitEgressIP(name, not string) string {
+	f.t.Helper()
+	node := ""
+	wait.Until(f.t, settle, func() error {
+		eip := f.GetEgressIP(f.t, name)
+		if len(eip.Status.Items) != 1 || eip.Status.Items[0].Node == not {
+			return fmt.Errorf("items %+v (conditions %+v)", eip.Status.Items, eip.Status.Conditions)
+		}
+		node = eip.Status.Items[0].Node
+		return nil
+	})
+	return node
+}
+
+// statusFollowsCloud watches, until the test ends, that whenever the
+// EgressIP's status.items names a node for addr, the cloud has addr on
+// that node's interface: read between two reads of the cloud, one of them
+// must show it (an item is written only after the cloud lists it, and
+// taken out before the cloud releases it).
+func (f *cloudFixture) statusFollowsCloud(eipName, addr string) {
+	a := netip.MustParseAddr(addr)
+	var violation atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			before := f.ec2.Holders(a)
+			eip, err := f.ES.K8sV1().EgressIPs().Get(context.Background(), eipName, metav1.GetOptions{})
+			after := f.ec2.Holders(a)
+			if err == nil {
+				for _, it := range eip.Status.Items {
+					iface := f.iface[it.Node]
+					if it.EgressIP == addr && !slices.Contains(before, iface) && !slices.Contains(after, iface) {
+						violation.Store(fmt.Sprintf("status.items says %s on %s while the cloud has it on %v, then %v", addr, it.Node, before, after))
+					}
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	})
+	f.t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
+		if v := violation.Load(); v != nil {
+			f.t.Error(v)
+		}
+	})
 }

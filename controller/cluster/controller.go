@@ -187,7 +187,8 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	register(c, func(s slot[*svcTerm]) member {
 		return newEgressServices(c, esInf, svcInf.Informer(), sliceInf.Informer(), s)
 	})
-	register(c, func(s slot[*eipTerm]) member { return newEgressIPs(c, eipInf, s) })
+	cloudInf := c.esInformers.CloudNetwork().V1().CloudPrivateIPConfigs()
+	register(c, func(s slot[*eipTerm]) member { return newEgressIPs(c, eipInf, cloudInf, s) })
 	register(c, func(s slot[*rolloutTerm[*esv1.EgressQoS]]) member { return newQoSRollout(c, qosInf.Informer(), s) })
 	register(c, func(s slot[*rolloutTerm[*esv1.EgressFirewall]]) member {
 		return newFirewallRollout(c, firewallInf.Informer(), s)
@@ -196,7 +197,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		return newExternalRouteRollout(c, routeInf.Informer(), s)
 	})
 	register(c, func(s slot[*cloudTerm]) member {
-		return newCloudIPs(c, opts.CloudProvider, c.esInformers.CloudNetwork().V1().CloudPrivateIPConfigs(), s)
+		return newCloudIPs(c, opts.CloudProvider, cloudInf, s)
 	})
 	c.serviceLister, c.nodeLister, c.leaseLister = svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()

@@ -21,7 +21,9 @@ import (
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/endpoints"
+	cloudinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions/cloudnetwork/v1"
 	esinformersv1 "github.com/egressflow/egressflow/controller/generated/informers/externalversions/egressservice/v1"
+	cloudlisters "github.com/egressflow/egressflow/controller/generated/listers/cloudnetwork/v1"
 	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/reasons"
@@ -49,7 +51,11 @@ type egressIPs struct {
 	c        *Controller
 	informer cache.SharedIndexInformer
 	lister   eslisters.EgressIPLister
-	slot     slot[*eipTerm]
+	// cloudInformer and cloudLister are the CloudPrivateIPConfigs, which
+	// the assignment asks the cloud with (egressip_cloud.go).
+	cloudInformer cache.SharedIndexInformer
+	cloudLister   cloudlisters.CloudPrivateIPConfigLister
+	slot          slot[*eipTerm]
 	memberHooks
 }
 
@@ -59,8 +65,8 @@ type eipTerm struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 }
 
-func newEgressIPs(c *Controller, inf esinformersv1.EgressIPInformer, s slot[*eipTerm]) *egressIPs {
-	return &egressIPs{c: c, informer: inf.Informer(), lister: inf.Lister(), slot: s}
+func newEgressIPs(c *Controller, inf esinformersv1.EgressIPInformer, cloudInf cloudinformers.CloudPrivateIPConfigInformer, s slot[*eipTerm]) *egressIPs {
+	return &egressIPs{c: c, informer: inf.Informer(), lister: inf.Lister(), cloudInformer: cloudInf.Informer(), cloudLister: cloudInf.Lister(), slot: s}
 }
 
 func (m *egressIPs) state(t *term) *eipState { return m.slot.of(t).state }
@@ -69,7 +75,11 @@ func (m *egressIPs) queue(t *term) workqueue.TypedRateLimitingInterface[string] 
 }
 
 func (m *egressIPs) watches() []watch {
-	return []watch{{m.informer, cache.ResourceEventHandlerFuncs{AddFunc: m.onEgressIP, UpdateFunc: m.onEgressIPUpdate, DeleteFunc: m.onEgressIP}}}
+	w := []watch{{m.informer, cache.ResourceEventHandlerFuncs{AddFunc: m.onEgressIP, UpdateFunc: m.onEgressIPUpdate, DeleteFunc: m.onEgressIP}}}
+	if m.onCloud() {
+		w = append(w, m.cloudConfigWatch())
+	}
+	return w
 }
 
 func (m *egressIPs) newTerm(limiter func() workqueue.TypedRateLimiter[string]) any {

@@ -335,7 +335,7 @@ func (s *eipSim) check() error {
 		next.eips[name] = eip.DeepCopy()
 		list = append(list, next.eips[name])
 	}
-	next.state.adopt(list, next.view())
+	next.state.adopt(list, next.view(), nil)
 	for name := range next.eips {
 		next.sync(name)
 	}

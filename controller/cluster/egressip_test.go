@@ -127,17 +127,7 @@ func (f *eipFixture) message(name string) string {
 // Events are in default) with reason and a message containing text.
 func (f *eipFixture) waitEvent(name, eventType string, reason reasons.Reason, text string) {
 	f.t.Helper()
-	wait.Until(f.t, settle, func() error {
-		evs := f.Events(f.t, metav1.NamespaceDefault, name)
-		var got []string
-		for _, e := range evs {
-			if e.InvolvedObject.Kind == "EgressIP" && e.Type == eventType && e.Reason == string(reason) && strings.Contains(e.Message, text) {
-				return nil
-			}
-			got = append(got, e.Type+" "+e.Reason+": "+e.Message)
-		}
-		return fmt.Errorf("no %s event %s containing %q among %q", eventType, reason, text, got)
-	})
+	waitEventOn(f.t, f.Env, metav1.NamespaceDefault, "EgressIP", name, eventType, reason, text)
 }
 
 // eipWrites are the replica's writes of EgressIPs.
@@ -414,16 +404,7 @@ func TestEgressIPCapacity(t *testing.T) {
 		}
 		good, hadGood := nodeB.Annotations[bad.key]
 		f.PatchNodeAnnotations(t, "node-b", map[string]*string{bad.key: &bad.value})
-		wait.Until(t, settle, func() error {
-			var got []string
-			for _, e := range f.Events(t, metav1.NamespaceDefault, "node-b") {
-				if e.InvolvedObject.Kind == "Node" && e.Type == warning && e.Reason == string(reasons.InvalidEgressCapacity) && strings.Contains(e.Message, bad.says) {
-					return nil
-				}
-				got = append(got, e.Reason+": "+e.Message)
-			}
-			return fmt.Errorf("no InvalidEgressCapacity Event saying %q on node-b: %q", bad.says, got)
-		})
+		waitEventOn(t, f.Env, metav1.NamespaceDefault, "Node", "node-b", warning, reasons.InvalidEgressCapacity, bad.says)
 		f.waitItems("two", bad.two, bad.twoItems...)
 		restore := &good
 		if !hadGood {

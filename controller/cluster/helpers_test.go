@@ -183,6 +183,23 @@ func (f *fixture) waitEvent(name string, eventType string, reason reasons.Reason
 	})
 }
 
+// waitEventOn waits for an Event about the object of kind named name in
+// ns (default for a cluster-scoped one), of eventType with reason and a
+// message containing text.
+func waitEventOn(t *testing.T, env *clustertest.Env, ns, kind, name, eventType string, reason reasons.Reason, text string) {
+	t.Helper()
+	wait.Until(t, settle, func() error {
+		var got []string
+		for _, e := range env.Events(t, ns, name) {
+			if e.InvolvedObject.Kind == kind && e.Type == eventType && e.Reason == string(reason) && strings.Contains(e.Message, text) {
+				return nil
+			}
+			got = append(got, e.Type+" "+e.Reason+": "+e.Message)
+		}
+		return fmt.Errorf("no %s Event %s containing %q on %s %s among %q", eventType, reason, text, kind, name, got)
+	})
+}
+
 // otherThan returns the one node of nodes that is not n.
 func otherThan(n string, nodes ...string) string {
 	for _, o := range nodes {

@@ -138,7 +138,7 @@ func newSyncMetrics() *syncMetrics {
 		}),
 		apiWritesByResult: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_api_writes_total",
-			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status, externalroute_status, cloudip_status, cloudip_finalizer, node_annotations) and result (ok, conflict, error).",
+			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status, externalroute_status, cloudip_status, cloudip_finalizer, cloudip_request, node_annotations) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
 		events: events.NewCounter("egressflow_controller"),
 	}

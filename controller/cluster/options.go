@@ -94,7 +94,7 @@ const (
 	// cost of API server concurrency.
 	DefaultEgressIPWorkers = 8
 	// DefaultCloudWorkers is how many CloudPrivateIPConfigs are synced at
-	// once. Each sync waits on the cloud's API (hundreds of milliseconds a
+	// once, and how many nodes' capacities are read at once. Each sync waits on the cloud's API (hundreds of milliseconds a
 	// call, and Assign waits until the cloud lists the address): more
 	// workers assign more addresses at once, and spend the account's API
 	// rate faster, which the cloud answers with throttling.

@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,16 +135,7 @@ func queueSyncs(t *testing.T, reg *prometheus.Registry, queue string) float64 {
 // eventOn waits for an Event about the object of kind named name in ns.
 func (f *rolloutFixture) eventOn(ns, kind, name, eventType string, reason reasons.Reason, text string) {
 	f.t.Helper()
-	wait.Until(f.t, settle, func() error {
-		var got []string
-		for _, e := range f.Events(f.t, ns, name) {
-			if e.Type == eventType && e.Reason == string(reason) && strings.Contains(e.Message, text) && e.InvolvedObject.Kind == kind {
-				return nil
-			}
-			got = append(got, e.Type+" "+e.Reason+": "+e.Message)
-		}
-		return fmt.Errorf("no %s Event %s containing %q among %q", eventType, reason, text, got)
-	})
+	waitEventOn(f.t, f.Env, ns, kind, name, eventType, reason, text)
 }
 
 // stateGauge is the gauge name{state}.

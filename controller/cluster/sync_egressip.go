@@ -37,6 +37,9 @@ func (m *egressIPs) syncEgressIP(ctx context.Context, t *term, name string) erro
 	eip, err := m.lister.Get(name)
 	if apierrors.IsNotFound(err) {
 		m.egressIPDeleted(t, name)
+		if m.onCloud() {
+			return m.dropCloudConfigs(ctx, name, nil)
+		}
 		return nil
 	}
 	if err != nil {
@@ -53,6 +56,10 @@ func (m *egressIPs) syncEgressIP(ctx context.Context, t *term, name string) erro
 	for _, k := range affected {
 		m.enqueueEgressIP(t, k)
 	}
+	decided := d
+	if m.onCloud() {
+		d = m.confirmedByCloud(d)
+	}
 
 	items := d.StatusItems()
 	cond := assignedCondition(eip, d, c.opts.EgressIPUnheld)
@@ -60,20 +67,26 @@ func (m *egressIPs) syncEgressIP(ctx context.Context, t *term, name string) erro
 	if errors.Is(err, errSpecChanged) {
 		// The informer brings the new spec; decide again from it.
 		m.queue(t).Add(name)
-		err = nil
+		return nil
 	}
-	if err != nil || written == nil {
-		if hasEvent && err != nil {
+	if err != nil {
+		if hasEvent {
 			e.mu.Lock()
 			e.noteEvent(name, eventAt)
 			e.mu.Unlock()
 		}
 		return err
 	}
-	e.mu.Lock()
-	e.written[name] = written
-	e.mu.Unlock()
-	m.reportEgressIP(ctx, eip, d, cond, eventAt, hasEvent)
+	if written != nil {
+		e.mu.Lock()
+		e.written[name] = written
+		e.mu.Unlock()
+		m.reportEgressIP(ctx, eip, d, cond, eventAt, hasEvent)
+	}
+	if m.onCloud() {
+		// After the status: nothing the cloud is asked to move is in use.
+		return m.askCloud(ctx, eip, decided)
+	}
 	return nil
 }
 
@@ -301,7 +314,7 @@ func (m *egressIPs) adoptEgressIPs(ctx context.Context, t *term) {
 	eips, _ := m.lister.List(labels.Everything())
 	view := m.egressNodes(t)
 	e.mu.Lock()
-	adopted := e.adopt(eips, view)
+	adopted := e.adopt(eips, view, m.cloudHolders())
 	m.setEgressIPGauges(e)
 	e.mu.Unlock()
 	klog.FromContext(ctx).Info("EgressIP assignments adopted", "egressIPs", len(eips), "addresses", adopted)
@@ -309,8 +322,10 @@ func (m *egressIPs) adoptEgressIPs(ctx context.Context, t *term) {
 
 // adopt records the addresses of every EgressIP of eips, then reserves
 // the holders their status.items name that are still valid (the decision
-// keeps them). It returns how many it adopted. Call with mu held.
-func (s *eipState) adopt(eips []*esv1.EgressIP, view assign.EgressNodes) int {
+// keeps them), and, for addresses status.items does not name, the nodes
+// pending names (on a cloud: those its CloudPrivateIPConfigs ask for). It
+// returns how many it adopted. Call with mu held.
+func (s *eipState) adopt(eips []*esv1.EgressIP, view assign.EgressNodes, pending map[string]map[netip.Addr]string) int {
 	eips = slices.Clone(eips)
 	slices.SortFunc(eips, sortEIPs)
 	for _, eip := range eips {
@@ -322,6 +337,11 @@ func (s *eipState) adopt(eips []*esv1.EgressIP, view assign.EgressNodes) int {
 		for _, it := range eip.Status.Items {
 			if a, ok := esv1.ParseEgressIP(it.EgressIP); ok && it.Node != "" {
 				holders[a] = it.Node
+			}
+		}
+		for a, node := range pending[eip.Name] {
+			if _, ok := holders[a]; !ok {
+				holders[a] = node
 			}
 		}
 		d := assign.DecideEgressIP(assign.EgressIPInput{Addresses: eip.Spec.EgressIPs, Holders: holders, Conflicts: s.conflicts(eip.Name)}, view, s.loadOf)

@@ -166,6 +166,11 @@ const (
 	// holding it would answer ARP and neighbour solicitations for that
 	// node and take its traffic.
 	NodeAddress Reason = "NodeAddress"
+	// CloudPending: on a cloud, the address's node is chosen and its
+	// CloudPrivateIPConfig asks the cloud for it there; the cloud has yet
+	// to confirm it (its condition's reason follows). The address is not
+	// in status.items meanwhile, so no node uses it.
+	CloudPending Reason = "CloudPending"
 )
 
 // Why a CloudPrivateIPConfig's address is where it is, or nowhere (the

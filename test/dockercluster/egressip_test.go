@@ -35,8 +35,10 @@ const neighbourMoveBound = 5 * time.Second
 // with them (the unselected one with its own addresses), the external
 // host's neighbour entries name the holders' bridges; that an egress
 // node's label removed leaves its address without a node (the condition
-// says why, the pods' egress of that family is dropped), and the third
-// node labelled takes it, the external host's entry following at once; a
+// says why, the pods' egress of that family is dropped); that the third
+// node, labelled with a capacity of 0 (egressflow.io/max-egress-ips),
+// does not take it (NodesAtCapacity), and takes it once that annotation
+// is gone, the external host's entry following at once; a
 // pod relabelled into the EgressIP; a second IPv4 address held, over
 // which each pod's new connections spread while those opened before keep
 // the first; an egress node killed, its address
@@ -141,25 +143,41 @@ func TestEgressIP(t *testing.T) {
 		}
 		return nil
 	})
-	wait.Until(t, convergeTimeout, func() error {
-		eip, err := eips.Get(ctx, "billing", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cond := meta.FindStatusCondition(eip.Status.Conditions, "Assigned")
-		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "AllNodesTaken" {
-			return fmt.Errorf("condition Assigned %+v, want False AllNodesTaken", cond)
-		}
-		t.Logf("condition Assigned False %s: %s", cond.Reason, cond.Message)
-		return nil
-	})
+	unheldFor := func(reason string) {
+		t.Helper()
+		wait.Until(t, convergeTimeout, func() error {
+			eip, err := eips.Get(ctx, "billing", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cond := meta.FindStatusCondition(eip.Status.Conditions, "Assigned")
+			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != reason {
+				return fmt.Errorf("condition Assigned %+v, want False %s", cond, reason)
+			}
+			t.Logf("condition Assigned False %s: %s", cond.Reason, cond.Message)
+			return nil
+		})
+	}
+	unheldFor("AllNodesTaken")
 	for _, p := range selected {
 		c.ExpectSources(p, targets, []string{"", eip6.String()})
 	}
 
-	// The leader's node labelled: it takes the IPv4 address, and the
-	// external host, which sent it nothing meanwhile, follows at once.
+	// The leader's node labelled with room for no egress IP (its own
+	// capacity annotation): the IPv4 address stays unheld, and says so.
+	// Its room given back, it takes the address, and the external host,
+	// which sent it nothing meanwhile, follows at once.
+	capacity := func(value string) {
+		t.Helper()
+		patch := `{"metadata":{"annotations":{"egressflow.io/max-egress-ips":` + value + `}}}`
+		if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, leader.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	capacity(`"0"`)
 	label(leader, true)
+	unheldFor("NodesAtCapacity")
+	capacity("null")
 	holders("IPv4 address on "+leader.Name, func(m map[netip.Addr]string) error {
 		if m[eip4] != leader.Name || m[eip6] != v6Holder.Name {
 			return fmt.Errorf("want %s on %s", eip4, leader.Name)

@@ -55,6 +55,8 @@ type Server struct {
 	listDelay  time.Duration
 	latency    time.Duration
 	nextID     int
+	// beforeRelease runs before an unassignment is answered.
+	beforeRelease func(iface string, addr netip.Addr)
 }
 
 type subnet struct{ v4, v6 netip.Prefix }
@@ -155,6 +157,16 @@ func (s *Server) ListAll() {
 	}
 }
 
+// BeforeRelease has f called with each interface and address an
+// unassignment names, before it is carried out and answered: a test's
+// look at the world at the moment the cloud is asked to take an address
+// away.
+func (s *Server) BeforeRelease(f func(iface string, addr netip.Addr)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beforeRelease = f
+}
+
 // SetLatency delays every answer by d.
 func (s *Server) SetLatency(d time.Duration) {
 	s.mu.Lock()
@@ -246,6 +258,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if throttled {
 		writeError(w, apiError{http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded."})
 		return
+	}
+	s.mu.Lock()
+	hook := s.beforeRelease
+	s.mu.Unlock()
+	if hook != nil && strings.HasPrefix(action, "Unassign") {
+		for _, v := range append(list(r.PostForm, "PrivateIpAddress"), list(r.PostForm, "Ipv6Addresses")...) {
+			if a, err := netip.ParseAddr(v); err == nil {
+				hook(r.PostForm.Get("NetworkInterfaceId"), a)
+			}
+		}
 	}
 	s.mu.Lock()
 	body, aerr := s.handle(action, r.PostForm, time.Now())

@@ -306,10 +306,13 @@ func apiCode(err error) string {
 	return ""
 }
 
-// wrap gives an SDK error its reason.
+// wrap gives an SDK error its reason, and a message without the parts
+// that change from call to call (the request ID), so that a status that
+// reports it changes only when the failure does.
 func wrap(err error) error {
 	reason := reasons.CloudRequestFailed
-	switch apiCode(err) {
+	code := apiCode(err)
+	switch code {
 	case "RequestLimitExceeded", "Throttling", "ThrottlingException":
 		reason = reasons.CloudThrottled
 	case "PrivateIpAddressLimitExceeded", "Ipv6AddressLimitExceeded", "AddressLimitExceeded":
@@ -319,5 +322,12 @@ func wrap(err error) error {
 	case "InvalidInstanceID.NotFound", "InvalidNetworkInterfaceID.NotFound", "InvalidInstanceType":
 		reason = reasons.CloudNodeUnknown
 	}
-	return &cloud.Error{Reason: reason, Err: err}
+	msg := err.Error()
+	if e, ok := errors.AsType[*smithy.OperationError](err); ok && code != "" {
+		msg = fmt.Sprintf("EC2 %s: %s", e.Operation(), code)
+		if api, ok := errors.AsType[smithy.APIError](err); ok && api.ErrorMessage() != "" {
+			msg += ": " + api.ErrorMessage()
+		}
+	}
+	return &cloud.Error{Reason: reason, Err: errors.New(msg)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,7 +138,12 @@ func TestErrors(t *testing.T) {
 	if err := e.p.Assign(e.ctx, e.ifaceB, netip.MustParseAddr("10.0.0.101")); err != nil {
 		t.Fatal(err)
 	}
-	wantReason(t, e.p.Assign(e.ctx, e.ifaceB, netip.MustParseAddr("10.0.0.102")), reasons.CloudInterfaceFull)
+	err = e.p.Assign(e.ctx, e.ifaceB, netip.MustParseAddr("10.0.0.102"))
+	wantReason(t, err, reasons.CloudInterfaceFull)
+	// The message says what failed, and nothing that changes per call.
+	if want := "EC2 AssignPrivateIpAddresses: PrivateIpAddressLimitExceeded: Number of private addresses will exceed limit."; !strings.HasSuffix(err.Error(), want) || strings.Contains(err.Error(), "RequestID") {
+		t.Errorf("message %q, want one ending %q without a request ID", err, want)
+	}
 	// Accepted, not listed within the timeout.
 	e.ec2.SetListDelay(time.Hour)
 	wantReason(t, e.p.Assign(e.ctx, e.ifaceA, netip.MustParseAddr("10.0.0.103")), reasons.CloudAssignPending)
