@@ -70,10 +70,10 @@ type cloudTerm struct {
 	interfaces   map[string]cloudInterface
 }
 
-// cloudInterface is a node's interface, found for the Node as it was.
+// cloudInterface is a node's interface, found for the instance it had.
 type cloudInterface struct {
-	providerID, instanceType string
-	iface                    cloud.Interface
+	instance [2]string // instanceOf
+	iface    cloud.Interface
 }
 
 func newCloudIPs(c *Controller, provider cloud.Provider, inf cloudinformers.CloudPrivateIPConfigInformer, s slot[*cloudTerm]) *cloudIPs {
@@ -176,14 +176,14 @@ func instanceOf(n *corev1.Node) [2]string {
 	return [2]string{n.Spec.ProviderID, n.Labels[corev1.LabelInstanceTypeStable]}
 }
 
-// nodeInterface is node's interface, found once per instance and term.
-func (m *cloudIPs) nodeInterface(ctx context.Context, t *term, node *corev1.Node) (cloud.Interface, error) {
+// nodeInterface is node's interface, found once per instance and term
+// (fresh: asked of the provider whatever is known).
+func (m *cloudIPs) nodeInterface(ctx context.Context, t *term, node *corev1.Node, fresh bool) (cloud.Interface, error) {
 	ct := m.term(t)
-	id := instanceOf(node)
 	ct.mu.Lock()
 	known, ok := ct.interfaces[node.Name]
 	ct.mu.Unlock()
-	if ok && known.providerID == id[0] && known.instanceType == id[1] {
+	if ok && !fresh && known.instance == instanceOf(node) {
 		return known.iface, nil
 	}
 	iface, err := m.provider.NodeInterface(ctx, node)
@@ -191,7 +191,7 @@ func (m *cloudIPs) nodeInterface(ctx context.Context, t *term, node *corev1.Node
 		return cloud.Interface{}, err
 	}
 	ct.mu.Lock()
-	ct.interfaces[node.Name] = cloudInterface{id[0], id[1], iface}
+	ct.interfaces[node.Name] = cloudInterface{instanceOf(node), iface}
 	ct.mu.Unlock()
 	return iface, nil
 }
@@ -230,7 +230,7 @@ func (m *cloudIPs) syncConfig(ctx context.Context, t *term, name string) error {
 		case err != nil:
 			return err
 		default:
-			iface, err := m.nodeInterface(ctx, t, node)
+			iface, err := m.nodeInterface(ctx, t, node, false)
 			if err != nil {
 				return m.reportFailure(ctx, obj, err)
 			}
@@ -284,7 +284,7 @@ func (m *cloudIPs) recordedInterface(ctx context.Context, t *term, obj *cloudv1.
 	if err != nil {
 		return ""
 	}
-	iface, err := m.nodeInterface(ctx, t, node)
+	iface, err := m.nodeInterface(ctx, t, node, false)
 	if err != nil {
 		return ""
 	}
@@ -371,15 +371,10 @@ func (m *cloudIPs) publishNode(ctx context.Context, t *term, name string) error 
 	if err != nil {
 		return err
 	}
-	iface, err := m.provider.NodeInterface(ctx, node)
+	iface, err := m.nodeInterface(ctx, t, node, true)
 	if err != nil {
 		return err
 	}
-	ct := m.term(t)
-	id := instanceOf(node)
-	ct.mu.Lock()
-	ct.interfaces[name] = cloudInterface{id[0], id[1], iface}
-	ct.mu.Unlock()
 	managed := func(a netip.Addr) bool {
 		_, err := m.lister.Get(cloudv1.ObjectName(a))
 		return err == nil

@@ -52,7 +52,7 @@ func (f *cloudFixture) node(name, instanceType string, n int) {
 	instance := "i-" + name
 	f.iface[name] = f.ec2.AddInstance(instance, instanceType, "subnet-a", netip.AddrFrom4([4]byte{10, 0, 0, byte(n)}))
 	_, err := f.Kube.CoreV1().Nodes().Create(context.Background(), &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{assign.EgressAssignableLabel: "", aws.InstanceTypeLabel: instanceType}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{assign.EgressAssignableLabel: "", corev1.LabelInstanceTypeStable: instanceType}},
 		Spec:       corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + instance},
 	}, metav1.CreateOptions{})
 	if err != nil {

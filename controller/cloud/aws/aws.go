@@ -119,10 +119,6 @@ func instanceID(providerID string) (string, error) {
 	return rest[i+1:], nil
 }
 
-// InstanceTypeLabel is the well-known Node label that names its instance
-// type.
-const InstanceTypeLabel = "node.kubernetes.io/instance-type"
-
 // NodeInterface finds the node's primary interface, its subnet and its
 // instance type's limits: two calls, and one more for an instance type
 // not seen before.
@@ -131,9 +127,9 @@ func (p *Provider) NodeInterface(ctx context.Context, node *corev1.Node) (cloud.
 	if err != nil {
 		return cloud.Interface{}, &cloud.Error{Reason: reasons.CloudNodeUnknown, Err: err}
 	}
-	typ := node.Labels[InstanceTypeLabel]
+	typ := node.Labels[corev1.LabelInstanceTypeStable]
 	if typ == "" {
-		return cloud.Interface{}, &cloud.Error{Reason: reasons.CloudNodeUnknown, Err: fmt.Errorf("node %s has no %s label", node.Name, InstanceTypeLabel)}
+		return cloud.Interface{}, &cloud.Error{Reason: reasons.CloudNodeUnknown, Err: fmt.Errorf("node %s has no %s label", node.Name, corev1.LabelInstanceTypeStable)}
 	}
 	out, err := p.ec2.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{Filters: []ec2types.Filter{
 		{Name: awssdk.String("attachment.instance-id"), Values: []string{id}},

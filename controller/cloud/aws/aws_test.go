@@ -20,7 +20,7 @@ import (
 // The provider through the real SDK against test/fakeec2.
 
 func node(name, instance, instanceType string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{aws.InstanceTypeLabel: instanceType}},
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelInstanceTypeStable: instanceType}},
 		Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + instance}}
 }
 

@@ -70,7 +70,7 @@ func BenchmarkCloudIP(b *testing.B) {
 	}
 	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
 		n, err := env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
-			Labels: map[string]string{assign.EgressAssignableLabel: "", aws.InstanceTypeLabel: "bench.large"}},
+			Labels: map[string]string{assign.EgressAssignableLabel: "", corev1.LabelInstanceTypeStable: "bench.large"}},
 			Spec: corev1.NodeSpec{ProviderID: "aws:///bench-1a/i-" + nodes[i]}}, metav1.CreateOptions{})
 		if err != nil {
 			return err
