@@ -385,3 +385,66 @@ func (f *cloudFixture) statusFollowsCloud(eipName, addr string) {
 		}
 	})
 }
+
+// TestCloudPrivateIPConfigMetal: with the default provider, metal, an
+// assignment is recorded at once, a move too; an object whose node is
+// deleted says NodeNotFound; a deleted object goes (its finalizer
+// removed); no node gets a capacity annotation.
+func TestCloudPrivateIPConfigMetal(t *testing.T) {
+	env := clustertest.Start(t)
+	for _, n := range []string{"node-a", "node-b"} {
+		env.EgressNode(t, n, nil, "192.0.2.0/24")
+	}
+	env.RunController(t, options("replica-a")).WaitLeading(t, settle)
+	client := env.ES.CloudNetworkV1().CloudPrivateIPConfigs()
+	ctx := context.Background()
+	name := cloudv1.ObjectName(netip.MustParseAddr("2001:db8::10"))
+	if _, err := client.Create(ctx, &cloudv1.CloudPrivateIPConfig{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: cloudv1.CloudPrivateIPConfigSpec{Node: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus := func(node string, reason reasons.Reason) {
+		t.Helper()
+		wait.Until(t, settle, func() error {
+			obj, err := client.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cond := meta.FindStatusCondition(obj.Status.Conditions, cloudv1.AssignedCondition)
+			if obj.Status.Node != node || cond == nil || cond.Reason != string(reason) || (cond.Status == metav1.ConditionTrue) != (reason == reasons.Assigned) {
+				return fmt.Errorf("status %+v, want node %q reason %s", obj.Status, node, reason)
+			}
+			return nil
+		})
+	}
+	waitStatus("node-a", reasons.Assigned)
+	obj, err := client.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Spec.Node = "node-b"
+	if _, err := client.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus("node-b", reasons.Assigned)
+	if err := env.Kube.CoreV1().Nodes().Delete(ctx, "node-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus("", reasons.CloudNodeNotFound)
+	if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, settle, func() error {
+		if _, err := client.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s still there (%v)", name, err)
+		}
+		return nil
+	})
+	n, err := env.Kube.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := n.Annotations[cloudv1.EgressIPConfigAnnotation]; ok {
+		t.Errorf("metal published %s=%q", cloudv1.EgressIPConfigAnnotation, v)
+	}
+}
