@@ -393,6 +393,11 @@ func (d EgressIPDecision) Confirmed(confirm func(a netip.Addr, node string) (ok 
 	return EgressIPDecision{Items: items}
 }
 
+// Pending says whether an address waits for the cloud (CloudPending).
+func (d EgressIPDecision) Pending() bool {
+	return slices.ContainsFunc(d.Items, func(it EgressIPItem) bool { return it.Reason == reasons.CloudPending })
+}
+
 // Condition is the Assigned condition's verdict: ok when every address is
 // held; reason Assigned then, else that of the first address not held;
 // message naming every address not held with its reason (in spec order,

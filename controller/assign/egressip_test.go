@@ -640,7 +640,7 @@ func TestConfirmed(t *testing.T) {
 	if orig, _ := short(d); orig[1] != "192.0.2.11="+d.Items[1].Node {
 		t.Errorf("the decision changed: %q", orig)
 	}
-	if ok, reason, _ := c.Condition(); ok || reason != reasons.CloudPending {
-		t.Errorf("condition %v %s, want not ok, CloudPending", ok, reason)
+	if ok, reason, _ := c.Condition(); ok || reason != reasons.CloudPending || !c.Pending() || d.Pending() {
+		t.Errorf("condition %v %s, pending %v (decision %v), want not ok, CloudPending, pending (not)", ok, reason, c.Pending(), d.Pending())
 	}
 }

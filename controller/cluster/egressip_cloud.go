@@ -42,7 +42,9 @@ const CloudEgressIPLabel = "egressflow.io/egressip"
 func (m *egressIPs) onCloud() bool { return m.c.opts.CloudProvider.Cloud() }
 
 // cloudConfigWatch syncs the EgressIP an object was made for when it
-// changes.
+// changes. It notes no event: the EgressIP's own change is where its
+// assign latency starts (syncEgressIP keeps it while the cloud is
+// pending).
 func (m *egressIPs) cloudConfigWatch() watch {
 	enqueue := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -53,7 +55,7 @@ func (m *egressIPs) cloudConfigWatch() watch {
 			return
 		}
 		if t := m.c.term.Load(); t != nil {
-			m.enqueueEgressIP(t, c.Labels[CloudEgressIPLabel])
+			m.queue(t).Add(c.Labels[CloudEgressIPLabel])
 		}
 	}
 	return watch{m.cloudInformer, cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, cur any) { enqueue(cur) }, DeleteFunc: enqueue}}

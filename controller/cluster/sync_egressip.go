@@ -83,11 +83,17 @@ func (m *egressIPs) syncEgressIP(ctx context.Context, t *term, name string) erro
 		e.mu.Unlock()
 		m.reportEgressIP(ctx, eip, d, cond, eventAt, hasEvent)
 	}
-	if m.onCloud() {
-		// After the status: nothing the cloud is asked to move is in use.
-		return m.askCloud(ctx, eip, decided)
+	if !m.onCloud() {
+		return nil
 	}
-	return nil
+	if hasEvent && d.Pending() {
+		// The latency runs until the cloud confirms.
+		e.mu.Lock()
+		e.noteEvent(name, eventAt)
+		e.mu.Unlock()
+	}
+	// After the status: nothing the cloud is asked to move is in use.
+	return m.askCloud(ctx, eip, decided)
 }
 
 // egressIPDeleted forgets a deleted EgressIP: its addresses are no longer
