@@ -124,17 +124,16 @@ func (f *cloudFixture) waitEvent(name, eventType string, reason reasons.Reason) 
 	waitEventOn(f.t, f.Env, metav1.NamespaceDefault, "CloudPrivateIPConfig", name, eventType, reason, "")
 }
 
-// neverTwice watches, until the test ends, that addr is never on two
-// interfaces at once, and reports it then.
-func (f *cloudFixture) neverTwice(addr string) {
-	a := netip.MustParseAddr(addr)
-	var worst atomic.Value
+// sample runs check every 2 ms until the test ends, and fails the test
+// then with the last violation check reported ("" for none).
+func (f *cloudFixture) sample(check func() string) {
+	var violation atomic.Value
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			if h := f.ec2.Holders(a); len(h) > 1 {
-				worst.Store(h)
+			if v := check(); v != "" {
+				violation.Store(v)
 			}
 			select {
 			case <-stop:
@@ -146,9 +145,21 @@ func (f *cloudFixture) neverTwice(addr string) {
 	f.t.Cleanup(func() {
 		close(stop)
 		wg.Wait()
-		if h := worst.Load(); h != nil {
-			f.t.Errorf("%s was on %v at once", addr, h)
+		if v := violation.Load(); v != nil {
+			f.t.Error(v)
 		}
+	})
+}
+
+// neverTwice checks, until the test ends, that addr is never on two
+// interfaces at once.
+func (f *cloudFixture) neverTwice(addr string) {
+	a := netip.MustParseAddr(addr)
+	f.sample(func() string {
+		if h := f.ec2.Holders(a); len(h) > 1 {
+			return fmt.Sprintf("%s was on %v at once", addr, h)
+		}
+		return ""
 	})
 }
 
@@ -347,42 +358,26 @@ func (f *cloudFixture) waitEgressIP(name, not string) string {
 	return node
 }
 
-// statusFollowsCloud watches, until the test ends, that whenever the
+// statusFollowsCloud checks, until the test ends, that whenever the
 // EgressIP's status.items names a node for addr, the cloud has addr on
 // that node's interface: read between two reads of the cloud, one of them
 // must show it (an item is written only after the cloud lists it, and
 // taken out before the cloud releases it).
 func (f *cloudFixture) statusFollowsCloud(eipName, addr string) {
 	a := netip.MustParseAddr(addr)
-	var violation atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			before := f.ec2.Holders(a)
-			eip, err := f.ES.K8sV1().EgressIPs().Get(context.Background(), eipName, metav1.GetOptions{})
-			after := f.ec2.Holders(a)
-			if err == nil {
-				for _, it := range eip.Status.Items {
-					iface := f.iface[it.Node]
-					if it.EgressIP == addr && !slices.Contains(before, iface) && !slices.Contains(after, iface) {
-						violation.Store(fmt.Sprintf("status.items says %s on %s while the cloud has it on %v, then %v", addr, it.Node, before, after))
-					}
-				}
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
+	f.sample(func() string {
+		before := f.ec2.Holders(a)
+		eip, err := f.ES.K8sV1().EgressIPs().Get(context.Background(), eipName, metav1.GetOptions{})
+		after := f.ec2.Holders(a)
+		if err != nil {
+			return ""
+		}
+		for _, it := range eip.Status.Items {
+			if iface := f.iface[it.Node]; it.EgressIP == addr && !slices.Contains(before, iface) && !slices.Contains(after, iface) {
+				return fmt.Sprintf("status.items says %s on %s while the cloud has it on %v, then %v", addr, it.Node, before, after)
 			}
 		}
-	})
-	f.t.Cleanup(func() {
-		close(stop)
-		wg.Wait()
-		if v := violation.Load(); v != nil {
-			f.t.Error(v)
-		}
+		return ""
 	})
 }
 
