@@ -85,15 +85,10 @@ func run() error {
 	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", cluster.DefaultRetryPeriod, "how often replicas try to acquire or renew the leader Lease")
 	fs.StringVar(&opts.ProbeBindAddress, "probe-bind-address", cluster.DefaultProbeBindAddress, "UDP address from which the leader probes the agents (\""+cluster.NoProbes+"\": no probes, agents are judged by their heartbeat Leases alone and fail over after the Lease duration)")
 	fs.StringVar(&podCIDRs, "pod-cidrs", "", "comma-separated cluster pod CIDRs; endpoints outside them are host-networked and ignored (empty: every endpoint counts)")
-	var egressIPUnheld string
-	fs.StringVar(&egressIPUnheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(esv1.EgressIPUnheldDrop)), "the agents' choice for a selected pod whose EgressIP has no held address of its family (\"drop\" or \"node-ip\"; EGRESSIP_UNHELD of the egressflow-cluster ConfigMap): the EgressIP's Assigned condition says when pods leave through their nodes")
-	var maxEgressIPs string
-	fs.StringVar(&maxEgressIPs, "max-egress-ips-per-node", cli.EnvOr("MAX_EGRESS_IPS_PER_NODE", "0"), "how many egress IPs a node without the egressflow.io/max-egress-ips annotation may hold, both families together (MAX_EGRESS_IPS_PER_NODE of the egressflow-cluster ConfigMap; 0: no limit); a cloud's per-interface capacity (cloud.network.openshift.io/egress-ipconfig) applies too")
+	egress := addEgressFlags(fs)
 	fs.IntVar(&opts.ServiceWorkers, "service-workers", cluster.DefaultServiceWorkers, "EgressServices synced in parallel")
 	fs.IntVar(&opts.NodeWorkers, "node-workers", cluster.DefaultNodeWorkers, "node label patches, and node view writes, in parallel")
 	fs.IntVar(&opts.EgressIPWorkers, "egressip-workers", cluster.DefaultEgressIPWorkers, "EgressIPs synced in parallel")
-	var cloudProvider string
-	fs.StringVar(&cloudProvider, "cloud-provider", cli.EnvOr("CLOUD_PROVIDER", cloud.Metal{}.Name()), "where CloudPrivateIPConfigs' addresses go (CLOUD_PROVIDER of the egressflow-cluster ConfigMap): \"metal\" (no cloud: an assignment is recorded, and the nodes' uplinks answer for the address) or \"aws\" (secondary addresses of the node's primary ENI; region and credentials from the SDK's usual sources: AWS_REGION, an IAM role for the ServiceAccount, the instance profile)")
 	fs.IntVar(&opts.CloudWorkers, "cloud-workers", cluster.DefaultCloudWorkers, "CloudPrivateIPConfigs synced, and nodes' cloud capacities read, in parallel (each waits on the cloud's API)")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", cluster.DefaultResyncPeriod, "how often everything is re-checked (no API write when right); negative disables")
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")
@@ -126,21 +121,8 @@ func run() error {
 	if opts.PodCIDRs, err = cli.ParsePrefixes("pod-cidrs", podCIDRs); err != nil {
 		return err
 	}
-	if opts.EgressIPUnheld, err = esv1.ParseEgressIPUnheld(egressIPUnheld); err != nil {
-		return fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
-	}
-	if opts.MaxEgressIPsPerNode, err = strconv.Atoi(maxEgressIPs); err != nil || opts.MaxEgressIPsPerNode < 0 {
-		return fmt.Errorf("--max-egress-ips-per-node (or MAX_EGRESS_IPS_PER_NODE) %q: want a number of addresses, 0 for no limit", maxEgressIPs)
-	}
-	switch cloudProvider {
-	case cloud.Metal{}.Name():
-		opts.CloudProvider = cloud.Metal{}
-	case aws.Name:
-		if opts.CloudProvider, err = aws.NewFromEnvironment(context.Background(), aws.Options{}); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("--cloud-provider (or CLOUD_PROVIDER) %q: want metal or aws", cloudProvider)
+	if err := egress.apply(&opts); err != nil {
+		return err
 	}
 	if len(opts.PodCIDRs) == 0 {
 		klog.InfoS("No --pod-cidrs: every endpoint address counts as a pod on the cluster network, host-networked ones too")
@@ -175,4 +157,41 @@ func run() error {
 	}
 	cli.Serve(ctx, healthAddr, cli.HealthHandler(c.Healthz, c.Ready), stop)
 	return c.Run(ctx)
+}
+
+// egressFlags are the flags of the EgressIP assignment and the cloud
+// controller whose values need reading, from the egressflow-cluster
+// ConfigMap's variables by default.
+type egressFlags struct {
+	unheld, maxPerNode, cloudProvider string
+}
+
+func addEgressFlags(fs *cli.Flags) *egressFlags {
+	f := &egressFlags{}
+	fs.StringVar(&f.unheld, "egressip-unheld", cli.EnvOr("EGRESSIP_UNHELD", string(esv1.EgressIPUnheldDrop)), "the agents' choice for a selected pod whose EgressIP has no held address of its family (\"drop\" or \"node-ip\"; EGRESSIP_UNHELD of the egressflow-cluster ConfigMap): the EgressIP's Assigned condition says when pods leave through their nodes")
+	fs.StringVar(&f.maxPerNode, "max-egress-ips-per-node", cli.EnvOr("MAX_EGRESS_IPS_PER_NODE", "0"), "how many egress IPs a node without the egressflow.io/max-egress-ips annotation may hold, both families together (MAX_EGRESS_IPS_PER_NODE of the egressflow-cluster ConfigMap; 0: no limit); a cloud's per-interface capacity (cloud.network.openshift.io/egress-ipconfig) applies too")
+	fs.StringVar(&f.cloudProvider, "cloud-provider", cli.EnvOr("CLOUD_PROVIDER", cloud.Metal{}.Name()), "where CloudPrivateIPConfigs' addresses go (CLOUD_PROVIDER of the egressflow-cluster ConfigMap): \"metal\" (no cloud: an assignment is recorded, and the nodes' uplinks answer for the address) or \"aws\" (secondary addresses of the node's primary ENI; region and credentials from the SDK's usual sources: AWS_REGION, an IAM role for the ServiceAccount, the instance profile)")
+	return f
+}
+
+// apply reads the flags into opts.
+func (f *egressFlags) apply(opts *cluster.Options) error {
+	var err error
+	if opts.EgressIPUnheld, err = esv1.ParseEgressIPUnheld(f.unheld); err != nil {
+		return fmt.Errorf("--egressip-unheld (or EGRESSIP_UNHELD): %w", err)
+	}
+	if opts.MaxEgressIPsPerNode, err = strconv.Atoi(f.maxPerNode); err != nil || opts.MaxEgressIPsPerNode < 0 {
+		return fmt.Errorf("--max-egress-ips-per-node (or MAX_EGRESS_IPS_PER_NODE) %q: want a number of addresses, 0 for no limit", f.maxPerNode)
+	}
+	switch f.cloudProvider {
+	case cloud.Metal{}.Name():
+		opts.CloudProvider = cloud.Metal{}
+	case aws.Name:
+		if opts.CloudProvider, err = aws.NewFromEnvironment(context.Background(), aws.Options{}); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--cloud-provider (or CLOUD_PROVIDER) %q: want metal or aws", f.cloudProvider)
+	}
+	return nil
 }

@@ -172,11 +172,6 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 		}
 	}
 
-	esInf := c.esInformers.K8s().V1().EgressServices()
-	qosInf := c.esInformers.K8s().V1().EgressQoSes()
-	firewallInf := c.esInformers.K8s().V1().EgressFirewalls()
-	eipInf := c.esInformers.K8s().V1().EgressIPs()
-	routeInf := c.esInformers.K8s().V1().AdminPolicyBasedExternalRoutes()
 	svcInf := c.kubeInformers.Core().V1().Services()
 	nodeInf := c.kubeInformers.Core().V1().Nodes()
 	sliceInf := c.kubeInformers.Discovery().V1().EndpointSlices()
@@ -184,21 +179,7 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{endpointSliceServiceIndex: sliceServiceKeys}); err != nil {
 		return nil, err
 	}
-	register(c, func(s slot[*svcTerm]) member {
-		return newEgressServices(c, esInf, svcInf.Informer(), sliceInf.Informer(), s)
-	})
-	cloudInf := c.esInformers.CloudNetwork().V1().CloudPrivateIPConfigs()
-	register(c, func(s slot[*eipTerm]) member { return newEgressIPs(c, eipInf, cloudInf, s) })
-	register(c, func(s slot[*rolloutTerm[*esv1.EgressQoS]]) member { return newQoSRollout(c, qosInf.Informer(), s) })
-	register(c, func(s slot[*rolloutTerm[*esv1.EgressFirewall]]) member {
-		return newFirewallRollout(c, firewallInf.Informer(), s)
-	})
-	register(c, func(s slot[*rolloutTerm[*esv1.AdminPolicyBasedExternalRoute]]) member {
-		return newExternalRouteRollout(c, routeInf.Informer(), s)
-	})
-	register(c, func(s slot[*cloudTerm]) member {
-		return newCloudIPs(c, opts.CloudProvider, cloudInf, s)
-	})
+	c.registerMembers(svcInf.Informer(), sliceInf.Informer())
 	c.serviceLister, c.nodeLister, c.leaseLister = svcInf.Lister(), nodeInf.Lister(), leaseInf.Lister()
 	c.slices = sliceInf.Informer().GetIndexer()
 	if c.views, err = nodeview.NewPublisher(kube, opts.Namespace, nodeInf, c.viewInformers.Core().V1().ConfigMaps(), c.uninstalling.Load); err != nil {
@@ -223,15 +204,41 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 
 	// Events have a client of their own: their writes never wait for, nor
 	// take, the budget of status writes and label patches.
-	// Their objects are the APIs' and Nodes (InvalidEgressCapacity).
-	eventScheme := runtime.NewScheme()
-	utilruntime.Must(esscheme.AddToScheme(eventScheme))
-	utilruntime.Must(corev1.AddToScheme(eventScheme))
-	c.events, err = events.NewForConfig(cfg, eventScheme, events.Options{Component: eventComponent, Counter: c.metrics.events})
+	c.events, err = events.NewForConfig(cfg, eventScheme(), events.Options{Component: eventComponent, Counter: c.metrics.events})
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// registerMembers registers each API's cluster-side work with the
+// informers it follows.
+func (c *Controller) registerMembers(services, slices cache.SharedIndexInformer) {
+	api := c.esInformers.K8s().V1()
+	cloudConfigs := c.esInformers.CloudNetwork().V1().CloudPrivateIPConfigs()
+	register(c, func(s slot[*svcTerm]) member {
+		return newEgressServices(c, api.EgressServices(), services, slices, s)
+	})
+	register(c, func(s slot[*eipTerm]) member { return newEgressIPs(c, api.EgressIPs(), cloudConfigs, s) })
+	register(c, func(s slot[*rolloutTerm[*esv1.EgressQoS]]) member {
+		return newQoSRollout(c, api.EgressQoSes().Informer(), s)
+	})
+	register(c, func(s slot[*rolloutTerm[*esv1.EgressFirewall]]) member {
+		return newFirewallRollout(c, api.EgressFirewalls().Informer(), s)
+	})
+	register(c, func(s slot[*rolloutTerm[*esv1.AdminPolicyBasedExternalRoute]]) member {
+		return newExternalRouteRollout(c, api.AdminPolicyBasedExternalRoutes().Informer(), s)
+	})
+	register(c, func(s slot[*cloudTerm]) member { return newCloudIPs(c, c.opts.CloudProvider, cloudConfigs, s) })
+}
+
+// eventScheme knows the kinds Events are about: the APIs' and Nodes
+// (InvalidEgressCapacity).
+func eventScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(esscheme.AddToScheme(s))
+	utilruntime.Must(corev1.AddToScheme(s))
+	return s
 }
 
 // sliceServiceKeys indexes an EndpointSlice by its Service's key.
