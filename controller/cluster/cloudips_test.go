@@ -106,10 +106,10 @@ func (f *cloudFixture) wait(name, node string, reason reasons.Reason) {
 		if err != nil {
 			return err
 		}
-		cond := meta.FindStatusCondition(obj.Status.Conditions, cloudv1.AssignedCondition)
+		if err := statusSays(obj, node, reason); err != nil {
+			return err
+		}
 		switch {
-		case obj.Status.Node != node || cond == nil || cond.Reason != string(reason) || (cond.Status == metav1.ConditionTrue) != (reason == reasons.Assigned):
-			return fmt.Errorf("status %+v, want node %q reason %s", obj.Status, node, reason)
 		case node == "" && len(f.ec2.Holders(addr)) != 0:
 			return fmt.Errorf("the cloud has %s on %v, want nowhere", addr, f.ec2.Holders(addr))
 		case node != "" && !slices.Equal(f.ec2.Holders(addr), []string{f.iface[node]}):
@@ -117,6 +117,16 @@ func (f *cloudFixture) wait(name, node string, reason reasons.Reason) {
 		}
 		return nil
 	})
+}
+
+// statusSays is nil when obj's status says node, with reason (True only
+// for Assigned).
+func statusSays(obj *cloudv1.CloudPrivateIPConfig, node string, reason reasons.Reason) error {
+	cond := meta.FindStatusCondition(obj.Status.Conditions, cloudv1.AssignedCondition)
+	if obj.Status.Node != node || cond == nil || cond.Reason != string(reason) || (cond.Status == metav1.ConditionTrue) != (reason == reasons.Assigned) {
+		return fmt.Errorf("status %+v, want node %q reason %s", obj.Status, node, reason)
+	}
+	return nil
 }
 
 func (f *cloudFixture) waitEvent(name, eventType string, reason reasons.Reason) {
@@ -405,11 +415,7 @@ func TestCloudPrivateIPConfigMetal(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			cond := meta.FindStatusCondition(obj.Status.Conditions, cloudv1.AssignedCondition)
-			if obj.Status.Node != node || cond == nil || cond.Reason != string(reason) || (cond.Status == metav1.ConditionTrue) != (reason == reasons.Assigned) {
-				return fmt.Errorf("status %+v, want node %q reason %s", obj.Status, node, reason)
-			}
-			return nil
+			return statusSays(obj, node, reason)
 		})
 	}
 	waitStatus("node-a", reasons.Assigned)

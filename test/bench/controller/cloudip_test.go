@@ -69,15 +69,9 @@ func BenchmarkCloudIP(b *testing.B) {
 		ec2.AddInstance("i-"+nodes[i], "bench.large", "subnet-bench", netip.AddrFrom4([4]byte{10, 0, byte(i / 250), byte(1 + i%250)}))
 	}
 	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
-		n, err := env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
+		return createReadyNode(ctx, env.Kube, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
 			Labels: map[string]string{assign.EgressAssignableLabel: "", corev1.LabelInstanceTypeStable: "bench.large"}},
-			Spec: corev1.NodeSpec{ProviderID: "aws:///bench-1a/i-" + nodes[i]}}, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		_, err = env.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
+			Spec: corev1.NodeSpec{ProviderID: "aws:///bench-1a/i-" + nodes[i]}})
 	})
 	ec2.SetLatency(*cloudLatency)
 	ec2.SetListDelay(*cloudListDelay)

@@ -88,13 +88,7 @@ func BenchmarkController(b *testing.B) {
 		nodes[i] = fmt.Sprintf("bench-node-%04d", i)
 	}
 	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
-		n, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}}, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		_, err = admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
+		return createReadyNode(ctx, admin, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}})
 	})
 	agents := startAgents(b, env, nodes, *agentRenew, *agentExpire, heartbeat.Facts{SyncState: heartbeat.SyncStateSynced})
 	out("setup: %d nodes with agents in %v", len(nodes), time.Since(start).Round(time.Millisecond))
@@ -571,6 +565,23 @@ func lastStatusWrite(reqs []clustertest.Request, keys []string, after time.Time)
 		}
 	}
 	return last
+}
+
+// createReadyNode creates n and sets its Ready condition, as a kubelet
+// would.
+func createReadyNode(ctx context.Context, kube kubernetes.Interface, n *corev1.Node) error {
+	n, err := kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	return setReady(ctx, kube, n)
+}
+
+// setReady sets n's Ready condition True.
+func setReady(ctx context.Context, kube kubernetes.Interface, n *corev1.Node) error {
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	_, err := kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	return err
 }
 
 func waitFor(b *testing.B, what string, cond func() bool) {

@@ -75,14 +75,8 @@ func BenchmarkEgressIPAssign(b *testing.B) {
 		nodes[i] = fmt.Sprintf("egress-%03d", i)
 	}
 	wait.Parallel(b, len(nodes), *setupWorkers, func(i int) error {
-		n, err := env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
-			Labels: map[string]string{assign.EgressAssignableLabel: ""}}}, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		_, err = env.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
+		return createReadyNode(ctx, env.Kube, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
+			Labels: map[string]string{assign.EgressAssignableLabel: ""}}})
 	})
 	subnets := heartbeat.ParseEgressSubnets(benchSubnet)
 	agents := startAgents(b, env, nodes, *eipAgentRenew, *eipAgentExpire,

@@ -195,9 +195,7 @@ func runScale(b *testing.B, bin string, p livenessProtocol) scaleResult {
 		if err != nil || *kwokBin != "" {
 			return err
 		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		_, err = env.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
+		return setReady(ctx, env.Kube, n)
 	})
 	if *kwokBin != "" {
 		waitFor(b, "kwok made every node Ready", func() bool { return readyNodes(b, env) == len(nodes) })
