@@ -509,10 +509,12 @@ func parseNAT(b []byte) (Action, error) {
 		return x
 	}
 	// Keep verbatim what ovs-ofctl's nat(...) syntax cannot express: unknown
-	// bits, both directions, ranges without a direction, a maximum without
-	// a minimum, or mixed address families.
+	// bits, both directions, both port choices (hash and random), ranges
+	// without a direction, a maximum without a minimum, or mixed address
+	// families.
 	hasV4, hasV6 := present&(natRangeIPv4Min|natRangeIPv4Max) != 0, present&(natRangeIPv6Min|natRangeIPv6Max) != 0
 	if present&^0x3f != 0 || a.Flags&^0x1f != 0 || a.Flags&(NATSrc|NATDst) == NATSrc|NATDst ||
+		a.Flags&(NATProtoHash|NATProtoRandom) == NATProtoHash|NATProtoRandom ||
 		(a.Flags&(NATSrc|NATDst) == 0 && (present != 0 || a.Flags != 0)) || (hasV4 && hasV6) ||
 		(present&natRangeIPv4Max != 0 && present&natRangeIPv4Min == 0) ||
 		(present&natRangeIPv6Max != 0 && present&natRangeIPv6Min == 0) ||
