@@ -2,7 +2,8 @@ package conntrack
 
 // Zones of the egress family's later APIs, beside SNATZone
 // (docs/dataplane.md, "The egress pipeline for the family"). FirewallZone
-// is EgressFirewall's since layout 5; the others are reserved. SNATZone
+// is EgressFirewall's since layout 5; RouterZone and RouterSNATZone are
+// EgressRouter's; ExternalRouteZone is AdminPolicyBasedExternalRoute's. SNATZone
 // itself serves every API that rewrites a pod's source, EgressService and
 // EgressIP: the precedence between them leaves one translation per source,
 // so Stale over their union and flushes by source stay exact. A
@@ -28,4 +29,11 @@ const (
 	// is chosen before the packet is steered, on a node that may not be
 	// the one that translates it.
 	EgressIPZone uint16 = SNATZone + 4
+	// RouterSNATZone is EgressRouter's, for the source NAT of its
+	// redirect to the reserved address. It cannot be RouterZone: one
+	// commit attaches one translation to a connection, and the redirect
+	// rewrites both ends. It cannot be SNATZone either: a redirected
+	// connection's source is a client's, which an EgressIP or
+	// EgressService on the same node may translate too.
+	RouterSNATZone uint16 = SNATZone + 5
 )

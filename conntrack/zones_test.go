@@ -11,7 +11,7 @@ import (
 func TestZonesReserved(t *testing.T) {
 	zones := map[string]uint16{
 		"SNAT": conntrack.SNATZone, "Firewall": conntrack.FirewallZone,
-		"ExternalRoute": conntrack.ExternalRouteZone, "Router": conntrack.RouterZone,
+		"ExternalRoute": conntrack.ExternalRouteZone, "Router": conntrack.RouterZone, "RouterSNAT": conntrack.RouterSNATZone, "EgressIP": conntrack.EgressIPZone,
 	}
 	owner := map[uint16]string{0: "the kernel's default", 64000: "ovn-kubernetes"}
 	for name, z := range zones {

@@ -583,6 +583,10 @@ func (a *Agent) watchMembers() {
 	routes := a.sources[dataplane.APIExternalRoute]
 	routes.changed = &a.routesChanged // its dynamic hops' gateway pods are watched
 	a.sources[dataplane.APIExternalRoute] = routes
+	if err := a.planner.RegisterMember(dataplane.NewRouterMember(a.cfg.Node.Name)); err != nil {
+		panic(err) // a second member of EgressRouter's API
+	}
+	a.sources[dataplane.APIEgressRouter] = rolledOut(storeSource(dataplane.APIEgressRouter, a.esFactory.NetworkOperator().V1().EgressRouters().Informer()))
 	for _, src := range a.cfg.Members {
 		if err := a.planner.RegisterMember(src.Member); err != nil {
 			panic(err)

@@ -16,9 +16,13 @@ import (
 	"github.com/egressflow/egressflow/openflow"
 )
 
-// An EgressIP address this node takes over is announced out of the
-// uplink, so that the segment's router and hosts move to the bridge's MAC
-// at once rather than when their neighbour entries expire: a gratuitous
+// An address this node takes over (an EgressIP's, an EgressRouter's) is
+// announced out of every port of the bridge, so that the segment's router
+// and hosts move to the bridge's MAC at once rather than when their
+// neighbour entries expire; so do the host stack (LOCAL), whose own entry
+// may still name the previous holder (it forwards an EgressRouter's
+// connections to the address), and a pod attached to the bridge that
+// learnt the address from an ICMP redirect: a gratuitous
 // ARP request for an IPv4 address, an unsolicited neighbour advertisement
 // with the Override flag for an IPv6 one. Only addresses the committed
 // flows answer for are announced, after the bundle that installed their
@@ -40,7 +44,7 @@ const (
 func (a *Agent) announceTakeovers(ctx context.Context, ports dataplane.Ports) {
 	held := map[netip.Addr]bool{}
 	if ports.BridgeMAC != nil {
-		for _, addr := range a.planner.HeldEgressIPs() {
+		for _, addr := range a.planner.Announced() {
 			held[addr] = true
 		}
 	}
@@ -50,7 +54,7 @@ func (a *Agent) announceTakeovers(ctx context.Context, ports dataplane.Ports) {
 	a.heldMu.Unlock()
 	for addr := range held {
 		if !before[addr] {
-			klog.InfoS("Took over an EgressIP address: announcing it", "node", a.cfg.Node.Name, "address", addr)
+			klog.InfoS("Took over an address: announcing it", "node", a.cfg.Node.Name, "address", addr)
 			go a.announce(ctx, addr, ports)
 		}
 	}
@@ -61,7 +65,7 @@ func (a *Agent) announce(ctx context.Context, addr netip.Addr, ports dataplane.P
 	var inPort openflow.Match
 	inPort.SetUint(openflow.FieldInPort, uint64(openflow.PortController))
 	po := &openflow.PacketOut{BufferID: openflow.NoBuffer, Match: inPort,
-		Actions: []openflow.Action{openflow.Output{Port: ports.Uplink}}, Data: announcement(addr, ports.BridgeMAC)}
+		Actions: []openflow.Action{openflow.Output{Port: openflow.PortAll}}, Data: announcement(addr, ports.BridgeMAC)}
 	family := "ipv4"
 	if addr.Is6() {
 		family = "ipv6"
@@ -83,7 +87,7 @@ func (a *Agent) announce(ctx context.Context, addr netip.Addr, ports dataplane.P
 		result := "ok"
 		if err := a.cfg.Switch.SendPacket(ctx, po); err != nil {
 			result = "error"
-			klog.ErrorS(err, "Could not announce an EgressIP address", "node", a.cfg.Node.Name, "address", addr)
+			klog.ErrorS(err, "Could not announce an address", "node", a.cfg.Node.Name, "address", addr)
 		}
 		if a.cfg.Metrics != nil {
 			a.cfg.Metrics.announcements.WithLabelValues(family, result).Inc()

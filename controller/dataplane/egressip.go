@@ -164,6 +164,9 @@ type EgressIPPart struct {
 // FlowRole is RoleEgressIP.
 func (p EgressIPPart) FlowRole() Role { return RoleEgressIP }
 
+// Announced are the held addresses (Announcer).
+func (p EgressIPPart) Announced() []netip.Addr { return p.Held }
+
 // Equal reports whether two parts render the same flows and groups.
 func (p EgressIPPart) Equal(o EgressIPPart) bool {
 	return p.Key == o.Key && slices.Equal(p.Held, o.Held) &&
@@ -205,26 +208,9 @@ func (p EgressIPPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports 
 		m := add(KindEgressIPReply, TableClassify, priorityEgressIP, replyThroughCT)
 		setIP(m, addr, dstField(addr))
 		m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
-		if ports.BridgeMAC == nil {
-			continue
+		if ports.BridgeMAC != nil {
+			appendResponders(add, addr, ports.BridgeMAC, KindEgressIPARP, KindEgressIPND, priorityEgressIP, ports.Uplink)
 		}
-		if addr.Is4() {
-			m := add(KindEgressIPARP, TableClassify, priorityEgressIP, arpResponder(addr, ports.BridgeMAC))
-			m.SetUint(openflow.FieldEthType, 0x0806)
-			m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
-			m.SetUint(openflow.FieldARPOp, 1)
-			m.SetAddr(openflow.FieldARPTPA, addr)
-			continue
-		}
-		solicitation := func(priority uint16, insts []openflow.Instruction) *openflow.Match {
-			m := add(KindEgressIPND, TableClassify, priority, insts)
-			setNeighbourDiscovery(m, 135, addr)
-			m.SetUint(openflow.FieldInPort, uint64(ports.Uplink))
-			return m
-		}
-		solicitation(priorityEgressIPDAD, normal).SetAddr(openflow.FieldIPv6Src, netip.IPv6Unspecified())
-		solicitation(priorityEgressIP, ndSolicitationToAdvert(addr, ports.BridgeMAC))
-		setNeighbourDiscovery(add(KindEgressIPND, TableNeighbour, priorityEgressIP, ndAdvertTarget(ports.BridgeMAC)), 136, addr)
 	}
 	// The pods of one hop, or of one family's spread, share instructions.
 	type hopKey struct {
@@ -362,6 +348,38 @@ func (h EgressIPHop) actions(ports Ports) []openflow.Action {
 		return []openflow.Action{snatAction(h.Via)}
 	}
 	return []openflow.Action{openflow.SetField{Field: openflow.FieldEthDst, Value: []byte(h.HolderMAC)}, openflow.Output{Port: ports.Uplink}}
+}
+
+// appendResponders adds, through add, the flows that answer for addr with
+// mac: an ARP request (arpKind) for an IPv4 address; for an IPv6 one a
+// neighbour solicitation (ndKind), turned into an advertisement in
+// TableClassify and completed in TableNeighbour, while duplicate address
+// detection's solicitations (from ::) pass on one priority above. The
+// requests come from inPort only, unless it is 0.
+func appendResponders(add func(kind FlowKind, table uint8, priority uint16, insts []openflow.Instruction) *openflow.Match,
+	addr netip.Addr, mac net.HardwareAddr, arpKind, ndKind FlowKind, priority uint16, inPort uint32) {
+	fromPort := func(m *openflow.Match) {
+		if inPort != 0 {
+			m.SetUint(openflow.FieldInPort, uint64(inPort))
+		}
+	}
+	if addr.Is4() {
+		m := add(arpKind, TableClassify, priority, arpResponder(addr, mac))
+		m.SetUint(openflow.FieldEthType, 0x0806)
+		fromPort(m)
+		m.SetUint(openflow.FieldARPOp, 1)
+		m.SetAddr(openflow.FieldARPTPA, addr)
+		return
+	}
+	solicitation := func(priority uint16, insts []openflow.Instruction) *openflow.Match {
+		m := add(ndKind, TableClassify, priority, insts)
+		setNeighbourDiscovery(m, 135, addr)
+		fromPort(m)
+		return m
+	}
+	solicitation(priority+1, normal).SetAddr(openflow.FieldIPv6Src, netip.IPv6Unspecified())
+	solicitation(priority, ndSolicitationToAdvert(addr, mac))
+	setNeighbourDiscovery(add(ndKind, TableNeighbour, priority, ndAdvertTarget(mac)), 136, addr)
 }
 
 // arpResponder turns an ARP request for addr into the reply that mac has

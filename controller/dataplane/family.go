@@ -67,6 +67,31 @@ const TableEgressIPSpread uint8 = 48
 // records it (KindExternalRouteCommit).
 const TableExternalRoute uint8 = 49
 
+// EgressRouter's tables, in a redirected packet's order, each reached by
+// a conntrack recirculation (egressrouter.go). Every packet to a reserved
+// address the node serves enters them from TableEgress, with its router's
+// ID in reg8, once its source is known to be the host stack: a client's
+// connection that the host forwarded, or a destination's reply that the
+// host routed back.
+const (
+	// TableRouter follows the packet's lookup in conntrack.RouterSNATZone,
+	// undoing the source NAT of a reply: a reply goes on to be un-DNATed in
+	// conntrack.RouterZone and out, a client's packet to be DNATed there.
+	TableRouter uint8 = 50
+	// TableRouterDNAT follows a client's packet's lookup in
+	// conntrack.RouterZone: a new connection is committed with the
+	// destination of its rule, or the fallback, or refused; an
+	// established one goes on to be SNATed as it was.
+	TableRouterDNAT uint8 = 51
+	// TableRouterSNAT commits a new, DNATed connection in
+	// conntrack.RouterSNATZone with the reserved address as its source.
+	TableRouterSNAT uint8 = 52
+	// TableRouterOut sends a translated packet back to the host stack,
+	// which routes it: a client's packet only if its source was
+	// translated, a reply always.
+	TableRouterOut uint8 = 53
+)
+
 // TableNeighbour is the second half of the neighbour advertisement
 // responder: Open vSwitch lets a flow write nd_tll only if its match says
 // the packet is an advertisement, so the solicitation, rewritten into an
@@ -143,6 +168,35 @@ const (
 	priorityAdmittedLate uint16 = 160
 )
 
+// EgressRouter's priorities outside its own tables.
+const (
+	// priorityRouterEntry takes a packet from the host stack (LOCAL) to a
+	// reserved address through the pipeline in TableClassify, above a pod's
+	// admission (which would switch it back to LOCAL) and below the
+	// EgressIP and EgressService diversions, which send it the same way.
+	priorityRouterEntry uint16 = 177
+	// priorityRouterNeighbour is above the entry, which would otherwise
+	// also take a unicast neighbour solicitation (sent to the address
+	// itself): the ARP and neighbour responders for a reserved address
+	// (duplicate address detection's solicitations pass one above), and
+	// the drop of the ICMP redirects the host stack sends towards it (it
+	// forwards the redirected connections out of the interface they came
+	// in on).
+	priorityRouterNeighbour uint16 = 178
+	// priorityRouter, in TableEgress, sends a packet to a reserved address
+	// into the router's tables above every exemption and source decision:
+	// on the holder, the redirect decides a client's source.
+	priorityRouter uint16 = 310
+)
+
+// Priorities in TableRouterDNAT: a new connection's rule first, then the
+// fallback (or the refusal when there is none); an established
+// connection's flow matches no new one.
+const (
+	priorityRouterRule     uint16 = 200
+	priorityRouterFallback uint16 = 100
+)
+
 // priorityFirewallInbound is the inbound commit's priority in
 // TableClassify, below the snoop flows (which commit too) and above every
 // other flow there that can match a packet to a pod (every packet it
@@ -176,11 +230,6 @@ const (
 // commit and DNS snoop), since it records the gateway and then looks the
 // packet up again, marked (reg7InboundRecorded), for those to act.
 const priorityExternalRouteInbound uint16 = 220
-
-// priorityEgressIPDAD passes a duplicate address detection solicitation
-// for a held address (source ::) above the responder, which would answer
-// it to an unspecified address.
-const priorityEgressIPDAD = priorityEgressIP + 1
 
 // Priorities in TableFirewall. Classification (reg4=0, before conntrack)
 // and what follows it (reg4=ID, tracked) never match one packet, so only

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -52,6 +53,14 @@ type PodReader interface {
 	// keys whose part or problems may have changed. It must not modify
 	// pods.
 	SetLocalPods(pods map[string][]*corev1.Pod, changed []string) []string
+}
+
+// FenceFollower is a member whose parts change when the node is fenced
+// (NodeConfig.Fenced): the Planner tells it, and takes the keys it
+// returns as changed.
+type FenceFollower interface {
+	Member
+	SetFenced(fenced bool) []string
 }
 
 // members are a Planner's members, in the order of their APIs.
@@ -141,6 +150,23 @@ func (p *Planner) Keys() []string {
 			}
 		}
 	})
+}
+
+// Announced returns every address this node answers for on its segment,
+// of every member's parts (Announcer), sorted.
+func (p *Planner) Announced() []netip.Addr {
+	var out []netip.Addr
+	for _, m := range p.members.list {
+		for k := range m.Keys() {
+			if part, ok := m.Part(k); ok {
+				if a, ok := part.(Announcer); ok {
+					out = append(out, a.Announced()...)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // The built-in members, over the Planner's indexes.

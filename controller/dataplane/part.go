@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/egressflow/egressflow/conntrack"
@@ -30,6 +31,14 @@ type Translator interface {
 	Part
 	// AddTranslations adds the SNAT the part's flows make to out.
 	AddTranslations(out conntrack.Translations)
+}
+
+// Announcer is a part that answers for addresses on the node's segment
+// (an EgressIP's held addresses, an EgressRouter's reserved ones): the
+// node announces each when it takes it over (Planner.Announced).
+type Announcer interface {
+	Part
+	Announced() []netip.Addr
 }
 
 // Grouper is a part whose flows use OpenFlow groups (ECMP next hops, say).

@@ -540,7 +540,13 @@ func (p *Planner) SetFenced(fenced bool) []string {
 	}
 	p.node.Fenced = fenced
 	p.egressIP.markAll() // a fenced node holds no address
-	return p.resolve(slices.Collect(maps.Keys(p.byHost[p.node.Name])))
+	changed := p.resolve(slices.Collect(maps.Keys(p.byHost[p.node.Name])))
+	for _, m := range p.members.list {
+		if f, ok := m.(FenceFollower); ok {
+			changed = append(changed, f.SetFenced(fenced)...)
+		}
+	}
+	return changed
 }
 
 // Fenced reports whether this node is fenced.

@@ -422,17 +422,6 @@ func (p *Planner) egressIPProblems(key string) []Problem {
 	return nil
 }
 
-// HeldEgressIPs returns every EgressIP address this node holds, sorted.
-func (p *Planner) HeldEgressIPs() []netip.Addr {
-	p.replanEgressIPs()
-	var out []netip.Addr
-	for _, pl := range p.egressIP.order {
-		out = append(out, pl.part.Held...)
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
-}
-
 // egressIPsHeld counts the EgressIPs of which this node holds an address.
 func (p *Planner) egressIPsHeld() int {
 	p.replanEgressIPs()

@@ -29,7 +29,8 @@ type SourceServer struct {
 
 	mu      sync.Mutex
 	sources []netip.Addr
-	times   []time.Time // when each source was seen
+	times   []time.Time      // when each source was seen
+	locals  []netip.AddrPort // the server's address and port each was seen at
 }
 
 // At is the server's port on another of the addresses it serves.
@@ -56,10 +57,27 @@ func (s *SourceServer) FirstFrom(src netip.Addr, since time.Time) (time.Time, bo
 	return time.Time{}, false
 }
 
-func (s *SourceServer) record(addr netip.AddrPort) string {
+// SeenAt returns the server's addresses and ports at which it saw src
+// after since, in arrival order.
+func (s *SourceServer) SeenAt(src netip.Addr, since time.Time) []netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []netip.AddrPort
+	for i, a := range s.sources {
+		if a == src && s.times[i].After(since) {
+			out = append(out, s.locals[i])
+		}
+	}
+	return out
+}
+
+// record notes a client's address, seen at the server's local one, and
+// returns what the server answers it.
+func (s *SourceServer) record(addr, local netip.AddrPort) string {
 	s.mu.Lock()
 	s.sources = append(s.sources, addr.Addr().Unmap())
 	s.times = append(s.times, time.Now())
+	s.locals = append(s.locals, netip.AddrPortFrom(local.Addr().Unmap(), local.Port()))
 	s.mu.Unlock()
 	return addr.Addr().Unmap().String()
 }
@@ -112,7 +130,7 @@ func (s *SourceServer) serveTCP(l net.Listener) {
 		go func() {
 			defer conn.Close()
 			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-			source := s.record(conn.RemoteAddr().(*net.TCPAddr).AddrPort())
+			source := s.record(conn.RemoteAddr().(*net.TCPAddr).AddrPort(), conn.LocalAddr().(*net.TCPAddr).AddrPort())
 			// Answer every line, so one connection can be probed repeatedly.
 			lines := bufio.NewScanner(conn)
 			for lines.Scan() {
@@ -131,7 +149,7 @@ func (s *SourceServer) serveUDP(conn net.PacketConn) {
 		if err != nil {
 			return
 		}
-		source := s.record(from.(*net.UDPAddr).AddrPort())
+		source := s.record(from.(*net.UDPAddr).AddrPort(), conn.LocalAddr().(*net.UDPAddr).AddrPort())
 		_, _ = conn.WriteTo([]byte(source+"\n"), from)
 	}
 }

@@ -1,0 +1,205 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nov1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
+	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/test/topology"
+)
+
+// Reserved addresses of the router tests: on the underlay segment, where
+// the nodes' host stacks and the external host resolve them.
+var (
+	routerIP4 = netip.MustParseAddr("172.18.0.60")
+	routerIP6 = netip.MustParseAddr("fd00:172:18::60")
+)
+
+// setRouterHolder writes status.holder of the router shop/name, as the
+// cluster component would.
+func (e *env) setRouterHolder(name, holder string) {
+	e.t.Helper()
+	ctx := context.Background()
+	routers := e.admin.ES.NetworkOperatorV1().EgressRouters("shop")
+	r, err := routers.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r.Status.Holder = holder
+	if r.Status.Conditions == nil { // required, and dropped at creation
+		r.Status.Conditions = []nov1.EgressRouterStatusCondition{}
+	}
+	if _, err := routers.UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// routerFlows counts the EgressRouter flows on n's bridge.
+func routerFlows(t testing.TB, n *topology.Node) int {
+	out := n.Ofctl(t, "dump-flows", "br-ex", fmt.Sprintf("cookie=%#x/%#x", dataplane.APIEgressRouter.Cookie(), dataplane.APICookieMask))
+	count := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "cookie=") {
+			count++
+		}
+	}
+	return count
+}
+
+// TestAgentEgressRouter moves real packets through an EgressRouter served
+// by the agents of a two-node topology, its holder written as the cluster
+// component would. A pod on the holder and a pod on the other node open
+// TCP and UDP connections to the reserved addresses of both families: on
+// each rule's port they reach the rule's destination at its target port,
+// with the reserved address as their source, and the answer comes back;
+// on another IPv4 port they reach the fallback at the same port; on
+// another IPv6 port (no fallback of that family) nothing gets through.
+// The external host learns the reserved addresses from the holder's
+// answers, and moves to the new holder when the router moves, before it
+// sends anything (the takeover's announcement); the redirect resumes
+// there, and the old holder keeps no router flow. No pod address ever
+// reaches the external host. Deleting the router removes every flow.
+func TestAgentEgressRouter(t *testing.T) {
+	e := newEnv(t, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	local, remote := e.addPod(n1, "local"), e.addPod(n2, "remote")
+	for _, n := range e.topo.Nodes {
+		e.startAgent(n).waitHealthy(t)
+		// The destinations are off the segment, through the external host,
+		// as through a segment's router.
+		for i, dst := range internet {
+			n.Exec(t, "ip", "route", "add", netip.PrefixFrom(dst, dst.BitLen()).String(), "via", []netip.Addr{e.topo.External.IP, e.topo.External.IP6}[i].String())
+		}
+	}
+	ctx := context.Background()
+	serverPort := e.server.Addr.Port()
+	fallback := e.topo.External.IP
+	router := &nov1.EgressRouter{
+		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "shop"},
+		Spec: nov1.EgressRouterSpec{
+			Mode:             nov1.EgressRouterModeRedirect,
+			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
+			Addresses: []nov1.EgressRouterAddress{
+				{IP: netip.PrefixFrom(routerIP4, 24).String()}, {IP: netip.PrefixFrom(routerIP6, 64).String()},
+			},
+			Redirect: &nov1.RedirectConfig{
+				RedirectRules: []nov1.L4RedirectRule{
+					{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
+					{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+					{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
+					{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+				},
+				FallbackIP: fallback.String(),
+			},
+		},
+	}
+	if _, err := e.admin.ES.NetworkOperatorV1().EgressRouters("shop").Create(ctx, router, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	e.setRouterHolder("billing", n1.Name)
+
+	// Each case: a connection to the router, and where it must arrive
+	// (invalid: nowhere).
+	type redirect struct {
+		to, want netip.AddrPort
+	}
+	cases := []redirect{
+		{netip.AddrPortFrom(routerIP4, 80), netip.AddrPortFrom(internet[0], serverPort)},
+		{netip.AddrPortFrom(routerIP6, 81), netip.AddrPortFrom(internet[1], serverPort)},
+		{netip.AddrPortFrom(routerIP4, serverPort), netip.AddrPortFrom(fallback, serverPort)},
+		{netip.AddrPortFrom(routerIP6, serverPort), netip.AddrPort{}},
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, p := range []*topology.Pod{local, remote} {
+			for _, network := range []string{"tcp", "udp"} {
+				for _, c := range cases {
+					reserved := c.to.Addr()
+					if !c.want.IsValid() {
+						if src, err := p.Dial(network, c.to); err == nil {
+							t.Errorf("%s: %s %s from %s reached a server (as %s); the router has no IPv6 fallback", step, network, c.to, p.Name, src)
+						}
+						continue
+					}
+					eventually(t, fmt.Sprintf("%s: %s %s from %s", step, network, c.to, p.Name), func() error {
+						since := time.Now()
+						src, err := p.Dial(network, c.to)
+						if err != nil {
+							return err
+						}
+						if src != reserved {
+							return fmt.Errorf("the server saw source %s, want the reserved address %s", src, reserved)
+						}
+						if seen := e.server.SeenAt(reserved, since); !slices.Contains(seen, c.want) {
+							return fmt.Errorf("arrived at %v, want %s", seen, c.want)
+						}
+						return nil
+					})
+				}
+			}
+		}
+	}
+	check("held by n1")
+	for _, addr := range []netip.Addr{routerIP4, routerIP6} {
+		if got, want := e.externalNeighbour(addr), n1.BridgeMAC(t); got != want {
+			t.Errorf("external host's neighbour entry for %s: %q, want n1's bridge MAC %s", addr, got, want)
+		}
+	}
+	if routerFlows(t, n2) != 0 {
+		t.Errorf("n2 holds router flows while n1 serves the router:\n%s", n2.Ofctl(t, "dump-flows", "br-ex"))
+	}
+
+	// The router moves to n2: the external host learns it from n2's
+	// announcement, before any connection asks.
+	e.setRouterHolder("billing", n2.Name)
+	for _, addr := range []netip.Addr{routerIP4, routerIP6} {
+		eventually(t, "the external host's neighbour entry for "+addr.String()+" moves to n2", func() error {
+			if got, want := e.externalNeighbour(addr), n2.BridgeMAC(t); got != want {
+				return fmt.Errorf("%q, want %s", got, want)
+			}
+			return nil
+		})
+	}
+	eventually(t, "n1 keeps no router flow", func() error {
+		if n := routerFlows(t, n1); n != 0 {
+			return fmt.Errorf("%d flows", n)
+		}
+		return nil
+	})
+	check("held by n2")
+
+	for _, src := range e.server.Sources() {
+		for _, p := range []*topology.Pod{local, remote} {
+			if slices.Contains(p.Addrs(), src) {
+				t.Errorf("the external host saw pod %s's address %s", p.Name, src)
+			}
+		}
+	}
+	if got := e.server.SeenAt(fallback, start); len(got) != 0 {
+		t.Errorf("the fallback's own address was a source: %v", got)
+	}
+
+	if err := e.admin.ES.NetworkOperatorV1().EgressRouters("shop").Delete(ctx, "billing", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no router flow once the router is gone", func() error {
+		for _, n := range e.topo.Nodes {
+			if c := routerFlows(t, n); c != 0 {
+				return fmt.Errorf("%s holds %d", n.Name, c)
+			}
+		}
+		return nil
+	})
+	if src, err := remote.Dial("tcp", netip.AddrPortFrom(routerIP4, 80)); err == nil {
+		t.Errorf("a connection to the deleted router reached a server (as %s)", src)
+	}
+}

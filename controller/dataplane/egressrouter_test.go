@@ -1,0 +1,150 @@
+package dataplane
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nov1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
+)
+
+// randomRouter is a router of namespace shop: its holder one of a few
+// nodes or none, its spec valid or, one time in five, broken in one of
+// the ways Read refuses.
+func randomRouter(r *rand.Rand, name string) *nov1.EgressRouter {
+	router := &nov1.EgressRouter{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+		Spec: nov1.EgressRouterSpec{
+			Mode:      nov1.EgressRouterModeRedirect,
+			Addresses: []nov1.EgressRouterAddress{{IP: fmt.Sprintf("192.0.2.%d/24", 1+r.IntN(200))}},
+			Redirect:  &nov1.RedirectConfig{},
+		},
+		Status: nov1.EgressRouterStatus{Holder: []string{"", "node-a", "node-b"}[r.IntN(3)]},
+	}
+	if r.IntN(2) == 0 {
+		router.Spec.Addresses = append(router.Spec.Addresses, nov1.EgressRouterAddress{IP: fmt.Sprintf("2001:db8::%x/64", 1+r.IntN(200))})
+	}
+	for i := range r.IntN(4) {
+		protocol := []nov1.ProtocolType{nov1.ProtocolTypeTCP, nov1.ProtocolTypeUDP, nov1.ProtocolTypeSCTP}[r.IntN(3)]
+		router.Spec.Redirect.RedirectRules = append(router.Spec.Redirect.RedirectRules, nov1.L4RedirectRule{
+			DestinationIP: fmt.Sprintf("203.0.113.%d", 1+r.IntN(50)), Port: int32(1000 + i), Protocol: protocol, TargetPort: int32(r.IntN(2) * 8080)})
+	}
+	if r.IntN(2) == 0 || len(router.Spec.Redirect.RedirectRules) == 0 {
+		router.Spec.Redirect.FallbackIP = "198.51.100.7"
+	}
+	switch r.IntN(15) {
+	case 0:
+		router.Spec.Redirect = nil
+	case 1:
+		router.Spec.Addresses[0].IP = "192.0.2.1" // no prefix length
+	case 2:
+		router.Spec.Redirect.FallbackIP = "2001:db8:ff::1" // may lack an IPv6 address
+	}
+	return router
+}
+
+// expectedRouterPart is what node must render for router, written from the
+// spec as the API documents it (not through Read): a part only on the
+// holder, unfenced, for a router whose addresses have their prefix
+// lengths, whose destinations each have an address of their family, and
+// which has a redirect.
+func expectedRouterPart(node string, fenced bool, key string, router *nov1.EgressRouter) (RouterPart, bool) {
+	if router == nil || router.Status.Holder != node || fenced || router.Spec.Redirect == nil {
+		return RouterPart{}, false
+	}
+	part := RouterPart{Key: key}
+	families := map[bool]bool{}
+	for _, a := range router.Spec.Addresses {
+		prefix, err := netip.ParsePrefix(a.IP)
+		if err != nil {
+			return RouterPart{}, false
+		}
+		part.Addresses = append(part.Addresses, prefix.Addr())
+		families[prefix.Addr().Is4()] = true
+	}
+	numbers := map[nov1.ProtocolType]uint8{nov1.ProtocolTypeTCP: 6, nov1.ProtocolTypeUDP: 17, nov1.ProtocolTypeSCTP: 132}
+	for _, rule := range router.Spec.Redirect.RedirectRules {
+		dst := netip.MustParseAddr(rule.DestinationIP)
+		if !families[dst.Is4()] {
+			return RouterPart{}, false
+		}
+		target := uint16(rule.TargetPort)
+		if target == 0 {
+			target = uint16(rule.Port)
+		}
+		part.Rules = append(part.Rules, RouterRule{Protocol: numbers[rule.Protocol], Port: uint16(rule.Port), TargetPort: target, Destination: dst})
+	}
+	if f := router.Spec.Redirect.FallbackIP; f != "" {
+		part.Fallback = netip.MustParseAddr(f)
+		if !families[part.Fallback.Is4()] {
+			return RouterPart{}, false
+		}
+	}
+	return part, true
+}
+
+// TestRouterMemberMatchesSpecification runs random histories of routers
+// (created, changed, moved between holders, broken, deleted) and fencing
+// through node-a's member, and checks after every step that each router's
+// part is what expectedRouterPart says, that the member reports the key it
+// was given as changed, and that the parts' IDs are never 0, never shared,
+// and kept while a router keeps its part (its flows are not renumbered by
+// others' changes).
+func TestRouterMemberMatchesSpecification(t *testing.T) {
+	for seed := range uint64(200) {
+		r := rand.New(rand.NewPCG(seed, 31))
+		m := NewRouterMember("node-a").(*routerMember)
+		routers := map[string]*nov1.EgressRouter{}
+		fenced := false
+		ids := map[string]uint32{}
+		for step := range 60 {
+			name := fmt.Sprintf("r%d", r.IntN(8))
+			key := ObjectKey(APIEgressRouter, "shop", name)
+			switch r.IntN(10) {
+			case 0:
+				fenced = !fenced
+				m.SetFenced(fenced)
+			case 1, 2:
+				delete(routers, key)
+				if changed := m.Update(key, nil); !slices.Contains(changed, key) {
+					t.Fatalf("seed %d step %d: deleting %s changed %v", seed, step, key, changed)
+				}
+			default:
+				routers[key] = randomRouter(r, name)
+				if changed := m.Update(key, routers[key]); !slices.Contains(changed, key) {
+					t.Fatalf("seed %d step %d: updating %s changed %v", seed, step, key, changed)
+				}
+			}
+			taken := map[uint32]string{}
+			for i := range 8 {
+				k := ObjectKey(APIEgressRouter, "shop", fmt.Sprintf("r%d", i))
+				want, wantOK := expectedRouterPart("node-a", fenced, k, routers[k])
+				got, ok := m.Part(k)
+				if ok != wantOK {
+					t.Fatalf("seed %d step %d: %s has a part: %v, want %v (router %+v, fenced %v)", seed, step, k, ok, wantOK, routers[k], fenced)
+				}
+				if !ok {
+					delete(ids, k)
+					continue
+				}
+				part := got.(RouterPart)
+				if part.ID == 0 || taken[part.ID] != "" {
+					t.Fatalf("seed %d step %d: %s has ID %d, also %q's", seed, step, k, part.ID, taken[part.ID])
+				}
+				taken[part.ID] = k
+				if old, had := ids[k]; had && old != part.ID {
+					t.Fatalf("seed %d step %d: %s's ID moved from %d to %d", seed, step, k, old, part.ID)
+				}
+				ids[k] = part.ID
+				want.ID = part.ID
+				if !part.Equal(want) {
+					t.Fatalf("seed %d step %d: %s's part\n%+v\nwant\n%+v", seed, step, k, part, want)
+				}
+			}
+		}
+	}
+}
