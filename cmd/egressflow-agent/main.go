@@ -598,6 +598,7 @@ func newRenewer(kube kubernetes.Interface, f agentFlags, a *agent.Agent, handle 
 			return heartbeat.Facts{BridgeMAC: bridgeMAC(handle, f.bridge), SyncState: a.SyncState(), QoSRevision: a.QoSRevision(),
 				FirewallRevision: a.FirewallRevision(), FirewallUnresolvedDNS: a.FirewallUnresolvedDNS(),
 				ExternalRouteRevision: a.ExternalRouteRevision(), ExternalRouteNotes: a.ExternalRouteNotes(), EgressSubnets: bridgeSubnets(handle, f.bridge),
+				RouterRevision: a.AppliedRevision(dataplane.APIEgressRouter), Uplink: f.uplink,
 				HostAddresses: hostAddresses.Read(), PeerKey: identity.PublicKey(), ProbeAddress: probeAddress(a, responder)}
 		},
 		Observe:   metrics.ObserveRenewal,

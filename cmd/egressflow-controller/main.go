@@ -89,6 +89,7 @@ func run() error {
 	fs.IntVar(&opts.ServiceWorkers, "service-workers", cluster.DefaultServiceWorkers, "EgressServices synced in parallel")
 	fs.IntVar(&opts.NodeWorkers, "node-workers", cluster.DefaultNodeWorkers, "node label patches, and node view writes, in parallel")
 	fs.IntVar(&opts.EgressIPWorkers, "egressip-workers", cluster.DefaultEgressIPWorkers, "EgressIPs synced in parallel")
+	fs.IntVar(&opts.EgressRouterWorkers, "egressrouter-workers", cluster.DefaultEgressRouterWorkers, "EgressRouters synced in parallel (each a choice over the nodes and at most a status and a Service or EndpointSlice write)")
 	fs.IntVar(&opts.CloudWorkers, "cloud-workers", cluster.DefaultCloudWorkers, "CloudPrivateIPConfigs synced, and nodes' cloud capacities read, in parallel (each waits on the cloud's API)")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", cluster.DefaultResyncPeriod, "how often everything is re-checked (no API write when right); negative disables")
 	fs.DurationVar(&opts.RetryBaseDelay, "retry-base-delay", cluster.DefaultRetryBaseDelay, "first retry delay of a failed sync, doubled per failure")

@@ -230,6 +230,9 @@ func (c *Controller) registerMembers(services, slices cache.SharedIndexInformer)
 		return newExternalRouteRollout(c, api.AdminPolicyBasedExternalRoutes().Informer(), s)
 	})
 	register(c, func(s slot[*cloudTerm]) member { return newCloudIPs(c, c.opts.CloudProvider, cloudConfigs, s) })
+	register(c, func(s slot[*routerTerm]) member {
+		return newRouters(c, c.esInformers.NetworkOperator().V1().EgressRouters(), s)
+	})
 }
 
 // eventScheme knows the kinds Events are about: the APIs' and Nodes

@@ -144,7 +144,7 @@ func newSyncMetrics() *syncMetrics {
 	}
 	// Known label values start at 0, so that a rate or a sum over them
 	// exists before the first failure.
-	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP, queueExternalRoute, queueCloudIP, queueCloudNode} {
+	for _, queue := range []string{queueService, queueNode, queueQoS, queueFirewall, queueEgressIP, queueExternalRoute, queueCloudIP, queueCloudNode, queueEgressRouter} {
 		m.failingSyncs.WithLabelValues(queue)
 		for _, result := range []string{"ok", "error"} {
 			m.syncs.WithLabelValues(queue, result)
@@ -257,6 +257,8 @@ const (
 	// whose cloud capacity is published.
 	queueCloudIP   = "cloudprivateipconfig"
 	queueCloudNode = "cloudnode"
+	// queueEgressRouter is EgressRouter's.
+	queueEgressRouter = "egressrouter"
 )
 
 // synced records the sync of key from queue that ended at now with err.

@@ -99,6 +99,12 @@ const (
 	// workers assign more addresses at once, and spend the account's API
 	// rate faster, which the cloud answers with throttling.
 	DefaultCloudWorkers = 10
+	// DefaultEgressRouterWorkers is how many EgressRouters are synced at
+	// once. A sync is an in-memory choice over the nodes plus at most a
+	// status write and a Service or EndpointSlice write; more workers
+	// overlap those round trips when many routers move at once (a holder
+	// lost), at the cost of API server concurrency.
+	DefaultEgressRouterWorkers = 8
 	// DefaultFirewallWorkers and DefaultFirewallPendingWarning are their
 	// EgressFirewall counterparts, for the same reasons: one object per
 	// namespace, changed rarely, taken in by an agent within about a
@@ -189,6 +195,9 @@ type Options struct {
 	FirewallWorkers   int
 	EgressIPWorkers   int
 	CloudWorkers      int
+	// EgressRouterWorkers is how many EgressRouters are synced at once
+	// (DefaultEgressRouterWorkers).
+	EgressRouterWorkers int
 	// FirewallPendingWarning: see DefaultFirewallPendingWarning.
 	FirewallPendingWarning time.Duration
 	ExternalRouteWorkers   int
@@ -229,6 +238,7 @@ func (o *Options) setDefaults() error {
 	setDefault(&o.ExternalRouteWorkers, DefaultExternalRouteWorkers)
 	setDefault(&o.EgressIPWorkers, DefaultEgressIPWorkers)
 	setDefault(&o.CloudWorkers, DefaultCloudWorkers)
+	setDefault(&o.EgressRouterWorkers, DefaultEgressRouterWorkers)
 	if o.CloudProvider == nil {
 		o.CloudProvider = cloud.Metal{}
 	}

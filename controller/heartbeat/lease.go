@@ -72,6 +72,12 @@ const (
 	// AdminPolicyBasedExternalRoute watermark (see
 	// Facts.ExternalRouteRevision).
 	AnnotationExternalRouteRevision = "egressflow.io/externalroute-revision"
+	// AnnotationRouterRevision is the agent's EgressRouter watermark (see
+	// Facts.RouterRevision).
+	AnnotationRouterRevision = "egressflow.io/egressrouter-revision"
+	// AnnotationUplink is the name of the node's uplink interface (see
+	// Facts.Uplink).
+	AnnotationUplink = "egressflow.io/uplink"
 	// AnnotationExternalRouteNotes is what the node says of the
 	// AdminPolicyBasedExternalRoutes it applies, a JSON object of policy
 	// name to messages (see Facts.ExternalRouteNotes).
@@ -190,6 +196,15 @@ type Facts struct {
 	// ExternalRouteRevision is the agent's AdminPolicyBasedExternalRoute
 	// watermark, as QoSRevision is its EgressQoS one.
 	ExternalRouteRevision string
+	// RouterRevision is the agent's EgressRouter watermark, as QoSRevision
+	// is its EgressQoS one: the cluster component reports a router
+	// Available once its holder's watermark has passed the revision that
+	// made it the holder.
+	RouterRevision string
+	// Uplink is the name of the interface that joins the node's bridge to
+	// its network: an EgressRouter whose macvlan.master names an
+	// interface is held only by a node whose uplink it is.
+	Uplink string
 	// ExternalRouteNotes are what the node says of the
 	// AdminPolicyBasedExternalRoutes it applies after its last successful
 	// sync, by policy name: the next hops its pods cannot use (BFD session
@@ -225,7 +240,7 @@ func (f Facts) Equal(g Facts) bool {
 	return f.BridgeMAC == g.BridgeMAC && f.SyncState == g.SyncState && f.QoSRevision == g.QoSRevision &&
 		f.FirewallRevision == g.FirewallRevision && f.PeerKey == g.PeerKey && slices.Equal(f.SteerAddresses, g.SteerAddresses) &&
 		(f.FirewallUnresolvedDNS == nil) == (g.FirewallUnresolvedDNS == nil) && slices.Equal(f.FirewallUnresolvedDNS, g.FirewallUnresolvedDNS) &&
-		f.ExternalRouteRevision == g.ExternalRouteRevision && (f.ExternalRouteNotes == nil) == (g.ExternalRouteNotes == nil) &&
+		f.ExternalRouteRevision == g.ExternalRouteRevision && f.RouterRevision == g.RouterRevision && f.Uplink == g.Uplink && (f.ExternalRouteNotes == nil) == (g.ExternalRouteNotes == nil) &&
 		maps.EqualFunc(f.ExternalRouteNotes, g.ExternalRouteNotes, slices.Equal) &&
 		slices.Equal(f.EgressSubnets, g.EgressSubnets) && slices.Equal(f.HostAddresses, g.HostAddresses) && f.ProbeAddress == g.ProbeAddress
 }
@@ -253,6 +268,12 @@ func (f Facts) annotations(d time.Duration) map[string]string {
 	}
 	if f.ExternalRouteRevision != "" {
 		a[AnnotationExternalRouteRevision] = f.ExternalRouteRevision
+	}
+	if f.RouterRevision != "" {
+		a[AnnotationRouterRevision] = f.RouterRevision
+	}
+	if f.Uplink != "" {
+		a[AnnotationUplink] = f.Uplink
 	}
 	if f.ExternalRouteNotes != nil {
 		a[AnnotationExternalRouteNotes] = writeExternalRouteNotes(f.ExternalRouteNotes)
@@ -288,7 +309,8 @@ func joinComma[T fmt.Stringer](xs []T) string {
 func ReadFacts(l *coordinationv1.Lease) Facts {
 	a := l.Annotations
 	f := Facts{BridgeMAC: a[AnnotationBridgeMAC], SyncState: SyncState(a[AnnotationSyncState]), QoSRevision: a[AnnotationQoSRevision],
-		FirewallRevision: a[AnnotationFirewallRevision], ExternalRouteRevision: a[AnnotationExternalRouteRevision], PeerKey: a[AnnotationPeerKey]}
+		FirewallRevision: a[AnnotationFirewallRevision], ExternalRouteRevision: a[AnnotationExternalRouteRevision], PeerKey: a[AnnotationPeerKey],
+		RouterRevision: a[AnnotationRouterRevision], Uplink: a[AnnotationUplink]}
 	for _, s := range strings.Split(a[AnnotationSteerAddresses], ",") {
 		if addr, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
 			f.SteerAddresses = append(f.SteerAddresses, addr)

@@ -98,6 +98,7 @@ func TestFactsRoundTrip(t *testing.T) {
 		{FirewallUnresolvedDNS: []string{}},
 		{FirewallUnresolvedDNS: []string{"shop/api.example.com", "web/a.example"}},
 		{ExternalRouteRevision: "42", ExternalRouteNotes: map[string][]string{}},
+		{RouterRevision: "43", Uplink: "eth1"},
 		{ExternalRouteNotes: map[string][]string{"gw-a": {"next hop 172.18.0.5: BFD session down", "next hop 2001:db8::5: no neighbour answer"}}},
 	}
 	for _, f := range cases {
@@ -217,6 +218,8 @@ func TestFactsEqual(t *testing.T) {
 		"FirewallUnresolvedDNS":       func(f *Facts) { f.FirewallUnresolvedDNS = []string{"shop/a.example"} },
 		"FirewallUnresolvedDNS known": func(f *Facts) { f.FirewallUnresolvedDNS = []string{} },
 		"ExternalRouteRevision":       func(f *Facts) { f.ExternalRouteRevision = "8" },
+		"RouterRevision":              func(f *Facts) { f.RouterRevision = "8" },
+		"Uplink":                      func(f *Facts) { f.Uplink = "eth9" },
 		"ExternalRouteNotes": func(f *Facts) {
 			f.ExternalRouteNotes = map[string][]string{"gw": {"next hop 192.0.2.9: BFD session down"}}
 		},

@@ -226,3 +226,18 @@ const (
 	// NextHopsRecovered: no node notes anything about the policy any more.
 	NextHopsRecovered Reason = "NextHopsRecovered"
 )
+
+// Reasons of an EgressRouter's conditions and Events beside the shared
+// ones (Assigned, Pending, Applied, NoNodeInSubnet, NodesUnavailable and
+// the spec's InvalidRule, InvalidAddress, WrongFamily).
+const (
+	// NoSuchInterface: the router's macvlan.master names an interface that
+	// no node publishes as its uplink, so no node can serve it.
+	NoSuchInterface Reason = "NoSuchInterface"
+	// ServiceConflict: a Service of the router's name exists and is not
+	// the router's, so the router's clients are not given its addresses
+	// under that name; the router is served all the same.
+	ServiceConflict Reason = "ServiceConflict"
+	// HolderChanged: the router has a new holder (Normal Event).
+	HolderChanged Reason = "HolderChanged"
+)

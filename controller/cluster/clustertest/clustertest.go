@@ -631,6 +631,7 @@ var firewallNameRule = map[string]any{
 type Agent struct {
 	Node                                         string
 	qosRevision, firewallRevision, routeRevision atomic.Pointer[string]
+	routerRevision, uplink                       atomic.Pointer[string]
 	egressSubnets                                atomic.Pointer[[]netip.Prefix]
 	unresolvedDNS                                atomic.Pointer[[]string]
 	routeNotes                                   atomic.Pointer[map[string][]string]
@@ -653,6 +654,14 @@ func (a *Agent) SetFirewallRevision(rv string) { a.firewallRevision.Store(&rv) }
 // AdminPolicyBasedExternalRoute watermark
 // (heartbeat.Facts.ExternalRouteRevision) from its next renewal on.
 func (a *Agent) SetExternalRouteRevision(rv string) { a.routeRevision.Store(&rv) }
+
+// SetRouterRevision makes the agent publish rv as its EgressRouter
+// watermark (heartbeat.Facts.RouterRevision) from its next renewal on.
+func (a *Agent) SetRouterRevision(rv string) { a.routerRevision.Store(&rv) }
+
+// SetUplink makes the agent publish name as its node's uplink
+// (heartbeat.Facts.Uplink) from its next renewal on.
+func (a *Agent) SetUplink(name string) { a.uplink.Store(&name) }
 
 // SetExternalRouteNotes makes the agent publish notes (policy name →
 // messages; nil: none) as what it says of the external routes
@@ -747,6 +756,12 @@ func (e *Env) startAgent(t testing.TB, a *Agent, renew, expire time.Duration) *A
 			}
 			if n := a.routeNotes.Load(); n != nil {
 				f.ExternalRouteNotes = *n
+			}
+			if rv := a.routerRevision.Load(); rv != nil {
+				f.RouterRevision = *rv
+			}
+			if u := a.uplink.Load(); u != nil {
+				f.Uplink = *u
 			}
 			return f
 		},
