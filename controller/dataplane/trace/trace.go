@@ -227,8 +227,8 @@ func checkCT(a openflow.CT) error {
 		case dir != 0 && a.Flags&openflow.CTCommit == 0:
 			return errors.New("nat with a range is modelled only on commit")
 		case dir != 0 && (!nat.MinAddr.IsValid() || nat.MinAddr.IsUnspecified() ||
-			(nat.MaxAddr.IsValid() && nat.MaxAddr != nat.MinAddr) || nat.MinPort != 0):
-			return errors.New("only nat to one address is modelled")
+			(nat.MaxAddr.IsValid() && nat.MaxAddr != nat.MinAddr) || (nat.MaxPort != 0 && nat.MaxPort != nat.MinPort)):
+			return errors.New("only nat to one address, and at most one port, is modelled")
 		}
 	}
 	return nil
@@ -381,6 +381,9 @@ type pass struct {
 	// leaves: the datapath translates it, while the flows after the ct
 	// still match the addresses it arrived with. Invalid: none.
 	natSrc, natDst netip.Addr
+	// natSrcPort and natDstPort are the port a ct's nat gave with the
+	// address; 0: the port is kept.
+	natSrcPort, natDstPort uint16
 }
 
 // lookup finds the flow of table the packet matches and executes it.
@@ -466,6 +469,12 @@ func (p *pass) leaving() Packet {
 	if p.natDst.IsValid() {
 		out.Dst = p.natDst
 	}
+	if p.natSrcPort != 0 {
+		out.SrcPort = p.natSrcPort
+	}
+	if p.natDstPort != 0 {
+		out.DstPort = p.natDstPort
+	}
 	return out
 }
 
@@ -485,9 +494,9 @@ func (p *pass) execute(actions []openflow.Action, depth int) error {
 			}
 			switch a.Field { // the datapath writes over the translation
 			case openflow.FieldIPv4Src, openflow.FieldIPv6Src:
-				p.natSrc = netip.Addr{}
+				p.natSrc, p.natSrcPort = netip.Addr{}, 0
 			case openflow.FieldIPv4Dst, openflow.FieldIPv6Dst:
-				p.natDst = netip.Addr{}
+				p.natDst, p.natDstPort = netip.Addr{}, 0
 			}
 		case openflow.Resubmit:
 			if err := p.lookup(a.Table, depth+1); err != nil {
@@ -527,10 +536,10 @@ func (p *pass) conntrack(a openflow.CT) error {
 		}
 	}
 	if nat != nil && nat.Flags&openflow.NATSrc != 0 {
-		p.natSrc = nat.MinAddr
+		p.natSrc, p.natSrcPort = nat.MinAddr, nat.MinPort
 	}
 	if nat != nil && nat.Flags&openflow.NATDst != 0 {
-		p.natDst = nat.MinAddr
+		p.natDst, p.natDstPort = nat.MinAddr, nat.MinPort
 	}
 	if a.Recirculate {
 		state := openflow.CTStateTrk | openflow.CTStateNew
