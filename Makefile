@@ -56,7 +56,7 @@ FUZZTIME_LONG ?= 10m
 DIFF_FLOWS_LONG ?= 50000
 
 .PHONY: images all build generate manifests lint chart-check test test-deps demo fuzz-smoke fuzz \
-	bench-openflow bench-controller bench-egressip-assign bench-cloudip bench-agent bench-qos bench-firewall bench-egressip bench-externalroute bench-restart bench-failover bench-scale e2e clean
+	bench-openflow bench-controller bench-egressip-assign bench-cloudip bench-egressrouter bench-agent bench-qos bench-firewall bench-egressip bench-externalroute bench-restart bench-failover bench-scale e2e clean
 
 # DEMO_HOLD=0 makes `make demo` run its scenario and exit instead of keeping
 # the cluster up until Ctrl-C; `make test` runs it that way, as a test.
@@ -199,6 +199,12 @@ bench-controller: test-deps
 ## assignment, a node's death.
 bench-cloudip: test-deps
 	bash test/bench/cloudip.sh
+
+## bench-egressrouter: EgressRouter: the controller at 10 nodes x 1,000 routers of 10 rules against a real
+## API server (time to all Available, writes, a holder lost), then a holder's agent at 100 routers x 10 rules
+## against a real API server and OVS (full sync against ovs-ofctl bundle, restart, a router moved here).
+bench-egressrouter: test-deps
+	bash test/bench/egressrouter.sh
 
 ## bench-egressip-assign: EgressIP assignment at 100 egress nodes x 1,000 EgressIPs against a real API server.
 bench-egressip-assign: test-deps

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	nov1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/egressflow/egressflow/controller/assign"
 	noinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions/networkoperator/v1"
 	nolisters "github.com/egressflow/egressflow/controller/generated/listers/networkoperator/v1"
@@ -70,6 +72,8 @@ type routerTerm struct {
 	// applied are the agents' watermarks, uplinks their uplinks, by node.
 	applied map[string]int64
 	uplinks map[string]string
+	// states are the routers' states as last written (routerState).
+	states map[string]string
 }
 
 func newRouters(c *Controller, inf noinformers.EgressRouterInformer, s slot[*routerTerm]) *routers {
@@ -114,7 +118,7 @@ func (m *routers) newTerm(limiter func() workqueue.TypedRateLimiter[string]) any
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressrouters", Clock: m.c.opts.Clock}),
 		holders: map[string]string{}, byNode: map[string]sets.Set[string]{}, since: map[string]int64{},
-		applied: map[string]int64{}, uplinks: map[string]string{},
+		applied: map[string]int64{}, uplinks: map[string]string{}, states: map[string]string{},
 	}
 }
 
@@ -145,7 +149,41 @@ func (m *routers) pools() []workerPool {
 }
 
 func (m *routers) queueLen(t *term) int { return m.term(t).queue.Len() }
-func (m *routers) shutDown(t *term)     { m.term(t).queue.ShutDown() }
+
+// clearStates zeroes the state gauge as a term ends.
+func (m *routers) clearStates() { setRouterStates(m.c.metrics.routerStates, nil) }
+
+// The states of egressflow_controller_egressrouters.
+var routerStates = []string{"available", "pending", "degraded"}
+
+// routerState is a router's state for its decision: degraded without a
+// holder, available once it serves, pending meanwhile.
+func routerState(holder string, available bool) string {
+	switch {
+	case holder == "":
+		return "degraded"
+	case available:
+		return "available"
+	}
+	return "pending"
+}
+
+// stateCounts counts the routers by state. Callers hold mu.
+func (rt *routerTerm) stateCounts() map[string]int {
+	counts := map[string]int{}
+	for _, st := range rt.states {
+		counts[st]++
+	}
+	return counts
+}
+
+// setRouterStates sets the gauge to counts (nil: every state 0).
+func setRouterStates(g *prometheus.GaugeVec, counts map[string]int) {
+	for _, st := range routerStates {
+		g.WithLabelValues(st).Set(float64(counts[st]))
+	}
+}
+func (m *routers) shutDown(t *term) { m.term(t).queue.ShutDown() }
 
 func (m *routers) enqueueAll(t *term) {
 	list, _ := m.lister.List(labels.Everything())
@@ -372,7 +410,10 @@ func (m *routers) sync(ctx context.Context, t *term, key string) error {
 	if apierrors.IsNotFound(err) {
 		rt.mu.Lock()
 		rt.setHolder(key, "")
+		delete(rt.states, key)
+		counts := rt.stateCounts()
 		rt.mu.Unlock()
+		setRouterStates(m.c.metrics.routerStates, counts)
 		return nil // its Service and EndpointSlices are collected with it
 	}
 	if err != nil {

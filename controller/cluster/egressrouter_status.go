@@ -83,7 +83,9 @@ func (m *routers) writeStatus(ctx context.Context, t *term, router *nov1.EgressR
 		next := router.DeepCopy()
 		next.Status = status
 		var err error
-		if out, err = m.c.es.NetworkOperatorV1().EgressRouters(router.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+		out, err = m.c.es.NetworkOperatorV1().EgressRouters(router.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		m.c.metrics.apiWritesByResult.WithLabelValues("egressrouter_status", writeResult(err)).Inc()
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -92,7 +94,10 @@ func (m *routers) writeStatus(ctx context.Context, t *term, router *nov1.EgressR
 	if moved && d.holder != "" {
 		rt.since[key] = resourceVersion(out.ResourceVersion)
 	}
+	rt.states[key] = routerState(d.holder, available)
+	counts := rt.stateCounts()
 	rt.mu.Unlock()
+	setRouterStates(m.c.metrics.routerStates, counts)
 	m.routerEvents(router, d, status)
 	return out, nil
 }
@@ -140,7 +145,9 @@ func (m *routers) keepService(ctx context.Context, router *nov1.EgressRouter, re
 	have, err := m.c.serviceLister.Services(router.Namespace).Get(router.Name)
 	switch {
 	case apierrors.IsNotFound(err):
-		if _, err := services.Create(ctx, want, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_, err := services.Create(ctx, want, metav1.CreateOptions{})
+		m.c.metrics.apiWritesByResult.WithLabelValues("egressrouter_service", writeResult(err)).Inc()
+		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	case err != nil:
@@ -152,7 +159,9 @@ func (m *routers) keepService(ctx context.Context, router *nov1.EgressRouter, re
 	case !slices.Equal(have.Spec.Ports, want.Spec.Ports):
 		next := have.DeepCopy()
 		next.Spec.Ports = want.Spec.Ports
-		if _, err := services.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		_, err := services.Update(ctx, next, metav1.UpdateOptions{})
+		m.c.metrics.apiWritesByResult.WithLabelValues("egressrouter_service", writeResult(err)).Inc()
+		if err != nil {
 			return err
 		}
 	}
@@ -206,6 +215,7 @@ func (m *routers) keepSlices(ctx context.Context, router *nov1.EgressRouter, red
 		switch {
 		case h == nil:
 			_, err = client.Create(ctx, w, metav1.CreateOptions{})
+			m.c.metrics.apiWritesByResult.WithLabelValues("egressrouter_service", writeResult(err)).Inc()
 			if apierrors.IsAlreadyExists(err) {
 				err = nil
 			}
@@ -213,6 +223,7 @@ func (m *routers) keepSlices(ctx context.Context, router *nov1.EgressRouter, red
 			next := h.DeepCopy()
 			next.Endpoints, next.Ports, next.Labels = w.Endpoints, w.Ports, w.Labels
 			_, err = client.Update(ctx, next, metav1.UpdateOptions{})
+			m.c.metrics.apiWritesByResult.WithLabelValues("egressrouter_service", writeResult(err)).Inc()
 		}
 		if err != nil {
 			return err
@@ -220,7 +231,9 @@ func (m *routers) keepSlices(ctx context.Context, router *nov1.EgressRouter, red
 	}
 	for name := range have {
 		if want[name] == nil {
-			if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			err := client.Delete(ctx, name, metav1.DeleteOptions{})
+			m.c.metrics.apiWritesByResult.WithLabelValues("egressrouter_service", writeResult(err)).Inc()
+			if err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
 		}

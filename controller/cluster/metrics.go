@@ -64,6 +64,8 @@ type rolloutMetrics struct {
 	firewallApplied      prometheus.Histogram
 	externalRouteStates  *prometheus.GaugeVec
 	externalRouteApplied prometheus.Histogram
+	// routerStates are the EgressRouters by state (routerState).
+	routerStates *prometheus.GaugeVec
 }
 
 // egressIPMetrics are the EgressIP assignment's, after the reference's
@@ -86,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.assignments, m.failovers, m.eventToStatus, m.withoutHost, m.noMatchingNode, m.syncs, m.lastSuccess, m.failingSyncs,
 			m.leader, m.apiWritesByResult, m.events, m.agentsBlind, m.deathsHeld, m.agentsRestarting, m.probeVerdicts, m.qosStates, m.qosApplied,
-			m.firewallStates, m.firewallApplied, m.externalRouteStates, m.externalRouteApplied, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
+			m.firewallStates, m.firewallApplied, m.externalRouteStates, m.externalRouteApplied, m.routerStates, m.eipAssign, m.eipUnassign, m.eipNodeUnreachable, m.eipRebalances, m.eipAddresses)
 	}
 	return m
 }
@@ -121,15 +123,15 @@ func newSyncMetrics() *syncMetrics {
 	m := &syncMetrics{
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_syncs_total",
-			Help: "Syncs by queue (service, node, egressqos, egressfirewall, egressip, externalroute, cloudprivateipconfig, cloudnode) and result (ok, error).",
+			Help: "Syncs by queue (service, node, egressqos, egressfirewall, egressip, externalroute, cloudprivateipconfig, cloudnode, egressrouter) and result (ok, error).",
 		}, []string{"queue", "result"}),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_last_successful_sync_timestamp_seconds",
-			Help: "When the last sync that succeeded ended, by queue (service, node, egressqos, egressfirewall, egressip, externalroute), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
+			Help: "When the last sync that succeeded ended, by queue (service, node, egressqos, egressfirewall, egressip, externalroute, cloudprivateipconfig, cloudnode, egressrouter), in Unix seconds. Only the leader syncs; it re-syncs everything every --resync-period.",
 		}, []string{"queue"}),
 		failingSyncs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressflow_controller_failing_syncs",
-			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node, egressqos, egressfirewall, egressip, externalroute); 0 on a replica that does not lead.",
+			Help: "Objects whose latest sync failed and that are being retried, by queue (service, node, egressqos, egressfirewall, egressip, externalroute, cloudprivateipconfig, cloudnode, egressrouter); 0 on a replica that does not lead.",
 		}, []string{"queue"}),
 		failing: map[string]map[any]bool{},
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -138,7 +140,7 @@ func newSyncMetrics() *syncMetrics {
 		}),
 		apiWritesByResult: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_controller_api_writes_total",
-			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status, externalroute_status, cloudip_status, cloudip_finalizer, cloudip_request, node_annotations) and result (ok, conflict, error).",
+			Help: "API writes by the controller by kind (status, node_labels, input_labels, qos_status, firewall_status, egressip_status, externalroute_status, cloudip_status, cloudip_finalizer, cloudip_request, node_annotations, egressrouter_status, egressrouter_service) and result (ok, conflict, error).",
 		}, []string{"kind", "result"}),
 		events: events.NewCounter("egressflow_controller"),
 	}
@@ -204,9 +206,14 @@ func newRolloutMetrics() rolloutMetrics {
 			Buckets: eventToStatusBuckets,
 		}),
 	}
+	m.routerStates = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "egressflow_controller_egressrouters",
+		Help: "EgressRouter objects by state: available (its holder serves it), pending (a holder is taking it over), degraded (no node can serve it; its Degraded condition says why). 0 on a replica that does not lead.",
+	}, []string{"state"})
 	setStates(m.qosStates, nil)
 	setStates(m.firewallStates, nil)
 	setStates(m.externalRouteStates, nil)
+	setRouterStates(m.routerStates, nil)
 	return m
 }
 

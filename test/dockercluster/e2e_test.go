@@ -105,7 +105,12 @@ func expectFlannelRoutes(t *testing.T, c *Cluster) {
 // is back, the next host loses power (docker kill), while the endpoints on
 // the other nodes send in both families. Each time another node takes over
 // and the LB IPs leave through it, and a capture on the external host never
-// sees an endpoint's pod IP. The EgressService keeps off the node of the
+// sees an endpoint's pod IP. Three EgressRouters, one per node, redirect a
+// client's datagrams in both families to the external host: those of the
+// failed node resume through their new holders within the same bound, the
+// external host's neighbour entries follow the takeover's announcements,
+// and the capture sees the redirected datagrams only from the reserved
+// addresses, never from the client's pod IP or a node's IP. The EgressService keeps off the node of the
 // leading controller, whose own failure is another story (leader election).
 // The pods use flannel with its host-gw backend.
 func TestHostFailures(t *testing.T) {
@@ -114,13 +119,18 @@ func TestHostFailures(t *testing.T) {
 	expectFlannelRoutes(t, c)
 	s := newEgressScenario(t, c, offLeader(c))
 	s.expectLBIPs()
+	routers := newRouterScenario(t, c, s.server)
 	capture := c.External.Capture(t)
 
+	holders := routers.awaitAvailable(t, func(map[string]string) error { return nil })
 	frozen, took := s.failHostWithin(t, "pause")
 	t.Logf("%s frozen: LB-IP traffic through %s %v later", frozen.Name, s.host().Name, took.Round(time.Millisecond))
+	routers.expectResumed(t, frozen, s.faultAt, holders)
 	c.docker("unpause", frozen.Container)
+	holders = routers.awaitAvailable(t, func(map[string]string) error { return nil })
 	killed, took := s.failHostWithin(t, "kill")
 	t.Logf("%s killed: LB-IP traffic through %s %v later", killed.Name, s.host().Name, took.Round(time.Millisecond))
+	routers.expectResumed(t, killed, s.faultAt, holders)
 	if s.host() != frozen {
 		t.Errorf("after %s was killed the host is %s, want %s, back from its freeze", killed.Name, s.host().Name, frozen.Name)
 	}
@@ -129,8 +139,14 @@ func TestHostFailures(t *testing.T) {
 			s.c.ExpectSources(ep, s.targets, []string{lbIPs[0].String(), lbIPs[1].String()})
 		}
 	}
-	fromLB, flooded := s.checkNoPodIP(t, capture.Stop())
+	packets := capture.Stop()
+	fromLB, flooded := s.checkNoPodIP(t, packets)
 	t.Logf("%d packets from the LB IPs, none from a pod IP received; %d frames steered towards the killed host were flooded past the external host", fromLB, flooded)
+	allowed := slices.Clone(lbIPs)
+	for _, ip := range podIPs(s.bystander) {
+		allowed = append(allowed, netip.MustParseAddr(ip))
+	}
+	t.Logf("%d datagrams from the routers' reserved addresses, none to their destination from a pod or node IP", routers.checkSources(t, packets, allowed...))
 }
 
 // TestLeaderCrash: the leading controller's container is killed (SIGKILL

@@ -35,6 +35,9 @@ type egressScenario struct {
 	endpoints []*corev1.Pod
 	bystander *corev1.Pod
 	announcer *Announcer
+	// faultAt is when the last fault failHost put a host through took
+	// effect (docker had applied it).
+	faultAt time.Time
 }
 
 const scenarioNamespace = "shop"
@@ -153,6 +156,7 @@ func (s *egressScenario) failHost(t testing.TB, fault string) (failed *Node, too
 		s.c.docker(fault, failed.Container)
 	}
 	at := time.Now()
+	s.faultAt = at
 	if fault == "pause" {
 		t.Cleanup(func() { _, _ = run("docker", "unpause", failed.Container) })
 	}

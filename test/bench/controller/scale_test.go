@@ -573,7 +573,13 @@ func startLivenessAgents(b *testing.B, env *clustertest.Env, nodes []string, p l
 		}
 		r, err := heartbeat.NewRenewer(client.CoordinationV1(), heartbeat.RenewerConfig{
 			Namespace: kubetest.SystemNamespace, NodeName: nodes[i], RenewInterval: p.renew, LeaseDuration: p.expire,
-			PeerFacts: p.peerFacts, Facts: func() heartbeat.Facts { return f },
+			PeerFacts: p.peerFacts, Facts: func() heartbeat.Facts {
+				// Asked again at each check: a bench's facts may change (a
+				// watermark).
+				g := facts(i)
+				g.ProbeAddress = f.ProbeAddress
+				return g
+			},
 		})
 		if err != nil {
 			return err
