@@ -57,7 +57,8 @@ func routerFlows(t testing.TB, n *topology.Node) int {
 // TestAgentEgressRouter moves real packets through an EgressRouter served
 // by the agents of a two-node topology, its holder written as the cluster
 // component would. A pod on the holder and a pod on the other node open
-// TCP and UDP connections to the reserved addresses of both families: on
+// TCP and UDP connections, and SCTP associations (their INIT and INIT
+// ACK, over raw sockets), to the reserved addresses of both families: on
 // each rule's port they reach the rule's destination at its target port,
 // with the reserved address as their source, and the answer comes back;
 // on another IPv4 port they reach the fallback at the same port; on
@@ -96,6 +97,8 @@ func TestAgentEgressRouter(t *testing.T) {
 					{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
 					{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
 					{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+					{DestinationIP: e.topo.External.IP.String(), Port: 82, Protocol: nov1.ProtocolTypeSCTP},
+					{DestinationIP: e.topo.External.IP6.String(), Port: 83, Protocol: nov1.ProtocolTypeSCTP},
 				},
 				FallbackIP: fallback.String(),
 			},
@@ -117,6 +120,36 @@ func TestAgentEgressRouter(t *testing.T) {
 		{netip.AddrPortFrom(routerIP6, 81), netip.AddrPortFrom(internet[1], serverPort)},
 		{netip.AddrPortFrom(routerIP4, serverPort), netip.AddrPortFrom(fallback, serverPort)},
 		{netip.AddrPortFrom(routerIP6, serverPort), netip.AddrPort{}},
+	}
+	// SCTP: an INIT to each reserved address's SCTP rule arrives at the
+	// rule's destination and port from the reserved address, and the
+	// INIT ACK comes back from the reserved address and the rule's port.
+	// The userspace datapath these tests run tracks SCTP by address only
+	// (docs/egressrouter.md, "SCTP"): the rules keep their port, and one
+	// client associates, the pod on n1 (the holder's own client, then
+	// another node's once the router moves).
+	sctp := e.topo.External.ServeSCTP(t)
+	checkSCTP := func(step string) {
+		t.Helper()
+		for _, p := range []*topology.Pod{local} {
+			for _, c := range []redirect{
+				{netip.AddrPortFrom(routerIP4, 82), netip.AddrPortFrom(e.topo.External.IP, 82)},
+				{netip.AddrPortFrom(routerIP6, 83), netip.AddrPortFrom(e.topo.External.IP6, 83)},
+			} {
+				eventually(t, fmt.Sprintf("%s: sctp %s from %s", step, c.to, p.Name), func() error {
+					srcPort, err := p.SCTPInit(c.to)
+					if err != nil {
+						return err
+					}
+					for _, in := range sctp.Inits() {
+						if in.At == c.want && in.From.Addr() == c.to.Addr() {
+							return nil
+						}
+					}
+					return fmt.Errorf("the INIT ACK came (from port %d) but no INIT arrived at %s from %s: %v", srcPort, c.want, c.to.Addr(), sctp.Inits())
+				})
+			}
+		}
 	}
 	check := func(step string) {
 		t.Helper()
@@ -149,6 +182,7 @@ func TestAgentEgressRouter(t *testing.T) {
 		}
 	}
 	check("held by n1")
+	checkSCTP("held by n1")
 	for _, addr := range []netip.Addr{routerIP4, routerIP6} {
 		if got, want := e.externalNeighbour(addr), n1.BridgeMAC(t); got != want {
 			t.Errorf("external host's neighbour entry for %s: %q, want n1's bridge MAC %s", addr, got, want)
@@ -176,6 +210,7 @@ func TestAgentEgressRouter(t *testing.T) {
 		return nil
 	})
 	check("held by n2")
+	checkSCTP("held by n2")
 
 	for _, src := range e.server.Sources() {
 		for _, p := range []*topology.Pod{local, remote} {

@@ -223,33 +223,34 @@ func (m *routers) observeAgent(t *term, node string, facts heartbeat.Facts) {
 }
 
 // agentsLivenessChanged, agentCandidacyChanged and nodeEvent sync the
-// routers a node holds and those without a holder: either may move.
-func (m *routers) agentsLivenessChanged(t *term, nodes []string) {
-	for _, node := range nodes {
-		m.nodeChanged(t, node)
-	}
+// routers the nodes hold and those without a holder: either may move.
+func (m *routers) agentsLivenessChanged(t *term, nodes []string) { m.nodesChanged(t, nodes...) }
+func (m *routers) agentCandidacyChanged(t *term, node string, _, _ bool) {
+	m.nodesChanged(t, node)
 }
-func (m *routers) agentCandidacyChanged(t *term, node string, _, _ bool) { m.nodeChanged(t, node) }
 func (m *routers) agentUnreachable(t *term, node string, _ assign.NodeProblem) {
-	m.nodeChanged(t, node)
+	m.nodesChanged(t, node)
 }
 func (m *routers) nodeEvent(t *term, old, cur *corev1.Node) {
 	if old != nil && cur != nil && assign.ReadyCondition(old) == assign.ReadyCondition(cur) {
 		return
 	}
 	if cur != nil {
-		m.nodeChanged(t, cur.Name)
+		m.nodesChanged(t, cur.Name)
 	} else {
-		m.nodeChanged(t, old.Name)
+		m.nodesChanged(t, old.Name)
 	}
 }
 
-// nodeChanged syncs the routers node holds and every router without a
-// holder.
-func (m *routers) nodeChanged(t *term, node string) {
+// nodesChanged syncs the routers the nodes hold and every router without
+// a holder (listed once for the batch).
+func (m *routers) nodesChanged(t *term, nodes ...string) {
 	rt := m.term(t)
+	var keys []string
 	rt.mu.Lock()
-	keys := rt.byNode[node].UnsortedList()
+	for _, node := range nodes {
+		keys = append(keys, rt.byNode[node].UnsortedList()...)
+	}
 	rt.mu.Unlock()
 	for _, key := range keys {
 		rt.queue.Add(key)
@@ -320,13 +321,15 @@ func (m *routers) candidates(t *term) []routerCandidate {
 		alive, unreachable := t.agents.of(n.Name)
 		c := routerCandidate{name: n.Name, serves: assign.NodeServes(n, alive) && alive && !unreachable}
 		if l, err := m.c.leaseLister.Leases(m.c.opts.Namespace).Get(n.Name); err == nil {
-			c.subnets = heartbeat.ReadFacts(l).EgressSubnets
+			c.subnets = heartbeat.ParseEgressSubnets(l.Annotations[heartbeat.AnnotationEgressSubnets])
 		}
-		rt.mu.Lock()
-		c.uplink = rt.uplinks[n.Name]
-		rt.mu.Unlock()
 		out = append(out, c)
 	}
+	rt.mu.Lock()
+	for i := range out {
+		out[i].uplink = rt.uplinks[out[i].name]
+	}
+	rt.mu.Unlock()
 	return out
 }
 
@@ -432,11 +435,14 @@ func (m *routers) sync(ctx context.Context, t *term, key string) error {
 		}
 		d.reason, d.message = problems[0].Reason, strings.Join(msgs, "; ")
 	} else {
+		nodes := m.candidates(t)
+		// Chosen and recorded at once: routers synced together see each
+		// other's choices, and spread.
 		rt.mu.Lock()
 		load := func(node string) int { return rt.byNode[node].Len() }
-		current := rt.holders[key]
+		d.holder, d.reason, d.message = chooseHolder(key, rt.holders[key], addrs, redirect.Master, nodes, load)
+		rt.setHolder(key, d.holder)
 		rt.mu.Unlock()
-		d.holder, d.reason, d.message = chooseHolder(key, current, addrs, redirect.Master, m.candidates(t), load)
 	}
 	written, err := m.writeStatus(ctx, t, router, d)
 	if err != nil {

@@ -55,8 +55,9 @@ func newRouterScenario(t testing.TB, c *Cluster, server *topology.SourceServer) 
 		r := &nov1.EgressRouter{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: routerNamespace},
 			Spec: nov1.EgressRouterSpec{
-				Mode:      nov1.EgressRouterModeRedirect,
-				Addresses: []nov1.EgressRouterAddress{{IP: netip.PrefixFrom(v4, 24).String()}, {IP: netip.PrefixFrom(v6, 64).String()}},
+				Mode:             nov1.EgressRouterModeRedirect,
+				NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
+				Addresses:        []nov1.EgressRouterAddress{{IP: netip.PrefixFrom(v4, 24).String()}, {IP: netip.PrefixFrom(v6, 64).String()}},
 				Redirect: &nov1.RedirectConfig{RedirectRules: []nov1.L4RedirectRule{
 					{DestinationIP: c.External.IP.String(), Port: 80, Protocol: nov1.ProtocolTypeUDP, TargetPort: port},
 					{DestinationIP: c.External.IP6.String(), Port: 81, Protocol: nov1.ProtocolTypeUDP, TargetPort: port},

@@ -38,9 +38,10 @@ func benchRouter(i int) *nov1.EgressRouter {
 	r := &nov1.EgressRouter{
 		ObjectMeta: metav1.ObjectMeta{Namespace: routerBenchNamespace, Name: fmt.Sprintf("router-%05d", i)},
 		Spec: nov1.EgressRouterSpec{
-			Mode:      nov1.EgressRouterModeRedirect,
-			Addresses: []nov1.EgressRouterAddress{{IP: netip.PrefixFrom(v4, 10).String()}, {IP: netip.PrefixFrom(v6, 64).String()}},
-			Redirect:  &nov1.RedirectConfig{FallbackIP: "203.0.113.1"},
+			Mode:             nov1.EgressRouterModeRedirect,
+			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
+			Addresses:        []nov1.EgressRouterAddress{{IP: netip.PrefixFrom(v4, 10).String()}, {IP: netip.PrefixFrom(v6, 64).String()}},
+			Redirect:         &nov1.RedirectConfig{FallbackIP: "203.0.113.1"},
 		},
 	}
 	for k := range *routerRules {

@@ -129,7 +129,8 @@ func benchRouterObject(i int) *nov1.EgressRouter {
 	r := &nov1.EgressRouter{
 		ObjectMeta: metav1.ObjectMeta{Namespace: routerBenchNamespace, Name: fmt.Sprintf("router-%04d", i)},
 		Spec: nov1.EgressRouterSpec{
-			Mode: nov1.EgressRouterModeRedirect,
+			Mode:             nov1.EgressRouterModeRedirect,
+			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
 			Addresses: []nov1.EgressRouterAddress{
 				{IP: netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)}), 10).String()},
 				{IP: fmt.Sprintf("fd00:64::%x/64", i+1)},
