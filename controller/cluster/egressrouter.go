@@ -448,7 +448,7 @@ func (m *routers) sync(ctx context.Context, t *term, key string) error {
 	if err != nil {
 		return err
 	}
-	return m.keepService(ctx, written, redirect, len(problems) == 0 && conditionTrue(written.Status.Conditions, nov1.EgressRouterAvailable))
+	return m.keepService(ctx, written, redirect, written.Status.Holder != "")
 }
 
 // routerDecision is what sync decided of a router: its holder ("": none)

@@ -135,11 +135,13 @@ func sameRouterStatus(a, b nov1.EgressRouterStatus) bool {
 
 // keepService keeps the router's Service (headless, without a selector,
 // one port per rule) and its EndpointSlices (one per family, the reserved
-// address its endpoint, ready while the router is served): clients reach
+// address its endpoint, ready while the router has a holder, so that a
+// holder's move, which changes nothing the clients address, does not take
+// the name out of the cluster's DNS for its second): clients reach
 // the router as <name>.<namespace>.svc, on any port, as they reach
 // OpenShift's. A Service of that name that is not the router's is left
 // alone (ServiceConflict).
-func (m *routers) keepService(ctx context.Context, router *nov1.EgressRouter, redirect nov1.Redirect, served bool) error {
+func (m *routers) keepService(ctx context.Context, router *nov1.EgressRouter, redirect nov1.Redirect, held bool) error {
 	want := routerService(router, redirect)
 	services := m.c.kube.CoreV1().Services(router.Namespace)
 	have, err := m.c.serviceLister.Services(router.Namespace).Get(router.Name)
@@ -165,7 +167,7 @@ func (m *routers) keepService(ctx context.Context, router *nov1.EgressRouter, re
 			return err
 		}
 	}
-	return m.keepSlices(ctx, router, redirect, want.Spec.Ports, served)
+	return m.keepSlices(ctx, router, redirect, want.Spec.Ports, held)
 }
 
 // owner is the reference that makes router own an object (and the
@@ -195,11 +197,11 @@ func routerPortName(r nov1.RedirectRule) string {
 
 // keepSlices keeps one EndpointSlice per reserved address, and deletes
 // those of families the router no longer has.
-func (m *routers) keepSlices(ctx context.Context, router *nov1.EgressRouter, redirect nov1.Redirect, ports []corev1.ServicePort, served bool) error {
+func (m *routers) keepSlices(ctx context.Context, router *nov1.EgressRouter, redirect nov1.Redirect, ports []corev1.ServicePort, held bool) error {
 	client := m.c.kube.DiscoveryV1().EndpointSlices(router.Namespace)
 	want := map[string]*discoveryv1.EndpointSlice{}
 	for _, a := range redirect.Addresses {
-		s := routerSlice(router, a.Prefix.Addr().String(), a.Prefix.Addr().Is4(), ports, served)
+		s := routerSlice(router, a.Prefix.Addr().String(), a.Prefix.Addr().Is4(), ports, held)
 		want[s.Name] = s
 	}
 	have := map[string]*discoveryv1.EndpointSlice{}
@@ -242,7 +244,7 @@ func (m *routers) keepSlices(ctx context.Context, router *nov1.EgressRouter, red
 }
 
 // routerSlice is the EndpointSlice of one reserved address.
-func routerSlice(router *nov1.EgressRouter, addr string, is4 bool, ports []corev1.ServicePort, served bool) *discoveryv1.EndpointSlice {
+func routerSlice(router *nov1.EgressRouter, addr string, is4 bool, ports []corev1.ServicePort, ready bool) *discoveryv1.EndpointSlice {
 	family, addressType := "ipv6", discoveryv1.AddressTypeIPv6
 	if is4 {
 		family, addressType = "ipv4", discoveryv1.AddressTypeIPv4
@@ -252,7 +254,7 @@ func routerSlice(router *nov1.EgressRouter, addr string, is4 bool, ports []corev
 			Labels:          map[string]string{discoveryv1.LabelServiceName: router.Name, discoveryv1.LabelManagedBy: routerSliceManager, routerLabel: router.Name},
 			OwnerReferences: []metav1.OwnerReference{owner(router)}},
 		AddressType: addressType,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(served)}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}},
 	}
 	for _, p := range ports {
 		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(p.Port)})
