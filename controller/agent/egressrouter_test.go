@@ -131,24 +131,22 @@ func TestAgentEgressRouter(t *testing.T) {
 	sctp := e.topo.External.ServeSCTP(t)
 	checkSCTP := func(step string) {
 		t.Helper()
-		for _, p := range []*topology.Pod{local} {
-			for _, c := range []redirect{
-				{netip.AddrPortFrom(routerIP4, 82), netip.AddrPortFrom(e.topo.External.IP, 82)},
-				{netip.AddrPortFrom(routerIP6, 83), netip.AddrPortFrom(e.topo.External.IP6, 83)},
-			} {
-				eventually(t, fmt.Sprintf("%s: sctp %s from %s", step, c.to, p.Name), func() error {
-					srcPort, err := p.SCTPInit(c.to)
-					if err != nil {
-						return err
+		for _, c := range []redirect{
+			{netip.AddrPortFrom(routerIP4, 82), netip.AddrPortFrom(e.topo.External.IP, 82)},
+			{netip.AddrPortFrom(routerIP6, 83), netip.AddrPortFrom(e.topo.External.IP6, 83)},
+		} {
+			eventually(t, fmt.Sprintf("%s: sctp %s from %s", step, c.to, local.Name), func() error {
+				srcPort, err := local.SCTPInit(c.to)
+				if err != nil {
+					return err
+				}
+				for _, in := range sctp.Inits() {
+					if in.At == c.want && in.From.Addr() == c.to.Addr() {
+						return nil
 					}
-					for _, in := range sctp.Inits() {
-						if in.At == c.want && in.From.Addr() == c.to.Addr() {
-							return nil
-						}
-					}
-					return fmt.Errorf("the INIT ACK came (from port %d) but no INIT arrived at %s from %s: %v", srcPort, c.want, c.to.Addr(), sctp.Inits())
-				})
-			}
+				}
+				return fmt.Errorf("the INIT ACK came (from port %d) but no INIT arrived at %s from %s: %v", srcPort, c.want, c.to.Addr(), sctp.Inits())
+			})
 		}
 	}
 	check := func(step string) {

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -68,9 +67,9 @@ type routerTerm struct {
 	// since is the resourceVersion of the write that made a router's holder
 	// its holder: Available once that node's watermark reaches it. 0 for a
 	// holder found Available when the term began.
-	since map[string]int64
+	since map[string]uint64
 	// applied are the agents' watermarks, uplinks their uplinks, by node.
-	applied map[string]int64
+	applied map[string]uint64
 	uplinks map[string]string
 	// states are the routers' states as last written (routerState).
 	states map[string]string
@@ -117,8 +116,8 @@ func (m *routers) newTerm(limiter func() workqueue.TypedRateLimiter[string]) any
 	return &routerTerm{
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressrouters", Clock: m.c.opts.Clock}),
-		holders: map[string]string{}, byNode: map[string]sets.Set[string]{}, since: map[string]int64{},
-		applied: map[string]int64{}, uplinks: map[string]string{}, states: map[string]string{},
+		holders: map[string]string{}, byNode: map[string]sets.Set[string]{}, since: map[string]uint64{},
+		applied: map[string]uint64{}, uplinks: map[string]string{}, states: map[string]string{},
 	}
 }
 
@@ -136,7 +135,7 @@ func (m *routers) prepare(_ context.Context, t *term) {
 		key := routerKey(r)
 		rt.setHolder(key, r.Status.Holder)
 		rt.since[key] = 0
-		if !conditionTrue(r.Status.Conditions, nov1.EgressRouterAvailable) {
+		if condition(r.Status.Conditions, nov1.EgressRouterAvailable).Status != nov1.ConditionTrue {
 			rt.since[key] = resourceVersion(r.ResourceVersion)
 		}
 	}
@@ -288,20 +287,11 @@ func (rt *routerTerm) setHolder(key, node string) {
 	rt.byNode[node].Insert(key)
 }
 
-// resourceVersion reads a resourceVersion as the integer etcd gives it; 0
-// when it is not one.
-func resourceVersion(rv string) int64 {
-	v, _ := strconv.ParseInt(rv, 10, 64)
-	return v
-}
-
-func conditionTrue(conds []nov1.EgressRouterStatusCondition, typ nov1.EgressRouterStatusConditionType) bool {
-	for _, c := range conds {
-		if c.Type == typ {
-			return c.Status == nov1.ConditionTrue
-		}
-	}
-	return false
+// resourceVersion reads a resourceVersion as heartbeat.ParseRevision
+// does; 0 when it is not an etcd revision.
+func resourceVersion(rv string) uint64 {
+	n, _ := heartbeat.ParseRevision(rv)
+	return n
 }
 
 // routerCandidate is a node as the holder choice reads it.
@@ -434,6 +424,9 @@ func (m *routers) sync(ctx context.Context, t *term, key string) error {
 			msgs[i] = p.Message
 		}
 		d.reason, d.message = problems[0].Reason, strings.Join(msgs, "; ")
+		rt.mu.Lock()
+		rt.setHolder(key, "")
+		rt.mu.Unlock()
 	} else {
 		nodes := m.candidates(t)
 		// Chosen and recorded at once: routers synced together see each

@@ -61,9 +61,9 @@ func routerConditions(old []nov1.EgressRouterStatusCondition, d routerDecision, 
 	}
 }
 
-// writeStatus writes the router's holder and conditions for d, if they
-// changed, and records the holder; an Event tells a new holder, or a new
-// reason it has none.
+// writeStatus writes the router's holder and conditions for d (the holder
+// sync recorded), if they changed, and records since when a new holder
+// holds it; an Event tells a new holder, or a new reason it has none.
 func (m *routers) writeStatus(ctx context.Context, t *term, router *nov1.EgressRouter, d routerDecision) (*nov1.EgressRouter, error) {
 	rt := m.term(t)
 	key := routerKey(router)
@@ -90,7 +90,6 @@ func (m *routers) writeStatus(ctx context.Context, t *term, router *nov1.EgressR
 		}
 	}
 	rt.mu.Lock()
-	rt.setHolder(key, d.holder)
 	if moved && d.holder != "" {
 		rt.since[key] = resourceVersion(out.ResourceVersion)
 	}

@@ -123,17 +123,6 @@ func (p RouterPart) Equal(o RouterPart) bool {
 // protocolNumbers are the IP protocol numbers of a rule's protocol.
 var protocolNumbers = map[nov1.ProtocolType]uint8{nov1.ProtocolTypeTCP: 6, nov1.ProtocolTypeUDP: 17, nov1.ProtocolTypeSCTP: 132}
 
-// destinationPort is the match field of a protocol's destination port.
-func destinationPort(protocol uint8) openflow.Field {
-	switch protocol {
-	case 6:
-		return openflow.FieldTCPDst
-	case 17:
-		return openflow.FieldUDPDst
-	}
-	return openflow.FieldSCTPDst
-}
-
 // ICMP redirect types: ICMPv4's Redirect (RFC 792), ICMPv6's Redirect
 // (RFC 4861 §4.5).
 const (
@@ -200,7 +189,7 @@ func (p RouterPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports Po
 			}
 			m := inRouter(KindRouterRule, TableRouterDNAT, priorityRouterRule, addr, trk|isNew, trk|isNew, redirectTo(r.Destination, r.TargetPort))
 			m.SetUint(openflow.FieldIPProto, uint64(r.Protocol))
-			m.SetUint(destinationPort(r.Protocol), uint64(r.Port))
+			m.SetUint(portField(r.Protocol), uint64(r.Port))
 		}
 		var fallback []openflow.Action // none: a new connection is dropped
 		if p.Fallback.IsValid() && p.Fallback.Is4() == addr.Is4() {

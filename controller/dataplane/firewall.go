@@ -605,8 +605,8 @@ func ruleProtocols(ports []FirewallPort) []uint8 {
 	return out
 }
 
-// portField is the destination port field of a protocol firewallProtocols
-// holds.
+// portField is the destination port field of a protocol of an
+// EgressFirewall's ports or an EgressRouter's rules: TCP, UDP or SCTP.
 func portField(protocol uint8) openflow.Field {
 	switch protocol {
 	case 6:
