@@ -221,42 +221,12 @@ func BenchmarkAgent(b *testing.B) {
 	flowFile := ovstest.WriteFlowFile(b, flowSet)
 	out("flow set: %d flows (%d adds in the agent's first bundle, all but the marker), written to %s for ovs-ofctl", wantFlows, len(flowSet), flowFile)
 
-	// Rounds: ovs-ofctl, then the agent, each into the emptied bridge.
-	var agentSync, agentInformers, agentBundle, ofctlTime []time.Duration
-	var last *runningAgent
-	for round := 1; round <= *rounds; round++ {
-		e.clearFlows(b)
-		d := e.sw.BundleAddFlows(b, flowFile)
-		e.expectFlowCount(b, wantFlows)
-		ofctlTime = append(ofctlTime, d)
-
-		e.clearFlows(b)
-		r := e.startAgent(b, logs, false)
-		healthyAt := r.waitHealthy(b)
-		synced := r.cachesSynced(b, logs)
-		e.expectFlowCount(b, wantFlows)
-		if m := r.sw.mods.Load(); m != int64(wantMods) {
-			b.Fatalf("round %d: the agent sent %d flow mods into a cleared bridge, want %d", round, m, wantMods)
-		}
-		bundle := r.sw.firstBundleTime()
-		agentSync = append(agentSync, healthyAt.Sub(synced))
-		agentInformers = append(agentInformers, synced.Sub(r.started))
-		agentBundle = append(agentBundle, bundle)
-		out("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s; of which recompute and diff up to the bundle's first part %v, bundle from first part to commit acked %v, the diff of later parts overlapping it)",
-			round, d.Round(time.Millisecond), rate(wantMods, d),
-			synced.Sub(r.started).Round(time.Millisecond), healthyAt.Sub(synced).Round(time.Millisecond), rate(wantMods, healthyAt.Sub(synced)),
-			r.sw.firstBundleStart().Sub(synced).Round(time.Millisecond), bundle.Round(time.Millisecond))
-		if round < *rounds {
-			r.stop()
-		} else {
-			last = r
-		}
-	}
-	syncMed, ofctlMed := median(agentSync), median(ofctlTime)
-	ratio := ofctlMed.Seconds() / syncMed.Seconds()
-	out("full sync (median of %d): agent %v = %.0f flows/s (bundle open %v = %.0f flows/s), ovs-ofctl %v = %.0f flows/s: ratio agent/ofctl %.2f",
-		*rounds, syncMed.Round(time.Millisecond), rate(wantMods, syncMed), median(agentBundle).Round(time.Millisecond), rate(wantMods, median(agentBundle)),
-		ofctlMed.Round(time.Millisecond), rate(wantMods, ofctlMed), ratio)
+	full := e.compareFullSync(b, logs, fullSyncRounds{
+		flowMods: wantMods, checkMods: true,
+		install: func() time.Duration { return e.sw.BundleAddFlows(b, flowFile) },
+		check:   func(string) { e.expectFlowCount(b, wantFlows) },
+	})
+	syncMed, ofctlMed, ratio, last := full.sync, full.ofctl, full.ratio, full.last
 
 	// Restart with nothing changed.
 	before := e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort")
@@ -316,10 +286,10 @@ func BenchmarkAgent(b *testing.B) {
 		out("%-62s %14s %12s %s", name, value, goal, verdict)
 	}
 	row("flows in the full set", strconv.Itoa(wantFlows), "", true)
-	row("informer sync of the agent, median (s)", secs(median(agentInformers)), "", true)
+	row("informer sync of the agent, median (s)", secs(full.informers), "", true)
 	row("full sync, agent: sync start to Healthy, median (s)", secs(syncMed), "", true)
 	row("full sync, agent (flows/s)", fmt.Sprintf("%.0f", rate(wantMods, syncMed)), "", true)
-	row("  of which the bundle open, first part to commit, median (s)", secs(median(agentBundle)), "", true)
+	row("  of which the bundle open, first part to commit, median (s)", secs(full.bundle), "", true)
 	row("same flows, ovs-ofctl --bundle add-flows, median (s)", secs(ofctlMed), "", true)
 	row("same flows, ovs-ofctl --bundle add-flows (flows/s)", fmt.Sprintf("%.0f", rate(wantMods, ofctlMed)), "", true)
 	row("ratio agent / ovs-ofctl (flows/s)", fmt.Sprintf("%.2f", ratio), fmt.Sprintf(">= %.1f", goalRatio), ratio >= goalRatio)
@@ -1205,6 +1175,82 @@ func joinPrefixes(prefixes []netip.Prefix) string {
 		s[i] = p.String()
 	}
 	return strings.Join(s, ",")
+}
+
+// fullSyncRounds describes a bench's full-sync comparison: per round,
+// ovs-ofctl installs the flow set into the emptied bridge, then a new
+// agent does its full sync into the emptied bridge again.
+type fullSyncRounds struct {
+	flowMods  int                  // a full sync's flow mods: the rates' numerator
+	checkMods bool                 // the agent must send exactly flowMods flow mods
+	install   func() time.Duration // ovs-ofctl's install of the flow set, timed
+	check     func(who string)     // fails the bench unless the bridge holds the flow set
+}
+
+// fullSync is what compareFullSync measured: medians over *rounds rounds.
+type fullSync struct {
+	informers time.Duration // the agent's start to its informers synced
+	sync      time.Duration // informers synced to Healthy (recompute, diff, bundle)
+	bundle    time.Duration // the first bundle, its first part to the commit acked
+	ofctl     time.Duration // ovs-ofctl's install
+	ratio     float64       // agent flows/s over ovs-ofctl's
+	last      *runningAgent // the last round's agent, left running
+}
+
+// compareFullSync runs the rounds of f, logs each and the medians, and
+// checks in the first round that the agent left the bridge's flows and
+// groups exactly as ovs-ofctl did.
+func (e *env) compareFullSync(b *testing.B, logs *klogWatch, f fullSyncRounds) fullSync {
+	b.Helper()
+	dump := func() string {
+		return e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort") + e.sw.Ofctl(b, "dump-groups", e.sw.Bridge)
+	}
+	var informers, syncs, bundles, ofctl []time.Duration
+	var last *runningAgent
+	for round := 1; round <= *rounds; round++ {
+		e.clearFlows(b)
+		e.clearGroups(b)
+		d := f.install()
+		f.check(fmt.Sprintf("round %d, ovs-ofctl", round))
+		ofctl = append(ofctl, d)
+		var ofctlDump string
+		if round == 1 {
+			ofctlDump = dump()
+		}
+
+		e.clearFlows(b)
+		e.clearGroups(b)
+		r := e.startAgent(b, logs, false)
+		healthyAt := r.waitHealthy(b)
+		synced := r.cachesSynced(b, logs)
+		f.check(fmt.Sprintf("round %d, the agent", round))
+		if m := r.sw.mods.Load(); f.checkMods && m != int64(f.flowMods) {
+			b.Fatalf("round %d: the agent sent %d flow mods into a cleared bridge, want %d", round, m, f.flowMods)
+		}
+		if round == 1 {
+			if diff := lineDiff(ofctlDump, dump()); diff != "" {
+				b.Fatalf("the bridge after the agent's sync differs from the bridge after ovs-ofctl's install:\n%s", diff)
+			}
+		}
+		informers = append(informers, synced.Sub(r.started))
+		syncs = append(syncs, healthyAt.Sub(synced))
+		bundles = append(bundles, r.sw.firstBundleTime())
+		fmt.Printf("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s; of which recompute and diff up to the bundle's first part %v, bundle from first part to commit acked %v, the diff of later parts overlapping it)\n",
+			round, d.Round(time.Millisecond), rate(f.flowMods, d),
+			synced.Sub(r.started).Round(time.Millisecond), healthyAt.Sub(synced).Round(time.Millisecond), rate(f.flowMods, healthyAt.Sub(synced)),
+			r.sw.firstBundleStart().Sub(synced).Round(time.Millisecond), r.sw.firstBundleTime().Round(time.Millisecond))
+		if round < *rounds {
+			r.stop()
+		} else {
+			last = r
+		}
+	}
+	m := fullSync{informers: median(informers), sync: median(syncs), bundle: median(bundles), ofctl: median(ofctl), last: last}
+	m.ratio = m.ofctl.Seconds() / m.sync.Seconds()
+	fmt.Printf("full sync (median of %d): agent %v = %.0f flows/s (bundle open %v = %.0f flows/s), ovs-ofctl %v = %.0f flows/s: ratio agent/ofctl %.2f (round 1: the two left the same flows and groups)\n",
+		*rounds, m.sync.Round(time.Millisecond), rate(f.flowMods, m.sync), m.bundle.Round(time.Millisecond), rate(f.flowMods, m.bundle),
+		m.ofctl.Round(time.Millisecond), rate(f.flowMods, m.ofctl), m.ratio)
+	return m
 }
 
 func median(d []time.Duration) time.Duration {

@@ -143,37 +143,12 @@ func BenchmarkAgentEgressIP(b *testing.B) {
 	out("flow set: %d flows: %d SNAT (a flow per selected pod address) + %d per held address (reply; ARP, or two solicitation and one advertisement flows) + %d shared; written to %s for ovs-ofctl",
 		wantFlows, 2**eipPods, 6**eipObjects, wantFlows-2**eipPods-6**eipObjects, flowFile)
 
-	var agentSync, agentInformers, ofctlTime []time.Duration
-	var last *runningAgent
-	for round := 1; round <= *rounds; round++ {
-		e.clearFlows(b)
-		d := e.sw.BundleAddFlows(b, flowFile)
-		e.expectFlowCount(b, wantFlows)
-		ofctlTime = append(ofctlTime, d)
-
-		e.clearFlows(b)
-		r := e.startAgent(b, logs, false)
-		healthyAt := r.waitHealthy(b)
-		synced := r.cachesSynced(b, logs)
-		e.expectFlowCount(b, wantFlows)
-		if m := r.sw.mods.Load(); m != int64(wantMods) {
-			b.Fatalf("round %d: the agent sent %d flow mods into a cleared bridge, want %d", round, m, wantMods)
-		}
-		agentSync = append(agentSync, healthyAt.Sub(synced))
-		agentInformers = append(agentInformers, synced.Sub(r.started))
-		out("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s)",
-			round, d.Round(time.Millisecond), rate(wantMods, d), synced.Sub(r.started).Round(time.Millisecond),
-			healthyAt.Sub(synced).Round(time.Millisecond), rate(wantMods, healthyAt.Sub(synced)))
-		if round < *rounds {
-			r.stop()
-		} else {
-			last = r
-		}
-	}
-	syncMed, ofctlMed := median(agentSync), median(ofctlTime)
-	ratio := ofctlMed.Seconds() / syncMed.Seconds()
-	out("full sync (median of %d): agent %v = %.0f flows/s, ovs-ofctl %v = %.0f flows/s: ratio agent/ofctl %.2f",
-		*rounds, syncMed.Round(time.Millisecond), rate(wantMods, syncMed), ofctlMed.Round(time.Millisecond), rate(wantMods, ofctlMed), ratio)
+	full := e.compareFullSync(b, logs, fullSyncRounds{
+		flowMods: wantMods, checkMods: true,
+		install: func() time.Duration { return e.sw.BundleAddFlows(b, flowFile) },
+		check:   func(string) { e.expectFlowCount(b, wantFlows) },
+	})
+	syncMed, ofctlMed, ratio, last := full.sync, full.ofctl, full.ratio, full.last
 
 	// Restart with everything in place.
 	before := e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort")
@@ -213,7 +188,7 @@ func BenchmarkAgentEgressIP(b *testing.B) {
 	row := func(name, value string) { out("%-66s %14s", name, value) }
 	row("flows in the full set", strconv.Itoa(wantFlows))
 	row("  SNAT flows (selected pod addresses)", strconv.Itoa(2**eipPods))
-	row("informer sync of the agent, median (s)", secs(median(agentInformers)))
+	row("informer sync of the agent, median (s)", secs(full.informers))
 	row("full sync, agent: sync start to Healthy, median (s)", secs(syncMed))
 	row("same flows, ovs-ofctl --bundle add-flows, median (s)", secs(ofctlMed))
 	row("ratio agent / ovs-ofctl (flows/s)", fmt.Sprintf("%.2f", ratio))

@@ -131,39 +131,12 @@ func BenchmarkAgentEgressRouter(b *testing.B) {
 	bundleFile := ovstest.WriteBundleFile(b, []*openflow.GroupMod(nil), flowSet)
 	out("flow set: %d flows, of which the routers' %d (= the count: %d per router)", wantFlows, routerFlows, routerFlows / *routerCount)
 
-	var agentSync, ofctlTime []time.Duration
-	var last *runningAgent
-	for round := 1; round <= *rounds; round++ {
-		e.clearFlows(b)
-		d := e.sw.Bundle(b, bundleFile)
-		e.expectFlowCount(b, wantFlows)
-		ofctlTime = append(ofctlTime, d)
-		var ofctlDump string
-		if round == 1 {
-			ofctlDump = e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort")
-		}
-		e.clearFlows(b)
-		r := e.startAgent(b, logs, false)
-		healthyAt := r.waitHealthy(b)
-		synced := r.cachesSynced(b, logs)
-		e.expectFlowCount(b, wantFlows)
-		if round == 1 {
-			if diff := lineDiff(ofctlDump, e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort")); diff != "" {
-				b.Fatalf("the bridge after the agent's sync differs from the bridge after ovs-ofctl's bundle:\n%s", diff)
-			}
-		}
-		agentSync = append(agentSync, healthyAt.Sub(synced))
-		out("round %d: ovs-ofctl %v; agent: informers synced %v after start, then healthy %v later", round, d.Round(time.Millisecond),
-			synced.Sub(r.started).Round(time.Millisecond), healthyAt.Sub(synced).Round(time.Millisecond))
-		if round < *rounds {
-			r.stop()
-		} else {
-			last = r
-		}
-	}
-	syncMed, ofctlMed := median(agentSync), median(ofctlTime)
-	ratio := ofctlMed.Seconds() / syncMed.Seconds()
-	out("full sync (median of %d): agent %v, ovs-ofctl %v: ratio agent/ofctl %.2f", *rounds, syncMed.Round(time.Millisecond), ofctlMed.Round(time.Millisecond), ratio)
+	full := e.compareFullSync(b, logs, fullSyncRounds{
+		flowMods: len(flowSet),
+		install:  func() time.Duration { return e.sw.Bundle(b, bundleFile) },
+		check:    func(string) { e.expectFlowCount(b, wantFlows) },
+	})
+	syncMed, ofctlMed, ratio, last := full.sync, full.ofctl, full.ratio, full.last
 
 	last.stop()
 	restarted := e.startAgent(b, logs, false)

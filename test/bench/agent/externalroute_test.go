@@ -267,46 +267,12 @@ func BenchmarkAgentExternalRoute(b *testing.B) {
 		}
 	}
 
-	// Rounds: ovs-ofctl, then the agent, each into the emptied bridge.
-	var agentSync, ofctlTime []time.Duration
-	var last *runningAgent
-	for round := 1; round <= *rounds; round++ {
-		e.clearFlows(b)
-		e.clearGroups(b)
-		d := e.sw.Bundle(b, bundleFile)
-		checkBridge("ovs-ofctl")
-		ofctlTime = append(ofctlTime, d)
-		var ofctlDump string
-		if round == 1 {
-			ofctlDump = e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort") + e.sw.Ofctl(b, "dump-groups", e.sw.Bridge)
-		}
-
-		e.clearFlows(b)
-		e.clearGroups(b)
-		r := e.startAgent(b, logs, false)
-		healthyAt := r.waitHealthy(b)
-		synced := r.cachesSynced(b, logs)
-		checkBridge(fmt.Sprintf("round %d, the agent", round))
-		if round == 1 {
-			agentDump := e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort") + e.sw.Ofctl(b, "dump-groups", e.sw.Bridge)
-			if diff := lineDiff(ofctlDump, agentDump); diff != "" {
-				b.Fatalf("the bridge after the agent's sync differs from the bridge after ovs-ofctl's bundle:\n%s", diff)
-			}
-		}
-		agentSync = append(agentSync, healthyAt.Sub(synced))
-		out("round %d: ovs-ofctl %v; agent: informers synced %v after start, then healthy %v later (bundle from first part to commit acked %v)",
-			round, d.Round(time.Millisecond), synced.Sub(r.started).Round(time.Millisecond), healthyAt.Sub(synced).Round(time.Millisecond),
-			r.sw.firstBundleTime().Round(time.Millisecond))
-		if round < *rounds {
-			r.stop()
-		} else {
-			last = r
-		}
-	}
-	syncMed, ofctlMed := median(agentSync), median(ofctlTime)
-	ratio := ofctlMed.Seconds() / syncMed.Seconds()
-	out("full sync (median of %d): agent %v, ovs-ofctl %v: ratio agent/ofctl %.2f (round 1: the two left the same flows and groups)",
-		*rounds, syncMed.Round(time.Millisecond), ofctlMed.Round(time.Millisecond), ratio)
+	full := e.compareFullSync(b, logs, fullSyncRounds{
+		flowMods: len(flowSet),
+		install:  func() time.Duration { return e.sw.Bundle(b, bundleFile) },
+		check:    checkBridge,
+	})
+	syncMed, ofctlMed, ratio, last := full.sync, full.ofctl, full.ratio, full.last
 
 	// Restart with everything in place.
 	last.stop()

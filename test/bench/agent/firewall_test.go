@@ -590,49 +590,17 @@ func BenchmarkAgentFirewall(b *testing.B) {
 	out("  outside TableFirewall: a late admission per pod address %d (TableEgress) + an inbound commit per pod address %d and two DNS snoop flows (UDP, TCP) per pod address of a namespace with a dnsName rule %d (TableClassify) + %d shared",
 		count.addresses, count.addresses, count.snooped, wantFlows-tableFW-2*count.addresses-count.snooped)
 
-	// Rounds: ovs-ofctl, then the agent, each into the emptied bridge.
-	var agentSync, agentInformers, ofctlTime []time.Duration
-	var last *runningAgent
-	for round := 1; round <= *rounds; round++ {
-		e.clearFlows(b)
-		d := e.sw.BundleAddFlows(b, flowFile)
-		e.expectFlowCount(b, wantFlows)
-		ofctlTime = append(ofctlTime, d)
-		var ofctlDump string
-		if round == 1 {
-			ofctlDump = e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort")
-		}
-
-		e.clearFlows(b)
-		r := e.startAgent(b, logs, false)
-		healthyAt := r.waitHealthy(b)
-		synced := r.cachesSynced(b, logs)
-		e.expectFlowCount(b, wantFlows)
-		if n := e.sw.FlowCount(b, tableFilter); n != wantTable {
-			b.Fatalf("round %d: %d TableFirewall flows on the bridge, the formula %d", round, n, wantTable)
-		}
-		if m := r.sw.mods.Load(); m != int64(wantMods) {
-			b.Fatalf("round %d: the agent sent %d flow mods into a cleared bridge, want %d", round, m, wantMods)
-		}
-		if round == 1 && e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort") != ofctlDump {
-			b.Fatal("the bridge after the agent's sync differs from the bridge after ovs-ofctl's install")
-		}
-		agentSync = append(agentSync, healthyAt.Sub(synced))
-		agentInformers = append(agentInformers, synced.Sub(r.started))
-		out("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s; bundle from first part to commit acked %v)",
-			round, d.Round(time.Millisecond), rate(wantMods, d),
-			synced.Sub(r.started).Round(time.Millisecond), healthyAt.Sub(synced).Round(time.Millisecond), rate(wantMods, healthyAt.Sub(synced)),
-			r.sw.firstBundleTime().Round(time.Millisecond))
-		if round < *rounds {
-			r.stop()
-		} else {
-			last = r
-		}
-	}
-	syncMed, ofctlMed := median(agentSync), median(ofctlTime)
-	ratio := ofctlMed.Seconds() / syncMed.Seconds()
-	out("full sync (median of %d): agent %v = %.0f flows/s, ovs-ofctl %v = %.0f flows/s: ratio agent/ofctl %.2f (round 1: the two left the same flows)",
-		*rounds, syncMed.Round(time.Millisecond), rate(wantMods, syncMed), ofctlMed.Round(time.Millisecond), rate(wantMods, ofctlMed), ratio)
+	full := e.compareFullSync(b, logs, fullSyncRounds{
+		flowMods: wantMods, checkMods: true,
+		install: func() time.Duration { return e.sw.BundleAddFlows(b, flowFile) },
+		check: func(who string) {
+			e.expectFlowCount(b, wantFlows)
+			if n := e.sw.FlowCount(b, tableFilter); n != wantTable {
+				b.Fatalf("%s: %d TableFirewall flows on the bridge, the formula %d", who, n, wantTable)
+			}
+		},
+	})
+	syncMed, ofctlMed, ratio, last := full.sync, full.ofctl, full.ratio, full.last
 
 	// Restart with everything in place.
 	before := e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort")
@@ -696,7 +664,7 @@ func BenchmarkAgentFirewall(b *testing.B) {
 	row("      of which beyond one per destination (ports)", strconv.Itoa(count.portExtra))
 	row("      of which dropping fragments (Deny with ports)", strconv.Itoa(count.fragments))
 	row("  late admissions, TableEgress: local pod addresses", strconv.Itoa(count.addresses))
-	row("informer sync of the agent, median (s)", secs(median(agentInformers)))
+	row("informer sync of the agent, median (s)", secs(full.informers))
 	row("full sync, agent: sync start to Healthy, median (s)", secs(syncMed))
 	row("same flows, ovs-ofctl --bundle add-flows, median (s)", secs(ofctlMed))
 	row("ratio agent / ovs-ofctl (flows/s)", fmt.Sprintf("%.2f", ratio))

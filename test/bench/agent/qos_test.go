@@ -304,39 +304,12 @@ func BenchmarkAgentQoS(b *testing.B) {
 		count.naive, count.addresses, count.marking, count.addresses+count.marking, float64(count.naive)/float64(count.addresses+count.marking))
 	out("  outside TableQoS: a late admission per pod address %d (TableEgress) + %d shared", count.addresses, wantFlows-tableQoS-count.addresses)
 
-	// Rounds: ovs-ofctl, then the agent, each into the emptied bridge.
-	var agentSync, agentInformers, ofctlTime []time.Duration
-	var last *runningAgent
-	for round := 1; round <= *rounds; round++ {
-		e.clearFlows(b)
-		d := e.sw.BundleAddFlows(b, flowFile)
-		e.expectFlowCount(b, wantFlows)
-		ofctlTime = append(ofctlTime, d)
-
-		e.clearFlows(b)
-		r := e.startAgent(b, logs, false)
-		healthyAt := r.waitHealthy(b)
-		synced := r.cachesSynced(b, logs)
-		e.expectFlowCount(b, wantFlows)
-		if m := r.sw.mods.Load(); m != int64(wantMods) {
-			b.Fatalf("round %d: the agent sent %d flow mods into a cleared bridge, want %d", round, m, wantMods)
-		}
-		agentSync = append(agentSync, healthyAt.Sub(synced))
-		agentInformers = append(agentInformers, synced.Sub(r.started))
-		out("round %d: ovs-ofctl %v (%.0f flows/s); agent: informers synced %v after start, then healthy %v later (%.0f flows/s; bundle from first part to commit acked %v)",
-			round, d.Round(time.Millisecond), rate(wantMods, d),
-			synced.Sub(r.started).Round(time.Millisecond), healthyAt.Sub(synced).Round(time.Millisecond), rate(wantMods, healthyAt.Sub(synced)),
-			r.sw.firstBundleTime().Round(time.Millisecond))
-		if round < *rounds {
-			r.stop()
-		} else {
-			last = r
-		}
-	}
-	syncMed, ofctlMed := median(agentSync), median(ofctlTime)
-	ratio := ofctlMed.Seconds() / syncMed.Seconds()
-	out("full sync (median of %d): agent %v = %.0f flows/s, ovs-ofctl %v = %.0f flows/s: ratio agent/ofctl %.2f",
-		*rounds, syncMed.Round(time.Millisecond), rate(wantMods, syncMed), ofctlMed.Round(time.Millisecond), rate(wantMods, ofctlMed), ratio)
+	full := e.compareFullSync(b, logs, fullSyncRounds{
+		flowMods: wantMods, checkMods: true,
+		install: func() time.Duration { return e.sw.BundleAddFlows(b, flowFile) },
+		check:   func(string) { e.expectFlowCount(b, wantFlows) },
+	})
+	syncMed, ofctlMed, ratio, last := full.sync, full.ofctl, full.ratio, full.last
 
 	// Restart with everything in place.
 	before := e.sw.Ofctl(b, "dump-flows", e.sw.Bridge, cookieFilter, "--no-stats", "--sort")
@@ -391,7 +364,7 @@ func BenchmarkAgentQoS(b *testing.B) {
 	row("    classifying: pod addresses", strconv.Itoa(count.addresses))
 	row("    marking: Σ classes x rules x families", strconv.Itoa(count.marking))
 	row("  naive marking, pods x rules (a flow per address and rule)", strconv.Itoa(count.naive))
-	row("informer sync of the agent, median (s)", secs(median(agentInformers)))
+	row("informer sync of the agent, median (s)", secs(full.informers))
 	row("full sync, agent: sync start to Healthy, median (s)", secs(syncMed))
 	row("same flows, ovs-ofctl --bundle add-flows, median (s)", secs(ofctlMed))
 	row("ratio agent / ovs-ofctl (flows/s)", fmt.Sprintf("%.2f", ratio))
