@@ -73,6 +73,9 @@ type routerTerm struct {
 	uplinks map[string]string
 	// states are the routers' states as last written (routerState).
 	states map[string]string
+	// conflicted are the routers whose Service name another Service holds,
+	// reported once (ServiceConflict) until that changes.
+	conflicted sets.Set[string]
 }
 
 func newRouters(c *Controller, inf noinformers.EgressRouterInformer, s slot[*routerTerm]) *routers {
@@ -85,29 +88,41 @@ func (m *routers) term(t *term) *routerTerm { return m.slot.of(t) }
 func routerKey(r *nov1.EgressRouter) string { return r.Namespace + "/" + r.Name }
 
 // watches syncs a router on every event of its own (its status writes
-// included: a sync that finds nothing to change writes nothing), and the
+// included: a sync that finds nothing to change writes nothing), the
 // router that owns a Service or EndpointSlice that changed (someone edited
-// or deleted it).
+// or deleted it), and the router a Service is named after (one that is not
+// the router's was deleted: the router's own can take its place).
 func (m *routers) watches() []watch {
 	enqueue := func(obj any) { m.c.onObject(obj, func(t *term, key string) { m.term(t).queue.Add(key) }) }
-	owned := func(obj any) {
+	add := func(namespace, name string) {
+		if t := m.c.term.Load(); t != nil {
+			m.term(t).queue.Add(namespace + "/" + name)
+		}
+	}
+	object := func(obj any) (metav1.Object, bool) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
 		o, ok := obj.(metav1.Object)
-		if !ok {
-			return
+		return o, ok
+	}
+	owned := func(obj any) {
+		if o, ok := object(obj); ok && o.GetLabels()[routerLabel] != "" {
+			add(o.GetNamespace(), o.GetLabels()[routerLabel])
 		}
-		if name := o.GetLabels()[routerLabel]; name != "" {
-			if t := m.c.term.Load(); t != nil {
-				m.term(t).queue.Add(o.GetNamespace() + "/" + name)
+	}
+	service := func(obj any) {
+		owned(obj)
+		if o, ok := object(obj); ok && o.GetLabels()[routerLabel] == "" {
+			if _, err := m.lister.EgressRouters(o.GetNamespace()).Get(o.GetName()); err == nil {
+				add(o.GetNamespace(), o.GetName())
 			}
 		}
 	}
 	ownedHandler := cache.ResourceEventHandlerFuncs{AddFunc: owned, UpdateFunc: func(_, cur any) { owned(cur) }, DeleteFunc: owned}
 	return []watch{
 		{m.informer, cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, cur any) { enqueue(cur) }, DeleteFunc: enqueue}},
-		{m.c.kubeInformers.Core().V1().Services().Informer(), ownedHandler},
+		{m.c.kubeInformers.Core().V1().Services().Informer(), cache.ResourceEventHandlerFuncs{AddFunc: service, UpdateFunc: func(_, cur any) { service(cur) }, DeleteFunc: service}},
 		{m.c.kubeInformers.Discovery().V1().EndpointSlices().Informer(), ownedHandler},
 	}
 }
@@ -117,7 +132,7 @@ func (m *routers) newTerm(limiter func() workqueue.TypedRateLimiter[string]) any
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressrouters", Clock: m.c.opts.Clock}),
 		holders: map[string]string{}, byNode: map[string]sets.Set[string]{}, since: map[string]uint64{},
-		applied: map[string]uint64{}, uplinks: map[string]string{}, states: map[string]string{},
+		applied: map[string]uint64{}, uplinks: map[string]string{}, states: map[string]string{}, conflicted: sets.New[string](),
 	}
 }
 
@@ -404,6 +419,7 @@ func (m *routers) sync(ctx context.Context, t *term, key string) error {
 		rt.mu.Lock()
 		rt.setHolder(key, "")
 		delete(rt.states, key)
+		rt.conflicted.Delete(key)
 		counts := rt.stateCounts()
 		rt.mu.Unlock()
 		setRouterStates(m.c.metrics.routerStates, counts)
@@ -441,7 +457,23 @@ func (m *routers) sync(ctx context.Context, t *term, key string) error {
 	if err != nil {
 		return err
 	}
-	return m.keepService(ctx, written, redirect, written.Status.Holder != "")
+	conflict, err := m.keepService(ctx, written, redirect, written.Status.Holder != "")
+	if err != nil {
+		return err
+	}
+	rt.mu.Lock()
+	reported := rt.conflicted.Has(key)
+	if conflict {
+		rt.conflicted.Insert(key)
+	} else {
+		rt.conflicted.Delete(key)
+	}
+	rt.mu.Unlock()
+	if conflict && !reported {
+		m.c.events.Event(router, corev1.EventTypeWarning, string(reasons.ServiceConflict),
+			fmt.Sprintf("Service %s/%s exists and is not this router's: clients must use the reserved addresses themselves", router.Namespace, router.Name))
+	}
+	return nil
 }
 
 // routerDecision is what sync decided of a router: its holder ("": none)

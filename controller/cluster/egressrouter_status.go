@@ -139,8 +139,8 @@ func sameRouterStatus(a, b nov1.EgressRouterStatus) bool {
 // the name out of the cluster's DNS for its second): clients reach
 // the router as <name>.<namespace>.svc, on any port, as they reach
 // OpenShift's. A Service of that name that is not the router's is left
-// alone (ServiceConflict).
-func (m *routers) keepService(ctx context.Context, router *nov1.EgressRouter, redirect nov1.Redirect, held bool) error {
+// alone: keepService then reports the conflict, and touches no slice.
+func (m *routers) keepService(ctx context.Context, router *nov1.EgressRouter, redirect nov1.Redirect, held bool) (conflict bool, err error) {
 	want := routerService(router, redirect)
 	services := m.c.kube.CoreV1().Services(router.Namespace)
 	have, err := m.c.serviceLister.Services(router.Namespace).Get(router.Name)
@@ -149,24 +149,22 @@ func (m *routers) keepService(ctx context.Context, router *nov1.EgressRouter, re
 		_, err := services.Create(ctx, want, metav1.CreateOptions{})
 		m.c.metrics.apiWritesByResult.WithLabelValues("egressrouter_service", writeResult(err)).Inc()
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
+			return false, err
 		}
 	case err != nil:
-		return err
+		return false, err
 	case !metav1.IsControlledBy(have, router):
-		m.c.events.Event(router, corev1.EventTypeWarning, string(reasons.ServiceConflict),
-			fmt.Sprintf("Service %s/%s exists and is not this router's: clients must use the reserved addresses themselves", router.Namespace, router.Name))
-		return nil
+		return true, nil
 	case !slices.Equal(have.Spec.Ports, want.Spec.Ports):
 		next := have.DeepCopy()
 		next.Spec.Ports = want.Spec.Ports
 		_, err := services.Update(ctx, next, metav1.UpdateOptions{})
 		m.c.metrics.apiWritesByResult.WithLabelValues("egressrouter_service", writeResult(err)).Inc()
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
-	return m.keepSlices(ctx, router, redirect, want.Spec.Ports, held)
+	return false, m.keepSlices(ctx, router, redirect, want.Spec.Ports, held)
 }
 
 // owner is the reference that makes router own an object (and the

@@ -179,3 +179,65 @@ func (f *routerFixture) waitEndpoint(name, addr string, ready bool) {
 		return nil
 	})
 }
+
+// TestEgressRouterServiceConflict: a router whose name another Service of
+// its namespace already has is served all the same, leaves that Service
+// alone, and says so with one ServiceConflict Event, not one per sync
+// (its holder's moves sync it several times). Once that Service is
+// deleted, the router's own takes its place.
+func TestEgressRouterServiceConflict(t *testing.T) {
+	f := newRouterFixture(t, "node-a", "node-b")
+	ctx := context.Background()
+	services := f.Kube.CoreV1().Services(f.ns)
+	theirs := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: f.ns},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443, Protocol: corev1.ProtocolTCP}}},
+	}
+	if _, err := services.Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.create("taken", "192.0.2.60/24", "")
+	r := f.waitRouter("taken", []string{"node-a", "node-b"}, false, true, false, reasons.Assigned)
+	waitEventOn(t, f.Env, f.ns, "EgressRouter", "taken", corev1.EventTypeWarning, reasons.ServiceConflict, "is not this router's")
+	// Syncs: Available, the holder's agent gone, the other node's, Available.
+	f.serve(r)
+	first := f.waitRouter("taken", []string{r.Status.Holder}, true, false, false, reasons.Assigned).Status.Holder
+	f.agents[first].Stop()
+	r = f.waitRouter("taken", []string{otherThan(first, "node-a", "node-b")}, false, true, false, reasons.Assigned)
+	f.serve(r)
+	f.waitRouter("taken", []string{r.Status.Holder}, true, false, false, reasons.Assigned)
+	conflicts := 0
+	for _, e := range f.Events(t, f.ns, "taken") {
+		if e.Reason == string(reasons.ServiceConflict) {
+			conflicts += max(int(e.Count), 1)
+		}
+	}
+	if conflicts != 1 {
+		t.Errorf("%d ServiceConflict Events over four syncs of the router, want 1", conflicts)
+	}
+	svc, err := services.Get(ctx, "taken", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if metav1.GetControllerOf(svc) != nil || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 {
+		t.Errorf("the router changed the Service it does not own: %+v, owners %+v", svc.Spec.Ports, svc.OwnerReferences)
+	}
+	if _, err := f.Kube.DiscoveryV1().EndpointSlices(f.ns).Get(ctx, "taken-egressrouter-ipv4", metav1.GetOptions{}); err == nil {
+		t.Error("the router made an EndpointSlice for a Service that is not its own")
+	}
+
+	if err := services.Delete(ctx, "taken", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, settle, func() error {
+		svc, err := services.Get(ctx, "taken", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !metav1.IsControlledBy(svc, f.get("taken")) || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 80 {
+			return fmt.Errorf("Service %+v, owners %+v: not the router's yet", svc.Spec.Ports, svc.OwnerReferences)
+		}
+		return nil
+	})
+	f.waitEndpoint("taken", "192.0.2.60", true)
+}
