@@ -202,7 +202,8 @@ bench-cloudip: test-deps
 
 ## bench-egressrouter: EgressRouter: the controller at 10 nodes x 1,000 routers of 10 rules against a real
 ## API server (time to all Available, writes, a holder lost), then a holder's agent at 100 routers x 10 rules
-## against a real API server and OVS (full sync against ovs-ofctl bundle, restart, a router moved here).
+## against a real API server and OVS (full sync against ovs-ofctl bundle, restart, a router moved here),
+## then on the cluster in Docker its failover against the reference's pod rescheduling (node killed).
 bench-egressrouter: test-deps
 	bash test/bench/egressrouter.sh
 

@@ -31,7 +31,9 @@ func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 // packets are shown leaving with the LB IP, and beside it a dual-stack
 // EgressIP whose pods leave with its addresses, an
 // AdminPolicyBasedExternalRoute over two external gateways one of which
-// dies, and the service's host node losing power (docker kill). It is a test only so that it can reuse the test
+// dies, an EgressRouter that redirects a client's datagrams to the external
+// host, and the service's host node, which also serves the router, losing
+// power (docker kill). It is a test only so that it can reuse the test
 // harnesses and clean up everything they start; the demo build tag keeps it
 // out of `go test ./...`. With DEMO_HOLD=0 it exits after the scenario;
 // otherwise the cluster stays up, with the commands to look at it, until
@@ -88,6 +90,7 @@ func TestDemo(t *testing.T) {
 	showEgressIP(nil)
 
 	showExternalRoute(t, c)
+	showRouterAfterKill := showEgressRouter(t, c, s)
 
 	say("== %s loses power: docker kill %s", s.host().Name, s.host().Container)
 	killed, took := s.failHost(t, "kill")
@@ -112,13 +115,14 @@ func TestDemo(t *testing.T) {
 	say("== The EgressIP after %s's power loss (%s)", killed.Name, moved)
 	say("%s", indent(c.Kubectl("get", "egressips", "billing", "-o", "custom-columns=NAME:.metadata.name,HELD:.status.items[*].egressIP,ON:.status.items[*].node")))
 	showEgressIP(killed)
+	showRouterAfterKill()
 
 	if os.Getenv("DEMO_HOLD") == "0" {
 		say("== Done (DEMO_HOLD=0); cleaning up")
 		return
 	}
 	say(`== The demo cluster stays up until you press Ctrl-C. To look at it:
-   kubectl:              kubectl --kubeconfig %s get egressservices,egressips,apbexternalroutes,pods -A -o wide
+   kubectl:              kubectl --kubeconfig %s get egressservices,egressips,apbexternalroutes,egressrouters,pods -A -o wide
    a node's flows:       docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex
    a pod's view:         kubectl --kubeconfig %s logs -n %s web-1 --tail 4
    the external host:    ip netns exec %s tcpdump -n -i eth0`,
@@ -177,6 +181,44 @@ func showExternalRoute(t *testing.T, c *Cluster) {
 	})
 	say("== kubectl get apbexternalroute gateways -o jsonpath='{.status}'")
 	say("%s", indent(c.Kubectl("get", "apbexternalroute", "gateways", "-o", "jsonpath={.status}")))
+}
+
+// showEgressRouter creates an EgressRouter served by the EgressService's
+// host, which the demo kills next, and a client pod on another node that
+// sends to it, and shows what the external host sees; it returns what to
+// show after the kill: the router on its new holder.
+func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) (afterKill func()) {
+	host := s.host()
+	addr := netip.MustParseAddr(fmt.Sprintf("172.31.%d.70", c.subnet))
+	dest := netip.AddrPortFrom(c.External.IP, s.server.Addr.Port())
+	target := netip.AddrPortFrom(addr, 80).String()
+	say("== EgressRouter: namespace %s, reserved address %s, UDP port 80 redirected to the external host's %s (no pod: the holder node's OpenFlow serves it)", routerNamespace, addr, dest)
+	c.CreateNamespace(routerNamespace)
+	name := c.routerOn(t, routerNamespace, "redirect", host, udpRouter(addr, dest))
+	clientNode := c.Nodes[slices.IndexFunc(c.Nodes, func(n *Node) bool { return n != host })]
+	client := c.RunProbePod(routerNamespace, "client", clientNode, nil, target)
+	c.ExpectSources(client, []string{target}, []string{addr.String()})
+	showRouter := func() {
+		say("%s", indent(c.Kubectl("get", "egressrouters", "-n", routerNamespace)))
+		got, _ := c.ProbeSources(client)
+		say("   client %-6s %-22s -> %s: the external host saw %s", clientNode.Name, podIPs(client)[0], target, got[target].Source)
+		say("   the external host's neighbour entry for %s: %s", addr, strings.TrimSpace(c.External.Exec(t, "ip", "neigh", "show", addr.String())))
+	}
+	showRouter()
+	say("== kubectl get service,endpointslices -n %s (clients may use %s.%s.svc)", routerNamespace, name, routerNamespace)
+	say("%s", indent(c.Kubectl("get", "service,endpointslices", "-n", routerNamespace)))
+	say("== %s's redirect: docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex table=%d --no-stats", host.Name, host.Container, dataplane.TableRouterDNAT)
+	say("%s", indent(c.Exec(host, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", fmt.Sprintf("table=%d", dataplane.TableRouterDNAT), "--no-stats")))
+	hostMAC := c.bridgeMAC(host)
+	capture := c.External.Capture(t)
+	return func() {
+		holder := c.awaitRouterAvailable(t, routerNamespace, name, host.Name)
+		awaitSeen(t, s.server, addr, time.Now(), convergeTimeout)
+		gap := outageAfter(t, capture.Stop(), addr, dest.Addr(), hostMAC, s.faultAt)
+		say("== The EgressRouter after %s's power loss: served by %s; the external host got no redirected datagram for %v (the last through %s to the first through %s)", host.Name, holder, gap.Round(10*time.Millisecond), host.Name, holder)
+		c.ExpectSources(client, []string{target}, []string{addr.String()})
+		showRouter()
+	}
 }
 
 // show prints what the external host saw of each pod, per family; pods on

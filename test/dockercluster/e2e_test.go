@@ -124,11 +124,13 @@ func TestHostFailures(t *testing.T) {
 
 	holders := routers.awaitAvailable(t, func(map[string]string) error { return nil })
 	frozen, took := s.failHostWithin(t, "pause")
+	frozenAt := s.faultAt
 	t.Logf("%s frozen: LB-IP traffic through %s %v later", frozen.Name, s.host().Name, took.Round(time.Millisecond))
 	routers.expectResumed(t, frozen, s.faultAt, holders)
 	c.docker("unpause", frozen.Container)
 	holders = routers.awaitAvailable(t, func(map[string]string) error { return nil })
 	killed, took := s.failHostWithin(t, "kill")
+	killedAt := s.faultAt
 	t.Logf("%s killed: LB-IP traffic through %s %v later", killed.Name, s.host().Name, took.Round(time.Millisecond))
 	routers.expectResumed(t, killed, s.faultAt, holders)
 	if s.host() != frozen {
@@ -147,6 +149,9 @@ func TestHostFailures(t *testing.T) {
 		allowed = append(allowed, netip.MustParseAddr(ip))
 	}
 	t.Logf("%d datagrams from the routers' reserved addresses, none to their destination from a pod or node IP", routers.checkSources(t, packets, allowed...))
+	routers.checkFailovers(t, packets)
+	s.expectOutageWithin(t, packets, frozen, routers.macs[frozen], frozenAt)
+	s.expectOutageWithin(t, packets, killed, routers.macs[killed], killedAt)
 }
 
 // TestLeaderCrash: the leading controller's container is killed (SIGKILL

@@ -159,6 +159,16 @@ func (c *Cluster) bridgeMAC(n *Node) string {
 	return strings.TrimSpace(c.Exec(n, "cat", "/sys/class/net/br-ex/address"))
 }
 
+// bridgeMACs are every node's bridgeMAC, read before a fault: a failed
+// node cannot be asked.
+func (c *Cluster) bridgeMACs() map[*Node]string {
+	macs := map[*Node]string{}
+	for _, n := range c.Nodes {
+		macs[n] = c.bridgeMAC(n)
+	}
+	return macs
+}
+
 // externalNeighbour is the MAC the external host's neighbour table has
 // for addr ("" without an entry).
 func (c *Cluster) externalNeighbour(addr netip.Addr) string {

@@ -249,3 +249,73 @@ func expectNoHostLost(t *testing.T, c *Cluster, since time.Time) {
 		t.Errorf("%s: %s", e.Reason, e.Message)
 	}
 }
+
+// faultLookback and deathSlack bound where outageAfter looks for the
+// failed node's last packet: from faultLookback before the fault's moment
+// to deathSlack after it. That moment is not exact: docker kill returns
+// only once the container is gone (0.38 s for an idle one on these
+// machines), when it has stopped forwarding for a while, and a benchmark
+// may take it before the call. A frozen node sends again only once
+// unpaused, much later.
+const (
+	faultLookback = 5 * time.Second
+	deathSlack    = time.Second
+)
+
+// outageAfter returns the outage that dest saw in a capture when the
+// packets from addr (an LB IP, an egress IP, a router's reserved address)
+// moved off a failed node: from the last that came from the failed node's
+// MAC around faultAt (faultLookback, deathSlack) to the first that came
+// from another node's after it. The probes' interval (probeInterval)
+// bounds what it adds.
+func outageAfter(t testing.TB, packets []topology.Packet, addr, dest netip.Addr, failedMAC string, faultAt time.Time) time.Duration {
+	t.Helper()
+	ours := func(p topology.Packet) bool { return p.Src == addr && p.Dst == dest }
+	var last time.Time
+	for _, p := range packets {
+		if ours(p) && p.SrcMAC == failedMAC && !p.Time.Before(faultAt.Add(-faultLookback)) && !p.Time.After(faultAt.Add(deathSlack)) {
+			last = p.Time
+		}
+	}
+	if last.IsZero() {
+		t.Fatalf("the capture holds no packet from %s to %s through the failed node (%s) around its fault at %v", addr, dest, failedMAC, faultAt.Format(time.StampMilli))
+	}
+	for _, p := range packets {
+		if ours(p) && p.SrcMAC != failedMAC && p.Time.After(last) {
+			return p.Time.Sub(last)
+		}
+	}
+	t.Fatalf("the capture holds no packet from %s to %s through another node than the failed one (%s) after its last at %v", addr, dest, failedMAC, last.Format(time.StampMilli))
+	return 0
+}
+
+// externalIP is the external host's address of addr's family.
+func (c *Cluster) externalIP(addr netip.Addr) netip.Addr {
+	if addr.Is6() {
+		return c.External.IP6
+	}
+	return c.External.IP
+}
+
+// lbOutage is the longer of the LB IPs' outages that the external host
+// saw in packets (outageAfter) when the host failed at faultAt.
+func (s *egressScenario) lbOutage(t testing.TB, packets []topology.Packet, failedMAC string, faultAt time.Time) time.Duration {
+	t.Helper()
+	var worst time.Duration
+	for _, lb := range lbIPs {
+		dest := s.c.externalIP(lb)
+		worst = max(worst, outageAfter(t, packets, lb, dest, failedMAC, faultAt))
+	}
+	return worst
+}
+
+// expectOutageWithin fails the test unless the LB IPs' outage after the
+// host failed at faultAt (lbOutage) was within e2eFailoverBound.
+func (s *egressScenario) expectOutageWithin(t *testing.T, packets []topology.Packet, failed *Node, failedMAC string, faultAt time.Time) {
+	t.Helper()
+	gap := s.lbOutage(t, packets, failedMAC, faultAt)
+	t.Logf("LB IPs: %v from the last packet through %s to the first through the new host", gap.Round(time.Millisecond), failed.Name)
+	if gap > e2eFailoverBound {
+		t.Errorf("LB IPs: no packet for %v after the host %s failed, want a new host within %v", gap, failed.Name, e2eFailoverBound)
+	}
+}

@@ -22,6 +22,9 @@
 //   - `testapp dnsforward UPSTREAM` is a DNS resolver pod: it forwards each
 //     UDP query on port 53 to UPSTREAM and relays the reply, as CoreDNS's
 //     forward plugin does without its cache (dnsforward.go).
+//   - `testapp redirect --address ADDR PROTO/PORT=DEST:PORT...` is the
+//     reference's egress router pod: nftables DNAT and SNAT from a reserved
+//     address it puts on the node's uplink bridge (redirect.go).
 package main
 
 import (
@@ -39,7 +42,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] [--flows N] TARGET... | dnswindow [flags] SERVER NAME COUNT PORT | dnsforward [--listen ADDR] UPSTREAM")
+		fmt.Fprintln(os.Stderr, "usage: testapp pause | sleep DURATION | probe [--interval D] [--report D] [--flows N] TARGET... | dnswindow [flags] SERVER NAME COUNT PORT | dnsforward [--listen ADDR] UPSTREAM | redirect [flags] PROTO/PORT=DEST:PORT...")
 		os.Exit(2)
 	}
 	var err error
@@ -54,6 +57,8 @@ func main() {
 		err = dnsWindow(os.Args[2:])
 	case "dnsforward":
 		err = dnsForward(os.Args[2:])
+	case "redirect":
+		err = redirect(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
