@@ -42,11 +42,10 @@ type routerScenario struct {
 
 // routerFailover is a reserved address whose holder failed.
 type routerFailover struct {
-	router    string
-	addr      netip.Addr
-	failed    *Node
-	failedMAC string
-	at        time.Time
+	router       string
+	addr         netip.Addr
+	failed, next *Node // the failed holder, and the new one
+	at           time.Time
 }
 
 // newRouterScenario creates the routers and the probe pod, and waits until
@@ -147,16 +146,11 @@ func (s *routerScenario) expectResumed(t *testing.T, failed *Node, failedAt time
 		return nil
 	})
 	for _, name := range moved {
+		next := s.c.Nodes[slices.IndexFunc(s.c.Nodes, func(n *Node) bool { return n.Name == holders[name] })]
 		for _, addr := range s.addrs[name] {
 			awaitSeen(t, s.server, addr, time.Now(), convergeTimeout)
-			s.failovers = append(s.failovers, routerFailover{router: name, addr: addr, failed: failed, failedMAC: s.macs[failed], at: failedAt})
-		}
-		for _, n := range s.c.Nodes {
-			if n.Name == holders[name] {
-				for _, addr := range s.addrs[name] {
-					s.c.expectNeighbour(t, addr, n, reassigned)
-				}
-			}
+			s.failovers = append(s.failovers, routerFailover{router: name, addr: addr, failed: failed, next: next, at: failedAt})
+			s.c.expectNeighbour(t, addr, next, reassigned)
 		}
 	}
 	s.c.ExpectSources(s.probe, s.targets, s.want)
@@ -169,8 +163,11 @@ func (s *routerScenario) checkFailovers(t *testing.T, packets []topology.Packet)
 	t.Helper()
 	for _, f := range s.failovers {
 		dest := s.c.externalIP(f.addr)
-		gap := outageAfter(t, packets, f.addr, dest, f.failedMAC, f.at)
-		t.Logf("%s's %s: %v from the last datagram through %s to the first through the new holder", f.router, f.addr, gap.Round(time.Millisecond), f.failed.Name)
+		gap, next := outageAfter(t, packets, f.addr, dest, s.macs[f.failed], f.at)
+		t.Logf("%s's %s: %v from the last datagram through %s to the first through %s", f.router, f.addr, gap.Round(time.Millisecond), f.failed.Name, f.next.Name)
+		if next != s.macs[f.next] {
+			t.Errorf("%s's %s: the first datagram after %s failed came through %s, not the new holder %s's %s", f.router, f.addr, f.failed.Name, next, f.next.Name, s.macs[f.next])
+		}
 		if gap > e2eFailoverBound {
 			t.Errorf("%s's %s: no datagram for %v after %s failed, want a new holder within %v", f.router, f.addr, gap, f.failed.Name, e2eFailoverBound)
 		}

@@ -99,7 +99,7 @@ func BenchmarkFailover(b *testing.B) {
 		received, flooded := s.checkNoPodIP(b, packets)
 		gaps := map[string][]time.Duration{}
 		for _, o := range outages {
-			gaps[o.fault] = append(gaps[o.fault], s.lbOutage(b, packets, o.mac, o.at))
+			gaps[o.fault] = append(gaps[o.fault], s.lbOutage(b, packets, o.mac, "", o.at))
 		}
 		report := func(fault, what, metric string, d []time.Duration) {
 			slices.Sort(d)

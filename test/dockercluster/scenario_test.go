@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,9 +267,9 @@ const (
 // packets from addr (an LB IP, an egress IP, a router's reserved address)
 // moved off a failed node: from the last that came from the failed node's
 // MAC around faultAt (faultLookback, deathSlack) to the first that came
-// from another node's after it. The probes' interval (probeInterval)
-// bounds what it adds.
-func outageAfter(t testing.TB, packets []topology.Packet, addr, dest netip.Addr, failedMAC string, faultAt time.Time) time.Duration {
+// from another node's after it, and that node's MAC. The probes' interval
+// (probeInterval) bounds what it adds.
+func outageAfter(t testing.TB, packets []topology.Packet, addr, dest netip.Addr, failedMAC string, faultAt time.Time) (gap time.Duration, nextMAC string) {
 	t.Helper()
 	ours := func(p topology.Packet) bool { return p.Src == addr && p.Dst == dest }
 	var last time.Time
@@ -282,11 +283,23 @@ func outageAfter(t testing.TB, packets []topology.Packet, addr, dest netip.Addr,
 	}
 	for _, p := range packets {
 		if ours(p) && p.SrcMAC != failedMAC && p.Time.After(last) {
-			return p.Time.Sub(last)
+			return p.Time.Sub(last), p.SrcMAC
 		}
 	}
 	t.Fatalf("the capture holds no packet from %s to %s through another node than the failed one (%s) after its last at %v", addr, dest, failedMAC, last.Format(time.StampMilli))
-	return 0
+	return 0, ""
+}
+
+// outageThrough is outageAfter, and fails the benchmark unless the
+// packets after the outage came through the node named next.
+func (c *Cluster) outageThrough(t testing.TB, packets []topology.Packet, addr, dest netip.Addr, failedMAC string, faultAt time.Time, next string) time.Duration {
+	t.Helper()
+	gap, nextMAC := outageAfter(t, packets, addr, dest, failedMAC, faultAt)
+	node := c.Nodes[slices.IndexFunc(c.Nodes, func(n *Node) bool { return n.Name == next })]
+	if want := c.bridgeMAC(node); nextMAC != want {
+		t.Fatalf("%s: the first packet after the outage came through %s, not %s's %s", addr, nextMAC, next, want)
+	}
+	return gap
 }
 
 // externalIP is the external host's address of addr's family.
@@ -298,23 +311,28 @@ func (c *Cluster) externalIP(addr netip.Addr) netip.Addr {
 }
 
 // lbOutage is the longer of the LB IPs' outages that the external host
-// saw in packets (outageAfter) when the host failed at faultAt.
-func (s *egressScenario) lbOutage(t testing.TB, packets []topology.Packet, failedMAC string, faultAt time.Time) time.Duration {
+// saw in packets (outageAfter) when the host failed at faultAt; the test
+// fails unless the packets after it came through nextMAC ("": any).
+func (s *egressScenario) lbOutage(t testing.TB, packets []topology.Packet, failedMAC, nextMAC string, faultAt time.Time) time.Duration {
 	t.Helper()
 	var worst time.Duration
 	for _, lb := range lbIPs {
-		dest := s.c.externalIP(lb)
-		worst = max(worst, outageAfter(t, packets, lb, dest, failedMAC, faultAt))
+		gap, next := outageAfter(t, packets, lb, s.c.externalIP(lb), failedMAC, faultAt)
+		if nextMAC != "" && next != nextMAC {
+			t.Errorf("%s: the first packet after the host failed came through %s, not the new host's %s", lb, next, nextMAC)
+		}
+		worst = max(worst, gap)
 	}
 	return worst
 }
 
 // expectOutageWithin fails the test unless the LB IPs' outage after the
-// host failed at faultAt (lbOutage) was within e2eFailoverBound.
-func (s *egressScenario) expectOutageWithin(t *testing.T, packets []topology.Packet, failed *Node, failedMAC string, faultAt time.Time) {
+// host failed at faultAt (lbOutage) was within e2eFailoverBound and ended
+// through the new host.
+func (s *egressScenario) expectOutageWithin(t *testing.T, packets []topology.Packet, macs map[*Node]string, failed, next *Node, faultAt time.Time) {
 	t.Helper()
-	gap := s.lbOutage(t, packets, failedMAC, faultAt)
-	t.Logf("LB IPs: %v from the last packet through %s to the first through the new host", gap.Round(time.Millisecond), failed.Name)
+	gap := s.lbOutage(t, packets, macs[failed], macs[next], faultAt)
+	t.Logf("LB IPs: %v from the last packet through %s to the first through %s", gap.Round(time.Millisecond), failed.Name, next.Name)
 	if gap > e2eFailoverBound {
 		t.Errorf("LB IPs: no packet for %v after the host %s failed, want a new host within %v", gap, failed.Name, e2eFailoverBound)
 	}
