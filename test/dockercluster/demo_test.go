@@ -214,7 +214,7 @@ func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) (afterKill fu
 	return func() {
 		holder := c.awaitRouterAvailable(t, routerNamespace, name, host.Name)
 		awaitSeen(t, s.server, addr, time.Now(), convergeTimeout)
-		gap := c.outageThrough(t, capture.Stop(), addr, dest.Addr(), hostMAC, s.faultAt, holder)
+		gap := outageThrough(t, capture.Stop(), addr, dest.Addr(), hostMAC, c.bridgeMAC(c.nodeNamed(holder)), s.faultAt)
 		say("== The EgressRouter after %s's power loss: served by %s; the external host got no redirected datagram for %v (the last through %s to the first through %s)", host.Name, holder, gap.Round(10*time.Millisecond), host.Name, holder)
 		c.ExpectSources(client, []string{target}, []string{addr.String()})
 		showRouter()

@@ -91,10 +91,10 @@ func BenchmarkEgressRouterFailover(b *testing.B) {
 			awaitSeen(b, server, theirs, time.Now(), convergeTimeout)
 		}
 		packets := capture.Stop()
-		oursTook = append(oursTook, c.outageThrough(b, packets, ours, dest.Addr(), victimMAC, killedAt, holder))
+		oursTook = append(oursTook, outageThrough(b, packets, ours, dest.Addr(), victimMAC, c.bridgeMAC(c.nodeNamed(holder)), killedAt))
 		b.Logf("round %d: %s killed: egressflow's redirect out for %v, then through %s (router %s)", round, victim.Name, oursTook[len(oursTook)-1].Round(time.Millisecond), holder, name)
 		if withReference {
-			theirsTook = append(theirsTook, c.outageThrough(b, packets, theirs, dest.Addr(), victimMAC, killedAt, refNode.Name))
+			theirsTook = append(theirsTook, outageThrough(b, packets, theirs, dest.Addr(), victimMAC, c.bridgeMAC(refNode), killedAt))
 			b.Logf("round %d: the reference's redirect out for %v, then through %s", round, theirsTook[len(theirsTook)-1].Round(time.Millisecond), refNode.Name)
 		}
 		c.RestartNode(victim)
