@@ -115,7 +115,7 @@ func TestDemo(t *testing.T) {
 	say("== The EgressIP after %s's power loss (%s)", killed.Name, moved)
 	say("%s", indent(c.Kubectl("get", "egressips", "billing", "-o", "custom-columns=NAME:.metadata.name,HELD:.status.items[*].egressIP,ON:.status.items[*].node")))
 	showEgressIP(killed)
-	showRouterAfterKill()
+	showRouterAfterKill(killed)
 
 	if os.Getenv("DEMO_HOLD") == "0" {
 		say("== Done (DEMO_HOLD=0); cleaning up")
@@ -187,7 +187,7 @@ func showExternalRoute(t *testing.T, c *Cluster) {
 // host, which the demo kills next, and a client pod on another node that
 // sends to it, and shows what the external host sees; it returns what to
 // show after the kill: the router on its new holder.
-func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) (afterKill func()) {
+func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) (afterKill func(killed *Node)) {
 	host := s.host()
 	addr := netip.MustParseAddr(fmt.Sprintf("172.31.%d.70", c.subnet))
 	dest := netip.AddrPortFrom(c.External.IP, s.server.Addr.Port())
@@ -211,7 +211,14 @@ func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) (afterKill fu
 	say("%s", indent(c.Exec(host, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", fmt.Sprintf("table=%d", dataplane.TableRouterDNAT), "--no-stats")))
 	hostMAC := c.bridgeMAC(host)
 	capture := c.External.Capture(t)
-	return func() {
+	return func(killed *Node) {
+		if killed != host { // the service's host moved before the kill
+			capture.Stop()
+			say("== The EgressRouter after %s's power loss: still served by %s, which it did not hit", killed.Name, host.Name)
+			c.ExpectSources(client, []string{target}, []string{addr.String()})
+			showRouter()
+			return
+		}
 		holder := c.awaitRouterAvailable(t, routerNamespace, name, host.Name)
 		awaitSeen(t, s.server, addr, time.Now(), convergeTimeout)
 		gap := outageThrough(t, capture.Stop(), addr, dest.Addr(), hostMAC, c.bridgeMAC(c.nodeNamed(holder)), s.faultAt)
