@@ -212,17 +212,15 @@ func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) (afterKill fu
 	hostMAC := c.bridgeMAC(host)
 	capture := c.External.Capture(t)
 	return func(killed *Node) {
-		if killed != host { // the service's host moved before the kill
+		if killed == host {
+			holder := c.awaitRouterAvailable(t, routerNamespace, name, host.Name)
+			awaitSeen(t, s.server, addr, time.Now(), convergeTimeout)
+			gap := outageThrough(t, capture.Stop(), addr, dest.Addr(), hostMAC, c.bridgeMAC(c.nodeNamed(holder)), s.faultAt)
+			say("== The EgressRouter after %s's power loss: served by %s; the external host got no redirected datagram for %v (the last through %s to the first through %s)", host.Name, holder, gap.Round(10*time.Millisecond), host.Name, holder)
+		} else { // the service's host moved before the kill
 			capture.Stop()
 			say("== The EgressRouter after %s's power loss: still served by %s, which it did not hit", killed.Name, host.Name)
-			c.ExpectSources(client, []string{target}, []string{addr.String()})
-			showRouter()
-			return
 		}
-		holder := c.awaitRouterAvailable(t, routerNamespace, name, host.Name)
-		awaitSeen(t, s.server, addr, time.Now(), convergeTimeout)
-		gap := outageThrough(t, capture.Stop(), addr, dest.Addr(), hostMAC, c.bridgeMAC(c.nodeNamed(holder)), s.faultAt)
-		say("== The EgressRouter after %s's power loss: served by %s; the external host got no redirected datagram for %v (the last through %s to the first through %s)", host.Name, holder, gap.Round(10*time.Millisecond), host.Name, holder)
 		c.ExpectSources(client, []string{target}, []string{addr.String()})
 		showRouter()
 	}
