@@ -66,6 +66,7 @@ import (
 	"github.com/egressflow/egressflow/controller/generated/clientset/versioned"
 	esinformers "github.com/egressflow/egressflow/controller/generated/informers/externalversions"
 	eslisters "github.com/egressflow/egressflow/controller/generated/listers/egressservice/v1"
+	nolisters "github.com/egressflow/egressflow/controller/generated/listers/networkoperator/v1"
 	"github.com/egressflow/egressflow/controller/heartbeat"
 	"github.com/egressflow/egressflow/controller/nodeview"
 	"github.com/egressflow/egressflow/openflow"
@@ -307,6 +308,7 @@ type Agent struct {
 
 	egressServices eslisters.EgressServiceLister
 	egressIPs      eslisters.EgressIPLister
+	egressRouters  nolisters.EgressRouterLister
 	externalRoutes eslisters.AdminPolicyBasedExternalRouteLister
 	namespaces     corelisters.NamespaceLister
 	services       corelisters.ServiceLister
@@ -541,6 +543,7 @@ func (a *Agent) watchInputs() {
 	}
 	a.egressServices = a.esFactory.K8s().V1().EgressServices().Lister()
 	a.egressIPs = a.esFactory.K8s().V1().EgressIPs().Lister()
+	a.egressRouters = a.esFactory.NetworkOperator().V1().EgressRouters().Lister()
 	a.externalRoutes = a.esFactory.K8s().V1().AdminPolicyBasedExternalRoutes().Lister()
 	a.namespaces = a.kubeFactory.Core().V1().Namespaces().Lister()
 	a.services = a.egressServiceFactory.Core().V1().Services().Lister()

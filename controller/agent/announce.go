@@ -3,12 +3,10 @@ package agent
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"net"
 	"net/netip"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
@@ -153,32 +151,6 @@ func icmpv6Checksum(src, dst netip.Addr, msg []byte) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return ^uint16(sum)
-}
-
-// egressIPsCaughtUp reads the EgressIPs from the API server and returns an
-// error unless the cache has the same holder for every address that this
-// node holds by either view: a node whose Lease ran out must not take up
-// again an address the cluster moved meanwhile, and announce it.
-func (a *Agent) egressIPsCaughtUp(ctx context.Context) error {
-	fresh, err := a.cfg.Egress.K8sV1().EgressIPs().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	node := a.cfg.Node.Name
-	for _, eip := range fresh.Items {
-		now, seen := itemHolders(eip.Status.Items), map[string]string{}
-		if cached, err := a.egressIPs.Get(eip.Name); err == nil {
-			seen = itemHolders(cached.Status.Items)
-		}
-		for _, m := range []map[string]string{now, seen} {
-			for addr, holder := range m {
-				if holder == node && now[addr] != seen[addr] {
-					return fmt.Errorf("EgressIP %s: cached holder of %s %q, current %q", eip.Name, addr, seen[addr], now[addr])
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // itemHolders are the nodes of status items, by address.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
@@ -626,33 +625,6 @@ func (a *Agent) fence(ctx context.Context) []string {
 		klog.InfoS("Heartbeat renewed and caches current: unfenced", "node", a.cfg.Node.Name)
 		a.fenced.Store(false)
 		return a.planner.SetFenced(false)
-	}
-	return nil
-}
-
-// cacheCaughtUp reads the EgressServices from the API server and returns
-// an error unless the cache has the same status.host for every one that
-// this node hosts by either view.
-func (a *Agent) cacheCaughtUp(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
-	defer cancel()
-	fresh, err := a.cfg.Egress.K8sV1().EgressServices("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	node := a.cfg.Node.Name
-	if err := a.egressIPsCaughtUp(ctx); err != nil {
-		return err
-	}
-	for _, es := range fresh.Items {
-		cached, err := a.egressServices.EgressServices(es.Namespace).Get(es.Name)
-		cachedHost := ""
-		if err == nil {
-			cachedHost = cached.Status.Host
-		}
-		if (es.Status.Host == node || cachedHost == node) && cachedHost != es.Status.Host {
-			return fmt.Errorf("EgressService %s/%s: cached host %q, current %q", es.Namespace, es.Name, cachedHost, es.Status.Host)
-		}
 	}
 	return nil
 }

@@ -120,8 +120,7 @@ func TestHostFailures(t *testing.T) {
 	s := newEgressScenario(t, c, offLeader(c))
 	s.expectLBIPs()
 	routers := newRouterScenario(t, c, s.server)
-	capture := c.External.Capture(t)
-
+	capture := c.captureFlowing(t, s.server, append(routers.reserved(), lbIPs...)...)
 	holders := routers.awaitAvailable(t, func(map[string]string) error { return nil })
 	frozen, took := s.failHostWithin(t, "pause")
 	frozenAt, afterFreeze := s.faultAt, s.host()

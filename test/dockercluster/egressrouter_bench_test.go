@@ -78,7 +78,7 @@ func BenchmarkEgressRouterFailover(b *testing.B) {
 		serving := time.Now()
 		awaitSeen(b, server, ours, serving, convergeTimeout)
 		awaitSeen(b, server, theirs, serving, convergeTimeout)
-		capture := c.External.Capture(b)
+		capture := c.captureFlowing(b, server, ours, theirs)
 		victimMAC := c.bridgeMAC(victim)
 		killedAt := time.Now()
 		c.docker("kill", victim.Container)

@@ -121,3 +121,17 @@ func awaitSeen(t testing.TB, server *topology.SourceServer, addr netip.Addr, sin
 	first, _ := server.FirstFrom(addr, since)
 	return first.Sub(since)
 }
+
+// captureFlowing starts a capture on the external host and returns it
+// once the server has received a datagram from each address since the
+// capture listens: an outage read from it (outageAfter) then finds each
+// address's traffic through the failed node before a fault that follows.
+func (c *Cluster) captureFlowing(t testing.TB, server *topology.SourceServer, addrs ...netip.Addr) *topology.Capture {
+	t.Helper()
+	capture := c.External.Capture(t)
+	listening := time.Now()
+	for _, addr := range addrs {
+		awaitSeen(t, server, addr, listening, convergeTimeout)
+	}
+	return capture
+}

@@ -177,10 +177,7 @@ func (s *routerScenario) checkFailovers(t *testing.T, packets []topology.Packet)
 func (s *routerScenario) checkSources(t testing.TB, packets []topology.Packet, allowed ...netip.Addr) (fromRouters int) {
 	t.Helper()
 	mac := s.c.ExternalMAC()
-	var reserved []netip.Addr
-	for _, a := range s.addrs {
-		reserved = append(reserved, a[0], a[1])
-	}
+	reserved := s.reserved()
 	port := fmt.Sprintf(".%d: UDP", s.server.Addr.Port())
 	for _, p := range packets {
 		toServer := (strings.Contains(p.Line, "> "+s.c.External.IP.String()+port) || strings.Contains(p.Line, "> "+s.c.External.IP6.String()+port)) &&
@@ -194,4 +191,13 @@ func (s *routerScenario) checkSources(t testing.TB, packets []topology.Packet, a
 		}
 	}
 	return fromRouters
+}
+
+// reserved are the routers' reserved addresses.
+func (s *routerScenario) reserved() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s.addrs {
+		out = append(out, a[0], a[1])
+	}
+	return out
 }

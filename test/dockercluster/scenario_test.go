@@ -151,12 +151,12 @@ func podIPs(p *corev1.Pod) []string {
 // external host, the later of the two: necessarily through another host.
 func (s *egressScenario) failHost(t testing.TB, fault string) (failed *Node, took time.Duration) {
 	failed = s.host()
+	at := time.Now() // the fault cannot take effect earlier
 	if fault == "disconnect" {
 		s.c.Disconnect(failed)
 	} else {
 		s.c.docker(fault, failed.Container)
 	}
-	at := time.Now()
 	s.faultAt = at
 	if fault == "pause" {
 		t.Cleanup(func() { _, _ = run("docker", "unpause", failed.Container) })
@@ -252,23 +252,32 @@ func expectNoHostLost(t *testing.T, c *Cluster, since time.Time) {
 }
 
 // faultLookback and deathSlack bound where outageAfter looks for the
-// failed node's last packet: from faultLookback before the fault's moment
-// to deathSlack after it. That moment is not exact: docker kill returns
-// only once the container is gone (0.38 s for an idle one on these
-// machines), when it has stopped forwarding for a while, and a benchmark
-// may take it before the call. A frozen node sends again only once
-// unpaused, much later.
+// failed node's last packet: from faultLookback before the moment the
+// fault was issued to deathSlack after it. The fault takes effect a little
+// after that moment: docker kill returns only once the container is gone
+// (0.38 s for an idle one on these machines), when it has stopped
+// forwarding for a while. A frozen node sends again only once unpaused,
+// much later.
+//
+// lastSendSlack is how long before that moment the failed node's last
+// packet may come: the senders send every probeInterval, and a loaded
+// machine may delay one. An earlier last packet means that another node
+// took the traffic while the failed one was still up: two nodes served
+// the address, or the failed one stopped for another reason.
 const (
 	faultLookback = 5 * time.Second
 	deathSlack    = time.Second
+	lastSendSlack = 4 * probeInterval
 )
 
 // outageAfter returns the outage that dest saw in a capture when the
 // packets from addr (an LB IP, an egress IP, a router's reserved address)
-// moved off a failed node: from the last that came from the failed node's
-// MAC around faultAt (faultLookback, deathSlack) to the first that came
-// from another node's after it, and that node's MAC. The probes' interval
-// (probeInterval) bounds what it adds.
+// moved off a node whose fault was issued at faultAt: from the last that
+// came from the failed node's MAC around faultAt (faultLookback,
+// deathSlack) to the first that came from another node's after it, and
+// that node's MAC. The probes' interval (probeInterval) bounds what it
+// adds. It fails the test if that last packet came more than lastSendSlack
+// before faultAt: the traffic left the node before its fault.
 func outageAfter(t testing.TB, packets []topology.Packet, addr, dest netip.Addr, failedMAC string, faultAt time.Time) (gap time.Duration, nextMAC string) {
 	t.Helper()
 	ours := func(p topology.Packet) bool { return p.Src == addr && p.Dst == dest }
@@ -280,6 +289,9 @@ func outageAfter(t testing.TB, packets []topology.Packet, addr, dest netip.Addr,
 	}
 	if last.IsZero() {
 		t.Fatalf("the capture holds no packet from %s to %s through the failed node (%s) around its fault at %v", addr, dest, failedMAC, faultAt.Format(time.StampMilli))
+	}
+	if early := faultAt.Sub(last); early > lastSendSlack {
+		t.Errorf("%s: the last packet through the failed node (%s) came %v before its fault: the traffic had left it while it was up", addr, failedMAC, early.Round(time.Millisecond))
 	}
 	for _, p := range packets {
 		if ours(p) && p.SrcMAC != failedMAC && p.Time.After(last) {
