@@ -1,9 +1,11 @@
 // Package conntrack owns egressflow's use of connection tracking on the
-// bridge: the zone its SNAT connections are committed to, which of those
-// connections carry a translation the flows no longer make (an endpoint
-// removed, a service's LB IP or host changed), and flushing exactly those
-// through Open vSwitch (NXT_CT_FLUSH by zone and original source), so no
-// stale translation survives and nobody else's connections are touched.
+// bridge: the zones its connections are committed to, which of the SNAT
+// zone's connections carry a translation the flows no longer make (an
+// endpoint removed, a service's LB IP or host changed), and flushing
+// exactly those through Open vSwitch (NXT_CT_FLUSH by zone and original
+// source), so no stale translation survives and nobody else's connections
+// are touched; and, by zone and reserved address, the connections an
+// EgressRouter redirected on a node that no longer serves it.
 //
 // Working out which translations a dataplane state makes is the dataplane
 // package's business (dataplane.State.Translations); this package compares
@@ -76,13 +78,31 @@ var ipv4FlushProtocols = []uint8{
 // whatever their other fields: one filter per transport protocol (see
 // ipv4FlushProtocols, ipv6FlushProtocols).
 func SourceFilters(zone uint16, src netip.Addr) []*openflow.CTFlush {
+	return perProtocol(src, openflow.CTFlush{Zone: zone, HasZone: true, Orig: openflow.CTTuple{Src: src}})
+}
+
+// RedirectFilters select the connections an EgressRouter's redirect made
+// through its reserved address addr: in RouterZone those to addr (their
+// original destination, before the destination NAT), in RouterSNATZone
+// those translated to it (their reply's destination). One filter per
+// transport protocol and zone.
+func RedirectFilters(addr netip.Addr) []*openflow.CTFlush {
+	return append(perProtocol(addr, openflow.CTFlush{Zone: RouterZone, HasZone: true, Orig: openflow.CTTuple{Dst: addr}}),
+		perProtocol(addr, openflow.CTFlush{Zone: RouterSNATZone, HasZone: true, Reply: openflow.CTTuple{Dst: addr}})...)
+}
+
+// perProtocol is filter once for each transport protocol that a flush of
+// addr's family needs (ipv4FlushProtocols, ipv6FlushProtocols).
+func perProtocol(addr netip.Addr, filter openflow.CTFlush) []*openflow.CTFlush {
 	protocols := ipv6FlushProtocols
-	if src.Is4() {
+	if addr.Is4() {
 		protocols = ipv4FlushProtocols
 	}
 	filters := make([]*openflow.CTFlush, len(protocols))
 	for i, proto := range protocols {
-		filters[i] = &openflow.CTFlush{Proto: proto, Zone: zone, HasZone: true, Orig: openflow.CTTuple{Src: src}}
+		f := filter
+		f.Proto = proto
+		filters[i] = &f
 	}
 	return filters
 }
@@ -91,12 +111,26 @@ func SourceFilters(zone uint16, src netip.Addr) []*openflow.CTFlush {
 // returns how many sources it flushed before the first error (a retry
 // flushes them all again, which is harmless).
 func FlushSources(ctx context.Context, f Flusher, zone uint16, srcs []netip.Addr) (int, error) {
-	for i, src := range srcs {
-		for _, filter := range SourceFilters(zone, src) {
+	return flushEach(ctx, f, srcs, func(src netip.Addr) []*openflow.CTFlush { return SourceFilters(zone, src) },
+		fmt.Sprintf("zone %d connections from", zone))
+}
+
+// FlushRedirects flushes the connections redirected through each of
+// addrs (RedirectFilters), in order, and returns how many addresses it
+// flushed before the first error.
+func FlushRedirects(ctx context.Context, f Flusher, addrs []netip.Addr) (int, error) {
+	return flushEach(ctx, f, addrs, RedirectFilters, "connections redirected through")
+}
+
+// flushEach sends the filters of each address in turn; what names them in
+// an error.
+func flushEach(ctx context.Context, f Flusher, addrs []netip.Addr, filters func(netip.Addr) []*openflow.CTFlush, what string) (int, error) {
+	for i, addr := range addrs {
+		for _, filter := range filters(addr) {
 			if err := f.FlushConntrack(ctx, filter); err != nil {
-				return i, fmt.Errorf("flush zone %d connections from %s: %w", zone, src, err)
+				return i, fmt.Errorf("flush %s %s: %w", what, addr, err)
 			}
 		}
 	}
-	return len(srcs), nil
+	return len(addrs), nil
 }

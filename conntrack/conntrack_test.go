@@ -149,3 +149,43 @@ func TestFlushSourcesOnRealSwitch(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirectFilters: a reserved address's flush selects, in the
+// router's destination-NAT zone, the connections to it and, in its
+// source-NAT zone, those whose replies go to it, for each protocol its
+// family needs, and never an IPv6 flush of all protocols (which kills
+// Open vSwitch 3.1.0's userspace datapath).
+func TestRedirectFilters(t *testing.T) {
+	for _, addr := range []netip.Addr{netip.MustParseAddr("172.18.0.60"), netip.MustParseAddr("fd00:172:18::60")} {
+		seen := map[uint16][]uint8{}
+		for _, f := range conntrack.RedirectFilters(addr) {
+			if !f.HasZone {
+				t.Fatalf("%s: a filter without a zone (zone 0 to the switch): %+v", addr, f)
+			}
+			switch f.Zone {
+			case conntrack.RouterZone:
+				if f.Orig != (openflow.CTTuple{Dst: addr}) || f.Reply != (openflow.CTTuple{}) {
+					t.Errorf("%s: RouterZone filter %+v, want the original destination alone", addr, f)
+				}
+			case conntrack.RouterSNATZone:
+				if f.Reply != (openflow.CTTuple{Dst: addr}) || f.Orig != (openflow.CTTuple{}) {
+					t.Errorf("%s: RouterSNATZone filter %+v, want the reply's destination alone", addr, f)
+				}
+			default:
+				t.Errorf("%s: a filter of zone %d", addr, f.Zone)
+			}
+			seen[f.Zone] = append(seen[f.Zone], f.Proto)
+		}
+		for _, zone := range []uint16{conntrack.RouterZone, conntrack.RouterSNATZone} {
+			protos := seen[zone]
+			for _, p := range []uint8{6, 17, 132} {
+				if !slices.Contains(protos, p) {
+					t.Errorf("%s: zone %d has no filter for protocol %d: %v", addr, zone, p, protos)
+				}
+			}
+			if addr.Is6() && slices.Contains(protos, 0) {
+				t.Errorf("%s: zone %d flushes IPv6 across all protocols", addr, zone)
+			}
+		}
+	}
+}

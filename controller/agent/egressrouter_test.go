@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressflow/egressflow/conntrack"
 	nov1 "github.com/egressflow/egressflow/controller/apis/networkoperator/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/test/topology"
@@ -40,6 +41,25 @@ func (e *env) setRouterHolder(name, holder string) {
 	if _, err := routers.UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// routerConnections counts the connections n's switch tracks that a
+// router redirected through addr: in conntrack.RouterZone those to addr,
+// in conntrack.RouterSNATZone those translated to it.
+func routerConnections(t testing.TB, n *topology.Node, addr netip.Addr) (redirected, translated int) {
+	count := func(zone uint16, field string) int {
+		c := 0
+		for _, line := range strings.Split(n.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone)), "\n") {
+			if strings.Contains(line, field) {
+				c++
+			}
+		}
+		return c
+	}
+	// orig=(src=CLIENT,dst=ADDR,...) in the one, reply=(src=DEST,dst=ADDR,...)
+	// in the other.
+	field := ",dst=" + addr.String() + ","
+	return count(conntrack.RouterZone, field), count(conntrack.RouterSNATZone, field)
 }
 
 // routerFlows counts the EgressRouter flows on n's bridge.
@@ -189,6 +209,11 @@ func TestAgentEgressRouter(t *testing.T) {
 	if routerFlows(t, n2) != 0 {
 		t.Errorf("n2 holds router flows while n1 serves the router:\n%s", n2.Ofctl(t, "dump-flows", "br-ex"))
 	}
+	for _, addr := range []netip.Addr{routerIP4, routerIP6} {
+		if redirected, translated := routerConnections(t, n1, addr); redirected == 0 || translated == 0 {
+			t.Errorf("n1 tracks %d connections to %s and %d translated to it, want some of each", redirected, addr, translated)
+		}
+	}
 
 	// The router moves to n2: the external host learns it from n2's
 	// announcement, before any connection asks.
@@ -207,6 +232,14 @@ func TestAgentEgressRouter(t *testing.T) {
 		}
 		return nil
 	})
+	// Nor any connection it redirected: should the router come back, none
+	// would carry an old rule's translation.
+	for _, addr := range []netip.Addr{routerIP4, routerIP6} {
+		if redirected, translated := routerConnections(t, n1, addr); redirected+translated != 0 {
+			t.Errorf("n1 still tracks %d connections to %s and %d translated to it after the router left:\n%s\n%s", redirected, addr, translated,
+				n1.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", conntrack.RouterZone)), n1.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", conntrack.RouterSNATZone)))
+		}
+	}
 	check("held by n2")
 	checkSCTP("held by n2")
 

@@ -163,7 +163,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		ctFlushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressflow_agent_conntrack_flushes_total",
-			Help: "Conntrack flushes of endpoints whose SNAT went away or changed.",
+			Help: "Conntrack flushes of endpoints whose SNAT went away or changed, and of EgressRouter addresses whose redirect left the node.",
 		}),
 		announcements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_agent_egressip_announcements_total",

@@ -112,8 +112,14 @@ func (a *Agent) sync(ctx context.Context, epoch syncEpoch) (err error) {
 		return fmt.Errorf("policy-routing rules: %w", err)
 	}
 	// Only now that no flow SNATs them any more (or SNATs them to another
-	// address) can their old translations go.
+	// address) can their old translations go; and the connections
+	// redirected through the addresses no router here serves any more.
 	flushed, err := conntrack.FlushSources(ctx, a.cfg.Switch, conntrack.SNATZone, a.ledger.StaleSources())
+	m.ctFlushes.Add(float64(flushed))
+	if err != nil {
+		return err
+	}
+	flushed, err = conntrack.FlushRedirects(ctx, a.cfg.Switch, a.ledger.StaleRedirects())
 	m.ctFlushes.Add(float64(flushed))
 	if err != nil {
 		return err

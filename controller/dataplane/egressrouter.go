@@ -115,6 +115,10 @@ func (p RouterPart) FlowRole() Role { return RoleEgressRouter }
 // node takes them over (Announcer).
 func (p RouterPart) Announced() []netip.Addr { return p.Addresses }
 
+// Redirected are the addresses whose connections the part redirects
+// (Redirector): the same.
+func (p RouterPart) Redirected() []netip.Addr { return p.Addresses }
+
 // Equal reports whether two parts render the same flows.
 func (p RouterPart) Equal(o RouterPart) bool {
 	return p.Key == o.Key && p.ID == o.ID && slices.Equal(p.Addresses, o.Addresses) && slices.Equal(p.Rules, o.Rules) && p.Fallback == o.Fallback

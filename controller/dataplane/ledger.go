@@ -57,9 +57,9 @@ type Ledger struct {
 	// sharedOnBridge are the shared flows as last committed.
 	sharedOnBridge []*openflow.FlowMod
 	// unflushed holds the part of each unapplied object that translates
-	// as it was before its flows last changed, until its stale
-	// translations are flushed.
-	unflushed map[string]Translator
+	// or redirects (a Translator, a Redirector) as it was before its flows
+	// last changed, until its stale connections are flushed.
+	unflushed map[string]Part
 	// byGroup holds the keys that have a desired part, by the service hash
 	// of their flows' cookies.
 	byGroup groupKeys
@@ -70,7 +70,7 @@ func NewLedger() *Ledger {
 	return &Ledger{
 		unapplied: map[string]bool{},
 		onBridge:  map[string]Part{},
-		unflushed: map[string]Translator{},
+		unflushed: map[string]Part{},
 		byGroup:   groupKeys{},
 	}
 }
@@ -328,7 +328,8 @@ func (l *Ledger) Commit(d Diffed) {
 	l.known, l.ports, l.sharedOnBridge = true, d.ports, d.shared
 	for k := range d.keys {
 		if _, pending := l.unflushed[k]; !pending {
-			if old, ok := l.onBridge[k].(Translator); ok {
+			switch old := l.onBridge[k].(type) {
+			case Translator, Redirector:
 				l.unflushed[k] = old
 			}
 		}
@@ -366,7 +367,9 @@ func (l *Ledger) Commit(d Diffed) {
 func (l *Ledger) StaleSources() []netip.Addr {
 	before, after := conntrack.Translations{}, conntrack.Translations{}
 	for _, part := range l.unflushed {
-		part.AddTranslations(before)
+		if t, ok := part.(Translator); ok {
+			t.AddTranslations(before)
+		}
 	}
 	if len(before) == 0 {
 		return nil // nothing is stale: a first sync has no past
@@ -379,13 +382,43 @@ func (l *Ledger) StaleSources() []netip.Addr {
 	return conntrack.Stale(before, after)
 }
 
+// StaleRedirects returns the reserved addresses whose redirected
+// connections no committed flow serves any more: those each unapplied
+// object's part redirected before its flows changed, that no part on the
+// bridge redirects now (a router that left the node, or was fenced, or
+// lost an address). Only once no flow redirects them can their
+// connections go, as for StaleSources. Sorted.
+func (l *Ledger) StaleRedirects() []netip.Addr {
+	gone := map[netip.Addr]bool{}
+	for _, part := range l.unflushed {
+		if r, ok := part.(Redirector); ok {
+			for _, addr := range r.Redirected() {
+				gone[addr] = true
+			}
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	// Another router on the node may serve an address now: rare (only
+	// while a router leaves), so every part is looked at.
+	for _, part := range l.onBridge {
+		if r, ok := part.(Redirector); ok {
+			for _, addr := range r.Redirected() {
+				delete(gone, addr)
+			}
+		}
+	}
+	return slices.SortedFunc(maps.Keys(gone), netip.Addr.Compare)
+}
+
 // Flushed records that the stale translations are gone: every unapplied
 // object has converged.
 func (l *Ledger) Flushed() {
 	// New maps rather than cleared ones: after a full sync these held
 	// every object, and a cleared map keeps its room (and is walked over
 	// all of it) for as long as the agent runs.
-	l.unflushed = map[string]Translator{}
+	l.unflushed = map[string]Part{}
 	l.unapplied = map[string]bool{}
 }
 

@@ -598,3 +598,62 @@ func distinctAddresses(pods []*corev1.Pod) []*corev1.Pod {
 		return false
 	})
 }
+
+// TestLedgerStaleRedirects: the reserved addresses whose redirected
+// connections are owed a flush are those a router's flows served since
+// the last flush and no router's serve now: a router that left the node,
+// or lost an address; a flush that failed leaves them owed; an address
+// another router on the node serves now is not stale; and a first sync
+// has no past.
+func TestLedgerStaleRedirects(t *testing.T) {
+	a := netip.MustParseAddr
+	router := func(name string, id uint32, addrs ...string) RouterPart {
+		part := RouterPart{Key: ObjectKey(APIEgressRouter, "shop", name), ID: id, Fallback: a("203.0.113.1")}
+		for _, s := range addrs {
+			part.Addresses = append(part.Addresses, a(s))
+		}
+		return part
+	}
+	l, bridge := NewLedger(), bridgeModel{}
+	desired := partsDesired{}
+	step := func(name string, change func(), flush bool, want ...string) {
+		t.Helper()
+		before := slices.Collect(maps.Keys(desired))
+		change()
+		l.Changed(desired, slices.Concat(before, slices.Collect(maps.Keys(desired))))
+		var read *Installed
+		if l.NeedsRead(ledgerPorts) {
+			read = NewInstalled(bridge.dump(t))
+		}
+		b := &bundle{}
+		d, err := l.Diff(desired, ledgerPorts, read, b.output(t, bridge))
+		if err != nil {
+			t.Fatalf("%s: Diff: %v", name, err)
+		}
+		bridge.apply(t, b.mods)
+		l.Commit(d)
+		if got := l.StaleRedirects(); !slices.Equal(got, addrs(want...)) {
+			t.Fatalf("%s: stale redirects %v, want %v", name, got, want)
+		}
+		if stale := l.StaleSources(); len(stale) != 0 {
+			t.Fatalf("%s: a router translates no source, yet stale sources %v", name, stale)
+		}
+		if flush {
+			l.Flushed()
+		}
+	}
+	billing, audit := router("billing", 1, "172.18.0.60", "fd00:172:18::60"), router("audit", 2, "172.18.0.61")
+	step("first sync", func() { desired[billing.Key], desired[audit.Key] = billing, audit }, true)
+	step("billing leaves the node, the flush fails", func() { delete(desired, billing.Key) }, false, "172.18.0.60", "fd00:172:18::60")
+	step("nothing changes: still owed", func() {}, true, "172.18.0.60", "fd00:172:18::60")
+	step("flushed: nothing owed", func() {}, true)
+	moved := router("audit", 2, "172.18.0.62")
+	step("audit's address changes", func() { desired[audit.Key] = moved }, true, "172.18.0.61")
+	successor := router("payroll", 3, "172.18.0.62")
+	step("audit goes and payroll takes its address", func() {
+		delete(desired, audit.Key)
+		desired[successor.Key] = successor
+	}, true)
+	step("billing comes back", func() { desired[billing.Key] = billing }, true)
+	step("every router leaves (the node is fenced)", func() { clear(desired) }, true, "172.18.0.60", "172.18.0.62", "fd00:172:18::60")
+}

@@ -33,6 +33,18 @@ type Translator interface {
 	AddTranslations(out conntrack.Translations)
 }
 
+// Redirector is a part whose flows redirect connections to reserved
+// addresses (an EgressRouter's on its holder): once it stops serving an
+// address, the connections redirected through it are flushed from
+// conntrack (Ledger.StaleRedirects), so that none carries the redirect on
+// a node that no longer serves it, nor back into it should the address
+// return.
+type Redirector interface {
+	Part
+	// Redirected are the addresses whose connections the part redirects.
+	Redirected() []netip.Addr
+}
+
 // Announcer is a part that answers for addresses on the node's segment
 // (an EgressIP's held addresses, an EgressRouter's reserved ones): the
 // node announces each when it takes it over (Planner.Announced).
