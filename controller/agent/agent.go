@@ -122,10 +122,11 @@ type RuleSyncer interface {
 
 // HostFirewallSyncer converges the node's nftables table, which judges the
 // local pods' packets to the node's own addresses (local) by the
-// EgressFirewall rules (hostfirewall.Syncer); it reports whether it
-// changed the table.
+// EgressFirewall rules, and refuses the connections to a served
+// EgressRouter's address that it does not redirect (hostfirewall.Syncer);
+// it reports whether it changed the table.
 type HostFirewallSyncer interface {
-	Sync(ctx context.Context, fw dataplane.Firewall, local []netip.Addr) (bool, error)
+	Sync(ctx context.Context, fw dataplane.Firewall, refusals []dataplane.RouterRefusal, local []netip.Addr) (bool, error)
 }
 
 // Retry backoff after a failed sync: the first retry comes quickly (a
@@ -1190,6 +1191,7 @@ func apiObjectKey(api dataplane.API, obj any) string {
 var (
 	qosKeyPrefix      = dataplane.APIEgressQoS.String() + "/"
 	firewallKeyPrefix = dataplane.APIEgressFirewall.String() + "/"
+	routerKeyPrefix   = dataplane.APIEgressRouter.String() + "/"
 	egressIPKeyPrefix = dataplane.APIEgressIP.String() + "/"
 )
 

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,12 +84,14 @@ func routerFlows(t testing.TB, n *topology.Node) int {
 // each rule's port they reach the rule's destination at its target port,
 // with the reserved address as their source, and the answer comes back;
 // on another IPv4 port they reach the fallback at the same port; on
-// another IPv6 port (no fallback of that family) nothing gets through.
+// another IPv6 port (no fallback of that family) they are refused, a TCP
+// connection with a reset and a UDP one with ICMP port unreachable.
 // The external host learns the reserved addresses from the holder's
 // answers, and moves to the new holder when the router moves, before it
 // sends anything (the takeover's announcement); the redirect resumes
-// there, and the old holder keeps no router flow. No pod address ever
-// reaches the external host. Deleting the router removes every flow.
+// there, and the old holder keeps no router flow and no connection it
+// redirected. No pod address ever reaches the external host. Deleting the
+// router removes every flow.
 func TestAgentEgressRouter(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
@@ -176,9 +180,19 @@ func TestAgentEgressRouter(t *testing.T) {
 				for _, c := range cases {
 					reserved := c.to.Addr()
 					if !c.want.IsValid() {
-						if src, err := p.Dial(network, c.to); err == nil {
-							t.Errorf("%s: %s %s from %s reached a server (as %s); the router has no IPv6 fallback", step, network, c.to, p.Name, src)
-						}
+						// No rule and no fallback of the family: refused at
+						// once (a reset, an ICMP port unreachable), as the
+						// API says, not left to time out.
+						eventually(t, fmt.Sprintf("%s: %s %s from %s refused", step, network, c.to, p.Name), func() error {
+							src, err := p.Dial(network, c.to)
+							switch {
+							case err == nil:
+								return fmt.Errorf("reached a server (as %s); the router has no IPv6 fallback", src)
+							case !errors.Is(err, syscall.ECONNREFUSED):
+								return fmt.Errorf("not refused: %w", err)
+							}
+							return nil
+						})
 						continue
 					}
 					eventually(t, fmt.Sprintf("%s: %s %s from %s", step, network, c.to, p.Name), func() error {

@@ -128,10 +128,11 @@ func (a *Agent) sync(ctx context.Context, epoch syncEpoch) (err error) {
 	return nil
 }
 
-// syncHostFirewall hands Config.HostFirewall the firewall parts and the
-// node's own addresses when either changed since it last took them: the
-// whole desired table is rendered only then, not on every sync (an
-// EgressService's, an EgressIP's or a Lease's renewal leaves it alone).
+// syncHostFirewall hands Config.HostFirewall the firewall parts, the
+// routers' refusals and the node's own addresses when any changed since it
+// last took them: the whole desired table is rendered only then, not on
+// every sync (an EgressService's, an EgressIP's or a Lease's renewal
+// leaves it alone).
 func (a *Agent) syncHostFirewall(ctx context.Context) error {
 	if a.cfg.HostFirewall == nil {
 		return nil
@@ -140,7 +141,7 @@ func (a *Agent) syncHostFirewall(ctx context.Context) error {
 	if a.hostFirewallCurrent && slices.Equal(local, a.hostFirewallLocal) {
 		return nil
 	}
-	if _, err := a.cfg.HostFirewall.Sync(ctx, a.planner.FirewallState(), local); err != nil {
+	if _, err := a.cfg.HostFirewall.Sync(ctx, a.planner.FirewallState(), a.planner.RouterRefusals(), local); err != nil {
 		return err
 	}
 	a.hostFirewallCurrent, a.hostFirewallLocal = true, local
@@ -300,7 +301,9 @@ func (a *Agent) recompute(ctx context.Context) error {
 	changed = append(changed, keys...)
 	changed = append(changed, a.updateHopView()...)
 	changed = append(changed, a.updateResolved(ctx)...)
-	if slices.ContainsFunc(changed, func(k string) bool { return strings.HasPrefix(k, firewallKeyPrefix) }) {
+	if slices.ContainsFunc(changed, func(k string) bool {
+		return strings.HasPrefix(k, firewallKeyPrefix) || strings.HasPrefix(k, routerKeyPrefix)
+	}) {
 		a.hostFirewallCurrent = false
 	}
 	// EgressIP's parts are recomputed once, from every input above.

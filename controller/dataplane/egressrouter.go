@@ -217,6 +217,44 @@ func (p RouterPart) AppendFlows(b *FlowBuffer, dst []*openflow.FlowMod, ports Po
 	return dst
 }
 
+// RouterRefusal is a reserved address that this node serves without a
+// fallback of its family. A new connection to it on a port that no rule of
+// its protocol names is refused, as the API says ("connections on other
+// ports will simply be rejected"): TCP with a reset, UDP and SCTP with
+// ICMP port unreachable. The node's host stack refuses it (hostfirewall),
+// as it forwards the connection to the address; Open vSwitch cannot
+// answer a connection itself, and its flows only drop it.
+type RouterRefusal struct {
+	Address netip.Addr
+	// Ports are the ports of the rules of the address's family, by
+	// protocol number (6 TCP, 17 UDP, 132 SCTP), each sorted. Every
+	// connection of a protocol without rules is refused.
+	Ports map[uint8][]uint16
+}
+
+// Refusals are the part's refusals (RouterRefusal): one for each address
+// of a family without a fallback, in the part's order.
+func (p RouterPart) Refusals() []RouterRefusal {
+	var out []RouterRefusal
+	for _, addr := range p.Addresses {
+		if p.Fallback.IsValid() && p.Fallback.Is4() == addr.Is4() {
+			continue
+		}
+		r := RouterRefusal{Address: addr, Ports: map[uint8][]uint16{}}
+		for _, rule := range p.Rules {
+			if rule.Destination.Is4() == addr.Is4() {
+				r.Ports[rule.Protocol] = append(r.Ports[rule.Protocol], rule.Port)
+			}
+		}
+		for proto, ports := range r.Ports {
+			slices.Sort(ports)
+			r.Ports[proto] = slices.Compact(ports)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // redirectTo commits a new connection in conntrack.RouterZone with
 // destination addr (and port, unless 0), and looks it up again in
 // TableRouterSNAT.
@@ -333,6 +371,17 @@ func (m *routerMember) SetFenced(fenced bool) []string {
 		}
 	}
 	return changed
+}
+
+// Refusals are the refusals of every router the node serves, sorted by
+// address (RouterPart.Refusals).
+func (m *routerMember) Refusals() []RouterRefusal {
+	var out []RouterRefusal
+	for _, part := range m.parts {
+		out = append(out, part.Refusals()...)
+	}
+	slices.SortFunc(out, func(a, b RouterRefusal) int { return a.Address.Compare(b.Address) })
+	return out
 }
 
 func (m *routerMember) Part(key string) (Part, bool) {

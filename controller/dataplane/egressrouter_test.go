@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -146,5 +147,59 @@ func TestRouterMemberMatchesSpecification(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRouterRefusals: an address is refused on the ports its family's
+// rules do not name, by protocol, unless a fallback of its family takes
+// them; rules of the other family do not count; a port two rules name is
+// listed once; the member lists its parts' refusals by address.
+func TestRouterRefusals(t *testing.T) {
+	a := netip.MustParseAddr
+	part := RouterPart{
+		Key:       "EgressRouter/shop/billing",
+		Addresses: []netip.Addr{a("172.18.0.60"), a("fd00:172:18::60")},
+		Rules: []RouterRule{
+			{Protocol: 6, Port: 443, TargetPort: 8443, Destination: a("203.0.113.1")},
+			{Protocol: 6, Port: 80, Destination: a("203.0.113.1")},
+			{Protocol: 6, Port: 80, Destination: a("203.0.113.2")},
+			{Protocol: 17, Port: 53, Destination: a("2001:db8::53")},
+		},
+	}
+	want := []RouterRefusal{
+		{Address: a("172.18.0.60"), Ports: map[uint8][]uint16{6: {80, 443}}},
+		{Address: a("fd00:172:18::60"), Ports: map[uint8][]uint16{17: {53}}},
+	}
+	if got := part.Refusals(); !reflect.DeepEqual(got, want) {
+		t.Errorf("no fallback: %+v, want %+v", got, want)
+	}
+	part.Fallback = a("203.0.113.9")
+	if got := part.Refusals(); !reflect.DeepEqual(got, want[1:]) {
+		t.Errorf("an IPv4 fallback: %+v, want the IPv6 address's alone %+v", got, want[1:])
+	}
+	part.Fallback = a("2001:db8::9")
+	if got := part.Refusals(); !reflect.DeepEqual(got, want[:1]) {
+		t.Errorf("an IPv6 fallback: %+v, want the IPv4 address's alone %+v", got, want[:1])
+	}
+
+	m := NewRouterMember("node-a").(*routerMember)
+	for _, r := range []struct{ name, addr string }{{"b", "172.18.0.62"}, {"a", "172.18.0.61"}} {
+		m.Update(ObjectKey(APIEgressRouter, "shop", r.name), &nov1.EgressRouter{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: r.name},
+			Spec: nov1.EgressRouterSpec{Mode: nov1.EgressRouterModeRedirect,
+				NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
+				Addresses:        []nov1.EgressRouterAddress{{IP: r.addr + "/24"}},
+				Redirect: &nov1.RedirectConfig{RedirectRules: []nov1.L4RedirectRule{
+					{DestinationIP: "203.0.113.1", Port: 22, Protocol: nov1.ProtocolTypeTCP}}}},
+			Status: nov1.EgressRouterStatus{Holder: "node-a"},
+		})
+	}
+	got := m.Refusals()
+	if len(got) != 2 || got[0].Address != a("172.18.0.61") || got[1].Address != a("172.18.0.62") || !slices.Equal(got[0].Ports[6], []uint16{22}) {
+		t.Errorf("member's refusals %+v, want 172.18.0.61's then 172.18.0.62's, TCP 22 named", got)
+	}
+	m.SetFenced(true)
+	if got := m.Refusals(); len(got) != 0 {
+		t.Errorf("a fenced node serves no router, yet refuses %+v", got)
 	}
 }

@@ -549,6 +549,18 @@ func (p *Planner) SetFenced(fenced bool) []string {
 	return changed
 }
 
+// RouterRefusals are the refusals of the EgressRouters this node serves
+// (RouterRefusal), sorted by address; none without an EgressRouter
+// member.
+func (p *Planner) RouterRefusals() []RouterRefusal {
+	for _, m := range p.members.list {
+		if r, ok := m.(interface{ Refusals() []RouterRefusal }); ok {
+			return r.Refusals()
+		}
+	}
+	return nil
+}
+
 // Fenced reports whether this node is fenced.
 func (p *Planner) Fenced() bool { return p.node.Fenced }
 

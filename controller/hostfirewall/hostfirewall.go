@@ -1,15 +1,21 @@
 // Package hostfirewall owns egressflow's nftables table on a node (inet
-// egressflow): the part of EgressFirewall that Open vSwitch cannot enforce.
-// A pod's packet to one of its own node's addresses is taken by the node's
-// kernel where the pod's interface meets the node, and never crosses br-ex,
-// so TableFirewall never judges it (docs/egressfirewall.md, "A pod's
-// packets to its own node"). The table judges those packets, at the input
-// hook, by the same rules and in the same order as TableFirewall.
+// egressflow): what Open vSwitch cannot do for the family.
+//   - The part of EgressFirewall that Open vSwitch cannot enforce. A pod's
+//     packet to one of its own node's addresses is taken by the node's
+//     kernel where the pod's interface meets the node, and never crosses
+//     br-ex, so TableFirewall never judges it (docs/egressfirewall.md, "A
+//     pod's packets to its own node"). The table judges those packets, at
+//     the input hook, by the same rules and in the same order as
+//     TableFirewall.
+//   - EgressRouter's refusals (dataplane.RouterRefusal): a switch cannot
+//     answer a connection, so the node's host stack, which forwards each
+//     connection to a reserved address it serves, refuses one to a port
+//     without a rule or fallback, at the forward hook.
 //
 // Table renders it as a pure function of the node's desired TableFirewall
-// (dataplane.Firewall); Syncer applies it through sigs.k8s.io/knftables,
-// replacing the whole table in one nft transaction, atomically, and only
-// when it changed; Remove deletes it on uninstall.
+// (dataplane.Firewall) and refusals; Syncer applies it through
+// sigs.k8s.io/knftables, replacing the whole table in one nft transaction,
+// atomically, and only when it changed; Remove deletes it on uninstall.
 package hostfirewall
 
 import (
@@ -36,6 +42,10 @@ const (
 // pod's packet to its namespace's chain.
 const podsToNodeChain = "pods-to-node"
 
+// routerRefusalsChain is the base chain, at the forward hook, that refuses
+// new connections to a reserved address on a port it does not redirect.
+const routerRefusalsChain = "router-refusals"
+
 // NamespaceChain is the chain of the namespace whose reg4 ID is id: its
 // rules, in spec.egress order.
 func NamespaceChain(id uint32) string { return "namespace-" + strconv.FormatUint(uint64(id), 10) }
@@ -46,8 +56,8 @@ func NamespaceChain(id uint32) string { return "namespace-" + strconv.FormatUint
 // the bridge answers or floods them itself).
 var exemptIPv6 = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
 
-// Table fills tx with the whole of egressflow's table for fw on a node
-// whose own addresses are local: the table added and deleted first, so
+// Table fills tx with the whole of egressflow's table for fw and refusals
+// on a node whose own addresses are local: the table added and deleted first, so
 // that the transaction replaces whatever was there (nft's idiom for
 // "create or replace" without `destroy`, which Debian 12's nft 1.0.6
 // lacks), then
@@ -60,7 +70,13 @@ var exemptIPv6 = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustPa
 //   - a chain per namespace (NamespaceChain) with a rule per rule and
 //     family: its destinations, its ports as protocol . port pairs, and
 //     accept (Allow) or counter drop (Deny). What no rule judges returns to
-//     the base chain, whose policy is accept: no match allows.
+//     the base chain, whose policy is accept: no match allows;
+//   - with refusals, the base chain router-refusals (filter, forward): for
+//     each refused address and protocol (TCP, UDP, SCTP), a new
+//     connection to it on a port no rule names is rejected, TCP with a
+//     reset and the others with ICMP port unreachable (nft's default
+//     reject). Only a connection's first packet is judged: the replies
+//     of the redirected connections to the address pass.
 //
 // The input hook sees only packets to the node's own addresses, so a
 // destination that holds none of local can never match there: it is left
@@ -68,10 +84,11 @@ var exemptIPv6 = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustPa
 // without rules (no chain, no jump). The table holds what concerns the
 // node (a nodeSelector of it, a cidrSelector that covers it), and does not
 // change when a rule elsewhere does, a dnsName's answers above all.
-func Table(tx *knftables.Transaction, fw dataplane.Firewall, local []netip.Addr) {
+func Table(tx *knftables.Transaction, fw dataplane.Firewall, refusals []dataplane.RouterRefusal, local []netip.Addr) {
 	tx.Add(&knftables.Table{})
 	tx.Delete(&knftables.Table{})
-	tx.Add(&knftables.Table{Comment: knftables.PtrTo("egressflow-agent: EgressFirewall for pods' packets to their own node")})
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("egressflow-agent: EgressFirewall for pods' packets to their own node, EgressRouter refusals")})
+	refuse(tx, refusals)
 	tx.Add(&knftables.Chain{
 		Name:     podsToNodeChain,
 		Type:     knftables.PtrTo(knftables.FilterType),
@@ -130,6 +147,46 @@ func Table(tx *knftables.Transaction, fw dataplane.Firewall, local []netip.Addr)
 		}
 		for _, r := range rules {
 			tx.Add(r)
+		}
+	}
+}
+
+// refusalProtocols are the protocols a router refuses, with the verdict
+// that refuses each.
+var refusalProtocols = []struct {
+	number  uint8
+	name    string
+	verdict string
+}{{6, "tcp", "reject with tcp reset"}, {17, "udp", "reject"}, {132, "sctp", "reject"}}
+
+// refuse adds the router-refusals chain and its rules, when there are
+// refusals (Table).
+func refuse(tx *knftables.Transaction, refusals []dataplane.RouterRefusal) {
+	if len(refusals) == 0 {
+		return
+	}
+	tx.Add(&knftables.Chain{
+		Name:     routerRefusalsChain,
+		Type:     knftables.PtrTo(knftables.FilterType),
+		Hook:     knftables.PtrTo(knftables.ForwardHook),
+		Priority: knftables.PtrTo(knftables.FilterPriority),
+		Comment:  knftables.PtrTo("new connections to an EgressRouter's address on a port without a rule or fallback"),
+	})
+	for _, r := range refusals {
+		daddr := "ip daddr "
+		if r.Address.Is6() {
+			daddr = "ip6 daddr "
+		}
+		for _, proto := range refusalProtocols {
+			match := "meta l4proto " + proto.name
+			if ports := r.Ports[proto.number]; len(ports) > 0 {
+				elems := make([]string, len(ports))
+				for i, port := range ports {
+					elems[i] = strconv.Itoa(int(port))
+				}
+				match = proto.name + " dport != { " + strings.Join(elems, ", ") + " }"
+			}
+			tx.Add(&knftables.Rule{Chain: routerRefusalsChain, Rule: "ct state new " + daddr + r.Address.String() + " " + match + " " + proto.verdict})
 		}
 	}
 }
@@ -227,12 +284,12 @@ func Interface() (knftables.Interface, error) {
 	return nft, nil
 }
 
-// Sync replaces the table with fw's on a node whose own addresses are
-// local when it differs from the last one applied, and reports whether it
-// ran a transaction.
-func (s *Syncer) Sync(ctx context.Context, fw dataplane.Firewall, local []netip.Addr) (bool, error) {
+// Sync replaces the table with fw's and refusals' on a node whose own
+// addresses are local when it differs from the last one applied, and
+// reports whether it ran a transaction.
+func (s *Syncer) Sync(ctx context.Context, fw dataplane.Firewall, refusals []dataplane.RouterRefusal, local []netip.Addr) (bool, error) {
 	tx := s.nft.NewTransaction()
-	Table(tx, fw, local)
+	Table(tx, fw, refusals, local)
 	text := tx.String()
 	if text == s.applied {
 		return false, nil

@@ -56,14 +56,29 @@ var twoNamespaces = dataplane.Firewall{
 	},
 }
 
+// twoRefusals are a node's refusals: an IPv4 address with TCP and UDP
+// rules (two TCP ports), and an IPv6 one with no rule of its family.
+var twoRefusals = []dataplane.RouterRefusal{
+	{Address: netip.MustParseAddr("172.18.0.60"), Ports: map[uint8][]uint16{6: {80, 443}, 17: {53}}},
+	{Address: netip.MustParseAddr("fd00:172:18::60"), Ports: map[uint8][]uint16{}},
+}
+
 // TestTable compares the transaction with the table written out by hand
 // from the rules above: shop's rules 0, 1 and 3 (rule 4 covers no address
-// of the node's), and no chain for v4only or elsewhere.
+// of the node's), and no chain for v4only or elsewhere; and the refusals,
+// each protocol of each address, on a port no rule of it names.
 func TestTable(t *testing.T) {
 	want := strings.Join([]string{
 		`add table inet egressflow`,
 		`delete table inet egressflow`,
-		`add table inet egressflow { comment "egressflow-agent: EgressFirewall for pods' packets to their own node" ; }`,
+		`add table inet egressflow { comment "egressflow-agent: EgressFirewall for pods' packets to their own node, EgressRouter refusals" ; }`,
+		`add chain inet egressflow router-refusals { type filter hook forward priority 0 ; comment "new connections to an EgressRouter's address on a port without a rule or fallback" ; }`,
+		`add rule inet egressflow router-refusals ct state new ip daddr 172.18.0.60 tcp dport != { 80, 443 } reject with tcp reset`,
+		`add rule inet egressflow router-refusals ct state new ip daddr 172.18.0.60 udp dport != { 53 } reject`,
+		`add rule inet egressflow router-refusals ct state new ip daddr 172.18.0.60 meta l4proto sctp reject`,
+		`add rule inet egressflow router-refusals ct state new ip6 daddr fd00:172:18::60 meta l4proto tcp reject with tcp reset`,
+		`add rule inet egressflow router-refusals ct state new ip6 daddr fd00:172:18::60 meta l4proto udp reject`,
+		`add rule inet egressflow router-refusals ct state new ip6 daddr fd00:172:18::60 meta l4proto sctp reject`,
 		`add chain inet egressflow pods-to-node { type filter hook input priority 0 ; comment "local pods' packets to this node's addresses" ; }`,
 		`add rule inet egressflow pods-to-node ct direction reply accept`,
 		`add rule inet egressflow pods-to-node ip6 daddr { fe80::/10, ff00::/8 } accept`,
@@ -78,7 +93,7 @@ func TestTable(t *testing.T) {
 		`add rule inet egressflow namespace-1 ip6 daddr { ::/0 } meta l4proto . th dport { 132 . 9 } counter drop comment "rule 3"`,
 	}, "\n") + "\n"
 	tx := knftables.NewFake(Family, TableName).NewTransaction()
-	Table(tx, twoNamespaces, local)
+	Table(tx, twoNamespaces, twoRefusals, local)
 	if got := tx.String(); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
@@ -95,17 +110,20 @@ func TestSyncRunsOnChange(t *testing.T) {
 	elsewhereGrew.Namespaces = slices.Clone(twoNamespaces.Namespaces)
 	elsewhereGrew.Namespaces[2].Rules = []dataplane.FirewallRule{{Index: 0, Deny: true, Destinations: prefixes("203.0.113.0/24", "203.0.114.9/32")}}
 	for i, step := range []struct {
-		fw      dataplane.Firewall
-		wantRun bool
+		fw       dataplane.Firewall
+		refusals []dataplane.RouterRefusal
+		wantRun  bool
 	}{
-		{dataplane.Firewall{}, true}, // the first replaces what a predecessor left
-		{dataplane.Firewall{}, false},
-		{twoNamespaces, true},
-		{twoNamespaces, false},
-		{elsewhereGrew, false},
-		{dataplane.Firewall{}, true},
+		{dataplane.Firewall{}, nil, true}, // the first replaces what a predecessor left
+		{dataplane.Firewall{}, nil, false},
+		{twoNamespaces, nil, true},
+		{twoNamespaces, nil, false},
+		{elsewhereGrew, nil, false},
+		{elsewhereGrew, twoRefusals, true},
+		{elsewhereGrew, twoRefusals, false},
+		{dataplane.Firewall{}, nil, true},
 	} {
-		ran, err := s.Sync(ctx, step.fw, local)
+		ran, err := s.Sync(ctx, step.fw, step.refusals, local)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -118,7 +136,7 @@ func TestSyncRunsOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(chains) != 1 || chains[0] != podsToNodeChain {
-		t.Errorf("after the last sync, chains %v, want only %s (the namespaces' gone)", chains, podsToNodeChain)
+		t.Errorf("after the last sync, chains %v, want only %s (the namespaces' and the refusals' gone)", chains, podsToNodeChain)
 	}
 }
 
@@ -127,7 +145,7 @@ func TestSyncRunsOnChange(t *testing.T) {
 // image carries: the syntax the unit test pins down is one nft takes.
 func TestTableAcceptedByNFT(t *testing.T) {
 	tx := knftables.NewFake(Family, TableName).NewTransaction()
-	Table(tx, twoNamespaces, local)
+	Table(tx, twoNamespaces, twoRefusals, local)
 	script := tx.String()
 	// One namespace for both: the load, then the listing of what it made.
 	cmd := exec.Command("unshare", "--net", "sh", "-c", "nft -f - && nft list table inet egressflow")
@@ -136,7 +154,8 @@ func TestTableAcceptedByNFT(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nft -f: %v\n%s\nscript:\n%s", err, out, script)
 	}
-	for _, want := range []string{"chain namespace-1", "tcp . 22", "counter packets 0 bytes 0 drop"} {
+	for _, want := range []string{"chain namespace-1", "tcp . 22", "counter packets 0 bytes 0 drop",
+		"hook forward", "tcp dport != { 80, 443 } reject with tcp reset", "ip6 daddr fd00:172:18::60 meta l4proto sctp reject"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the kernel's table lacks %q:\n%s", want, out)
 		}
