@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/dataplane"
 	"github.com/egressflow/egressflow/openflow"
 )
@@ -151,13 +150,4 @@ func icmpv6Checksum(src, dst netip.Addr, msg []byte) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return ^uint16(sum)
-}
-
-// itemHolders are the nodes of status items, by address.
-func itemHolders(items []esv1.EgressIPStatusItem) map[string]string {
-	out := make(map[string]string, len(items))
-	for _, it := range items {
-		out[it.EgressIP] = it.Node
-	}
-	return out
 }

@@ -93,8 +93,8 @@ func serviceHosts(services []*esv1.EgressService) map[string]string {
 func addressHolders(eips []*esv1.EgressIP) map[string]string {
 	out := map[string]string{}
 	for _, eip := range eips {
-		for addr, holder := range itemHolders(eip.Status.Items) {
-			out[eip.Name+"/"+addr] = holder
+		for _, it := range eip.Status.Items {
+			out[eip.Name+"/"+it.EgressIP] = it.Node
 		}
 	}
 	return out
