@@ -30,12 +30,12 @@ import (
 // again and rejoins) and the next host freezes (docker pause, then
 // unpause), while the endpoints on the other nodes send in both families
 // every 50 ms. It reports, per protocol and fault, the time from the
-// docker command's return to the first LB-IP packet since (p50, p99, max),
+// docker command's issue to the first LB-IP packet since (p50, p99, max),
 // and the outage the external host saw in a capture, from the last LB-IP
-// packet through the failed host to the first through the new one (docker
-// kill returns only once the container is gone, 0.38 s for an idle one on
-// these machines, and the container has stopped forwarding before: the
-// first figure understates a kill's failover, the outage does not), and the
+// packet through the failed host to the first through the new one (the
+// first packet since the command may still come through the failed host
+// before the fault takes effect: the first figure understates a
+// failover, the outage does not), and the
 // pod-IP frames that other nodes steered towards the dead host and the
 // segment flooded past the external host; a pod-IP packet the external
 // host received fails it. The EgressService keeps off the leading
@@ -111,7 +111,7 @@ func BenchmarkFailover(b *testing.B) {
 			b.ReportMetric(float64(worst.Milliseconds()), protocol+"-"+fault+metric+"-max-ms")
 		}
 		for _, fault := range []string{"kill", "pause"} {
-			report(fault, "the docker command's return -> first LB-IP packet since", "", faults[fault])
+			report(fault, "the docker command's issue -> first LB-IP packet since", "", faults[fault])
 			report(fault, "the external host's outage (last LB-IP packet through the failed host -> first through the new one)", "-outage", gaps[fault])
 		}
 		b.Logf("%s: %d packets from the LB IPs; pod-IP frames steered towards a dead host and flooded past the external host: %d", protocol, received, flooded)

@@ -146,9 +146,12 @@ func podIPs(p *corev1.Pod) []string {
 }
 
 // failHost puts the current host through fault ("kill": power loss,
-// "pause": a frozen node, "disconnect": a partition) and returns the time from the fault (once docker
-// has applied it) to the first packet with each family's LB IP at the
-// external host, the later of the two: necessarily through another host.
+// "pause": a frozen node, "disconnect": a partition) and returns the time
+// from the moment it issued the fault (s.faultAt) to the first packet with
+// each family's LB IP at the external host since, the later of the two,
+// once the LB IPs are routed to another host. That packet may still have
+// come through the failed host before the fault took effect: the capture's
+// outage (outageAfter) is the failover's measure.
 func (s *egressScenario) failHost(t testing.TB, fault string) (failed *Node, took time.Duration) {
 	failed = s.host()
 	at := time.Now() // the fault cannot take effect earlier
