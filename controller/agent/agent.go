@@ -355,6 +355,10 @@ type Agent struct {
 	// (announceTakeovers). Written by the worker, read by announcers.
 	heldMu sync.Mutex
 	held   map[netip.Addr]bool
+	// released are the addresses the bridge stopped answering for that
+	// are yet to be handed back to their holders (handBack): written and
+	// read by the worker only.
+	released map[netip.Addr]bool
 	// dnsChanged: the DNS names' answers changed since the worker last
 	// read them (Config.DNS).
 	dnsChanged atomic.Bool
@@ -454,6 +458,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{
 		cfg:      cfg,
 		dnsNamed: make(chan struct{}),
+		released: map[netip.Addr]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryBaseDelay, retryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "egressflow-agent"}),

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/egressflow/egressflow/controller/dataplane"
@@ -37,7 +38,8 @@ const (
 
 // announceTakeovers starts announcing each address the bridge answers for
 // now (the planner's, as just committed) that it did not after the
-// previous commit. Without the bridge's MAC the flows answer for nothing.
+// previous commit, and hands back those it stopped answering for
+// (handBack). Without the bridge's MAC the flows answer for nothing.
 func (a *Agent) announceTakeovers(ctx context.Context, ports dataplane.Ports) {
 	held := map[netip.Addr]bool{}
 	if ports.BridgeMAC != nil {
@@ -52,17 +54,87 @@ func (a *Agent) announceTakeovers(ctx context.Context, ports dataplane.Ports) {
 	for addr := range held {
 		if !before[addr] {
 			klog.InfoS("Took over an address: announcing it", "node", a.cfg.Node.Name, "address", addr)
-			go a.announce(ctx, addr, ports)
+			go a.announce(ctx, addr, ports.BridgeMAC, func() bool { return a.holds(addr) })
 		}
 	}
+	for addr := range before {
+		if !held[addr] {
+			a.released[addr] = true
+		}
+	}
+	a.handBack(ctx)
 }
 
-// announce sends addr's announcements, while the node still holds it.
-func (a *Agent) announce(ctx context.Context, addr netip.Addr, ports dataplane.Ports) {
+// holds reports whether the bridge answers for addr, as the last commit
+// left it.
+func (a *Agent) holds(addr netip.Addr) bool {
+	a.heldMu.Lock()
+	defer a.heldMu.Unlock()
+	return a.held[addr]
+}
+
+// handBack points the segment at the holder of each address the bridge
+// stopped answering for: an announcement of the holder's bridge MAC (as
+// its heartbeat Lease publishes it), sent out of this node's ports. A
+// node back from a stall (the node frozen, say) has answered for its old
+// addresses before its agent could fence it: its switch processes first
+// the neighbour requests queued meanwhile, with its old flows, and a host
+// that takes those answers would send to it until its neighbour entry
+// expired (tens of seconds), long after the holder's own announcements.
+// While the node is fenced its caches may be stale, so it hands back only
+// once it unfences (cacheCaughtUp). An address no node holds, or whose
+// holder's MAC is unknown, is left to expire.
+func (a *Agent) handBack(ctx context.Context) {
+	if len(a.released) == 0 || a.planner.Fenced() {
+		return
+	}
+	holders := a.addressHolders()
+	for addr := range a.released {
+		holder := holders[addr]
+		mac := a.planner.HostMAC(holder)
+		if holder == "" || holder == a.cfg.Node.Name || mac == nil {
+			continue
+		}
+		klog.InfoS("Stopped answering for an address: announcing its holder", "node", a.cfg.Node.Name, "address", addr, "holder", holder)
+		go a.announce(ctx, addr, mac, func() bool { return !a.holds(addr) && a.addressHolders()[addr] == holder })
+	}
+	clear(a.released)
+}
+
+// addressHolders are the holders of the addresses nodes answer for, by
+// address, as the caches have them: each EgressIP's held addresses, each
+// EgressRouter's reserved addresses.
+func (a *Agent) addressHolders() map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	if eips, err := a.egressIPs.List(labels.Everything()); err == nil {
+		for _, eip := range eips {
+			for _, it := range eip.Status.Items {
+				if addr, err := netip.ParseAddr(it.EgressIP); err == nil {
+					out[addr] = it.Node
+				}
+			}
+		}
+	}
+	if routers, err := a.egressRouters.List(labels.Everything()); err == nil {
+		for _, r := range routers {
+			for _, ra := range r.Spec.Addresses {
+				if prefix, err := netip.ParsePrefix(ra.IP); err == nil && r.Status.Holder != "" {
+					out[prefix.Addr()] = r.Status.Holder
+				}
+			}
+		}
+	}
+	return out
+}
+
+// announce sends the announcements that addr is at mac (this node's
+// bridge MAC, or a holder's: handBack), out of every port, while still
+// holds.
+func (a *Agent) announce(ctx context.Context, addr netip.Addr, mac net.HardwareAddr, still func() bool) {
 	var inPort openflow.Match
 	inPort.SetUint(openflow.FieldInPort, uint64(openflow.PortController))
 	po := &openflow.PacketOut{BufferID: openflow.NoBuffer, Match: inPort,
-		Actions: []openflow.Action{openflow.Output{Port: openflow.PortAll}}, Data: announcement(addr, ports.BridgeMAC)}
+		Actions: []openflow.Action{openflow.Output{Port: openflow.PortAll}}, Data: announcement(addr, mac)}
 	family := "ipv4"
 	if addr.Is6() {
 		family = "ipv6"
@@ -75,10 +147,7 @@ func (a *Agent) announce(ctx context.Context, addr netip.Addr, ports dataplane.P
 			case <-time.After(announceInterval):
 			}
 		}
-		a.heldMu.Lock()
-		still := a.held[addr]
-		a.heldMu.Unlock()
-		if !still {
+		if !still() {
 			return
 		}
 		result := "ok"

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -282,4 +284,91 @@ func TestAgentEgressRouter(t *testing.T) {
 	if src, err := remote.Dial("tcp", netip.AddrPortFrom(routerIP4, 80)); err == nil {
 		t.Errorf("a connection to the deleted router reached a server (as %s)", src)
 	}
+}
+
+// TestAgentHandsBackAfterAStall: n1 holds a router, then stalls (its
+// Lease seen lapsed: it fences, and its flows go) while the router moves
+// to n2, which announces it. As n1 comes back, its switch may answer the
+// neighbour requests queued meanwhile with its old flows: the external
+// host's entries are set to n1's MAC here, as those answers would set
+// them, after n2's announcements are over. Once n1 unfences it hands the
+// addresses back: the external host's entries name n2 again within an
+// announcement's round trip, where without it they would name n1 until
+// they expire.
+func TestAgentHandsBackAfterAStall(t *testing.T) {
+	e := newEnv(t, 2)
+	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
+	var stalled atomic.Bool
+	e.startAgent(n1, func(c *Config) {
+		c.LeaseDuration = time.Second
+		c.LastRenewed = func() time.Time {
+			if stalled.Load() {
+				return time.Now().Add(-time.Hour)
+			}
+			return time.Now()
+		}
+	}).waitHealthy(t)
+	e.startAgent(n2).waitHealthy(t)
+	router := &nov1.EgressRouter{
+		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "shop"},
+		Spec: nov1.EgressRouterSpec{
+			Mode:             nov1.EgressRouterModeRedirect,
+			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
+			Addresses:        []nov1.EgressRouterAddress{{IP: netip.PrefixFrom(routerIP4, 24).String()}, {IP: netip.PrefixFrom(routerIP6, 64).String()}},
+			Redirect:         &nov1.RedirectConfig{FallbackIP: e.topo.External.IP.String()},
+		},
+	}
+	if _, err := e.admin.ES.NetworkOperatorV1().EgressRouters("shop").Create(context.Background(), router, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []netip.Addr{routerIP4, routerIP6}
+	neighboursName := func(n *topology.Node) func() error {
+		return func() error {
+			for _, addr := range addrs {
+				if got, want := e.externalNeighbour(addr), n.BridgeMAC(t); got != want {
+					return fmt.Errorf("the external host's entry for %s: %q, want %s's %s", addr, got, n.Name, want)
+				}
+			}
+			return nil
+		}
+	}
+	e.setRouterHolder("billing", n1.Name)
+	eventually(t, "the external host learns the router at n1", func() error {
+		for _, addr := range addrs {
+			// A resolution makes the entries, which announcements only update.
+			_ = exec.Command("ip", "netns", "exec", e.topo.External.Netns, "ping", "-c", "1", "-W", "1", addr.String()).Run()
+		}
+		return neighboursName(n1)()
+	})
+
+	stalled.Store(true)
+	eventually(t, "n1 fenced: no router flow", func() error {
+		if c := routerFlows(t, n1); c != 0 {
+			return fmt.Errorf("%d flows", c)
+		}
+		return nil
+	})
+	e.setRouterHolder("billing", n2.Name)
+	eventually(t, "n2 announces the router", neighboursName(n2))
+	time.Sleep(announceRepeats * announceInterval) // n2's announcements are over
+	for _, addr := range addrs {
+		e.topo.External.Exec(t, "ip", "neigh", "replace", addr.String(), "lladdr", n1.BridgeMAC(t), "dev", "eth0", "nud", "reachable")
+	}
+	if err := neighboursName(n1)(); err != nil {
+		t.Fatalf("the stale answers' entries: %v", err)
+	}
+	time.Sleep(1100 * time.Millisecond) // past the neighbour tables' locktime (1 s), which ignores a newer announcement
+	stalled.Store(false)
+	unfenced := time.Now()
+	var err error
+	for time.Since(unfenced) < announceInterval+time.Second {
+		if err = neighboursName(n2)(); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("%v after n1's Lease was renewed: n1 did not hand the addresses back", err)
+	}
+	t.Logf("the external host's entries name n2 again %v after n1's Lease was renewed", time.Since(unfenced).Round(time.Millisecond))
 }

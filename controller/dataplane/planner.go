@@ -532,6 +532,10 @@ func (p *Planner) SetLeases(leases map[string]*coordinationv1.Lease) []string {
 	return p.resolve(dirty)
 }
 
+// HostMAC is the bridge MAC that node's heartbeat Lease publishes; nil
+// when unknown.
+func (p *Planner) HostMAC(node string) net.HardwareAddr { return p.hostMACs[node] }
+
 // SetFenced fences or unfences this node (NodeConfig.Fenced) and returns
 // the keys of the services it hosts, whose role changes with it.
 func (p *Planner) SetFenced(fenced bool) []string {
