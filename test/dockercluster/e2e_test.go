@@ -127,10 +127,14 @@ func TestHostFailures(t *testing.T) {
 	t.Logf("%s frozen: LB-IP traffic through %s %v later", frozen.Name, s.host().Name, took.Round(time.Millisecond))
 	routers.expectResumed(t, frozen, s.faultAt, holders)
 	c.docker("unpause", frozen.Container)
-	// Back from its freeze, its switch first sends what it had queued
-	// meanwhile, through its old flows; its agent then catches up. The
-	// next fault's outage is read after that.
+	// Back from its freeze, its switch first forwards what it had queued
+	// meanwhile through its old flows, answers to neighbour requests for
+	// its old routers' addresses among them; its agent then fences, and
+	// hands those addresses back to their holders once it unfences. No
+	// router's traffic stays with it: the next fault's outage is read
+	// after that.
 	c.waitAgentRenewing(frozen)
+	routers.expectFlowing(t, time.Now().Add(staleFlowsSettle), e2eFailoverBound)
 	holders = routers.awaitAvailable(t, func(map[string]string) error { return nil })
 	killed, took := s.failHostWithin(t, "kill")
 	killedAt, afterKill := s.faultAt, s.host()

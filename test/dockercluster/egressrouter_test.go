@@ -156,6 +156,28 @@ func (s *routerScenario) expectResumed(t *testing.T, failed *Node, failedAt time
 	s.c.ExpectSources(s.probe, s.targets, s.want)
 }
 
+// staleFlowsSettle is how long after a node back from a freeze has its
+// agent renew again its old flows may still forward what reaches them (the
+// agent fences, then syncs): expectFlowing's since is that much later, to
+// exclude them. A few syncs of the agent, with room for a loaded machine.
+const staleFlowsSettle = 500 * time.Millisecond
+
+// expectFlowing fails the test unless the destination receives a
+// datagram from each reserved address within bound of since: no router's
+// traffic is left black-holed, by a node back from a freeze whose switch
+// answered neighbour requests with its old flows, say.
+func (s *routerScenario) expectFlowing(t testing.TB, since time.Time, bound time.Duration) {
+	t.Helper()
+	for _, addr := range s.reserved() {
+		if _, ok := s.server.FirstFrom(addr, since); ok {
+			continue
+		}
+		if took := awaitSeen(t, s.server, addr, since, convergeTimeout); took > bound {
+			t.Errorf("no datagram from %s for %v, want one within %v", addr, took.Round(time.Millisecond), bound)
+		}
+	}
+}
+
 // checkFailovers finds in the external host's capture, for each address
 // expectResumed saw move, the outage the destination saw (outageAfter),
 // and fails the test unless it is within e2eFailoverBound.
