@@ -26,7 +26,8 @@ import (
 // flows answer for are announced, after the bundle that installed their
 // responders; a node that no longer holds an address (the cluster moved
 // it, or the node is fenced) never announces it, whatever it held before
-// a restart.
+// a restart. It hands it back instead: it announces the address with its
+// holder's MAC (handBack).
 
 // Announcements per takeover. The first does the work; the others cover a
 // lost frame. More repeats cost a few frames per takeover; fewer leave a

@@ -167,7 +167,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		announcements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressflow_agent_egressip_announcements_total",
-			Help: "Gratuitous ARPs (family ipv4) and unsolicited neighbour advertisements (ipv6) sent out of the uplink for EgressIP addresses this node took over, by result: ok, or error (the packet-out failed).",
+			Help: "Gratuitous ARPs (family ipv4) and unsolicited neighbour advertisements (ipv6) sent out of the bridge's ports for addresses (EgressIP, EgressRouter) this node took over, or handed back to their holder, by result: ok, or error (the packet-out failed).",
 		}, []string{"family", "result"}),
 		dnsHold: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressflow_agent_dns_reply_hold_seconds",

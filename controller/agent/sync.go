@@ -111,9 +111,15 @@ func (a *Agent) sync(ctx context.Context, epoch syncEpoch) (err error) {
 	if _, _, err := a.cfg.Rules.Sync(a.planner.Rules()); err != nil {
 		return fmt.Errorf("policy-routing rules: %w", err)
 	}
-	// Only now that no flow SNATs them any more (or SNATs them to another
-	// address) can their old translations go; and the connections
-	// redirected through the addresses no router here serves any more.
+	return a.flushStale(ctx)
+}
+
+// flushStale flushes the connections the committed flows no longer make:
+// only now that no flow SNATs them any more (or SNATs them to another
+// address) can their old translations go, and the connections redirected
+// through the addresses no router here serves any more.
+func (a *Agent) flushStale(ctx context.Context) error {
+	m := a.cfg.Metrics
 	flushed, err := conntrack.FlushSources(ctx, a.cfg.Switch, conntrack.SNATZone, a.ledger.StaleSources())
 	m.ctFlushes.Add(float64(flushed))
 	if err != nil {
