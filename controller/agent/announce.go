@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -52,11 +53,15 @@ func (a *Agent) announceTakeovers(ctx context.Context, ports dataplane.Ports) {
 	before := a.held
 	a.held = held
 	a.heldMu.Unlock()
+	var took []addrAt
 	for addr := range held {
 		if !before[addr] {
 			klog.InfoS("Took over an address: announcing it", "node", a.cfg.Node.Name, "address", addr)
-			go a.announce(ctx, addr, ports.BridgeMAC, func() bool { return a.holds(addr) })
+			took = append(took, addrAt{addr, ports.BridgeMAC})
 		}
+	}
+	if len(took) > 0 {
+		go a.announce(ctx, took, func() func(netip.Addr) bool { return a.holds })
 	}
 	for addr := range before {
 		if !held[addr] {
@@ -89,7 +94,9 @@ func (a *Agent) handBack(ctx context.Context) {
 	if len(a.released) == 0 || a.planner.Fenced() {
 		return
 	}
-	holders := a.addressHolders()
+	holders := a.holdersByAddress()
+	var targets []addrAt
+	handedTo := map[netip.Addr]string{}
 	for addr := range a.released {
 		holder := holders[addr]
 		mac := a.planner.HostMAC(holder)
@@ -97,15 +104,25 @@ func (a *Agent) handBack(ctx context.Context) {
 			continue
 		}
 		klog.InfoS("Stopped answering for an address: announcing its holder", "node", a.cfg.Node.Name, "address", addr, "holder", holder)
-		go a.announce(ctx, addr, mac, func() bool { return !a.holds(addr) && a.addressHolders()[addr] == holder })
+		targets = append(targets, addrAt{addr, mac})
+		handedTo[addr] = holder
 	}
 	clear(a.released)
+	if len(targets) == 0 {
+		return
+	}
+	// Due while this node does not answer for the address and its holder
+	// is still the one it was handed to.
+	go a.announce(ctx, targets, func() func(netip.Addr) bool {
+		now := a.holdersByAddress()
+		return func(addr netip.Addr) bool { return !a.holds(addr) && now[addr] == handedTo[addr] }
+	})
 }
 
-// addressHolders are the holders of the addresses nodes answer for, by
+// holdersByAddress are the holders of the addresses nodes answer for, by
 // address, as the caches have them: each EgressIP's held addresses, each
 // EgressRouter's reserved addresses.
-func (a *Agent) addressHolders() map[netip.Addr]string {
+func (a *Agent) holdersByAddress() map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	if eips, err := a.egressIPs.List(labels.Everything()); err == nil {
 		for _, eip := range eips {
@@ -128,18 +145,20 @@ func (a *Agent) addressHolders() map[netip.Addr]string {
 	return out
 }
 
-// announce sends the announcements that addr is at mac (this node's
-// bridge MAC, or a holder's: handBack), out of every port, while still
-// holds.
-func (a *Agent) announce(ctx context.Context, addr netip.Addr, mac net.HardwareAddr, still func() bool) {
+// addrAt is an announcement to send: that addr is at mac (this node's
+// bridge MAC, or a holder's: handBack).
+type addrAt struct {
+	addr netip.Addr
+	mac  net.HardwareAddr
+}
+
+// announce sends each target's announcement out of every port,
+// announceRepeats times a second apart. Before each round, due gives what
+// tells an address still due (read once for the round); an address that
+// is not is dropped for good.
+func (a *Agent) announce(ctx context.Context, targets []addrAt, due func() func(netip.Addr) bool) {
 	var inPort openflow.Match
 	inPort.SetUint(openflow.FieldInPort, uint64(openflow.PortController))
-	po := &openflow.PacketOut{BufferID: openflow.NoBuffer, Match: inPort,
-		Actions: []openflow.Action{openflow.Output{Port: openflow.PortAll}}, Data: announcement(addr, mac)}
-	family := "ipv4"
-	if addr.Is6() {
-		family = "ipv6"
-	}
 	for i := range announceRepeats {
 		if i > 0 {
 			select {
@@ -148,16 +167,23 @@ func (a *Agent) announce(ctx context.Context, addr netip.Addr, mac net.HardwareA
 			case <-time.After(announceInterval):
 			}
 		}
-		if !still() {
-			return
-		}
-		result := "ok"
-		if err := a.cfg.Switch.SendPacket(ctx, po); err != nil {
-			result = "error"
-			klog.ErrorS(err, "Could not announce an address", "node", a.cfg.Node.Name, "address", addr)
-		}
-		if a.cfg.Metrics != nil {
-			a.cfg.Metrics.announcements.WithLabelValues(family, result).Inc()
+		stillDue := due()
+		targets = slices.DeleteFunc(targets, func(t addrAt) bool { return !stillDue(t.addr) })
+		for _, t := range targets {
+			po := &openflow.PacketOut{BufferID: openflow.NoBuffer, Match: inPort,
+				Actions: []openflow.Action{openflow.Output{Port: openflow.PortAll}}, Data: announcement(t.addr, t.mac)}
+			family := "ipv4"
+			if t.addr.Is6() {
+				family = "ipv6"
+			}
+			result := "ok"
+			if err := a.cfg.Switch.SendPacket(ctx, po); err != nil {
+				result = "error"
+				klog.ErrorS(err, "Could not announce an address", "node", a.cfg.Node.Name, "address", t.addr)
+			}
+			if a.cfg.Metrics != nil {
+				a.cfg.Metrics.announcements.WithLabelValues(family, result).Inc()
+			}
 		}
 	}
 }
