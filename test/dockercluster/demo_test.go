@@ -210,7 +210,9 @@ func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) (afterKill fu
 	say("== %s's redirect: docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex table=%d --no-stats", host.Name, host.Container, dataplane.TableRouterDNAT)
 	say("%s", indent(c.Exec(host, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", fmt.Sprintf("table=%d", dataplane.TableRouterDNAT), "--no-stats")))
 	hostMAC := c.bridgeMAC(host)
-	capture := c.External.Capture(t)
+	// The kill follows at once: the capture must hold the router's traffic
+	// through its holder before it, or the outage has no start.
+	capture := c.captureFlowing(t, s.server, addr)
 	return func(killed *Node) {
 		if killed == host {
 			holder := c.awaitRouterAvailable(t, routerNamespace, name, host.Name)

@@ -259,8 +259,7 @@ func expectNoHostLost(t *testing.T, c *Cluster, since time.Time) {
 // fault was issued to deathSlack after it. The fault takes effect a little
 // after that moment: docker kill returns only once the container is gone
 // (0.38 s for an idle one on these machines), when it has stopped
-// forwarding for a while. A frozen node sends again only once unpaused,
-// much later.
+// forwarding for a while.
 //
 // lastSendSlack is how long before that moment the failed node's last
 // packet may come: the senders send every probeInterval, and a loaded
@@ -277,32 +276,39 @@ const (
 // packets from addr (an LB IP, an egress IP, a router's reserved address)
 // moved off a node whose fault was issued at faultAt: from the last that
 // came from the failed node's MAC around faultAt (faultLookback,
-// deathSlack) to the first that came from another node's after it, and
-// that node's MAC. The probes' interval (probeInterval) bounds what it
-// adds. It fails the test if that last packet came more than lastSendSlack
-// before faultAt: the traffic left the node before its fault.
+// deathSlack) to the first that came from another node's after faultAt,
+// and that node's MAC. The probes' interval (probeInterval) bounds what it
+// adds. Packets of the failed node's after that first one do not count: a
+// frozen node sends what it had queued once unfrozen, which may be within
+// deathSlack. It fails the test if the failed node's last packet came more
+// than lastSendSlack before faultAt: the traffic left the node before its
+// fault.
 func outageAfter(t testing.TB, packets []topology.Packet, addr, dest netip.Addr, failedMAC string, faultAt time.Time) (gap time.Duration, nextMAC string) {
 	t.Helper()
 	ours := func(p topology.Packet) bool { return p.Src == addr && p.Dst == dest }
+	var next topology.Packet
+	for _, p := range packets {
+		if ours(p) && p.SrcMAC != failedMAC && p.Time.After(faultAt) {
+			next = p
+			break
+		}
+	}
+	if next.Time.IsZero() {
+		t.Fatalf("the capture holds no packet from %s to %s through another node than the failed one (%s) after its fault at %v", addr, dest, failedMAC, faultAt.Format(time.StampMilli))
+	}
 	var last time.Time
 	for _, p := range packets {
-		if ours(p) && p.SrcMAC == failedMAC && !p.Time.Before(faultAt.Add(-faultLookback)) && !p.Time.After(faultAt.Add(deathSlack)) {
+		if ours(p) && p.SrcMAC == failedMAC && !p.Time.Before(faultAt.Add(-faultLookback)) && !p.Time.After(faultAt.Add(deathSlack)) && p.Time.Before(next.Time) {
 			last = p.Time
 		}
 	}
 	if last.IsZero() {
-		t.Fatalf("the capture holds no packet from %s to %s through the failed node (%s) around its fault at %v", addr, dest, failedMAC, faultAt.Format(time.StampMilli))
+		t.Fatalf("the capture holds no packet from %s to %s through the failed node (%s) around its fault at %v, before the first through %s", addr, dest, failedMAC, faultAt.Format(time.StampMilli), next.SrcMAC)
 	}
 	if early := faultAt.Sub(last); early > lastSendSlack {
 		t.Errorf("%s: the last packet through the failed node (%s) came %v before its fault: the traffic had left it while it was up", addr, failedMAC, early.Round(time.Millisecond))
 	}
-	for _, p := range packets {
-		if ours(p) && p.SrcMAC != failedMAC && p.Time.After(last) {
-			return p.Time.Sub(last), p.SrcMAC
-		}
-	}
-	t.Fatalf("the capture holds no packet from %s to %s through another node than the failed one (%s) after its last at %v", addr, dest, failedMAC, last.Format(time.StampMilli))
-	return 0, ""
+	return next.Time.Sub(last), next.SrcMAC
 }
 
 // outageThrough is outageAfter, and fails the test unless the packets
