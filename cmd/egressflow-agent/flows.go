@@ -205,7 +205,7 @@ func printRules(out io.Writer, flows []string, addrs []netip.Addr) error {
 		return err
 	}
 	defer handle.Close()
-	rules, err := iprule.NewManager(handle).Installed()
+	rules, err := iprule.NewManager(handle, "").Installed()
 	if err != nil {
 		return err
 	}

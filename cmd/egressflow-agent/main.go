@@ -438,7 +438,7 @@ func connectNode(ctx context.Context, f agentFlags, metrics *agent.Metrics) (*lo
 		local.ofClient.Close()
 		return nil, err
 	}
-	local.rules = iprule.NewManager(local.handle)
+	local.rules = iprule.NewManager(local.handle, f.bridge)
 	if local.nft, err = hostfirewall.Interface(); err != nil {
 		local.close()
 		return nil, err

@@ -115,9 +115,11 @@ type FirewallDNS interface {
 	Learn(name string, addrs []netip.Addr, ttl time.Duration)
 }
 
-// RuleSyncer converges the policy-routing rules (iprule.Manager).
+// RuleSyncer converges the policy-routing rules and the routes of
+// egressflow's own tables (iprule.Manager).
 type RuleSyncer interface {
 	Sync(desired []dataplane.Rule) (added, removed int, err error)
+	SyncRoutes(desired []dataplane.Route) (added, removed int, err error)
 }
 
 // HostFirewallSyncer converges the node's nftables table, which judges the
@@ -380,6 +382,12 @@ type Agent struct {
 	// changes an EgressFirewall's part clears it. Owned by the worker.
 	hostFirewallCurrent bool
 	hostFirewallLocal   []netip.Addr
+	// routesSynced are the routes of egressflow's tables that
+	// Config.Rules last made installed, valid once routesCurrent: a sync
+	// that wants the same ones does not list the node's routes again (a
+	// node may hold a routing daemon's hundreds of thousands).
+	routesSynced  []dataplane.Route
+	routesCurrent bool
 
 	// Owned by the single worker.
 	planner *dataplane.Planner

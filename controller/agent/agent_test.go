@@ -264,7 +264,7 @@ func (e *env) startAgent(n *topology.Node, configure ...func(*Config)) *runningA
 		Switch:       sw,
 		Forwarding:   forwarding,
 		Disconnected: client.Disconnected(),
-		Rules:        iprule.NewManager(handle),
+		Rules:        iprule.NewManager(handle, n.Bridge),
 		HostFirewall: hostfirewall.New(n.NFTables(t, hostfirewall.Family, hostfirewall.TableName)),
 		Tables:       iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
 		Metrics:      NewMetrics(reg),

@@ -372,3 +372,103 @@ func TestAgentHandsBackAfterAStall(t *testing.T) {
 	}
 	t.Logf("the external host's entries name n2 again %v after n1's Lease was renewed", time.Since(unfenced).Round(time.Millisecond))
 }
+
+// TestAgentRouterGateway: a router whose addresses name a gateway (the
+// external host, on the segment) sends its redirected connections through
+// it, where the holder's own routes lead nowhere (a blackhole route to the
+// destinations): a pod's TCP and UDP connections reach the destination in
+// both families, from the reserved address; the replies to the pod do not
+// go to the gateway. Once the spec drops the gateways, the holder's own
+// routes apply again: the connections fail, and the node keeps no route
+// in egressflow's tables.
+func TestAgentRouterGateway(t *testing.T) {
+	e := newEnv(t, 1)
+	n1 := e.topo.Nodes[0]
+	client := e.addPod(n1, "client")
+	e.startAgent(n1).waitHealthy(t)
+	for _, dst := range internet {
+		n1.Exec(t, "ip", "route", "add", "blackhole", netip.PrefixFrom(dst, dst.BitLen()).String())
+	}
+	capture := e.topo.External.Capture(t)
+	serverPort := e.server.Addr.Port()
+	gateways := []netip.Addr{e.topo.External.IP, e.topo.External.IP6}
+	router := &nov1.EgressRouter{
+		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "shop"},
+		Spec: nov1.EgressRouterSpec{
+			Mode:             nov1.EgressRouterModeRedirect,
+			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
+			Addresses: []nov1.EgressRouterAddress{
+				{IP: netip.PrefixFrom(routerIP4, topology.UnderlayPrefix.Bits()).String(), Gateway: gateways[0].String()},
+				{IP: netip.PrefixFrom(routerIP6, topology.UnderlayPrefix6.Bits()).String(), Gateway: gateways[1].String()},
+			},
+			Redirect: &nov1.RedirectConfig{RedirectRules: []nov1.L4RedirectRule{
+				{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
+				{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+				{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
+				{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+			}},
+		},
+	}
+	routers := e.admin.ES.NetworkOperatorV1().EgressRouters("shop")
+	ctx := context.Background()
+	if _, err := routers.Create(ctx, router, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.setRouterHolder("billing", n1.Name)
+	ports := map[netip.Addr]uint16{routerIP4: 80, routerIP6: 81}
+	for _, reserved := range []netip.Addr{routerIP4, routerIP6} {
+		for _, network := range []string{"tcp", "udp"} {
+			eventually(t, fmt.Sprintf("%s to %s through the gateway", network, reserved), func() error {
+				src, err := client.Dial(network, netip.AddrPortFrom(reserved, ports[reserved]))
+				if err != nil {
+					return err
+				}
+				if src != reserved {
+					return fmt.Errorf("the server saw source %s, want %s", src, reserved)
+				}
+				return nil
+			})
+		}
+	}
+	// (The pod's own neighbour solicitations are multicast: the bridge
+	// floods them past the gateway.)
+	for _, p := range capture.Stop() {
+		if !p.Dst.IsMulticast() && (slices.Contains(client.Addrs(), p.Dst) || slices.Contains(client.Addrs(), p.Src)) {
+			t.Errorf("the gateway received a packet of the pod's: %s", p.Line)
+		}
+	}
+
+	// Without gateways the node's own routes apply: the blackhole.
+	r, err := routers.Get(ctx, "billing", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range r.Spec.Addresses {
+		r.Spec.Addresses[i].Gateway = ""
+	}
+	if _, err := routers.Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no route left in egressflow's tables", func() error {
+		for _, family := range []string{"-4", "-6"} {
+			for _, line := range strings.Split(n1.Exec(t, "ip", family, "route", "show", "table", "all"), "\n") {
+				var table int
+				if i := strings.Index(line, "table "); i >= 0 {
+					fmt.Sscan(line[i+len("table "):], &table)
+				}
+				if table >= dataplane.RouterTableBase && table < dataplane.RouterTableBase+dataplane.RouterTables {
+					return fmt.Errorf("%s", line)
+				}
+			}
+		}
+		return nil
+	})
+	for _, reserved := range []netip.Addr{routerIP4, routerIP6} {
+		eventually(t, fmt.Sprintf("tcp to %s fails without the gateway", reserved), func() error {
+			if src, err := client.Dial("tcp", netip.AddrPortFrom(reserved, ports[reserved])); err == nil {
+				return fmt.Errorf("reached the server (as %s) past the holder's blackhole route", src)
+			}
+			return nil
+		})
+	}
+}

@@ -138,7 +138,8 @@ func TestLedgerGroupsOnSwitch(t *testing.T) {
 	check("after the uninstall: only the foreign group", mapDesired{})
 }
 
-// noRules is a node without policy-routing rules.
+// noRules is a node without policy-routing rules or routes.
 type noRules struct{}
 
-func (noRules) Sync([]dataplane.Rule) (int, int, error) { return 0, 0, nil }
+func (noRules) Sync([]dataplane.Rule) (int, int, error)        { return 0, 0, nil }
+func (noRules) SyncRoutes([]dataplane.Route) (int, int, error) { return 0, 0, nil }

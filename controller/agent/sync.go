@@ -108,7 +108,14 @@ func (a *Agent) sync(ctx context.Context, epoch syncEpoch) (err error) {
 		return err
 	}
 
-	if _, _, err := a.cfg.Rules.Sync(a.planner.Rules()); err != nil {
+	rules, routes := a.planner.Routing()
+	if !a.routesCurrent || !slices.Equal(routes, a.routesSynced) {
+		if _, _, err := a.cfg.Rules.SyncRoutes(routes); err != nil {
+			return fmt.Errorf("routes of egressflow's tables: %w", err)
+		}
+		a.routesCurrent, a.routesSynced = true, routes
+	}
+	if _, _, err := a.cfg.Rules.Sync(rules); err != nil {
 		return fmt.Errorf("policy-routing rules: %w", err)
 	}
 	return a.flushStale(ctx)

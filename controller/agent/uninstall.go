@@ -41,6 +41,11 @@ func Uninstall(ctx context.Context, sw Switch, rules RuleSyncer, removeHostFirew
 	} else {
 		klog.InfoS("Removed egressflow's ip rules", "rules", removed)
 	}
+	if _, removed, err := rules.SyncRoutes(nil); err != nil {
+		errs = append(errs, fmt.Errorf("remove the routes of egressflow's tables: %w", err))
+	} else {
+		klog.InfoS("Removed the routes of egressflow's tables", "routes", removed)
+	}
 	if removeHostFirewall != nil {
 		if err := removeHostFirewall(ctx); err != nil {
 			errs = append(errs, err)

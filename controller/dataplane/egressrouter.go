@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"iter"
 	"maps"
 	"net/netip"
@@ -106,6 +107,10 @@ type RouterPart struct {
 	Rules []RouterRule
 	// Fallback takes every other connection; invalid: they are dropped.
 	Fallback netip.Addr
+	// Gateways are the addresses whose spec names a gateway, which the
+	// host stack routes their redirected connections through
+	// (RouterRouting). They render no flow.
+	Gateways []RouterGateway
 }
 
 // FlowRole is RoleEgressRouter.
@@ -255,6 +260,59 @@ func (p RouterPart) Refusals() []RouterRefusal {
 	return out
 }
 
+// RouterGateway is a reserved address whose redirected connections leave
+// through a gateway, as a router pod's would through the default route of
+// its interface: Address is the reserved address with its subnet's prefix
+// length, and Gateway on that subnet (or IPv6 link-local).
+type RouterGateway struct {
+	Address netip.Prefix
+	Gateway netip.Addr
+}
+
+// RouterRouting is the policy routing of the reserved addresses that name
+// a gateway. The holder's host stack forwards a redirected connection from
+// the reserved address, so a rule `from <address> lookup <table>` at
+// RulePriority takes it (the exemption rules keep the replies to clients
+// inside the cluster on the node's other rules). Each distinct subnet and
+// gateway has a table of egressflow's (RouterTableBase, the slot a hash of
+// the two, or the next free one), which holds what a router pod's
+// interface would: the subnet on the link, and a default route through the
+// gateway. The rules and routes come sorted.
+func RouterRouting(gateways []RouterGateway) (rules []Rule, routes []Route) {
+	type key struct {
+		subnet  netip.Prefix
+		gateway netip.Addr
+	}
+	keys := map[key][]netip.Addr{}
+	for _, g := range gateways {
+		k := key{g.Address.Masked(), g.Gateway}
+		keys[k] = append(keys[k], g.Address.Addr())
+	}
+	sorted := slices.SortedFunc(maps.Keys(keys), func(a, b key) int {
+		return cmp.Or(a.subnet.Addr().Compare(b.subnet.Addr()), a.subnet.Bits()-b.subnet.Bits(), a.gateway.Compare(b.gateway))
+	})
+	taken := map[uint32]bool{}
+	for _, k := range sorted {
+		slot := ServiceHash(k.subnet.String()+" via "+k.gateway.String()) % RouterTables
+		for taken[slot] {
+			slot = (slot + 1) % RouterTables
+		}
+		taken[slot] = true
+		table := RouterTableBase + int(slot)
+		zero := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if k.gateway.Is6() {
+			zero = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
+		routes = append(routes, Route{Table: table, Destination: k.subnet}, Route{Table: table, Destination: zero, Gateway: k.gateway})
+		for _, addr := range keys[k] {
+			rules = append(rules, RouteFrom(addr, table))
+		}
+	}
+	slices.SortFunc(rules, Rule.Compare)
+	slices.SortFunc(routes, Route.Compare)
+	return rules, routes
+}
+
 // redirectTo commits a new connection in conntrack.RouterZone with
 // destination addr (and port, unless 0), and looks it up again in
 // TableRouterSNAT.
@@ -289,6 +347,11 @@ func RouterPartOf(node string, fenced bool, key string, router *nov1.EgressRoute
 		part.Addresses = append(part.Addresses, a.Prefix.Addr())
 	}
 	slices.SortFunc(part.Addresses, func(a, b netip.Addr) int { return family(a) - family(b) })
+	for _, a := range redirect.Addresses {
+		if a.Gateway.IsValid() {
+			part.Gateways = append(part.Gateways, RouterGateway{Address: a.Prefix, Gateway: a.Gateway})
+		}
+	}
 	for _, r := range redirect.Rules {
 		part.Rules = append(part.Rules, RouterRule{Protocol: protocolNumbers[r.Protocol], Port: r.Port, TargetPort: r.TargetPort, Destination: r.Destination})
 	}
@@ -381,6 +444,16 @@ func (m *routerMember) Refusals() []RouterRefusal {
 		out = append(out, part.Refusals()...)
 	}
 	slices.SortFunc(out, func(a, b RouterRefusal) int { return a.Address.Compare(b.Address) })
+	return out
+}
+
+// Gateways are the gateways of every router the node serves
+// (RouterPart.Gateways), in no order.
+func (m *routerMember) Gateways() []RouterGateway {
+	var out []RouterGateway
+	for _, part := range m.parts {
+		out = append(out, part.Gateways...)
+	}
 	return out
 }
 

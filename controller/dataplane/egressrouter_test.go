@@ -29,6 +29,11 @@ func randomRouter(r *rand.Rand, name string) *nov1.EgressRouter {
 	if r.IntN(2) == 0 {
 		router.Spec.Addresses = append(router.Spec.Addresses, nov1.EgressRouterAddress{IP: fmt.Sprintf("2001:db8::%x/64", 1+r.IntN(200))})
 	}
+	for i := range router.Spec.Addresses {
+		if r.IntN(3) == 0 {
+			router.Spec.Addresses[i].Gateway = []string{"192.0.2.254", "fe80::1"}[i]
+		}
+	}
 	for i := range r.IntN(4) {
 		protocol := []nov1.ProtocolType{nov1.ProtocolTypeTCP, nov1.ProtocolTypeUDP, nov1.ProtocolTypeSCTP}[r.IntN(3)]
 		router.Spec.Redirect.RedirectRules = append(router.Spec.Redirect.RedirectRules, nov1.L4RedirectRule{
@@ -52,7 +57,7 @@ func randomRouter(r *rand.Rand, name string) *nov1.EgressRouter {
 // spec as the API documents it (not through Read): a part only on the
 // holder, unfenced, for a router whose addresses have their prefix
 // lengths, whose destinations each have an address of their family, and
-// which has a redirect.
+// which has a redirect; its gateways those of the addresses that name one.
 func expectedRouterPart(node string, fenced bool, key string, router *nov1.EgressRouter) (RouterPart, bool) {
 	if router == nil || router.Status.Holder != node || fenced || router.Spec.Redirect == nil {
 		return RouterPart{}, false
@@ -66,6 +71,9 @@ func expectedRouterPart(node string, fenced bool, key string, router *nov1.Egres
 		}
 		part.Addresses = append(part.Addresses, prefix.Addr())
 		families[prefix.Addr().Is4()] = true
+		if a.Gateway != "" {
+			part.Gateways = append(part.Gateways, RouterGateway{Address: prefix, Gateway: netip.MustParseAddr(a.Gateway)})
+		}
 	}
 	numbers := map[nov1.ProtocolType]uint8{nov1.ProtocolTypeTCP: 6, nov1.ProtocolTypeUDP: 17, nov1.ProtocolTypeSCTP: 132}
 	for _, rule := range router.Spec.Redirect.RedirectRules {
@@ -142,7 +150,7 @@ func TestRouterMemberMatchesSpecification(t *testing.T) {
 				}
 				ids[k] = part.ID
 				want.ID = part.ID
-				if !part.Equal(want) {
+				if !part.Equal(want) || !slices.Equal(part.Gateways, want.Gateways) {
 					t.Fatalf("seed %d step %d: %s's part\n%+v\nwant\n%+v", seed, step, k, part, want)
 				}
 			}
@@ -201,5 +209,68 @@ func TestRouterRefusals(t *testing.T) {
 	m.SetFenced(true)
 	if got := m.Refusals(); len(got) != 0 {
 		t.Errorf("a fenced node serves no router, yet refuses %+v", got)
+	}
+}
+
+// TestRouterRouting: each subnet and gateway has a table of its own in
+// egressflow's range, holding the subnet on the link and a default route
+// through the gateway; addresses that share both share the table; the
+// rules send each address to its table; two keys whose hashes share a
+// slot get different tables, the later one the next slot.
+func TestRouterRouting(t *testing.T) {
+	p, a := netip.MustParsePrefix, netip.MustParseAddr
+	rules, routes := RouterRouting([]RouterGateway{
+		{Address: p("192.0.2.10/24"), Gateway: a("192.0.2.1")},
+		{Address: p("192.0.2.11/24"), Gateway: a("192.0.2.1")},
+		{Address: p("192.0.2.12/24"), Gateway: a("192.0.2.254")},
+		{Address: p("2001:db8::10/64"), Gateway: a("fe80::1")},
+	})
+	tableOf := map[netip.Addr]int{}
+	for _, r := range rules {
+		if r.Kind != RouteRule {
+			t.Fatalf("rule %s is not a route rule", r)
+		}
+		tableOf[r.Source] = r.Table
+	}
+	if len(rules) != 4 || len(tableOf) != 4 {
+		t.Fatalf("rules %v: want one for each of the four addresses", rules)
+	}
+	shared, other, v6 := tableOf[a("192.0.2.10")], tableOf[a("192.0.2.12")], tableOf[a("2001:db8::10")]
+	if tableOf[a("192.0.2.11")] != shared || other == shared || v6 == shared || v6 == other {
+		t.Fatalf("tables %v: want 192.0.2.10 and .11 sharing one, .12 and the IPv6 address one each", tableOf)
+	}
+	for _, table := range []int{shared, other, v6} {
+		if table < RouterTableBase || table >= RouterTableBase+RouterTables {
+			t.Errorf("table %d outside egressflow's range", table)
+		}
+	}
+	want := []Route{
+		{Table: shared, Destination: p("192.0.2.0/24")}, {Table: shared, Destination: p("0.0.0.0/0"), Gateway: a("192.0.2.1")},
+		{Table: other, Destination: p("192.0.2.0/24")}, {Table: other, Destination: p("0.0.0.0/0"), Gateway: a("192.0.2.254")},
+		{Table: v6, Destination: p("2001:db8::/64")}, {Table: v6, Destination: p("::/0"), Gateway: a("fe80::1")},
+	}
+	slices.SortFunc(want, Route.Compare)
+	if !slices.Equal(routes, want) {
+		t.Errorf("routes\n%v\nwant\n%v", routes, want)
+	}
+
+	// Find two gateways of one subnet whose tables' hashes share a slot.
+	slotOf := map[uint32]int{}
+	for i := 1; ; i++ {
+		gw := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		slot := ServiceHash("10.0.0.0/8 via "+gw.String()) % RouterTables
+		j, seen := slotOf[slot]
+		if !seen {
+			slotOf[slot] = i
+			continue
+		}
+		first := netip.AddrFrom4([4]byte{10, byte(j >> 16), byte(j >> 8), byte(j)})
+		rules, _ := RouterRouting([]RouterGateway{{Address: p("10.255.255.1/8"), Gateway: gw}, {Address: p("10.255.255.2/8"), Gateway: first}})
+		// Sorted by gateway, first comes first and takes the slot.
+		byAddr := map[netip.Addr]int{rules[0].Source: rules[0].Table, rules[1].Source: rules[1].Table}
+		if byAddr[a("10.255.255.2")] != RouterTableBase+int(slot) || byAddr[a("10.255.255.1")] != RouterTableBase+int((slot+1)%RouterTables) {
+			t.Errorf("gateways %s and %s share slot %d: tables %v", first, gw, slot, byAddr)
+		}
+		break
 	}
 }

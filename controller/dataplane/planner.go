@@ -557,9 +557,17 @@ func (p *Planner) SetFenced(fenced bool) []string {
 // (RouterRefusal), sorted by address; none without an EgressRouter
 // member.
 func (p *Planner) RouterRefusals() []RouterRefusal {
+	if m := p.routerMember(); m != nil {
+		return m.Refusals()
+	}
+	return nil
+}
+
+// routerMember is the EgressRouter member; nil when none is registered.
+func (p *Planner) routerMember() *routerMember {
 	for _, m := range p.members.list {
-		if r, ok := m.(interface{ Refusals() []RouterRefusal }); ok {
-			return r.Refusals()
+		if r, ok := m.(*routerMember); ok {
+			return r
 		}
 	}
 	return nil
@@ -923,11 +931,34 @@ func (p *Planner) Shared() Shared {
 
 // Rules returns the policy-routing rules of every service (State.Rules).
 func (p *Planner) Rules() []Rule {
+	return p.withExemptions(p.serviceRules())
+}
+
+// Routing returns every policy-routing rule of the node, the services'
+// (Rules) and those of the gateways of the EgressRouters it serves, with
+// the exemptions of both, and the routes of the routers' tables
+// (RouterRouting).
+func (p *Planner) Routing() ([]Rule, []Route) {
+	var gateways []RouterGateway
+	if m := p.routerMember(); m != nil {
+		gateways = m.Gateways()
+	}
+	routerRules, routes := RouterRouting(gateways)
+	return p.withExemptions(append(p.serviceRules(), routerRules...)), routes
+}
+
+// serviceRules are the route rules of every service, in no order.
+func (p *Planner) serviceRules() []Rule {
 	var out []Rule
 	for k := range p.withTable {
 		out = p.appendRules(out, p.services[k].result)
 	}
-	// Traffic to the cluster itself is never rerouted.
+	return out
+}
+
+// withExemptions appends to route rules the exemptions that keep the
+// cluster's own traffic off them, and sorts them.
+func (p *Planner) withExemptions(out []Rule) []Rule {
 	out = append(out, ExemptionRules(out, p.exempt)...)
 	slices.SortFunc(out, Rule.Compare)
 	return out

@@ -122,3 +122,46 @@ func (r Rule) Compare(o Rule) int {
 	}
 	return r.Table - o.Table
 }
+
+// RouterTableBase and RouterTables bound the routing tables egressflow
+// owns: RouterTables of them from RouterTableBase, one for each subnet and
+// gateway of the EgressRouters a node serves (RouterRouting). Every route
+// in them is egressflow's, and any other is removed. The range sits far
+// above the ids administrators and other components pick (small numbers,
+// VRFs' low thousands); a node that uses it for tables of its own must not
+// serve routers with gateways. More tables would make two gateways'
+// sharing a hash slot rarer; it costs nothing but the range.
+const (
+	RouterTableBase = 0xef100000
+	RouterTables    = 1 << 16
+)
+
+// Route is a route in one of egressflow's own tables (RouterTableBase),
+// through the route device (the bridge's interface): to Destination on
+// the link when Gateway is invalid, else through Gateway.
+type Route struct {
+	Table       int
+	Destination netip.Prefix
+	Gateway     netip.Addr
+}
+
+func (r Route) String() string {
+	if r.Gateway.IsValid() {
+		return fmt.Sprintf("%s via %s table %d", r.Destination, r.Gateway, r.Table)
+	}
+	return fmt.Sprintf("%s scope link table %d", r.Destination, r.Table)
+}
+
+// Compare orders routes by table, then destination and gateway.
+func (r Route) Compare(o Route) int {
+	if c := r.Table - o.Table; c != 0 {
+		return c
+	}
+	if c := r.Destination.Addr().Compare(o.Destination.Addr()); c != 0 {
+		return c
+	}
+	if c := r.Destination.Bits() - o.Destination.Bits(); c != 0 {
+		return c
+	}
+	return r.Gateway.Compare(o.Gateway)
+}

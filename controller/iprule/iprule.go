@@ -1,16 +1,19 @@
 // Package iprule installs the policy-routing rules that send the traffic of
 // an EgressService's endpoints through the routing table its `network` field
-// names, for IPv4 and IPv6: the rules controller/dataplane's model describes
-// (dataplane.Rule: route rules at dataplane.RulePriority, and the exemptions
-// that keep traffic inside the cluster on the node's other rules).
+// names, and the redirected connections of an EgressRouter's address
+// through its gateway, for IPv4 and IPv6: the rules controller/dataplane's
+// model describes (dataplane.Rule: route rules at dataplane.RulePriority,
+// and the exemptions that keep traffic inside the cluster on the node's
+// other rules), and the routes of egressflow's own tables (dataplane.Route).
 //
 // It resolves `network` to a table id (a number, a name from the rt_tables
 // files, or a VRF device's table), computes the difference between the rules
 // wanted and the rules installed, and applies it through netlink. A rule is
 // egressflow's when it has one of the model's priorities and shapes
-// (owned); every other rule on the node is left alone. It never touches
-// routes or the tables themselves: those belong to whoever set up the
-// network (see docs/dataplane.md for why source rules, not fwmark).
+// (owned); every other rule on the node is left alone. It touches routes
+// only in egressflow's own tables (dataplane.RouterTableBase): the tables
+// that `network` names belong to whoever set up the network (see
+// docs/dataplane.md for why source rules, not fwmark).
 package iprule
 
 import (
@@ -32,14 +35,15 @@ import (
 	"github.com/egressflow/egressflow/controller/dataplane"
 )
 
-// Diff returns the rules to add and the rules to remove to turn installed
-// into desired, each sorted. Duplicates in either list count once.
-func Diff(installed, desired []dataplane.Rule) (add, remove []dataplane.Rule) {
-	want := map[dataplane.Rule]bool{}
+// Diff returns the rules (or routes) to add and those to remove to turn
+// installed into desired, each sorted by compare. Duplicates in either
+// list count once.
+func Diff[T comparable](installed, desired []T, compare func(a, b T) int) (add, remove []T) {
+	want := map[T]bool{}
 	for _, r := range desired {
 		want[r] = true
 	}
-	have := map[dataplane.Rule]bool{}
+	have := map[T]bool{}
 	for _, r := range installed {
 		have[r] = true
 		if !want[r] {
@@ -51,19 +55,25 @@ func Diff(installed, desired []dataplane.Rule) (add, remove []dataplane.Rule) {
 			add = append(add, r)
 		}
 	}
-	slices.SortFunc(add, dataplane.Rule.Compare)
-	slices.SortFunc(remove, dataplane.Rule.Compare)
+	slices.SortFunc(add, compare)
+	slices.SortFunc(remove, compare)
 	return slices.Compact(add), slices.Compact(remove)
 }
 
-// Manager reads and writes egressflow's rules through one netlink handle
-// (the node's network namespace, or a test's).
+// Manager reads and writes egressflow's rules, and the routes of its own
+// tables, through one netlink handle (the node's network namespace, or a
+// test's).
 type Manager struct {
 	handle *netlink.Handle
+	// routeDevice is the device of the routes (the bridge's interface).
+	routeDevice string
 }
 
-// NewManager returns a Manager working through handle.
-func NewManager(handle *netlink.Handle) *Manager { return &Manager{handle: handle} }
+// NewManager returns a Manager working through handle, whose routes go
+// through routeDevice (the bridge's interface).
+func NewManager(handle *netlink.Handle, routeDevice string) *Manager {
+	return &Manager{handle: handle, routeDevice: routeDevice}
+}
 
 // Installed lists egressflow's rules, IPv4 and IPv6.
 func (m *Manager) Installed() ([]dataplane.Rule, error) {
@@ -91,7 +101,7 @@ func (m *Manager) Sync(desired []dataplane.Rule) (added, removed int, err error)
 	if err != nil {
 		return 0, 0, err
 	}
-	add, remove := Diff(installed, desired)
+	add, remove := Diff(installed, desired, dataplane.Rule.Compare)
 	var errs []error
 	for _, r := range remove {
 		if err := m.handle.RuleDel(toNetlink(r)); err != nil && !errors.Is(err, unix.ENOENT) {

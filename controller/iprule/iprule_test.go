@@ -25,14 +25,14 @@ func rule(src string, table int) dataplane.Rule {
 func TestDiff(t *testing.T) {
 	installed := []dataplane.Rule{rule("10.0.0.1", 100), rule("10.0.0.2", 100), rule("fd00::1", 7)}
 	desired := []dataplane.Rule{rule("10.0.0.2", 100), rule("10.0.0.3", 100), rule("10.0.0.3", 100), rule("fd00::1", 8)}
-	add, remove := Diff(installed, desired)
+	add, remove := Diff(installed, desired, dataplane.Rule.Compare)
 	if want := []dataplane.Rule{rule("10.0.0.3", 100), rule("fd00::1", 8)}; !slices.Equal(add, want) {
 		t.Errorf("add = %v, want %v", add, want)
 	}
 	if want := []dataplane.Rule{rule("10.0.0.1", 100), rule("fd00::1", 7)}; !slices.Equal(remove, want) {
 		t.Errorf("remove = %v, want %v", remove, want)
 	}
-	if add, remove := Diff(desired, desired); len(add)+len(remove) != 0 {
+	if add, remove := Diff(desired, desired, dataplane.Rule.Compare); len(add)+len(remove) != 0 {
 		t.Errorf("no change expected, got add %v remove %v", add, remove)
 	}
 }
@@ -94,7 +94,7 @@ func TestResolve(t *testing.T) {
 // TestSyncInNamespace installs rules into a real network namespace and reads
 // them back with iproute2, the oracle no one here wrote.
 func TestSyncInNamespace(t *testing.T) {
-	handle, ip := ruleNamespace(t)
+	handle, ip, _ := ruleNamespace(t)
 	// Rules egressflow does not own: same priority but a fwmark, and a
 	// source rule at another priority. Plus a stale rule of ours from a
 	// previous run.
@@ -102,7 +102,7 @@ func TestSyncInNamespace(t *testing.T) {
 	ip("rule", "add", "priority", "4000", "from", "10.0.0.1", "lookup", "300")
 	ip("rule", "add", "priority", "5000", "from", "10.9.9.9", "lookup", "100")
 
-	m := NewManager(handle)
+	m := NewManager(handle, "")
 	desired := []dataplane.Rule{rule("10.0.0.1", 100), rule("10.0.0.2", 200), rule("fd00::5", 100)}
 	added, removed, err := m.Sync(desired)
 	if err != nil || added != 3 || removed != 1 {
@@ -156,7 +156,7 @@ func TestSyncInNamespace(t *testing.T) {
 // installed, a second Sync writes nothing, and a foreign rule at the
 // exemptions' priority is left alone.
 func TestExemptionsInNamespace(t *testing.T) {
-	handle, ip := ruleNamespace(t)
+	handle, ip, _ := ruleNamespace(t)
 	// cluster0 leads to the cluster (main table), other0 to the other
 	// network (table 100's default route).
 	for _, dev := range []string{"cluster0", "other0"} {
@@ -178,7 +178,7 @@ func TestExemptionsInNamespace(t *testing.T) {
 	if len(desired) != 6 {
 		t.Fatalf("Exemptions of two families' routes: %v, want an exemption and a landing per family", desired)
 	}
-	m := NewManager(handle)
+	m := NewManager(handle, "")
 	if added, removed, err := m.Sync(desired); err != nil || added != 6 || removed != 0 {
 		t.Fatalf("Sync: added %d removed %d err %v; want 6, 0", added, removed, err)
 	}
@@ -225,8 +225,9 @@ func TestExemptionsInNamespace(t *testing.T) {
 }
 
 // ruleNamespace makes a network namespace for a test, removed with it, and
-// returns a netlink handle in it and a runner of `ip` commands there.
-func ruleNamespace(t *testing.T) (*netlink.Handle, func(args ...string) string) {
+// returns a netlink handle in it, a runner of `ip` commands there, and its
+// name.
+func ruleNamespace(t *testing.T) (*netlink.Handle, func(args ...string) string, string) {
 	t.Helper()
 	ovstest.RequireRoot(t)
 	ns := ovstest.NewNetns(t, "rule")
@@ -248,5 +249,74 @@ func ruleNamespace(t *testing.T) (*netlink.Handle, func(args ...string) string) 
 		}
 		return string(out)
 	}
-	return handle, ip
+	return handle, ip, ns
+}
+
+// TestRouterGatewaysInNamespace: an EgressRouter's gateways, installed as
+// rules and routes in egressflow's tables, send what the node forwards
+// from a reserved address through the gateway (a link-local one in IPv6),
+// to its subnet on the link, and to the cluster by the main table; the
+// routes read back as installed, a second sync writes nothing, a stale
+// route in egressflow's range goes, and another table's routes stay.
+func TestRouterGatewaysInNamespace(t *testing.T) {
+	handle, ip, ns := ruleNamespace(t)
+	for _, dev := range []string{"br0", "cluster0"} {
+		ip("link", "add", dev, "type", "veth", "peer", "name", dev+"p")
+		ip("link", "set", dev, "up")
+		ip("link", "set", dev+"p", "up")
+	}
+	ip("addr", "add", "192.0.2.5/24", "dev", "br0")
+	ip("-6", "addr", "add", "2001:db8::5/64", "dev", "br0", "nodad")
+	ip("route", "add", "10.244.0.0/16", "dev", "cluster0")
+	ip("route", "add", "default", "via", "192.0.2.254", "dev", "br0") // the node's own default route
+	ip("-6", "route", "add", "default", "via", "2001:db8::fe", "dev", "br0")
+	ip("route", "add", "default", "dev", "cluster0", "table", "100") // not ours
+	ip("route", "add", "198.51.100.0/24", "dev", "br0", "table", fmt.Sprint(dataplane.RouterTableBase+7))
+	for _, sysctl := range []string{"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"} {
+		if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", sysctl).CombinedOutput(); err != nil {
+			t.Fatalf("sysctl %s: %v: %s", sysctl, err, out)
+		}
+	}
+
+	rules, routes := dataplane.RouterRouting([]dataplane.RouterGateway{
+		{Address: netip.MustParsePrefix("192.0.2.10/24"), Gateway: netip.MustParseAddr("192.0.2.1")},
+		{Address: netip.MustParsePrefix("2001:db8::10/64"), Gateway: netip.MustParseAddr("fe80::1")},
+	})
+	rules = append(rules, dataplane.ExemptionRules(rules, []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")})...)
+	m := NewManager(handle, "br0")
+	if added, removed, err := m.SyncRoutes(routes); err != nil || added != 4 || removed != 1 {
+		t.Fatalf("SyncRoutes: added %d removed %d err %v; want 4, 1", added, removed, err)
+	}
+	if _, _, err := m.Sync(rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ family, dst, src, want string }{
+		{"-4", "203.0.113.5", "192.0.2.10", "via 192.0.2.1 dev br0"},
+		{"-4", "192.0.2.77", "192.0.2.10", "192.0.2.77 from 192.0.2.10 dev br0"},
+		{"-4", "10.244.7.7", "192.0.2.10", "dev cluster0"},
+		{"-4", "203.0.113.5", "192.0.2.11", "via 192.0.2.254 dev br0"}, // another source: the node's routes
+		{"-6", "2001:db8:ff::5", "2001:db8::10", "via fe80::1 dev br0"},
+	} {
+		out := ip(c.family, "route", "get", c.dst, "from", c.src, "iif", "br0p")
+		if !strings.Contains(out, c.want) {
+			t.Errorf("forwarded from %s to %s: %q, want %q", c.src, c.dst, strings.TrimSpace(out), c.want)
+		}
+	}
+	installed, err := m.InstalledRoutes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(installed, dataplane.Route.Compare)
+	if !slices.Equal(installed, routes) {
+		t.Fatalf("installed %v, want %v", installed, routes)
+	}
+	if added, removed, err := m.SyncRoutes(routes); err != nil || added+removed != 0 {
+		t.Fatalf("second SyncRoutes: added %d removed %d err %v; want no change", added, removed, err)
+	}
+	if _, removed, err := m.SyncRoutes(nil); err != nil || removed != 4 {
+		t.Fatalf("emptying: removed %d err %v; want 4", removed, err)
+	}
+	if out := ip("route", "show", "table", "100"); !strings.Contains(out, "default dev cluster0") {
+		t.Fatalf("another table's route went: %q", out)
+	}
 }

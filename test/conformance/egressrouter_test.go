@@ -153,6 +153,8 @@ func TestRouterValidation(t *testing.T) {
 		{"gateway-garbage", `{"addresses":[{"ip":"192.0.2.10/24","gateway":"gw"}],"redirect":{"fallbackIP":"203.0.113.5"}}`, "gateway must be an IPv4 or IPv6 address"},
 		{"gateway-cidr", `{"addresses":[{"ip":"192.0.2.10/24","gateway":"192.0.2.1/24"}],"redirect":{"fallbackIP":"203.0.113.5"}}`, "gateway must be an IPv4 or IPv6 address"},
 		{"gateway-family", `{"addresses":[{"ip":"192.0.2.10/24","gateway":"2001:db8::1"}],"redirect":{"fallbackIP":"203.0.113.5"}}`, "gateway must be of the family of ip"},
+		{"gateway-outside", `{"addresses":[{"ip":"192.0.2.10/24","gateway":"192.0.3.1"}],"redirect":{"fallbackIP":"203.0.113.5"}}`, "gateway must be an address of ip's subnet"},
+		{"gateway-v4-link-local", `{"addresses":[{"ip":"192.0.2.10/24","gateway":"169.254.0.1"}],"redirect":{"fallbackIP":"203.0.113.5"}}`, "gateway must be an address of ip's subnet"},
 		{"fallback-garbage", withRedirect(`{"fallbackIP":"example.com"}`), "fallbackIP must be an IPv4 or IPv6 address"},
 		{"fallback-family", withRedirect(`{"fallbackIP":"2001:db8::5"}`), "fallbackIP needs an address of its family in addresses"},
 		{"destination-garbage", withRedirect(`{"redirectRules":[{"destinationIP":"203.0.113.0/24","port":80,"protocol":"TCP"}]}`), "destinationIP must be an IPv4 or IPv6 address"},
@@ -181,11 +183,12 @@ func TestRouterValidation(t *testing.T) {
 	if left := a.do("GET", routerCollection(ns), "", "").expect(t, http.StatusOK, "list").names(t); len(left) != 0 {
 		t.Fatalf("refused objects were stored: %v", left)
 	}
-	// The edges are accepted: host bits in the CIDR, a /32 and a /128, the
-	// ends of the port range, one port under two protocols, rules without
-	// a fallback, an IPv6-only router.
+	// The edges are accepted: host bits in the CIDR, a /32 and a /128 (with
+	// a link-local gateway, outside its subnet), the ends of the port range,
+	// one port under two protocols, rules without a fallback, an IPv6-only
+	// router.
 	for name, spec := range map[string]string{
-		"edges": `{"addresses":[{"ip":"192.0.2.10/32"},{"ip":"2001:db8::10/128","gateway":"2001:db8::1"}],"redirect":{"redirectRules":[` +
+		"edges": `{"addresses":[{"ip":"192.0.2.10/32"},{"ip":"2001:db8::10/128","gateway":"fe80::1"}],"redirect":{"redirectRules":[` +
 			`{"destinationIP":"203.0.113.5","port":1,"protocol":"TCP","targetPort":65535},{"destinationIP":"203.0.113.5","port":65535,"protocol":"UDP","targetPort":1},` +
 			`{"destinationIP":"2001:db8:ff::5","port":1,"protocol":"UDP"},{"destinationIP":"203.0.113.6","port":1,"protocol":"SCTP"}]}}`,
 		"v6-only": `{"addresses":[{"ip":"2001:db8::10/64"}],"redirect":{"fallbackIP":"2001:db8:ff::5"}}`,

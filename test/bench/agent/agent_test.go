@@ -784,7 +784,7 @@ func (e *env) startAgent(b *testing.B, logs *klogWatch, capture bool) *runningAg
 		Kube:       e.agentKube,
 		Egress:     e.agentEgress,
 		Switch:     sw,
-		Rules:      iprule.NewManager(handle),
+		Rules:      iprule.NewManager(handle, ""), // no router gateway here
 		Tables:     iprule.TableResolver{Files: []string{e.rtTables}}.Resolve,
 		DNS:        dns,
 		Metrics:    agent.NewMetrics(reg),

@@ -174,6 +174,7 @@ const (
 // EgressRouterAddress contains a pair of IP CIDR and gateway to be configured on the router's interface
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isIP(self.gateway) || !isCIDR(self.ip) || ip(self.gateway).family() == cidr(self.ip).ip().family()",message="gateway must be of the family of ip"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isIP(self.gateway) || !isCIDR(self.ip) || ip(self.gateway).family() != cidr(self.ip).ip().family() || (ip(self.gateway).family() == 6 && ip(self.gateway).isLinkLocalUnicast()) || cidr(self.ip).containsIP(self.gateway)",message="gateway must be an address of ip's subnet (or, in IPv6, a link-local address): the router reaches it directly"
 type EgressRouterAddress struct {
 	// IP is the address to configure on the router's interface. Can be IPv4 or IPv6.
 	// An address with its prefix length, such as 192.0.2.10/24.

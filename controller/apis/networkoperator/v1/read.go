@@ -107,6 +107,13 @@ func plainAddr(text string) (netip.Addr, bool) {
 	return a, err == nil && a.Zone() == "" && !a.Is4In6()
 }
 
+// onLink reports whether a reserved address's holder reaches gateway
+// directly, as a router's own interface would: another address of the
+// reserved address's subnet, or an IPv6 link-local one.
+func onLink(gateway netip.Addr, reserved netip.Prefix) bool {
+	return (gateway.Is6() && gateway.IsLinkLocalUnicast()) || (reserved.Contains(gateway) && gateway != reserved.Addr())
+}
+
 // readAddresses reads spec.addresses, one per family.
 func readAddresses(addresses []EgressRouterAddress, problems *problemList) []RouterAddress {
 	var out []RouterAddress
@@ -124,6 +131,10 @@ func readAddresses(addresses []EgressRouterAddress, problems *problemList) []Rou
 			gw, ok := plainAddr(a.Gateway)
 			if !ok || gw.Is6() != prefix.Addr().Is6() {
 				problems.add(reasons.InvalidAddress, "spec.addresses[%d].gateway: %q is not an address of the family of %s", i, a.Gateway, a.IP)
+				continue
+			}
+			if !onLink(gw, prefix) {
+				problems.add(reasons.InvalidAddress, "spec.addresses[%d].gateway: %s is not another address of %s's subnet, nor an IPv6 link-local one", i, gw, a.IP)
 				continue
 			}
 			addr.Gateway = gw

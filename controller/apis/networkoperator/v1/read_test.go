@@ -74,6 +74,8 @@ func TestReadProblems(t *testing.T) {
 		{"mapped", func(s *EgressRouterSpec) { s.Addresses[1].IP = "::ffff:192.0.2.10/120" }, reasons.InvalidAddress, "spec.addresses[1].ip"},
 		{"gateway-family", func(s *EgressRouterSpec) { s.Addresses[0].Gateway = "2001:db8::1" }, reasons.InvalidAddress, "spec.addresses[0].gateway"},
 		{"gateway-garbage", func(s *EgressRouterSpec) { s.Addresses[1].Gateway = "gw" }, reasons.InvalidAddress, "spec.addresses[1].gateway"},
+		{"gateway-outside", func(s *EgressRouterSpec) { s.Addresses[0].Gateway = "192.0.3.1" }, reasons.InvalidAddress, "spec.addresses[0].gateway: 192.0.3.1 is not another address of 192.0.2.10/24's subnet"},
+		{"gateway-itself", func(s *EgressRouterSpec) { s.Addresses[1].Gateway = "2001:db8::10" }, reasons.InvalidAddress, "spec.addresses[1].gateway: 2001:db8::10 is not another address"},
 		{"two-v4", func(s *EgressRouterSpec) { s.Addresses[1].IP = "192.0.2.11/24" }, reasons.InvalidAddress, "spec.addresses[1].ip: 192.0.2.11/24 is a second address of its family"},
 		{"no-redirect", func(s *EgressRouterSpec) { s.Redirect = nil }, reasons.InvalidRule, "spec.redirect: mode Redirect needs it"},
 		{"empty-redirect", func(s *EgressRouterSpec) { s.Redirect = &RedirectConfig{} }, reasons.InvalidRule, "neither a fallbackIP nor a rule"},
