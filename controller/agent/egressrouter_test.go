@@ -47,6 +47,31 @@ func (e *env) setRouterHolder(name, holder string) {
 	}
 }
 
+// createRouter creates the router shop/billing, which reserves routerIP4
+// and routerIP6 with their segment's prefix lengths, through gateways
+// (one per family, in that order) if any, and redirects as redirect says.
+func (e *env) createRouter(redirect nov1.RedirectConfig, gateways ...netip.Addr) {
+	e.t.Helper()
+	router := &nov1.EgressRouter{
+		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "shop"},
+		Spec: nov1.EgressRouterSpec{
+			Mode:             nov1.EgressRouterModeRedirect,
+			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
+			Addresses: []nov1.EgressRouterAddress{
+				{IP: netip.PrefixFrom(routerIP4, topology.UnderlayPrefix.Bits()).String()},
+				{IP: netip.PrefixFrom(routerIP6, topology.UnderlayPrefix6.Bits()).String()},
+			},
+			Redirect: &redirect,
+		},
+	}
+	for i, gw := range gateways {
+		router.Spec.Addresses[i].Gateway = gw.String()
+	}
+	if _, err := e.admin.ES.NetworkOperatorV1().EgressRouters("shop").Create(context.Background(), router, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // routerConnections counts the connections n's switch tracks that a
 // router redirected through addr: in conntrack.RouterZone those to addr,
 // in conntrack.RouterSNATZone those translated to it.
@@ -109,30 +134,17 @@ func TestAgentEgressRouter(t *testing.T) {
 	ctx := context.Background()
 	serverPort := e.server.Addr.Port()
 	fallback := e.topo.External.IP
-	router := &nov1.EgressRouter{
-		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "shop"},
-		Spec: nov1.EgressRouterSpec{
-			Mode:             nov1.EgressRouterModeRedirect,
-			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
-			Addresses: []nov1.EgressRouterAddress{
-				{IP: netip.PrefixFrom(routerIP4, 24).String()}, {IP: netip.PrefixFrom(routerIP6, 64).String()},
-			},
-			Redirect: &nov1.RedirectConfig{
-				RedirectRules: []nov1.L4RedirectRule{
-					{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
-					{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
-					{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
-					{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
-					{DestinationIP: e.topo.External.IP.String(), Port: 82, Protocol: nov1.ProtocolTypeSCTP},
-					{DestinationIP: e.topo.External.IP6.String(), Port: 83, Protocol: nov1.ProtocolTypeSCTP},
-				},
-				FallbackIP: fallback.String(),
-			},
+	e.createRouter(nov1.RedirectConfig{
+		RedirectRules: []nov1.L4RedirectRule{
+			{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
+			{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+			{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
+			{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+			{DestinationIP: e.topo.External.IP.String(), Port: 82, Protocol: nov1.ProtocolTypeSCTP},
+			{DestinationIP: e.topo.External.IP6.String(), Port: 83, Protocol: nov1.ProtocolTypeSCTP},
 		},
-	}
-	if _, err := e.admin.ES.NetworkOperatorV1().EgressRouters("shop").Create(ctx, router, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+		FallbackIP: fallback.String(),
+	})
 	start := time.Now()
 	e.setRouterHolder("billing", n1.Name)
 
@@ -309,18 +321,7 @@ func TestAgentHandsBackAfterAStall(t *testing.T) {
 		}
 	}).waitHealthy(t)
 	e.startAgent(n2).waitHealthy(t)
-	router := &nov1.EgressRouter{
-		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "shop"},
-		Spec: nov1.EgressRouterSpec{
-			Mode:             nov1.EgressRouterModeRedirect,
-			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
-			Addresses:        []nov1.EgressRouterAddress{{IP: netip.PrefixFrom(routerIP4, 24).String()}, {IP: netip.PrefixFrom(routerIP6, 64).String()}},
-			Redirect:         &nov1.RedirectConfig{FallbackIP: e.topo.External.IP.String()},
-		},
-	}
-	if _, err := e.admin.ES.NetworkOperatorV1().EgressRouters("shop").Create(context.Background(), router, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.createRouter(nov1.RedirectConfig{FallbackIP: e.topo.External.IP.String()})
 	addrs := []netip.Addr{routerIP4, routerIP6}
 	neighboursName := func(n *topology.Node) func() error {
 		return func() error {
@@ -391,29 +392,14 @@ func TestAgentRouterGateway(t *testing.T) {
 	}
 	capture := e.topo.External.Capture(t)
 	serverPort := e.server.Addr.Port()
-	gateways := []netip.Addr{e.topo.External.IP, e.topo.External.IP6}
-	router := &nov1.EgressRouter{
-		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "shop"},
-		Spec: nov1.EgressRouterSpec{
-			Mode:             nov1.EgressRouterModeRedirect,
-			NetworkInterface: nov1.EgressRouterInterface{Macvlan: nov1.MacvlanConfig{Mode: nov1.MacvlanModeBridge}},
-			Addresses: []nov1.EgressRouterAddress{
-				{IP: netip.PrefixFrom(routerIP4, topology.UnderlayPrefix.Bits()).String(), Gateway: gateways[0].String()},
-				{IP: netip.PrefixFrom(routerIP6, topology.UnderlayPrefix6.Bits()).String(), Gateway: gateways[1].String()},
-			},
-			Redirect: &nov1.RedirectConfig{RedirectRules: []nov1.L4RedirectRule{
-				{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
-				{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
-				{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
-				{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
-			}},
-		},
-	}
+	e.createRouter(nov1.RedirectConfig{RedirectRules: []nov1.L4RedirectRule{
+		{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
+		{DestinationIP: internet[0].String(), Port: 80, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+		{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeTCP, TargetPort: int32(serverPort)},
+		{DestinationIP: internet[1].String(), Port: 81, Protocol: nov1.ProtocolTypeUDP, TargetPort: int32(serverPort)},
+	}}, e.topo.External.IP, e.topo.External.IP6)
 	routers := e.admin.ES.NetworkOperatorV1().EgressRouters("shop")
 	ctx := context.Background()
-	if _, err := routers.Create(ctx, router, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	e.setRouterHolder("billing", n1.Name)
 	ports := map[netip.Addr]uint16{routerIP4: 80, routerIP6: 81}
 	for _, reserved := range []netip.Addr{routerIP4, routerIP6} {
