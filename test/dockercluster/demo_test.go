@@ -16,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	esv1 "github.com/egressflow/egressflow/controller/apis/egressservice/v1"
 	"github.com/egressflow/egressflow/controller/assign"
 	"github.com/egressflow/egressflow/controller/dataplane"
+	"github.com/egressflow/egressflow/test/topology"
 	"github.com/egressflow/egressflow/test/wait"
 )
 
@@ -90,11 +93,19 @@ func TestDemo(t *testing.T) {
 	showEgressIP(nil)
 
 	showExternalRoute(t, c)
-	showRouterAfterKill := showEgressRouter(t, c, s)
+	router := showEgressRouter(t, c, s)
 
+	// The kill follows at once: the capture holds the LB IPs' and the
+	// router's traffic through the host before it, so that the outages
+	// read from it have their start, and is stopped once both flow again.
+	hostMAC := c.bridgeMAC(s.host())
+	capture := c.captureFlowing(t, s.server, append(slices.Clone(lbIPs), router.addr)...)
 	say("== %s loses power: docker kill %s", s.host().Name, s.host().Container)
-	killed, took := s.failHost(t, "kill")
-	say("   status.host = %s; LB-IP traffic through it %v after the kill", s.host().Name, took.Round(10*time.Millisecond))
+	killed, _ := s.failHost(t, "kill")
+	router.awaitMoved(t, killed)
+	packets := capture.Stop()
+	say("   status.host = %s; the external host got no LB-IP packet for %v (the last through %s to the first through %s)", s.host().Name,
+		s.lbOutage(t, packets, hostMAC, c.bridgeMAC(s.host()), s.faultAt).Round(10*time.Millisecond), killed.Name, s.host().Name)
 	for _, ep := range s.endpoints {
 		if ep.Spec.NodeName != killed.Name {
 			c.ExpectSources(ep, s.targets, []string{lbIPs[0].String(), lbIPs[1].String()})
@@ -115,7 +126,7 @@ func TestDemo(t *testing.T) {
 	say("== The EgressIP after %s's power loss (%s)", killed.Name, moved)
 	say("%s", indent(c.Kubectl("get", "egressips", "billing", "-o", "custom-columns=NAME:.metadata.name,HELD:.status.items[*].egressIP,ON:.status.items[*].node")))
 	showEgressIP(killed)
-	showRouterAfterKill(killed)
+	router.showAfterKill(t, killed, packets)
 
 	if os.Getenv("DEMO_HOLD") == "0" {
 		say("== Done (DEMO_HOLD=0); cleaning up")
@@ -183,49 +194,73 @@ func showExternalRoute(t *testing.T, c *Cluster) {
 	say("%s", indent(c.Kubectl("get", "apbexternalroute", "gateways", "-o", "jsonpath={.status}")))
 }
 
+// demoRouter is the demo's EgressRouter: served by host, at addr,
+// redirecting the datagrams of client (on clientNode) to dest.
+type demoRouter struct {
+	c                *Cluster
+	s                *egressScenario
+	name             string
+	host, clientNode *Node
+	hostMAC          string
+	addr             netip.Addr
+	dest             netip.AddrPort
+	client           *corev1.Pod
+}
+
 // showEgressRouter creates an EgressRouter served by the EgressService's
 // host, which the demo kills next, and a client pod on another node that
-// sends to it, and shows what the external host sees; it returns what to
-// show after the kill: the router on its new holder.
-func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) (afterKill func(killed *Node)) {
-	host := s.host()
-	addr := netip.MustParseAddr(fmt.Sprintf("172.31.%d.70", c.subnet))
-	dest := netip.AddrPortFrom(c.External.IP, s.server.Addr.Port())
-	target := netip.AddrPortFrom(addr, 80).String()
-	say("== EgressRouter: namespace %s, reserved address %s, UDP port 80 redirected to the external host's %s (no pod: the holder node's OpenFlow serves it)", routerNamespace, addr, dest)
+// sends to it, and shows what the external host sees.
+func showEgressRouter(t *testing.T, c *Cluster, s *egressScenario) *demoRouter {
+	r := &demoRouter{c: c, s: s, host: s.host(), addr: netip.MustParseAddr(fmt.Sprintf("172.31.%d.70", c.subnet))}
+	r.dest = netip.AddrPortFrom(c.External.IP, s.server.Addr.Port())
+	say("== EgressRouter: namespace %s, reserved address %s, UDP port 80 redirected to the external host's %s (no pod: the holder node's OpenFlow serves it)", routerNamespace, r.addr, r.dest)
 	c.CreateNamespace(routerNamespace)
-	name := c.routerOn(t, routerNamespace, "redirect", host, udpRouter(addr, dest))
-	clientNode := c.Nodes[slices.IndexFunc(c.Nodes, func(n *Node) bool { return n != host })]
-	client := c.RunProbePod(routerNamespace, "client", clientNode, nil, target)
-	c.ExpectSources(client, []string{target}, []string{addr.String()})
-	showRouter := func() {
-		say("%s", indent(c.Kubectl("get", "egressrouters", "-n", routerNamespace)))
-		got, _ := c.ProbeSources(client)
-		say("   client %-6s %-22s -> %s: the external host saw %s", clientNode.Name, podIPs(client)[0], target, got[target].Source)
-		say("   the external host's neighbour entry for %s: %s", addr, strings.TrimSpace(c.External.Exec(t, "ip", "neigh", "show", addr.String())))
-	}
-	showRouter()
-	say("== kubectl get service,endpointslices -n %s (clients may use %s.%s.svc)", routerNamespace, name, routerNamespace)
+	r.name = c.routerOn(t, routerNamespace, "redirect", r.host, udpRouter(r.addr, r.dest))
+	r.clientNode = c.Nodes[slices.IndexFunc(c.Nodes, func(n *Node) bool { return n != r.host })]
+	r.client = c.RunProbePod(routerNamespace, "client", r.clientNode, nil, r.target())
+	c.ExpectSources(r.client, []string{r.target()}, []string{r.addr.String()})
+	r.show(t)
+	say("== kubectl get service,endpointslices -n %s (clients may use %s.%s.svc)", routerNamespace, r.name, routerNamespace)
 	say("%s", indent(c.Kubectl("get", "service,endpointslices", "-n", routerNamespace)))
-	say("== %s's redirect: docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex table=%d --no-stats", host.Name, host.Container, dataplane.TableRouterDNAT)
-	say("%s", indent(c.Exec(host, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", fmt.Sprintf("table=%d", dataplane.TableRouterDNAT), "--no-stats")))
-	hostMAC := c.bridgeMAC(host)
-	// The kill follows at once: the capture must hold the router's traffic
-	// through its holder before it, or the outage has no start.
-	capture := c.captureFlowing(t, s.server, addr)
-	return func(killed *Node) {
-		if killed == host {
-			holder := c.awaitRouterAvailable(t, routerNamespace, name, host.Name)
-			awaitSeen(t, s.server, addr, time.Now(), convergeTimeout)
-			gap := outageThrough(t, capture.Stop(), addr, dest.Addr(), hostMAC, c.bridgeMAC(c.nodeNamed(holder)), s.faultAt)
-			say("== The EgressRouter after %s's power loss: served by %s; the external host got no redirected datagram for %v (the last through %s to the first through %s)", host.Name, holder, gap.Round(10*time.Millisecond), host.Name, holder)
-		} else { // the service's host moved before the kill
-			capture.Stop()
-			say("== The EgressRouter after %s's power loss: still served by %s, which it did not hit", killed.Name, host.Name)
-		}
-		c.ExpectSources(client, []string{target}, []string{addr.String()})
-		showRouter()
+	say("== %s's redirect: docker exec %s ovs-ofctl -O OpenFlow15 dump-flows br-ex table=%d --no-stats", r.host.Name, r.host.Container, dataplane.TableRouterDNAT)
+	say("%s", indent(c.Exec(r.host, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", fmt.Sprintf("table=%d", dataplane.TableRouterDNAT), "--no-stats")))
+	r.hostMAC = c.bridgeMAC(r.host)
+	return r
+}
+
+// target is where the client sends: the reserved address's port 80.
+func (r *demoRouter) target() string { return netip.AddrPortFrom(r.addr, 80).String() }
+
+// show prints the router, what the external host saw of the client's
+// datagrams, and its neighbour entry for the reserved address.
+func (r *demoRouter) show(t *testing.T) {
+	say("%s", indent(r.c.Kubectl("get", "egressrouters", "-n", routerNamespace)))
+	got, _ := r.c.ProbeSources(r.client)
+	say("   client %-6s %-22s -> %s: the external host saw %s", r.clientNode.Name, podIPs(r.client)[0], r.target(), got[r.target()].Source)
+	say("   the external host's neighbour entry for %s: %s", r.addr, strings.TrimSpace(r.c.External.Exec(t, "ip", "neigh", "show", r.addr.String())))
+}
+
+// awaitMoved waits, when killed was the router's host, until another node
+// serves it and the external host got a datagram through it since.
+func (r *demoRouter) awaitMoved(t *testing.T, killed *Node) {
+	if killed == r.host {
+		r.c.awaitRouterAvailable(t, routerNamespace, r.name, r.host.Name)
+		awaitSeen(t, r.s.server, r.addr, time.Now(), convergeTimeout)
 	}
+}
+
+// showAfterKill shows the router after killed lost power, its outage read
+// from packets, the external host's capture around the kill.
+func (r *demoRouter) showAfterKill(t *testing.T, killed *Node, packets []topology.Packet) {
+	if killed == r.host {
+		holder := r.c.awaitRouterAvailable(t, routerNamespace, r.name, r.host.Name)
+		gap := outageThrough(t, packets, r.addr, r.dest.Addr(), r.hostMAC, r.c.bridgeMAC(r.c.nodeNamed(holder)), r.s.faultAt)
+		say("== The EgressRouter after %s's power loss: served by %s; the external host got no redirected datagram for %v (the last through %s to the first through %s)", r.host.Name, holder, gap.Round(10*time.Millisecond), r.host.Name, holder)
+	} else { // the service's host moved before the kill
+		say("== The EgressRouter after %s's power loss: still served by %s, which it did not hit", killed.Name, r.host.Name)
+	}
+	r.c.ExpectSources(r.client, []string{r.target()}, []string{r.addr.String()})
+	r.show(t)
 }
 
 // show prints what the external host saw of each pod, per family; pods on
