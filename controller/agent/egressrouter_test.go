@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -302,11 +303,12 @@ func TestAgentEgressRouter(t *testing.T) {
 // Lease seen lapsed: it fences, and its flows go) while the router moves
 // to n2, which announces it. As n1 comes back, its switch may answer the
 // neighbour requests queued meanwhile with its old flows: the external
-// host's entries are set to n1's MAC here, as those answers would set
-// them, after n2's announcements are over. Once n1 unfences it hands the
-// addresses back: the external host's entries name n2 again within an
-// announcement's round trip, where without it they would name n1 until
-// they expire.
+// host's entries, and n2's own host stack's, are set to n1's MAC here, as
+// those answers would set them, after n2's announcements are over. Once
+// n1 unfences it hands the addresses back: the entries name n2 again
+// within an announcement's round trip, where without it they would name
+// n1 until they expire. (n2's switch answers ARP requests for the
+// addresses itself, but lets the gratuitous ones through to its host.)
 func TestAgentHandsBackAfterAStall(t *testing.T) {
 	e := newEnv(t, 2)
 	n1, n2 := e.topo.Nodes[0], e.topo.Nodes[1]
@@ -352,18 +354,29 @@ func TestAgentHandsBackAfterAStall(t *testing.T) {
 	e.setRouterHolder("billing", n2.Name)
 	eventually(t, "n2 announces the router", neighboursName(n2))
 	time.Sleep(announceRepeats * announceInterval) // n2's announcements are over
+	// The stale answers reach the holder's own host stack too (a client on
+	// n2 sends through it).
 	for _, addr := range addrs {
 		e.topo.External.Exec(t, "ip", "neigh", "replace", addr.String(), "lladdr", n1.BridgeMAC(t), "dev", "eth0", "nud", "reachable")
+		n2.Exec(t, "ip", "neigh", "replace", addr.String(), "lladdr", n1.BridgeMAC(t), "dev", n2.Bridge, "nud", "reachable")
 	}
 	if err := neighboursName(n1)(); err != nil {
 		t.Fatalf("the stale answers' entries: %v", err)
+	}
+	holderNamesItself := func() error {
+		for _, addr := range addrs {
+			if out := n2.Exec(t, "ip", "neigh", "show", addr.String(), "dev", n2.Bridge); !strings.Contains(out, "lladdr "+n2.BridgeMAC(t)) {
+				return fmt.Errorf("n2's own entry for %s: %q, want its bridge MAC %s", addr, strings.TrimSpace(out), n2.BridgeMAC(t))
+			}
+		}
+		return nil
 	}
 	time.Sleep(1100 * time.Millisecond) // past the neighbour tables' locktime (1 s), which ignores a newer announcement
 	stalled.Store(false)
 	unfenced := time.Now()
 	var err error
 	for time.Since(unfenced) < announceInterval+time.Second {
-		if err = neighboursName(n2)(); err == nil {
+		if err = cmp.Or(neighboursName(n2)(), holderNamesItself()); err == nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -371,7 +384,7 @@ func TestAgentHandsBackAfterAStall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v after n1's Lease was renewed: n1 did not hand the addresses back", err)
 	}
-	t.Logf("the external host's entries name n2 again %v after n1's Lease was renewed", time.Since(unfenced).Round(time.Millisecond))
+	t.Logf("the external host's entries, and n2's own, name n2 again %v after n1's Lease was renewed", time.Since(unfenced).Round(time.Millisecond))
 }
 
 // TestAgentRouterGateway: a router whose addresses name a gateway (the

@@ -364,11 +364,19 @@ func appendResponders(add func(kind FlowKind, table uint8, priority uint16, inst
 		}
 	}
 	if addr.Is4() {
-		m := add(arpKind, TableClassify, priority, arpResponder(addr, mac))
-		m.SetUint(openflow.FieldEthType, 0x0806)
-		fromPort(m)
-		m.SetUint(openflow.FieldARPOp, 1)
-		m.SetAddr(openflow.FieldARPTPA, addr)
+		request := func(priority uint16, insts []openflow.Instruction) *openflow.Match {
+			m := add(arpKind, TableClassify, priority, insts)
+			m.SetUint(openflow.FieldEthType, 0x0806)
+			fromPort(m)
+			m.SetUint(openflow.FieldARPOp, 1)
+			m.SetAddr(openflow.FieldARPTPA, addr)
+			return m
+		}
+		// A gratuitous ARP for addr (another node's announcement of it, or
+		// a hand-back to this node) asks nothing: it goes on to the host
+		// stack and the pods, whose entries it sets.
+		request(priority+1, normal).SetAddr(openflow.FieldARPSPA, addr)
+		request(priority, arpResponder(addr, mac))
 		return
 	}
 	solicitation := func(priority uint16, insts []openflow.Instruction) *openflow.Match {

@@ -91,11 +91,11 @@ func setHolder(eip *esv1.EgressIP, holder string) {
 // shared flows (no stage object, no admitted pod), TableReply's three
 // (delivery per family, the rest NORMAL), TableUplink's three (per family
 // out of the uplink what conntrack translated, and the drop of the rest),
-// per object an IPv4 address's reply and ARP flows and an IPv6 one's
-// reply, two solicitation flows and the advertisement's, and an SNAT flow
-// per selected pod address.
+// per object an IPv4 address's reply flow, ARP request flow and gratuitous
+// ARP's pass and an IPv6 one's reply, two solicitation flows and the
+// advertisement's, and an SNAT flow per selected pod address.
 func eipExpectedFlows(e *env, objects, pods int) int {
-	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), 1) + 3 + 3 + objects*(2+4) + 2*pods
+	return stageSharedFlows(len(e.podCIDRs), len(e.serviceCIDRs), 1) + 3 + 3 + objects*(3+4) + 2*pods
 }
 
 func BenchmarkAgentEgressIP(b *testing.B) {
@@ -134,14 +134,14 @@ func BenchmarkAgentEgressIP(b *testing.B) {
 		byKind[c.Kind]++
 	}
 	for kind, want := range map[dataplane.FlowKind]int{dataplane.KindEgressIPSNAT: 2 * *eipPods, dataplane.KindEgressIPReply: 2 * *eipObjects,
-		dataplane.KindEgressIPARP: *eipObjects, dataplane.KindEgressIPND: 3 * *eipObjects} {
+		dataplane.KindEgressIPARP: 2 * *eipObjects, dataplane.KindEgressIPND: 3 * *eipObjects} {
 		if byKind[kind] != want {
 			b.Fatalf("%d flows of kind %#x in the agent's first bundle, the benchmark counts %d", byKind[kind], kind, want)
 		}
 	}
 	flowFile := ovstest.WriteFlowFile(b, flowSet)
-	out("flow set: %d flows: %d SNAT (a flow per selected pod address) + %d per held address (reply; ARP, or two solicitation and one advertisement flows) + %d shared; written to %s for ovs-ofctl",
-		wantFlows, 2**eipPods, 6**eipObjects, wantFlows-2**eipPods-6**eipObjects, flowFile)
+	out("flow set: %d flows: %d SNAT (a flow per selected pod address) + %d per held address (reply; ARP request and gratuitous ARP, or two solicitation and one advertisement flows) + %d shared; written to %s for ovs-ofctl",
+		wantFlows, 2**eipPods, 7**eipObjects, wantFlows-2**eipPods-7**eipObjects, flowFile)
 
 	full := e.compareFullSync(b, logs, fullSyncRounds{
 		flowMods: wantMods, checkMods: true,

@@ -83,14 +83,14 @@ func (e *env) setHolder(r *nov1.EgressRouter, holder string) error {
 
 // routerFlowCount is the count of a router's flows from
 // docs/egressrouter.md and docs/dataplane.md, per reserved address: the
-// entry, the redirects' drop, the responders (ARP; or the solicitation,
-// duplicate address detection's pass and the advertisement), the
-// conntrack lookup, the reply and forward flows, a flow per rule of the
-// address's family, the fallback, the established connections, the SNAT
-// and two outputs.
+// entry, the redirects' drop, the responders (the ARP request and
+// gratuitous ARP's pass; or the solicitation, duplicate address
+// detection's pass and the advertisement), the conntrack lookup, the
+// reply and forward flows, a flow per rule of the address's family, the
+// fallback, the established connections, the SNAT and two outputs.
 func routerFlowCount(rules4, rules6 int) int {
 	const perAddress = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 2 // without responders and rules
-	return perAddress + 1 + rules4 + perAddress + 3 + rules6
+	return perAddress + 2 + rules4 + perAddress + 3 + rules6
 }
 
 func BenchmarkAgentEgressRouter(b *testing.B) {
