@@ -140,7 +140,15 @@ func TestHostFailures(t *testing.T) {
 	killedAt, afterKill := s.faultAt, s.host()
 	t.Logf("%s killed: LB-IP traffic through %s %v later", killed.Name, s.host().Name, took.Round(time.Millisecond))
 	routers.expectResumed(t, killed, s.faultAt, holders)
-	if s.host() != frozen {
+	// The node back from its freeze is a candidate again: it is the host
+	// after the kill, or was already before it. (On two cores, the burst of
+	// the unfrozen node's resuming processes has kept another node's agent
+	// from answering the probes for their 0.5 s, and the host moved to the
+	// unfrozen node then.)
+	switch {
+	case killed == frozen:
+		t.Logf("the host had moved back to %s before the kill, without a fault (see the Events: HostLost, AgentUnreachable)", frozen.Name)
+	case s.host() != frozen:
 		t.Errorf("after %s was killed the host is %s, want %s, back from its freeze", killed.Name, s.host().Name, frozen.Name)
 	}
 	for _, ep := range s.endpoints {
