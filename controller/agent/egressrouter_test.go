@@ -455,7 +455,7 @@ func TestAgentRouterGateway(t *testing.T) {
 				if i := strings.Index(line, "table "); i >= 0 {
 					fmt.Sscan(line[i+len("table "):], &table)
 				}
-				if table >= dataplane.RouterTableBase && table < dataplane.RouterTableBase+dataplane.RouterTables {
+				if dataplane.IsRouterTable(table) {
 					return fmt.Errorf("%s", line)
 				}
 			}

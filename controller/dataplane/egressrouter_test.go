@@ -240,7 +240,7 @@ func TestRouterRouting(t *testing.T) {
 		t.Fatalf("tables %v: want 192.0.2.10 and .11 sharing one, .12 and the IPv6 address one each", tableOf)
 	}
 	for _, table := range []int{shared, other, v6} {
-		if table < RouterTableBase || table >= RouterTableBase+RouterTables {
+		if !IsRouterTable(table) {
 			t.Errorf("table %d outside egressflow's range", table)
 		}
 	}

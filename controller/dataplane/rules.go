@@ -136,6 +136,12 @@ const (
 	RouterTables    = 1 << 16
 )
 
+// IsRouterTable reports whether table is one of egressflow's own
+// (RouterTableBase).
+func IsRouterTable(table int) bool {
+	return table >= RouterTableBase && table < RouterTableBase+RouterTables
+}
+
 // Route is a route in one of egressflow's own tables (RouterTableBase),
 // through the route device (the bridge's interface): to Destination on
 // the link when Gateway is invalid, else through Gateway.

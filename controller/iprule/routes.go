@@ -27,7 +27,7 @@ func (m *Manager) InstalledRoutes() ([]dataplane.Route, error) {
 			return nil, fmt.Errorf("list routes: %w", err)
 		}
 		for _, r := range list {
-			if ownedTable(r.Table) {
+			if dataplane.IsRouterTable(r.Table) {
 				out = append(out, fromNetlinkRoute(r, family))
 			}
 		}
@@ -85,10 +85,6 @@ func boolOrder(a, b bool) int {
 		return 1
 	}
 	return -1
-}
-
-func ownedTable(table int) bool {
-	return table >= dataplane.RouterTableBase && table < dataplane.RouterTableBase+dataplane.RouterTables
 }
 
 // fromNetlinkRoute reads a route of family; a default route may come

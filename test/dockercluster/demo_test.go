@@ -202,9 +202,12 @@ type demoRouter struct {
 	name             string
 	host, clientNode *Node
 	hostMAC          string
-	addr             netip.Addr
-	dest             netip.AddrPort
-	client           *corev1.Pod
+	// holder is the node that serves the router once host was killed
+	// (awaitMoved); "" while host serves it.
+	holder string
+	addr   netip.Addr
+	dest   netip.AddrPort
+	client *corev1.Pod
 }
 
 // showEgressRouter creates an EgressRouter served by the EgressService's
@@ -244,18 +247,18 @@ func (r *demoRouter) show(t *testing.T) {
 // serves it and the external host got a datagram through it since.
 func (r *demoRouter) awaitMoved(t *testing.T, killed *Node) {
 	if killed == r.host {
-		r.c.awaitRouterAvailable(t, routerNamespace, r.name, r.host.Name)
+		r.holder = r.c.awaitRouterAvailable(t, routerNamespace, r.name, r.host.Name)
 		awaitSeen(t, r.s.server, r.addr, time.Now(), convergeTimeout)
 	}
 }
 
-// showAfterKill shows the router after killed lost power, its outage read
-// from packets, the external host's capture around the kill.
+// showAfterKill shows the router after killed lost power (awaitMoved
+// first), its outage read from packets, the external host's capture
+// around the kill.
 func (r *demoRouter) showAfterKill(t *testing.T, killed *Node, packets []topology.Packet) {
 	if killed == r.host {
-		holder := r.c.awaitRouterAvailable(t, routerNamespace, r.name, r.host.Name)
-		gap := outageThrough(t, packets, r.addr, r.dest.Addr(), r.hostMAC, r.c.bridgeMAC(r.c.nodeNamed(holder)), r.s.faultAt)
-		say("== The EgressRouter after %s's power loss: served by %s; the external host got no redirected datagram for %v (the last through %s to the first through %s)", r.host.Name, holder, gap.Round(10*time.Millisecond), r.host.Name, holder)
+		gap := outageThrough(t, packets, r.addr, r.dest.Addr(), r.hostMAC, r.c.bridgeMAC(r.c.nodeNamed(r.holder)), r.s.faultAt)
+		say("== The EgressRouter after %s's power loss: served by %s; the external host got no redirected datagram for %v (the last through %s to the first through %s)", r.host.Name, r.holder, gap.Round(10*time.Millisecond), r.host.Name, r.holder)
 	} else { // the service's host moved before the kill
 		say("== The EgressRouter after %s's power loss: still served by %s, which it did not hit", killed.Name, r.host.Name)
 	}
